@@ -1,0 +1,47 @@
+//! The heapdump file format.
+//!
+//! This crate is the bottom of the heapdump stack: the runtime inside the
+//! traced process (`heapdump`) writes dumps with [`Writer`], and the
+//! offline analyser (`heapdump-analyze`) reads them with [`Dump`]. The
+//! normative description of the bytes is `FORMAT.md` beside this crate;
+//! [`raw`] mirrors it constant by constant.
+//!
+//! Design constraints:
+//! - `no_std` at its core: the writer runs inside an allocator or with the
+//!   world stopped, so it never allocates, never locks and never panics;
+//! - the reader is zero-copy over a byte slice (a memory-mapped file) and
+//!   never panics, hangs or allocates, whatever the input.
+//!
+//! ```
+//! use heapdump_format::{AllocInfo, Contents, Dump, Header, Mode, Reason, Record, Sink, WriteError, Writer};
+//!
+//! struct VecSink(Vec<u8>);
+//! impl Sink for VecSink {
+//!     fn write_all(&mut self, d: &[u8]) -> Result<(), WriteError> { self.0.extend_from_slice(d); Ok(()) }
+//! }
+//! let mut buf = [0u8; 4096];
+//! let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Full, Reason::Api, 4096, 42, 0)).unwrap();
+//! let info = AllocInfo { address: 0x1000, size: 4, site: 0, align_log2: 3, flags: 0, first_word: 0 };
+//! w.alloc(&info, Contents::full(&[1, 2, 3, 4])).unwrap();
+//! let (VecSink(bytes), _) = w.finish(0).unwrap();
+//!
+//! let dump = Dump::parse(&bytes).unwrap();
+//! let allocs = dump.records().filter_map(|r| match r.unwrap().1 { Record::Alloc(a) => Some(a.size), _ => None });
+//! assert_eq!(allocs.sum::<u64>(), 4);
+//! ```
+#![no_std]
+#![deny(missing_docs)]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+mod error;
+pub mod raw;
+mod reader;
+mod types;
+mod writer;
+
+pub use error::{Error, WriteError};
+pub use reader::{Alloc, Contents as ContentsRef, Dump, Module, Pointers, Process, Record, Records, Site, Static, Thread, Words};
+pub use types::{Backtrace, Header, Mode, Reason, Segment, Trailer};
+pub use writer::{AllocInfo, Contents, FdSink, ModuleInfo, NoPointers, ProcessInfo, Sink, StaticInfo, ThreadInfo, Writer, MIN_BUFFER};

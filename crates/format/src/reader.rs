@@ -1,0 +1,672 @@
+//! The zero-copy validating reader.
+//!
+//! [`Dump::parse`] checks the file header; [`Dump::records`] walks the
+//! records, checking every length against the bytes actually present with
+//! checked arithmetic, and the trailer's counts and checksum against what
+//! it walked. It never allocates and never panics, whatever the input: each
+//! problem is an [`Error`] naming the byte offset. Records before a damaged
+//! or missing part are yielded intact, so a dump cut short can still be
+//! analysed as far as it goes.
+
+use crate::error::Error;
+use crate::raw::{self, tag};
+use crate::types::{Backtrace, Header, Mode, Reason, Segment, Trailer};
+
+/// A little-endian cursor over a byte slice that knows its file offset.
+#[derive(Clone, Copy)]
+struct Cur<'a> {
+    data: &'a [u8],
+    pos: usize,
+    /// File offset of `data[0]`.
+    base: u64,
+    /// Offset reported for malformed-ness (the record header).
+    record: u64,
+}
+
+impl<'a> Cur<'a> {
+    fn new(data: &'a [u8], base: u64, record: u64) -> Self {
+        Cur { data, pos: 0, base, record }
+    }
+    fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], Error> {
+        let end = self.pos.checked_add(n).ok_or(Error::Malformed { offset: self.record, what })?;
+        let out = self.data.get(self.pos..end).ok_or(Error::Malformed { offset: self.record, what })?;
+        self.pos = end;
+        Ok(out)
+    }
+    fn bytes_u64(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], Error> {
+        let n = usize::try_from(n).map_err(|_| Error::Malformed { offset: self.record, what })?;
+        self.bytes(n, what)
+    }
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], Error> {
+        let b = self.bytes(N, what)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(b);
+        Ok(out)
+    }
+    fn u8(&mut self, what: &'static str) -> Result<u8, Error> {
+        Ok(self.array::<1>(what)?[0])
+    }
+    fn u16(&mut self, what: &'static str) -> Result<u16, Error> {
+        self.array(what).map(u16::from_le_bytes)
+    }
+    fn u32(&mut self, what: &'static str) -> Result<u32, Error> {
+        self.array(what).map(u32::from_le_bytes)
+    }
+    fn u64(&mut self, what: &'static str) -> Result<u64, Error> {
+        self.array(what).map(u64::from_le_bytes)
+    }
+    fn rest(&self) -> &'a [u8] {
+        self.data.get(self.pos..).unwrap_or(&[])
+    }
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+    fn expect_end(&self, what: &'static str) -> Result<(), Error> {
+        if self.pos == self.data.len() {
+            Ok(())
+        } else {
+            Err(Error::Malformed { offset: self.record, what })
+        }
+    }
+}
+
+/// A dump whose header has been checked.
+#[derive(Clone, Copy, Debug)]
+pub struct Dump<'a> {
+    data: &'a [u8],
+    header: Header,
+}
+
+impl<'a> Dump<'a> {
+    /// Checks the file header.
+    pub fn parse(data: &'a [u8]) -> Result<Dump<'a>, Error> {
+        let magic = data.get(..raw::MAGIC.len());
+        match magic {
+            Some(m) if m == raw::MAGIC => {}
+            Some(_) => return Err(Error::NotADump),
+            None => {
+                // A prefix of the magic is a dump cut short; anything else is not a dump.
+                if raw::MAGIC.starts_with(data) && !data.is_empty() {
+                    return Err(Error::Truncated { offset: data.len() as u64, what: "file header" });
+                }
+                return Err(Error::NotADump);
+            }
+        }
+        let mut c = Cur::new(data, 0, 0);
+        c.pos = raw::MAGIC.len();
+        let trunc = |_| Error::Truncated { offset: data.len() as u64, what: "file header" };
+        let major = c.u16("major").map_err(trunc)?;
+        let minor = c.u16("minor").map_err(trunc)?;
+        if major != raw::MAJOR {
+            return Err(Error::UnsupportedVersion { major, minor });
+        }
+        let pointer_size = c.u8("pointer size").map_err(trunc)?;
+        if pointer_size != 8 {
+            return Err(Error::BadHeader { offset: 12, what: "pointer size is not 8" });
+        }
+        let endian = c.u8("endianness").map_err(trunc)?;
+        if endian != raw::LITTLE_ENDIAN {
+            return Err(Error::BadHeader { offset: 13, what: "not little-endian" });
+        }
+        let mode = Mode::from_u8(c.u8("mode").map_err(trunc)?).ok_or(Error::BadHeader { offset: 14, what: "unknown mode" })?;
+        let reason =
+            Reason::from_u8(c.u8("reason").map_err(trunc)?).ok_or(Error::BadHeader { offset: 15, what: "unknown reason" })?;
+        let page_size = c.u32("page size").map_err(trunc)?;
+        if !page_size.is_power_of_two() || page_size < 512 {
+            return Err(Error::BadHeader { offset: 16, what: "page size is not a power of two of at least 512" });
+        }
+        let pid = c.u32("pid").map_err(trunc)?;
+        let time_ns = c.u64("time").map_err(trunc)?;
+        let header = Header { major, minor, pointer_size, mode, reason, page_size, pid, time_ns };
+        Ok(Dump { data, header })
+    }
+
+    /// The file header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The whole file.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// The records, in file order, ending with the trailer.
+    pub fn records(&self) -> Records<'a> {
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(self.data.get(..raw::FILE_HEADER_SIZE).unwrap_or(&[]));
+        Records { data: self.data, pos: raw::FILE_HEADER_SIZE, mode: self.header.mode, counted: Trailer::default(), crc, done: false }
+    }
+}
+
+/// One record.
+#[derive(Clone, Copy, Debug)]
+pub enum Record<'a> {
+    /// PROCESS.
+    Process(Process<'a>),
+    /// MODULE.
+    Module(Module<'a>),
+    /// THREAD.
+    Thread(Thread<'a>),
+    /// STATIC.
+    Static(Static<'a>),
+    /// SITE.
+    Site(Site<'a>),
+    /// ALLOC.
+    Alloc(Alloc<'a>),
+    /// The verified trailer.
+    End(Trailer),
+    /// A record this reader does not know (from a newer minor version).
+    Unknown {
+        /// Its tag.
+        tag: u32,
+        /// Its payload.
+        payload: &'a [u8],
+    },
+}
+
+/// The PROCESS record.
+#[derive(Clone, Copy, Debug)]
+pub struct Process<'a> {
+    /// Site capture mode.
+    pub backtrace: Backtrace,
+    /// Deepest site, in frames.
+    pub max_frames: u32,
+    /// Mean sampling interval in bytes (sampled mode).
+    pub sample_mean: u64,
+    /// Executable path.
+    pub exe: &'a [u8],
+    /// Command line, NUL-separated.
+    pub cmdline: &'a [u8],
+}
+
+/// A MODULE record.
+#[derive(Clone, Copy, Debug)]
+pub struct Module<'a> {
+    /// Load bias.
+    pub bias: u64,
+    /// Path.
+    pub path: &'a [u8],
+    /// GNU build id.
+    pub build_id: &'a [u8],
+    segments: &'a [u8],
+}
+
+impl<'a> Module<'a> {
+    /// The loadable segments.
+    pub fn segments(&self) -> impl ExactSizeIterator<Item = Segment> + 'a {
+        self.segments.chunks_exact(raw::SEGMENT_SIZE).map(|s| Segment {
+            vaddr: le64(s, 0),
+            memsz: le64(s, 8),
+            file_offset: le64(s, 16),
+            flags: le32(s, 24),
+        })
+    }
+}
+
+/// A THREAD record.
+#[derive(Clone, Copy, Debug)]
+pub struct Thread<'a> {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// `THREAD_*` flags.
+    pub flags: u32,
+    /// Lowest dumped stack address.
+    pub stack_start: u64,
+    /// One past the highest dumped stack address.
+    pub stack_end: u64,
+    /// Thread pointer.
+    pub tls: u64,
+    /// Name.
+    pub name: &'a [u8],
+    regs: &'a [u8],
+    /// Stack contents.
+    pub contents: Contents<'a>,
+}
+
+impl<'a> Thread<'a> {
+    /// Registers, in `raw::X86_64_REG_NAMES` order.
+    pub fn regs(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
+        self.regs.chunks_exact(8).map(|r| le64(r, 0))
+    }
+}
+
+/// A STATIC record.
+#[derive(Clone, Copy, Debug)]
+pub struct Static<'a> {
+    /// Start address.
+    pub address: u64,
+    /// Size.
+    pub size: u64,
+    /// MODULE index or `raw::NO_MODULE`.
+    pub module: u32,
+    /// Name.
+    pub name: &'a [u8],
+    /// Contents.
+    pub contents: Contents<'a>,
+}
+
+/// A SITE record.
+#[derive(Clone, Copy, Debug)]
+pub struct Site<'a> {
+    /// Id (never `raw::NO_SITE`).
+    pub id: u32,
+    frames: &'a [u8],
+}
+
+impl<'a> Site<'a> {
+    /// Return addresses, innermost first.
+    pub fn frames(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
+        self.frames.chunks_exact(8).map(|r| le64(r, 0))
+    }
+}
+
+/// An ALLOC record.
+#[derive(Clone, Copy, Debug)]
+pub struct Alloc<'a> {
+    /// Address.
+    pub address: u64,
+    /// Requested size.
+    pub size: u64,
+    /// SITE id or `raw::NO_SITE`.
+    pub site: u32,
+    /// log2 of the alignment.
+    pub align_log2: u8,
+    /// `ALLOC_*` flags.
+    pub flags: u8,
+    /// The first word (in full mode, read from the contents, zero-padded).
+    pub first_word: u64,
+    /// Contents.
+    pub contents: Contents<'a>,
+}
+
+/// A region's contents as the dump's mode stores them.
+#[derive(Clone, Copy, Debug)]
+pub enum Contents<'a> {
+    /// Raw bytes.
+    Full(&'a [u8]),
+    /// (offset, value) pairs of the words pointing into a live allocation.
+    Compact(Pointers<'a>),
+}
+
+impl<'a> Contents<'a> {
+    /// Every candidate pointer word: in compact mode the recorded pairs, in
+    /// full mode every 8-byte-aligned word of the region (`base` is the
+    /// region's address, used to find the alignment).
+    pub fn words(&self, base: u64) -> Words<'a> {
+        match *self {
+            Contents::Compact(p) => Words::Compact(p),
+            Contents::Full(bytes) => {
+                let skip = ((8 - (base % 8)) % 8) as usize;
+                let bytes = bytes.get(skip..).unwrap_or(&[]);
+                Words::Full { chunks: bytes.chunks_exact(8), off: skip as u64 }
+            }
+        }
+    }
+}
+
+/// Iterator of (offset, value) words; see [`Contents::words`].
+#[derive(Clone, Debug)]
+pub enum Words<'a> {
+    /// From compact pairs.
+    Compact(Pointers<'a>),
+    /// From raw bytes.
+    Full {
+        /// Remaining aligned words.
+        chunks: core::slice::ChunksExact<'a, u8>,
+        /// Offset of the next word.
+        off: u64,
+    },
+}
+
+impl Iterator for Words<'_> {
+    type Item = (u64, u64);
+    fn next(&mut self) -> Option<(u64, u64)> {
+        match self {
+            Words::Compact(p) => p.next(),
+            Words::Full { chunks, off } => {
+                let w = chunks.next()?;
+                let o = *off;
+                *off += 8;
+                Some((o, le64(w, 0)))
+            }
+        }
+    }
+}
+
+/// The (offset, value) pairs of compact contents.
+#[derive(Clone, Copy, Debug)]
+pub struct Pointers<'a> {
+    entries: &'a [u8],
+}
+
+impl Pointers<'_> {
+    /// Number of pairs left.
+    pub fn len(&self) -> usize {
+        self.entries.len() / raw::POINTER_ENTRY
+    }
+    /// Whether none are left.
+    pub fn is_empty(&self) -> bool {
+        self.entries.len() < raw::POINTER_ENTRY
+    }
+}
+
+impl Iterator for Pointers<'_> {
+    type Item = (u64, u64);
+    fn next(&mut self) -> Option<(u64, u64)> {
+        let e = self.entries.get(..raw::POINTER_ENTRY)?;
+        let out = (le64(e, 0), le64(e, 8));
+        self.entries = self.entries.get(raw::POINTER_ENTRY..).unwrap_or(&[]);
+        Some(out)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.len(), Some(self.len()))
+    }
+}
+
+impl ExactSizeIterator for Pointers<'_> {}
+
+/// The records of a dump; see [`Dump::records`]. After the first error, or
+/// after the trailer, it yields nothing more.
+#[derive(Clone)]
+pub struct Records<'a> {
+    data: &'a [u8],
+    pos: usize,
+    mode: Mode,
+    counted: Trailer,
+    crc: crc32fast::Hasher,
+    done: bool,
+}
+
+impl<'a> Records<'a> {
+    /// File offset of the next record.
+    pub fn offset(&self) -> u64 {
+        self.pos as u64
+    }
+
+    /// Totals of the records read so far.
+    pub fn counted(&self) -> &Trailer {
+        &self.counted
+    }
+
+    fn step(&mut self) -> Result<Option<(u64, Record<'a>)>, Error> {
+        let start = self.pos;
+        let offset = start as u64;
+        if start == self.data.len() {
+            return Err(Error::Truncated { offset, what: "the trailer is missing" });
+        }
+        let head = self.data.get(start..).unwrap_or(&[]);
+        let mut c = Cur::new(head, offset, offset);
+        let trunc = |_| Error::Truncated { offset, what: "record header" };
+        let tag = c.u32("tag").map_err(trunc)?;
+        let len = c.u64("length").map_err(trunc)?;
+        let available = (head.len() - raw::RECORD_HEADER_SIZE) as u64;
+        if len > available {
+            return Err(Error::Truncated { offset, what: "record runs past the end of the file" });
+        }
+        // len <= available <= usize::MAX, so the cast is lossless.
+        let payload = c.bytes(len as usize, "payload").map_err(trunc)?;
+        let end = start + raw::RECORD_HEADER_SIZE + len as usize;
+        let whole = self.data.get(start..end).unwrap_or(&[]);
+        let p = Cur::new(payload, offset + raw::RECORD_HEADER_SIZE as u64, offset);
+        if tag == tag::END {
+            // The checksum covers the trailer up to its own field.
+            self.crc.update(whole.get(..whole.len().saturating_sub(8)).unwrap_or(&[]));
+            let t = self.trailer(p, offset)?;
+            self.pos = end;
+            if end != self.data.len() {
+                return Err(Error::TrailingData { offset: end as u64 });
+            }
+            return Ok(Some((offset, Record::End(t))));
+        }
+        let rec = match tag {
+            tag::PROCESS => Record::Process(process(p)?),
+            tag::MODULE => {
+                self.counted.modules += 1;
+                Record::Module(module(p)?)
+            }
+            tag::THREAD => {
+                self.counted.threads += 1;
+                Record::Thread(thread(p, self.mode)?)
+            }
+            tag::STATIC => {
+                self.counted.statics += 1;
+                Record::Static(static_root(p, self.mode)?)
+            }
+            tag::SITE => {
+                self.counted.sites += 1;
+                Record::Site(site(p)?)
+            }
+            tag::ALLOC => {
+                let a = alloc(p, self.mode)?;
+                self.counted.allocations += 1;
+                self.counted.alloc_bytes = self.counted.alloc_bytes.wrapping_add(a.size);
+                if let Contents::Compact(ptrs) = a.contents {
+                    self.counted.pointers += ptrs.len() as u64;
+                }
+                Record::Alloc(a)
+            }
+            _ => Record::Unknown { tag, payload },
+        };
+        self.counted.records += 1;
+        self.crc.update(whole);
+        self.pos = end;
+        Ok(Some((offset, rec)))
+    }
+
+    fn trailer(&self, mut p: Cur<'a>, offset: u64) -> Result<Trailer, Error> {
+        if p.data.len() != raw::END_SIZE {
+            return Err(Error::Malformed { offset, what: "trailer has the wrong length" });
+        }
+        let t = Trailer {
+            records: p.u64("records")?,
+            allocations: p.u64("allocations")?,
+            alloc_bytes: p.u64("bytes")?,
+            sites: p.u64("sites")?,
+            pointers: p.u64("pointers")?,
+            threads: p.u32("threads")?,
+            statics: p.u32("statics")?,
+            modules: p.u32("modules")?,
+            pause_ns: {
+                let reserved = p.u32("reserved")?;
+                if reserved != 0 {
+                    return Err(Error::Malformed { offset, what: "reserved trailer field is not zero" });
+                }
+                p.u64("pause")?
+            },
+            checksum: p.u32("checksum")?,
+        };
+        if p.u32("reserved")? != 0 {
+            return Err(Error::Malformed { offset, what: "reserved trailer field is not zero" });
+        }
+        let computed = self.crc.clone().finalize();
+        if computed != t.checksum {
+            return Err(Error::ChecksumMismatch { offset, stored: t.checksum, computed });
+        }
+        let c = &self.counted;
+        let checks: [(&'static str, u64, u64); 8] = [
+            ("records", t.records, c.records),
+            ("allocations", t.allocations, c.allocations),
+            ("allocated bytes", t.alloc_bytes, c.alloc_bytes),
+            ("sites", t.sites, c.sites),
+            ("pointers", t.pointers, c.pointers),
+            ("threads", t.threads.into(), c.threads.into()),
+            ("static roots", t.statics.into(), c.statics.into()),
+            ("modules", t.modules.into(), c.modules.into()),
+        ];
+        for (what, stored, counted) in checks {
+            if stored != counted {
+                return Err(Error::CountMismatch { offset, what, stored, counted });
+            }
+        }
+        Ok(t)
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<(u64, Record<'a>), Error>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(r)) => {
+                if matches!(r.1, Record::End(_)) {
+                    self.done = true;
+                }
+                Some(Ok(r))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl core::iter::FusedIterator for Records<'_> {}
+
+fn process(mut p: Cur<'_>) -> Result<Process<'_>, Error> {
+    let off = p.record;
+    let backtrace = Backtrace::from_u8(p.u8("backtrace mode")?).ok_or(Error::Malformed { offset: off, what: "unknown backtrace mode" })?;
+    p.bytes(3, "reserved")?;
+    let max_frames = p.u32("max frames")?;
+    let sample_mean = p.u64("sample mean")?;
+    let exe_len = p.u32("executable length")?;
+    let cmd_len = p.u32("command line length")?;
+    let exe = p.bytes_u64(exe_len.into(), "executable path runs past the record")?;
+    let cmdline = p.bytes_u64(cmd_len.into(), "command line runs past the record")?;
+    p.expect_end("extra bytes after the command line")?;
+    Ok(Process { backtrace, max_frames, sample_mean, exe, cmdline })
+}
+
+fn module(mut p: Cur<'_>) -> Result<Module<'_>, Error> {
+    let bias = p.u64("bias")?;
+    let path_len = p.u32("path length")?;
+    let build_id_len = p.u16("build id length")?;
+    p.u16("reserved")?;
+    let nseg = p.u32("segment count")?;
+    p.u32("reserved")?;
+    let path = p.bytes_u64(path_len.into(), "module path runs past the record")?;
+    let build_id = p.bytes_u64(build_id_len.into(), "build id runs past the record")?;
+    let seg_bytes = u64::from(nseg) * raw::SEGMENT_SIZE as u64;
+    let segments = p.bytes_u64(seg_bytes, "segments run past the record")?;
+    p.expect_end("extra bytes after the segments")?;
+    Ok(Module { bias, path, build_id, segments })
+}
+
+fn contents<'a>(p: &mut Cur<'a>, mode: Mode, size: u64) -> Result<Contents<'a>, Error> {
+    match mode {
+        Mode::Full => {
+            let bytes = p.bytes_u64(size, "contents shorter than the region size")?;
+            p.expect_end("contents longer than the region size")?;
+            Ok(Contents::Full(bytes))
+        }
+        Mode::Compact => {
+            let n = p.u64("pointer count")?;
+            let rest = p.rest();
+            let want = n.checked_mul(raw::POINTER_ENTRY as u64);
+            if want != Some(rest.len() as u64) {
+                return Err(Error::Malformed { offset: p.record, what: "pointer count disagrees with the record length" });
+            }
+            let entries = rest;
+            // Every offset must lie inside the region.
+            let mut ptrs = Pointers { entries };
+            if ptrs.any(|(off, _)| off >= size || size - off < 8) {
+                return Err(Error::Malformed { offset: p.record, what: "pointer offset outside the region" });
+            }
+            p.pos = p.data.len();
+            let _ = p.offset();
+            Ok(Contents::Compact(Pointers { entries }))
+        }
+    }
+}
+
+fn thread(mut p: Cur<'_>, mode: Mode) -> Result<Thread<'_>, Error> {
+    let off = p.record;
+    let tid = p.u32("tid")?;
+    let flags = p.u32("flags")?;
+    let stack_start = p.u64("stack start")?;
+    let stack_end = p.u64("stack end")?;
+    let tls = p.u64("tls")?;
+    let name_len = p.u16("name length")?;
+    let nregs = p.u16("register count")?;
+    p.u32("reserved")?;
+    let size = stack_end.checked_sub(stack_start).ok_or(Error::Malformed { offset: off, what: "stack end below stack start" })?;
+    let name = p.bytes(name_len.into(), "thread name runs past the record")?;
+    let regs = p.bytes(usize::from(nregs) * 8, "registers run past the record")?;
+    let contents = contents(&mut p, mode, size)?;
+    Ok(Thread { tid, flags, stack_start, stack_end, tls, name, regs, contents })
+}
+
+fn static_root(mut p: Cur<'_>, mode: Mode) -> Result<Static<'_>, Error> {
+    let address = p.u64("address")?;
+    let size = p.u64("size")?;
+    let module = p.u32("module")?;
+    let name_len = p.u16("name length")?;
+    p.u16("reserved")?;
+    let name = p.bytes(name_len.into(), "static name runs past the record")?;
+    if address.checked_add(size).is_none() {
+        return Err(Error::Malformed { offset: p.record, what: "static region wraps the address space" });
+    }
+    let contents = contents(&mut p, mode, size)?;
+    Ok(Static { address, size, module, name, contents })
+}
+
+fn site(mut p: Cur<'_>) -> Result<Site<'_>, Error> {
+    let id = p.u32("site id")?;
+    if id == raw::NO_SITE {
+        return Err(Error::Malformed { offset: p.record, what: "site id 0 is reserved" });
+    }
+    let n = p.u32("frame count")?;
+    let frames = p.bytes_u64(u64::from(n) * 8, "frames run past the record")?;
+    p.expect_end("extra bytes after the frames")?;
+    Ok(Site { id, frames })
+}
+
+fn alloc(mut p: Cur<'_>, mode: Mode) -> Result<Alloc<'_>, Error> {
+    let address = p.u64("address")?;
+    let size = p.u64("size")?;
+    let site = p.u32("site")?;
+    let align_log2 = p.u8("alignment")?;
+    let flags = p.u8("flags")?;
+    p.u16("reserved")?;
+    if address.checked_add(size).is_none() {
+        return Err(Error::Malformed { offset: p.record, what: "allocation wraps the address space" });
+    }
+    if align_log2 >= 64 {
+        return Err(Error::Malformed { offset: p.record, what: "alignment of 2^64 or more" });
+    }
+    let first_word = match mode {
+        Mode::Compact => p.u64("first word")?,
+        Mode::Full => {
+            let mut w = [0u8; 8];
+            let rest = p.rest();
+            let n = rest.len().min(8).min(usize::try_from(size).unwrap_or(usize::MAX));
+            w[..n].copy_from_slice(&rest[..n]);
+            u64::from_le_bytes(w)
+        }
+    };
+    let contents = contents(&mut p, mode, size)?;
+    Ok(Alloc { address, size, site, align_log2, flags, first_word, contents })
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        w.copy_from_slice(s);
+    }
+    u64::from_le_bytes(w)
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        w.copy_from_slice(s);
+    }
+    u32::from_le_bytes(w)
+}

@@ -1,0 +1,189 @@
+//! Enumerations and plain descriptions shared by the writer and the reader.
+
+/// What a dump holds for each allocation and root region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// First word plus the (offset, value) list of words pointing into the heap.
+    Compact,
+    /// Raw contents.
+    Full,
+}
+
+impl Mode {
+    /// The byte stored in the file header.
+    pub const fn to_u8(self) -> u8 {
+        match self {
+            Mode::Compact => 1,
+            Mode::Full => 2,
+        }
+    }
+    /// Decodes the header byte.
+    pub const fn from_u8(v: u8) -> Option<Mode> {
+        match v {
+            1 => Some(Mode::Compact),
+            2 => Some(Mode::Full),
+            _ => None,
+        }
+    }
+    /// Lowercase name, as the command line spells it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Compact => "compact",
+            Mode::Full => "full",
+        }
+    }
+}
+
+/// Why the dump was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// An explicit call of the API.
+    Api,
+    /// The dump signal arrived.
+    Signal,
+    /// The process was exiting.
+    Exit,
+    /// The underlying allocator returned null.
+    AllocFailure,
+    /// The live heap crossed the configured threshold.
+    Threshold,
+}
+
+impl Reason {
+    /// The byte stored in the file header.
+    pub const fn to_u8(self) -> u8 {
+        match self {
+            Reason::Api => 1,
+            Reason::Signal => 2,
+            Reason::Exit => 3,
+            Reason::AllocFailure => 4,
+            Reason::Threshold => 5,
+        }
+    }
+    /// Decodes the header byte.
+    pub const fn from_u8(v: u8) -> Option<Reason> {
+        match v {
+            1 => Some(Reason::Api),
+            2 => Some(Reason::Signal),
+            3 => Some(Reason::Exit),
+            4 => Some(Reason::AllocFailure),
+            5 => Some(Reason::Threshold),
+            _ => None,
+        }
+    }
+    /// Lowercase name used in JSON and tables.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::Api => "api",
+            Reason::Signal => "signal",
+            Reason::Exit => "exit",
+            Reason::AllocFailure => "alloc_failure",
+            Reason::Threshold => "threshold",
+        }
+    }
+}
+
+/// How allocation sites were captured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backtrace {
+    /// No sites.
+    Off,
+    /// A site for every allocation.
+    All,
+    /// Sites for a Poisson sample of allocated bytes.
+    Sampled,
+}
+
+impl Backtrace {
+    /// The byte stored in the PROCESS record.
+    pub const fn to_u8(self) -> u8 {
+        match self {
+            Backtrace::Off => 0,
+            Backtrace::All => 1,
+            Backtrace::Sampled => 2,
+        }
+    }
+    /// Decodes the PROCESS byte.
+    pub const fn from_u8(v: u8) -> Option<Backtrace> {
+        match v {
+            0 => Some(Backtrace::Off),
+            1 => Some(Backtrace::All),
+            2 => Some(Backtrace::Sampled),
+            _ => None,
+        }
+    }
+    /// Lowercase name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Backtrace::Off => "off",
+            Backtrace::All => "all",
+            Backtrace::Sampled => "sampled",
+        }
+    }
+}
+
+/// The file header's fields (after the magic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Major format version.
+    pub major: u16,
+    /// Minor format version.
+    pub minor: u16,
+    /// Pointer width in bytes (8).
+    pub pointer_size: u8,
+    /// Compact or full.
+    pub mode: Mode,
+    /// Why the dump was taken.
+    pub reason: Reason,
+    /// The process's page size.
+    pub page_size: u32,
+    /// The process id.
+    pub pid: u32,
+    /// Wall-clock time of the dump, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+}
+
+impl Header {
+    /// A header of the current version for this machine.
+    pub const fn new(mode: Mode, reason: Reason, page_size: u32, pid: u32, time_ns: u64) -> Header {
+        Header { major: crate::raw::MAJOR, minor: crate::raw::MINOR, pointer_size: 8, mode, reason, page_size, pid, time_ns }
+    }
+}
+
+/// One program header of a module, as ELF describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Segment {
+    /// `p_vaddr`: address relative to the module's load bias.
+    pub vaddr: u64,
+    /// `p_memsz`.
+    pub memsz: u64,
+    /// `p_offset`: offset in the file.
+    pub file_offset: u64,
+    /// `p_flags` (`SEG_R`, `SEG_W`, `SEG_X`).
+    pub flags: u32,
+}
+
+/// The trailer's totals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Trailer {
+    /// Number of records before the trailer.
+    pub records: u64,
+    /// Number of ALLOC records.
+    pub allocations: u64,
+    /// Sum of their requested sizes.
+    pub alloc_bytes: u64,
+    /// Number of SITE records.
+    pub sites: u64,
+    /// Number of pointer entries in compact ALLOC records.
+    pub pointers: u64,
+    /// Number of THREAD records.
+    pub threads: u32,
+    /// Number of STATIC records.
+    pub statics: u32,
+    /// Number of MODULE records.
+    pub modules: u32,
+    /// How long the program's threads were held stopped, in nanoseconds.
+    pub pause_ns: u64,
+    /// CRC-32 (IEEE) of every byte of the file before this field.
+    pub checksum: u32,
+}

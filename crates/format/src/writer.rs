@@ -1,0 +1,546 @@
+//! The allocation-free writer.
+//!
+//! Written by hand rather than with a serialization crate because it runs
+//! inside the traced process, possibly inside its allocator or with the
+//! world stopped: it owns no heap memory, stages bytes in a caller-supplied
+//! buffer, and hands them to a [`Sink`] (a file descriptor via raw
+//! `write(2)`). Every failure is returned as a [`WriteError`] value.
+
+use crate::error::WriteError;
+use crate::raw::{self, tag};
+use crate::types::{Backtrace, Header, Mode, Segment, Trailer};
+
+/// Where dump bytes go.
+///
+/// # Signal safety
+/// Implementations used inside a traced process must not allocate, block on
+/// a lock or panic.
+pub trait Sink {
+    /// Writes all of `data` or fails with an `errno`.
+    fn write_all(&mut self, data: &[u8]) -> Result<(), WriteError>;
+}
+
+/// A sink over a raw file descriptor, writing with `write(2)`: retries on
+/// `EINTR`, continues after short writes, reports every other error.
+#[derive(Debug)]
+pub struct FdSink {
+    fd: i32,
+}
+
+impl FdSink {
+    /// Wraps `fd`. The descriptor is not closed when the sink is dropped.
+    pub const fn new(fd: i32) -> FdSink {
+        FdSink { fd }
+    }
+}
+
+impl Sink for FdSink {
+    fn write_all(&mut self, mut data: &[u8]) -> Result<(), WriteError> {
+        while !data.is_empty() {
+            // SAFETY: `data` is a valid, initialised slice for its whole
+            // length; write(2) reads at most `data.len()` bytes from it.
+            let n = unsafe { libc::write(self.fd, data.as_ptr().cast(), data.len()) };
+            if n < 0 {
+                // SAFETY: __errno_location returns this thread's errno slot,
+                // valid for the thread's lifetime.
+                let errno = unsafe { *libc::__errno_location() };
+                if errno == libc::EINTR {
+                    continue;
+                }
+                return Err(WriteError::Sink { errno });
+            }
+            if n == 0 {
+                // write(2) of a non-empty buffer returning 0 means no progress
+                // can be made; treat it as a full device rather than spin.
+                return Err(WriteError::Sink { errno: libc::ENOSPC });
+            }
+            // n > 0 and n <= data.len(), so the slice index is in bounds.
+            data = data.get(n as usize..).unwrap_or(&[]);
+        }
+        Ok(())
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for &mut S {
+    fn write_all(&mut self, data: &[u8]) -> Result<(), WriteError> {
+        (**self).write_all(data)
+    }
+}
+
+/// The contents of a root region or an allocation, as the dump's mode wants.
+#[derive(Debug)]
+pub enum Contents<'a, I> {
+    /// Full mode: the raw bytes, exactly the region's size.
+    Full(&'a [u8]),
+    /// Compact mode: `count` (offset, value) pairs for the words that point
+    /// into a live allocation; `pointers` must yield exactly `count` pairs.
+    Compact {
+        /// Number of pairs `pointers` yields.
+        count: u64,
+        /// The pairs, offsets relative to the region start.
+        pointers: I,
+    },
+}
+
+/// An empty pointer iterator, the `I` of [`Contents::Full`].
+pub type NoPointers = core::iter::Empty<(u64, u64)>;
+
+impl<'a> Contents<'a, NoPointers> {
+    /// Full contents.
+    pub fn full(bytes: &'a [u8]) -> Self {
+        Contents::Full(bytes)
+    }
+}
+
+/// What the PROCESS record says.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessInfo<'a> {
+    /// How allocation sites were captured.
+    pub backtrace: Backtrace,
+    /// Deepest site captured, in frames.
+    pub max_frames: u32,
+    /// Mean sampling interval in bytes (sampled mode), else 0.
+    pub sample_mean: u64,
+    /// Path of the executable.
+    pub exe: &'a [u8],
+    /// Command line, arguments separated by NUL bytes.
+    pub cmdline: &'a [u8],
+}
+
+/// What a MODULE record says.
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleInfo<'a> {
+    /// Load bias: run-time address minus link-time address.
+    pub bias: u64,
+    /// Path of the object as the loader saw it.
+    pub path: &'a [u8],
+    /// GNU build id (may be empty).
+    pub build_id: &'a [u8],
+    /// Its loadable segments.
+    pub segments: &'a [Segment],
+}
+
+/// The fixed part of a THREAD record.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadInfo<'a> {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// `THREAD_*` flags.
+    pub flags: u32,
+    /// Lowest dumped stack address.
+    pub stack_start: u64,
+    /// One past the highest dumped stack address.
+    pub stack_end: u64,
+    /// Thread pointer (`fs` base on x86-64).
+    pub tls: u64,
+    /// Thread name.
+    pub name: &'a [u8],
+    /// Registers in `raw::X86_64_REG_NAMES` order; empty when not stopped.
+    pub regs: &'a [u64],
+}
+
+/// The fixed part of a STATIC record.
+#[derive(Clone, Copy, Debug)]
+pub struct StaticInfo<'a> {
+    /// Start address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Index of the MODULE record (in file order) or `raw::NO_MODULE`.
+    pub module: u32,
+    /// Name, such as `.data` or `.bss`.
+    pub name: &'a [u8],
+}
+
+/// The fixed part of an ALLOC record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocInfo {
+    /// Address returned to the program.
+    pub address: u64,
+    /// Size the program asked for.
+    pub size: u64,
+    /// SITE id, or `raw::NO_SITE`.
+    pub site: u32,
+    /// log2 of the requested alignment.
+    pub align_log2: u8,
+    /// `ALLOC_*` flags.
+    pub flags: u8,
+    /// The first word (compact mode; ignored in full mode).
+    pub first_word: u64,
+}
+
+/// Writes one dump. Stages bytes in the buffer given to [`Writer::new`] and
+/// never allocates.
+///
+/// # Signal safety
+/// No method allocates, takes a lock or panics, provided the sink doesn't.
+pub struct Writer<'b, S: Sink> {
+    sink: S,
+    buf: &'b mut [u8],
+    len: usize,
+    written: u64,
+    crc: crc32fast::Hasher,
+    mode: Mode,
+    /// Whether a record's payload is being written.
+    open: bool,
+    /// Bytes still owed to the open record.
+    owed: u64,
+    totals: Trailer,
+    poisoned: bool,
+}
+
+/// Smallest staging buffer: must hold the largest fixed record part.
+pub const MIN_BUFFER: usize = 256;
+
+impl<'b, S: Sink> Writer<'b, S> {
+    /// Starts a dump: writes the file header.
+    pub fn new(sink: S, buf: &'b mut [u8], header: &Header) -> Result<Self, WriteError> {
+        if buf.len() < MIN_BUFFER {
+            return Err(WriteError::BufferTooSmall);
+        }
+        let mut w = Writer {
+            sink,
+            buf,
+            len: 0,
+            written: 0,
+            crc: crc32fast::Hasher::new(),
+            mode: header.mode,
+            open: false,
+            owed: 0,
+            totals: Trailer::default(),
+            poisoned: false,
+        };
+        w.put(&raw::MAGIC)?;
+        w.u16(header.major)?;
+        w.u16(header.minor)?;
+        w.u8(header.pointer_size)?;
+        w.u8(raw::LITTLE_ENDIAN)?;
+        w.u8(header.mode.to_u8())?;
+        w.u8(header.reason.to_u8())?;
+        w.u32(header.page_size)?;
+        w.u32(header.pid)?;
+        w.u64(header.time_ns)?;
+        Ok(w)
+    }
+
+    /// The dump's mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Bytes handed to the writer so far (including staged ones).
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Totals so far (what the trailer will say).
+    pub fn totals(&self) -> &Trailer {
+        &self.totals
+    }
+
+    /// Writes the PROCESS record.
+    pub fn process(&mut self, p: &ProcessInfo<'_>) -> Result<(), WriteError> {
+        let len = raw::PROCESS_FIXED as u64 + p.exe.len() as u64 + p.cmdline.len() as u64;
+        self.begin(tag::PROCESS, len)?;
+        self.u8(p.backtrace.to_u8())?;
+        self.put(&[0; 3])?;
+        self.u32(p.max_frames)?;
+        self.u64(p.sample_mean)?;
+        self.u32(len32(p.exe.len(), "executable path")?)?;
+        self.u32(len32(p.cmdline.len(), "command line")?)?;
+        self.put(p.exe)?;
+        self.put(p.cmdline)?;
+        self.end()
+    }
+
+    /// Writes a MODULE record.
+    pub fn module(&mut self, m: &ModuleInfo<'_>) -> Result<(), WriteError> {
+        let build_id_len = u16::try_from(m.build_id.len()).map_err(|_| WriteError::LengthMismatch { what: "build id longer than 65535 bytes" })?;
+        let len = raw::MODULE_FIXED as u64
+            + m.path.len() as u64
+            + m.build_id.len() as u64
+            + (m.segments.len() as u64) * raw::SEGMENT_SIZE as u64;
+        self.begin(tag::MODULE, len)?;
+        self.u64(m.bias)?;
+        self.u32(len32(m.path.len(), "module path")?)?;
+        self.u16(build_id_len)?;
+        self.u16(0)?;
+        self.u32(len32(m.segments.len(), "segment count")?)?;
+        self.u32(0)?;
+        self.put(m.path)?;
+        self.put(m.build_id)?;
+        for s in m.segments {
+            self.u64(s.vaddr)?;
+            self.u64(s.memsz)?;
+            self.u64(s.file_offset)?;
+            self.u32(s.flags)?;
+            self.u32(0)?;
+        }
+        self.totals.modules += 1;
+        self.end()
+    }
+
+    /// Writes a THREAD record with its stack contents.
+    pub fn thread<I>(&mut self, t: &ThreadInfo<'_>, contents: Contents<'_, I>) -> Result<(), WriteError>
+    where
+        I: Iterator<Item = (u64, u64)>,
+    {
+        let size = t.stack_end.checked_sub(t.stack_start).ok_or(WriteError::LengthMismatch { what: "stack end below stack start" })?;
+        let name_len = u16::try_from(t.name.len()).map_err(|_| WriteError::LengthMismatch { what: "thread name too long" })?;
+        let nregs = u16::try_from(t.regs.len()).map_err(|_| WriteError::LengthMismatch { what: "too many registers" })?;
+        let fixed = raw::THREAD_FIXED as u64 + t.name.len() as u64 + 8 * t.regs.len() as u64;
+        let len = fixed + self.contents_len(size, &contents)?;
+        self.begin(tag::THREAD, len)?;
+        self.u32(t.tid)?;
+        self.u32(t.flags)?;
+        self.u64(t.stack_start)?;
+        self.u64(t.stack_end)?;
+        self.u64(t.tls)?;
+        self.u16(name_len)?;
+        self.u16(nregs)?;
+        self.u32(0)?;
+        self.put(t.name)?;
+        for &r in t.regs {
+            self.u64(r)?;
+        }
+        self.contents(contents)?;
+        self.totals.threads += 1;
+        self.end()
+    }
+
+    /// Writes a STATIC record with the segment's contents.
+    pub fn static_root<I>(&mut self, s: &StaticInfo<'_>, contents: Contents<'_, I>) -> Result<(), WriteError>
+    where
+        I: Iterator<Item = (u64, u64)>,
+    {
+        let name_len = u16::try_from(s.name.len()).map_err(|_| WriteError::LengthMismatch { what: "static name too long" })?;
+        let len = raw::STATIC_FIXED as u64 + s.name.len() as u64 + self.contents_len(s.size, &contents)?;
+        self.begin(tag::STATIC, len)?;
+        self.u64(s.address)?;
+        self.u64(s.size)?;
+        self.u32(s.module)?;
+        self.u16(name_len)?;
+        self.u16(0)?;
+        self.put(s.name)?;
+        self.contents(contents)?;
+        self.totals.statics += 1;
+        self.end()
+    }
+
+    /// Writes a SITE record. `id` must not be `raw::NO_SITE`.
+    pub fn site(&mut self, id: u32, frames: &[u64]) -> Result<(), WriteError> {
+        if id == raw::NO_SITE {
+            return Err(WriteError::LengthMismatch { what: "site id 0 is reserved" });
+        }
+        let len = raw::SITE_FIXED as u64 + 8 * frames.len() as u64;
+        self.begin(tag::SITE, len)?;
+        self.u32(id)?;
+        self.u32(len32(frames.len(), "frame count")?)?;
+        for &f in frames {
+            self.u64(f)?;
+        }
+        self.totals.sites += 1;
+        self.end()
+    }
+
+    /// Writes an ALLOC record.
+    pub fn alloc<I>(&mut self, a: &AllocInfo, contents: Contents<'_, I>) -> Result<(), WriteError>
+    where
+        I: Iterator<Item = (u64, u64)>,
+    {
+        let mut len = raw::ALLOC_FIXED as u64 + self.contents_len(a.size, &contents)?;
+        if self.mode == Mode::Compact {
+            len += 8;
+        }
+        let npointers = match &contents {
+            Contents::Compact { count, .. } => *count,
+            Contents::Full(_) => 0,
+        };
+        self.begin(tag::ALLOC, len)?;
+        self.u64(a.address)?;
+        self.u64(a.size)?;
+        self.u32(a.site)?;
+        self.u8(a.align_log2)?;
+        self.u8(a.flags)?;
+        self.u16(0)?;
+        if self.mode == Mode::Compact {
+            self.u64(a.first_word)?;
+        }
+        self.contents(contents)?;
+        self.totals.allocations += 1;
+        self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(a.size);
+        self.totals.pointers += npointers;
+        self.end()
+    }
+
+    /// Writes the trailer and flushes. Returns the sink and the file size.
+    pub fn finish(mut self, pause_ns: u64) -> Result<(S, u64), WriteError> {
+        if self.poisoned || self.open {
+            return Err(WriteError::Poisoned);
+        }
+        let mut t = Trailer { pause_ns, ..self.totals };
+        self.begin(tag::END, raw::END_SIZE as u64)?;
+        self.u64(t.records)?;
+        self.u64(t.allocations)?;
+        self.u64(t.alloc_bytes)?;
+        self.u64(t.sites)?;
+        self.u64(t.pointers)?;
+        self.u32(t.threads)?;
+        self.u32(t.statics)?;
+        self.u32(t.modules)?;
+        self.u32(0)?;
+        self.u64(t.pause_ns)?;
+        // The checksum covers every byte before its own field: fold the
+        // staged bytes in first.
+        self.flush()?;
+        t.checksum = self.crc.clone().finalize();
+        self.u32(t.checksum)?;
+        self.u32(0)?;
+        self.end()?;
+        self.flush()?;
+        Ok((self.sink, self.written))
+    }
+
+    // --- internals -------------------------------------------------------
+
+    fn contents_len<I>(&self, size: u64, c: &Contents<'_, I>) -> Result<u64, WriteError> {
+        match (self.mode, c) {
+            (Mode::Full, Contents::Full(bytes)) => {
+                if bytes.len() as u64 != size {
+                    return Err(WriteError::LengthMismatch { what: "contents differ from the region size" });
+                }
+                Ok(size)
+            }
+            (Mode::Compact, Contents::Compact { count, .. }) => count
+                .checked_mul(raw::POINTER_ENTRY as u64)
+                .and_then(|n| n.checked_add(8))
+                .ok_or(WriteError::LengthMismatch { what: "pointer count overflows" }),
+            _ => Err(WriteError::ModeMismatch),
+        }
+    }
+
+    fn contents<I>(&mut self, c: Contents<'_, I>) -> Result<(), WriteError>
+    where
+        I: Iterator<Item = (u64, u64)>,
+    {
+        match c {
+            Contents::Full(bytes) => self.put(bytes),
+            Contents::Compact { count, pointers } => {
+                self.u64(count)?;
+                let mut n = 0u64;
+                for (off, val) in pointers {
+                    n += 1;
+                    if n > count {
+                        return self.poison(WriteError::LengthMismatch { what: "more pointers than declared" });
+                    }
+                    self.u64(off)?;
+                    self.u64(val)?;
+                }
+                if n != count {
+                    return self.poison(WriteError::LengthMismatch { what: "fewer pointers than declared" });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn begin(&mut self, tag: u32, len: u64) -> Result<(), WriteError> {
+        if self.poisoned {
+            return Err(WriteError::Poisoned);
+        }
+        if self.open {
+            return self.poison(WriteError::LengthMismatch { what: "record started before the previous one ended" });
+        }
+        self.u32(tag)?;
+        self.u64(len)?;
+        self.open = true;
+        self.owed = len;
+        if tag != tag::END {
+            self.totals.records += 1;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), WriteError> {
+        if self.owed != 0 {
+            return self.poison(WriteError::LengthMismatch { what: "record shorter than declared" });
+        }
+        self.open = false;
+        Ok(())
+    }
+
+    fn poison(&mut self, e: WriteError) -> Result<(), WriteError> {
+        self.poisoned = true;
+        Err(e)
+    }
+
+    fn u8(&mut self, v: u8) -> Result<(), WriteError> {
+        self.put(&[v])
+    }
+    fn u16(&mut self, v: u16) -> Result<(), WriteError> {
+        self.put(&v.to_le_bytes())
+    }
+    fn u32(&mut self, v: u32) -> Result<(), WriteError> {
+        self.put(&v.to_le_bytes())
+    }
+    fn u64(&mut self, v: u64) -> Result<(), WriteError> {
+        self.put(&v.to_le_bytes())
+    }
+
+    fn put(&mut self, data: &[u8]) -> Result<(), WriteError> {
+        if self.poisoned {
+            return Err(WriteError::Poisoned);
+        }
+        let n = data.len() as u64;
+        if self.open {
+            if n > self.owed {
+                return self.poison(WriteError::LengthMismatch { what: "record longer than declared" });
+            }
+            self.owed -= n;
+        }
+        self.written += n;
+        if data.len() > self.buf.len() - self.len {
+            self.flush()?;
+            if data.len() >= self.buf.len() / 2 {
+                // Large contents go straight to the sink: no copy.
+                self.crc.update(data);
+                return self.sink_write(data);
+            }
+        }
+        let end = self.len + data.len();
+        if let Some(dst) = self.buf.get_mut(self.len..end) {
+            dst.copy_from_slice(data);
+        }
+        self.len = end;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), WriteError> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        let len = self.len;
+        self.len = 0;
+        let Some(staged) = self.buf.get(..len) else {
+            return self.poison(WriteError::BufferTooSmall);
+        };
+        self.crc.update(staged);
+        // Split borrow: the sink and the buffer are distinct fields.
+        let r = self.sink.write_all(staged);
+        if let Err(e) = r {
+            return self.poison(e);
+        }
+        Ok(())
+    }
+
+    fn sink_write(&mut self, data: &[u8]) -> Result<(), WriteError> {
+        if let Err(e) = self.sink.write_all(data) {
+            return self.poison(e);
+        }
+        Ok(())
+    }
+}
+
+fn len32(n: usize, what: &'static str) -> Result<u32, WriteError> {
+    u32::try_from(n).map_err(|_| WriteError::LengthMismatch { what })
+}

@@ -1,0 +1,5 @@
+//! Integration tests of the format: round trips, damage, fuzz corpus.
+
+mod damage;
+mod model;
+mod roundtrip;

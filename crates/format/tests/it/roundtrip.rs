@@ -1,0 +1,120 @@
+use crate::model::{self, VecSink};
+use heapdump_format::*;
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Whatever heap is written comes back equal, in both modes, and the
+    /// trailer's totals describe it.
+    #[test]
+    fn write_then_read_is_identity(d in model::dump()) {
+        let bytes = model::write(&d);
+        let (back, trailer) = model::read(&bytes).unwrap();
+        prop_assert_eq!(&back, &d);
+        prop_assert_eq!(trailer.allocations, d.allocs.len() as u64);
+        prop_assert_eq!(trailer.alloc_bytes, d.allocs.iter().map(|a| a.size).sum::<u64>());
+        prop_assert_eq!(trailer.threads as usize, d.threads.len());
+        prop_assert_eq!(trailer.statics as usize, d.statics.len());
+        prop_assert_eq!(trailer.modules as usize, d.modules.len());
+        prop_assert_eq!(trailer.sites as usize, d.sites.len());
+    }
+}
+
+#[test]
+fn header_fields_round_trip() {
+    let mut buf = [0u8; 512];
+    let h = Header::new(Mode::Compact, Reason::Threshold, 16384, 777, 123_456_789);
+    let w = Writer::new(VecSink(Vec::new()), &mut buf, &h).unwrap();
+    let (VecSink(bytes), _) = w.finish(5).unwrap();
+    let d = Dump::parse(&bytes).unwrap();
+    assert_eq!(*d.header(), h);
+    let recs: Vec<_> = d.records().collect::<Result<_, _>>().unwrap();
+    assert_eq!(recs.len(), 1);
+    assert!(matches!(recs[0].1, Record::End(Trailer { pause_ns: 5, .. })));
+}
+
+#[test]
+fn large_contents_bypass_the_staging_buffer_intact() {
+    // Contents far larger than the staging buffer go straight to the sink;
+    // the checksum must still cover them in order.
+    let mut buf = [0u8; 256];
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Full, Reason::Api, 4096, 1, 0)).unwrap();
+    for i in 0..3u64 {
+        let info = AllocInfo { address: 0x10000 + i * 0x100000, size: big.len() as u64, site: 0, align_log2: 4, flags: 0, first_word: 0 };
+        w.alloc(&info, Contents::full(&big)).unwrap();
+    }
+    let (VecSink(bytes), _) = w.finish(0).unwrap();
+    let d = Dump::parse(&bytes).unwrap();
+    let mut n = 0;
+    for r in d.records() {
+        if let Record::Alloc(a) = r.unwrap().1 {
+            match a.contents {
+                ContentsRef::Full(b) => assert_eq!(b, &big[..]),
+                ContentsRef::Compact(_) => panic!("full dump yielded compact contents"),
+            }
+            n += 1;
+        }
+    }
+    assert_eq!(n, 3);
+}
+
+#[test]
+fn writer_rejects_contents_that_disagree_with_the_record() {
+    let mut buf = [0u8; 256];
+    let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
+    let info = AllocInfo { address: 0x1000, size: 64, site: 0, align_log2: 3, flags: 0, first_word: 0 };
+    // Full contents in a compact dump.
+    assert_eq!(w.alloc(&info, Contents::full(&[0; 64])), Err(WriteError::ModeMismatch));
+    // An iterator yielding fewer pairs than declared poisons the writer.
+    let r = w.alloc(&info, Contents::Compact { count: 3, pointers: [(0u64, 1u64)].into_iter() });
+    assert_eq!(r, Err(WriteError::LengthMismatch { what: "fewer pointers than declared" }));
+    assert_eq!(w.site(1, &[1]), Err(WriteError::Poisoned));
+    assert!(w.finish(0).is_err());
+}
+
+#[test]
+fn disk_full_is_reported_as_enospc() {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let mut buf = [0u8; 4096];
+    let mut w = Writer::new(FdSink::new(f.as_raw_fd()), &mut buf, &Header::new(Mode::Full, Reason::Api, 4096, 1, 0)).unwrap();
+    let big = vec![0u8; 1 << 16];
+    let info = AllocInfo { address: 0x1000, size: big.len() as u64, site: 0, align_log2: 3, flags: 0, first_word: 0 };
+    let err = w.alloc(&info, Contents::full(&big)).unwrap_err();
+    assert_eq!(err, WriteError::Sink { errno: libc_enospc() });
+    assert_eq!(err.to_string(), "write failed: no space left on device (errno 28)");
+}
+
+fn libc_enospc() -> i32 {
+    28
+}
+
+#[test]
+fn fd_sink_writes_everything_through_a_pipe() {
+    // A pipe accepts at most its capacity per write: short writes must be continued.
+    let mut fds = [0i32; 2];
+    // SAFETY: fds has room for the two descriptors pipe(2) writes.
+    assert_eq!(unsafe { pipe(fds.as_mut_ptr()) }, 0);
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        use std::os::fd::FromRawFd;
+        // SAFETY: fds[0] is a fresh descriptor owned by this thread from now on.
+        let mut f = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+        let mut v = Vec::new();
+        f.read_to_end(&mut v).unwrap();
+        v
+    });
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
+    let mut sink = FdSink::new(fds[1]);
+    sink.write_all(&data).unwrap();
+    // SAFETY: fds[1] is ours and no longer used.
+    unsafe { close(fds[1]) };
+    assert_eq!(reader.join().unwrap(), data);
+}
+
+extern "C" {
+    fn pipe(fds: *mut i32) -> i32;
+    fn close(fd: i32) -> i32;
+}
