@@ -89,11 +89,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Error::NotADump => write!(f, "not a heapdump file (bad magic at offset 0)"),
-            Error::UnsupportedVersion { major, minor } => write!(
-                f,
-                "unsupported dump format version {major}.{minor} (this reader reads {}.x)",
-                crate::raw::MAJOR
-            ),
+            Error::UnsupportedVersion { major, minor } => {
+                write!(f, "unsupported dump format version {major}.{minor} (this reader reads {}.x)", crate::raw::MAJOR)
+            }
             Error::BadHeader { offset, what } => write!(f, "bad header at offset {offset}: {what}"),
             Error::Truncated { offset, what } => {
                 write!(f, "dump truncated at offset {offset}: {what}")
@@ -101,14 +99,12 @@ impl fmt::Display for Error {
             Error::Malformed { offset, what } => {
                 write!(f, "malformed record at offset {offset}: {what}")
             }
-            Error::ChecksumMismatch { offset, stored, computed } => write!(
-                f,
-                "checksum mismatch in trailer at offset {offset}: stored {stored:#010x}, computed {computed:#010x}"
-            ),
-            Error::CountMismatch { offset, what, stored, counted } => write!(
-                f,
-                "trailer at offset {offset} says {stored} {what}, the dump holds {counted}"
-            ),
+            Error::ChecksumMismatch { offset, stored, computed } => {
+                write!(f, "checksum mismatch in trailer at offset {offset}: stored {stored:#010x}, computed {computed:#010x}")
+            }
+            Error::CountMismatch { offset, what, stored, counted } => {
+                write!(f, "trailer at offset {offset} says {stored} {what}, the dump holds {counted}")
+            }
             Error::TrailingData { offset } => write!(f, "unexpected data after the trailer at offset {offset}"),
         }
     }

@@ -82,7 +82,5 @@ pub const NO_MODULE: u32 = u32::MAX;
 /// rax rbx rcx rdx rsi rdi rbp rsp r8 r9 r10 r11 r12 r13 r14 r15 rip.
 pub const X86_64_REGS: usize = 17;
 /// Names of the x86-64 registers, in record order.
-pub const X86_64_REG_NAMES: [&str; X86_64_REGS] = [
-    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13",
-    "r14", "r15", "rip",
-];
+pub const X86_64_REG_NAMES: [&str; X86_64_REGS] =
+    ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"];

@@ -109,8 +109,7 @@ impl<'a> Dump<'a> {
             return Err(Error::BadHeader { offset: 13, what: "not little-endian" });
         }
         let mode = Mode::from_u8(c.u8("mode").map_err(trunc)?).ok_or(Error::BadHeader { offset: 14, what: "unknown mode" })?;
-        let reason =
-            Reason::from_u8(c.u8("reason").map_err(trunc)?).ok_or(Error::BadHeader { offset: 15, what: "unknown reason" })?;
+        let reason = Reason::from_u8(c.u8("reason").map_err(trunc)?).ok_or(Error::BadHeader { offset: 15, what: "unknown reason" })?;
         let page_size = c.u32("page size").map_err(trunc)?;
         if !page_size.is_power_of_two() || page_size < 512 {
             return Err(Error::BadHeader { offset: 16, what: "page size is not a power of two of at least 512" });

@@ -255,11 +255,10 @@ impl<'b, S: Sink> Writer<'b, S> {
 
     /// Writes a MODULE record.
     pub fn module(&mut self, m: &ModuleInfo<'_>) -> Result<(), WriteError> {
-        let build_id_len = u16::try_from(m.build_id.len()).map_err(|_| WriteError::LengthMismatch { what: "build id longer than 65535 bytes" })?;
-        let len = raw::MODULE_FIXED as u64
-            + m.path.len() as u64
-            + m.build_id.len() as u64
-            + (m.segments.len() as u64) * raw::SEGMENT_SIZE as u64;
+        let build_id_len =
+            u16::try_from(m.build_id.len()).map_err(|_| WriteError::LengthMismatch { what: "build id longer than 65535 bytes" })?;
+        let len =
+            raw::MODULE_FIXED as u64 + m.path.len() as u64 + m.build_id.len() as u64 + (m.segments.len() as u64) * raw::SEGMENT_SIZE as u64;
         self.begin(tag::MODULE, len)?;
         self.u64(m.bias)?;
         self.u32(len32(m.path.len(), "module path")?)?;

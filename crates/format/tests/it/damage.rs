@@ -113,10 +113,7 @@ fn not_a_dump_and_future_versions_are_named() {
     let mut v = sample_cached().clone();
     v[8] = 2;
     assert_eq!(read_all(&v).1, Some(Error::UnsupportedVersion { major: 2, minor: 0 }));
-    assert_eq!(
-        Error::UnsupportedVersion { major: 2, minor: 0 }.to_string(),
-        "unsupported dump format version 2.0 (this reader reads 1.x)"
-    );
+    assert_eq!(Error::UnsupportedVersion { major: 2, minor: 0 }.to_string(), "unsupported dump format version 2.0 (this reader reads 1.x)");
 }
 
 #[test]

@@ -130,11 +130,23 @@ fn module() -> impl Strategy<Value = MModule> {
 pub fn dump() -> impl Strategy<Value = MDump> {
     prop_oneof![Just(Mode::Compact), Just(Mode::Full)].prop_flat_map(|mode| {
         (
-            (prop_oneof![Just(Reason::Api), Just(Reason::Signal), Just(Reason::Exit), Just(Reason::AllocFailure), Just(Reason::Threshold)], any::<u32>()),
+            (
+                prop_oneof![
+                    Just(Reason::Api),
+                    Just(Reason::Signal),
+                    Just(Reason::Exit),
+                    Just(Reason::AllocFailure),
+                    Just(Reason::Threshold)
+                ],
+                any::<u32>(),
+            ),
             (proptest::collection::vec(any::<u8>(), 0..30), proptest::collection::vec(any::<u8>(), 0..30)),
             proptest::collection::vec(module(), 0..3),
             proptest::collection::vec(thread(mode), 0..3),
-            proptest::collection::vec((1u64 << 20..1u64 << 30, 0u64..10).prop_flat_map(move |(a, w)| region(mode, w * 8).prop_map(move |r| (a, r, w * 8))), 0..3),
+            proptest::collection::vec(
+                (1u64 << 20..1u64 << 30, 0u64..10).prop_flat_map(move |(a, w)| region(mode, w * 8).prop_map(move |r| (a, r, w * 8))),
+                0..3,
+            ),
             proptest::collection::vec((1u32.., proptest::collection::vec(any::<u64>(), 0..8)), 0..5),
             proptest::collection::vec(alloc(mode), 0..20),
             any::<u64>(),
@@ -189,7 +201,14 @@ pub fn write(d: &MDump) -> Vec<u8> {
         w.site(*id, frames).unwrap();
     }
     for a in &d.allocs {
-        let info = AllocInfo { address: a.address, size: a.size, site: a.site, align_log2: a.align_log2, flags: a.flags, first_word: a.first_word };
+        let info = AllocInfo {
+            address: a.address,
+            size: a.size,
+            site: a.site,
+            align_log2: a.align_log2,
+            flags: a.flags,
+            first_word: a.first_word,
+        };
         w.alloc(&info, contents(d.mode, &a.region)).unwrap();
     }
     let (VecSink(bytes), n) = w.finish(d.pause_ns).unwrap();

@@ -1,0 +1,44 @@
+//! Errors of the analysis.
+
+use std::path::PathBuf;
+
+/// What went wrong while loading or analysing a dump.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnalyzeError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a readable dump.
+    #[error("{}: {source}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What the reader found.
+        #[source]
+        source: heapdump_format::Error,
+    },
+    /// The dump holds more allocations than the analysis can index.
+    #[error("{}: {what}", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// What exceeded the limit.
+        what: String,
+    },
+    /// An address given by the user is not a live allocation.
+    #[error("no live allocation contains {address:#x}")]
+    NoSuchAllocation {
+        /// The address asked for.
+        address: u64,
+    },
+}
+
+/// Result of the analysis.
+pub type Result<T, E = AnalyzeError> = std::result::Result<T, E>;

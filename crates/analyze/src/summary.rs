@@ -1,0 +1,110 @@
+//! `heapdump summary`: what a dump holds, read in one pass over its records.
+
+use crate::error::{AnalyzeError, Result};
+use crate::file::DumpFile;
+use heapdump_format::{Record, Trailer};
+use serde::Serialize;
+
+/// The summary of one dump. Field names are the `summary --json` keys.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    /// Number of live allocations.
+    pub allocations: u64,
+    /// Their requested bytes.
+    pub bytes: u64,
+    /// `compact` or `full`.
+    pub mode: &'static str,
+    /// Process id.
+    pub pid: u32,
+    /// Number of threads.
+    pub threads: u64,
+    /// Number of root regions (thread stacks and static segments).
+    pub roots: u64,
+    /// Why the dump was taken.
+    pub reason: &'static str,
+    /// How long the program's threads were held stopped, in microseconds
+    /// (null when the trailer is missing).
+    pub pause_us: Option<u64>,
+    /// Wall-clock time of the dump, seconds since the Unix epoch.
+    pub time: f64,
+    /// Executable path.
+    pub exe: String,
+    /// Command line.
+    pub cmdline: Vec<String>,
+    /// Number of loaded modules.
+    pub modules: u64,
+    /// Number of distinct allocation sites.
+    pub sites: u64,
+    /// How sites were captured (`off`, `all`, `sampled`).
+    pub backtrace: &'static str,
+    /// Mean sampling interval in bytes, when sampled.
+    pub sample_mean: u64,
+    /// Pointer entries (compact mode).
+    pub pointers: u64,
+    /// Format version, `major.minor`.
+    pub format_version: String,
+    /// File size in bytes.
+    pub file_bytes: u64,
+    /// Present when the dump is incomplete: what is missing and where.
+    pub truncated: Option<String>,
+}
+
+impl Summary {
+    /// Reads `file` once. A dump cut short is summarised as far as it goes,
+    /// with `truncated` saying where it stops; any other damage is an error.
+    pub fn of(file: &DumpFile) -> Result<Summary> {
+        let dump = file.dump()?;
+        let h = *dump.header();
+        let mut s = Summary {
+            allocations: 0,
+            bytes: 0,
+            mode: h.mode.as_str(),
+            pid: h.pid,
+            threads: 0,
+            roots: 0,
+            reason: h.reason.as_str(),
+            pause_us: None,
+            time: h.time_ns as f64 / 1e9,
+            exe: String::new(),
+            cmdline: vec![],
+            modules: 0,
+            sites: 0,
+            backtrace: "off",
+            sample_mean: 0,
+            pointers: 0,
+            format_version: format!("{}.{}", h.major, h.minor),
+            file_bytes: file.bytes().len() as u64,
+            truncated: None,
+        };
+        let mut records = dump.records();
+        let mut trailer: Option<Trailer> = None;
+        for r in records.by_ref() {
+            match r {
+                Ok((_, Record::Process(p))) => {
+                    s.exe = String::from_utf8_lossy(p.exe).into_owned();
+                    s.cmdline =
+                        p.cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+                    s.backtrace = p.backtrace.as_str();
+                    s.sample_mean = p.sample_mean;
+                }
+                Ok((_, Record::End(t))) => trailer = Some(t),
+                Ok(_) => {}
+                Err(e) if e.is_truncation() => {
+                    s.truncated = Some(e.to_string());
+                    break;
+                }
+                Err(source) => return Err(AnalyzeError::Format { path: file.path().to_path_buf(), source }),
+            }
+        }
+        let c = trailer.unwrap_or(*records.counted());
+        s.allocations = c.allocations;
+        s.bytes = c.alloc_bytes;
+        s.threads = c.threads.into();
+        s.roots = u64::from(c.threads) + u64::from(c.statics);
+        s.modules = c.modules.into();
+        s.sites = c.sites;
+        s.pointers = c.pointers;
+        s.pause_us = trailer.map(|t| t.pause_ns / 1000);
+        Ok(s)
+    }
+}

@@ -1,0 +1,45 @@
+//! `heapdump`: take heap dumps of native programs and explain them.
+//!
+//! A thin layer: argument parsing, tables, exit codes. The analysis lives in
+//! `heapdump-analyze`.
+#![deny(unsafe_code)]
+
+mod cmd;
+mod output;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match cmd::Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cmd::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            // One line: the error and its causes, no backtrace.
+            let mut msg = e.to_string();
+            for cause in e.chain().skip(1) {
+                let c = cause.to_string();
+                if !msg.contains(&c) {
+                    msg.push_str(": ");
+                    msg.push_str(&c);
+                }
+            }
+            eprintln!("heapdump: error: {}", msg.replace('\n', " "));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}

@@ -1,0 +1,86 @@
+//! Printing: JSON documents and aligned tables, with byte sizes made readable.
+
+use std::io::Write;
+
+/// Prints one JSON document on stdout.
+pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// Bytes as a short human figure: `512 B`, `1.5 KiB`, `3.2 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A table with a header row; numeric columns right-aligned.
+pub struct Table {
+    header: Vec<String>,
+    right: Vec<bool>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// Columns named in `header`; a name starting with `>` is right-aligned.
+    pub fn new(header: &[&str]) -> Table {
+        Table {
+            header: header.iter().map(|h| h.trim_start_matches('>').to_string()).collect(),
+            right: header.iter().map(|h| h.starts_with('>')).collect(),
+            rows: vec![],
+        }
+    }
+
+    /// Adds a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Writes the table.
+    pub fn print(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let n = self.header.len();
+        let mut w: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate().take(n) {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+        let line = |cells: &[String], out: &mut dyn Write| -> std::io::Result<()> {
+            let mut s = String::new();
+            for (i, c) in cells.iter().enumerate().take(n) {
+                let pad = w[i].saturating_sub(c.chars().count());
+                let last = i + 1 == n;
+                if self.right[i] {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(c);
+                } else {
+                    s.push_str(c);
+                    if !last {
+                        s.push_str(&" ".repeat(pad));
+                    }
+                }
+                if !last {
+                    s.push_str("  ");
+                }
+            }
+            writeln!(out, "{}", s.trim_end())
+        };
+        line(&self.header, out)?;
+        for r in &self.rows {
+            line(r, out)?;
+        }
+        Ok(())
+    }
+}
