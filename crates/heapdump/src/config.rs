@@ -1,0 +1,238 @@
+//! Configuration from `HEAPDUMP_*` environment variables.
+//!
+//! Parsed by hand with `getenv` because it runs at the tracker's first
+//! allocation, where `std::env` (which allocates) cannot. A value that does
+//! not parse is reported once on stderr and the default is used.
+
+use core::ffi::CStr;
+use heapdump_format::Mode;
+
+/// How allocation sites are captured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backtrace {
+    /// None.
+    Off,
+    /// For every allocation.
+    All,
+    /// For a Poisson sample of allocated bytes with this mean.
+    Sampled(u64),
+}
+
+/// Default mean sampling interval: 512 KiB, as jemalloc and tcmalloc.
+pub const DEFAULT_SAMPLE: u64 = 512 * 1024;
+
+/// The runtime's configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Output path (`HEAPDUMP_OUTPUT`), NUL-terminated in `output_buf`.
+    pub output_len: usize,
+    /// Storage for the output path.
+    pub output_buf: [u8; 1024],
+    /// Dump mode.
+    pub mode: Mode,
+    /// Dump at exit.
+    pub at_exit: bool,
+    /// Dump signal, 0 for none.
+    pub signal: i32,
+    /// Live-heap threshold in bytes, 0 for none.
+    pub threshold: u64,
+    /// Write dumps from a forked child.
+    pub fork: bool,
+    /// Site capture.
+    pub backtrace: Backtrace,
+    /// Deepest site, in frames (`HEAPDUMP_MAX_FRAMES`, default 32).
+    pub max_frames: usize,
+}
+
+impl Config {
+    /// The defaults, before the environment is read.
+    pub const fn default() -> Config {
+        Config {
+            output_len: 0,
+            output_buf: [0; 1024],
+            mode: Mode::Compact,
+            at_exit: false,
+            signal: libc::SIGUSR2,
+            threshold: 0,
+            fork: false,
+            backtrace: Backtrace::All,
+            max_frames: 32,
+        }
+    }
+
+    /// The configured output path, if any.
+    pub fn output(&self) -> Option<&[u8]> {
+        if self.output_len == 0 {
+            None
+        } else {
+            Some(&self.output_buf[..self.output_len])
+        }
+    }
+
+    /// Reads the `HEAPDUMP_*` variables.
+    pub fn from_env() -> Config {
+        let mut c = Config::default();
+        if let Some(v) = var(c"HEAPDUMP_OUTPUT") {
+            if v.len() < c.output_buf.len() {
+                c.output_buf[..v.len()].copy_from_slice(v);
+                c.output_len = v.len();
+            } else {
+                warn(b"HEAPDUMP_OUTPUT", v, b"path too long");
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_MODE") {
+            match v {
+                b"full" => c.mode = Mode::Full,
+                b"compact" => c.mode = Mode::Compact,
+                _ => warn(b"HEAPDUMP_MODE", v, b"expected full or compact"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_AT_EXIT") {
+            match v {
+                b"1" => c.at_exit = true,
+                b"0" => c.at_exit = false,
+                _ => warn(b"HEAPDUMP_AT_EXIT", v, b"expected 1 or 0"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_SIGNAL") {
+            match parse_signal(v) {
+                Some(s) => c.signal = s,
+                None => warn(b"HEAPDUMP_SIGNAL", v, b"expected a signal name or number, or 0"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_THRESHOLD") {
+            match parse_bytes(v) {
+                Some(n) => c.threshold = n,
+                None => warn(b"HEAPDUMP_THRESHOLD", v, b"expected a byte count such as 104857600 or 100M"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_FORK") {
+            match v {
+                b"1" => c.fork = true,
+                b"0" => c.fork = false,
+                _ => warn(b"HEAPDUMP_FORK", v, b"expected 1 or 0"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_BACKTRACE") {
+            match parse_backtrace(v) {
+                Some(b) => c.backtrace = b,
+                None => warn(b"HEAPDUMP_BACKTRACE", v, b"expected all, sampled, sampled=BYTES or off"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_MAX_FRAMES") {
+            match parse_u64(v) {
+                Some(n) if (1..=crate::sites::MAX_FRAMES as u64).contains(&n) => c.max_frames = n as usize,
+                _ => warn(b"HEAPDUMP_MAX_FRAMES", v, b"expected a number from 1 to 64"),
+            }
+        }
+        c
+    }
+}
+
+fn var(name: &CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv reads the environment; the returned string lives as
+    // long as the environment is not modified, which we read only once, at
+    // start-up, and copy what we keep.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: getenv returns a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// Writes `heapdump: ignoring NAME=VALUE: WHY` to stderr with one write.
+fn warn(name: &[u8], value: &[u8], why: &[u8]) {
+    let mut buf = [0u8; 512];
+    let mut n = 0;
+    for part in [b"heapdump: ignoring ".as_slice(), name, b"=", value, b": ", why, b"; using the default\n"] {
+        let k = part.len().min(buf.len() - n);
+        buf[n..n + k].copy_from_slice(&part[..k]);
+        n += k;
+    }
+    crate::write_stderr(&buf[..n]);
+}
+
+/// Parses a decimal number.
+pub fn parse_u64(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in v {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(n)
+}
+
+/// Parses a byte count with an optional K/M/G suffix (powers of 1024).
+pub fn parse_bytes(v: &[u8]) -> Option<u64> {
+    let (num, mul) = match v.last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    parse_u64(num)?.checked_mul(mul)
+}
+
+/// Parses `all`, `off`, `sampled`, `sampled=BYTES`.
+pub fn parse_backtrace(v: &[u8]) -> Option<Backtrace> {
+    match v {
+        b"all" => Some(Backtrace::All),
+        b"off" => Some(Backtrace::Off),
+        b"sampled" => Some(Backtrace::Sampled(DEFAULT_SAMPLE)),
+        _ => {
+            let rest = v.strip_prefix(b"sampled=")?;
+            let n = parse_bytes(rest)?;
+            (n > 0).then_some(Backtrace::Sampled(n))
+        }
+    }
+}
+
+/// Parses a signal name (`USR2`, `SIGUSR2`) or number; `0` means none.
+pub fn parse_signal(v: &[u8]) -> Option<i32> {
+    if let Some(n) = parse_u64(v) {
+        return (n < 65).then_some(n as i32);
+    }
+    let name = v.strip_prefix(b"SIG").unwrap_or(v);
+    Some(match name {
+        b"USR1" => libc::SIGUSR1,
+        b"USR2" => libc::SIGUSR2,
+        b"HUP" => libc::SIGHUP,
+        b"INT" => libc::SIGINT,
+        b"QUIT" => libc::SIGQUIT,
+        b"TERM" => libc::SIGTERM,
+        b"PROF" => libc::SIGPROF,
+        b"URG" => libc::SIGURG,
+        b"WINCH" => libc::SIGWINCH,
+        b"PWR" => libc::SIGPWR,
+        b"TTIN" => libc::SIGTTIN,
+        b"TTOU" => libc::SIGTTOU,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_as_documented() {
+        assert_eq!(parse_bytes(b"100M"), Some(100 << 20));
+        assert_eq!(parse_bytes(b"4096"), Some(4096));
+        assert_eq!(parse_bytes(b"x"), None);
+        assert_eq!(parse_bytes(b"99999999999999999999"), None);
+        assert_eq!(parse_backtrace(b"sampled=64K"), Some(Backtrace::Sampled(65536)));
+        assert_eq!(parse_backtrace(b"sampled=0"), None);
+        assert_eq!(parse_backtrace(b"sampled"), Some(Backtrace::Sampled(DEFAULT_SAMPLE)));
+        assert_eq!(parse_signal(b"SIGUSR1"), Some(libc::SIGUSR1));
+        assert_eq!(parse_signal(b"USR2"), Some(libc::SIGUSR2));
+        assert_eq!(parse_signal(b"0"), Some(0));
+        assert_eq!(parse_signal(b"99"), None);
+        assert_eq!(parse_signal(b"BOGUS"), None);
+    }
+}

@@ -1,0 +1,664 @@
+//! Writing a dump: stop the world, walk the tables, write the format.
+//!
+//! Nothing on this path allocates: buffers are mapped from the kernel once
+//! and kept, output goes through raw `write(2)`, /proc files are read with
+//! raw `read(2)`. A dump in progress excludes others (a spin flag).
+
+use crate::config::Config;
+use crate::modules::Modules;
+use crate::stw::{self, Regs, RSP};
+use crate::table::Entry;
+use crate::{sys, State};
+use core::sync::atomic::{AtomicBool, Ordering};
+use heapdump_format::{
+    raw, AllocInfo, Backtrace as FmtBacktrace, Contents, FdSink, Header, Mode, ModuleInfo, ProcessInfo, Reason, StaticInfo, ThreadInfo,
+    WriteError, Writer,
+};
+
+/// What a finished dump holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DumpInfo {
+    /// Bytes written.
+    pub file_bytes: u64,
+    /// Allocations in the dump.
+    pub allocations: u64,
+    /// Their requested bytes.
+    pub alloc_bytes: u64,
+    /// Threads recorded.
+    pub threads: u32,
+    /// Threads that did not stop in time.
+    pub not_stopped: u32,
+    /// How long the program's threads were held stopped, in nanoseconds.
+    pub pause_ns: u64,
+}
+
+/// Why a dump failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DumpError {
+    /// A system call failed.
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// errno.
+        errno: i32,
+    },
+    /// Writing the file failed (ENOSPC, EIO...).
+    Write(WriteError),
+    /// The path is longer than the runtime's fixed buffer.
+    PathTooLong,
+    /// The forked writer failed with this exit status.
+    Child(i32),
+}
+
+impl core::fmt::Display for DumpError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            DumpError::Os { what, errno } => write!(f, "{what} failed (errno {errno})"),
+            DumpError::Write(e) => write!(f, "{e}"),
+            DumpError::PathTooLong => write!(f, "dump path too long"),
+            DumpError::Child(s) => write!(f, "forked dump writer failed (status {s:#x})"),
+        }
+    }
+}
+
+impl std::error::Error for DumpError {}
+
+impl From<WriteError> for DumpError {
+    fn from(e: WriteError) -> Self {
+        DumpError::Write(e)
+    }
+}
+
+static DUMPING: AtomicBool = AtomicBool::new(false);
+
+/// Scratch memory for dumps, mapped once.
+struct Scratch {
+    buf: *mut u8,
+    buf_len: usize,
+    maps: *mut u8,
+    maps_cap: usize,
+    pairs: *mut (u64, u64),
+    modules: Option<Modules>,
+}
+
+static mut SCRATCH: Scratch = Scratch {
+    buf: core::ptr::null_mut(),
+    buf_len: 0,
+    maps: core::ptr::null_mut(),
+    maps_cap: 0,
+    pairs: core::ptr::null_mut(),
+    modules: None,
+};
+
+const WRITE_BUF: usize = 1 << 20;
+const PAIRS: usize = 4096;
+
+/// A sorted index of live allocations: (start, end) pairs.
+struct Index {
+    ptr: *mut (u64, u64),
+    len: usize,
+    map_len: usize,
+    lo: u64,
+    hi: u64,
+}
+
+impl Index {
+    fn as_slice(&self) -> &[(u64, u64)] {
+        if self.ptr.is_null() {
+            return &[];
+        }
+        // SAFETY: ptr maps `len` initialised pairs.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Whether `v` points at or into a live allocation.
+    #[inline]
+    fn hits(&self, v: u64) -> bool {
+        if v < self.lo || v >= self.hi {
+            return false;
+        }
+        let s = self.as_slice();
+        let i = s.partition_point(|&(start, _)| start <= v);
+        if i == 0 {
+            return false;
+        }
+        let (start, end) = s[i - 1];
+        v < end || v == start
+    }
+
+    fn release(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: our own mapping, no longer referenced.
+            unsafe { sys::munmap(self.ptr.cast(), self.map_len) };
+            self.ptr = core::ptr::null_mut();
+        }
+    }
+}
+
+/// Takes one dump into `fd`.
+///
+/// `entry_regs` are the registers of the calling thread at the public entry
+/// point: its stack below `entry_regs[RSP]` belongs to the runtime and is
+/// not a root. `helper` is the tid of the runtime's dumper thread (left out
+/// of the dump) when the dump runs on it; then the caller is not a root at all.
+pub fn write_dump(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: &Regs, on_helper: bool) -> Result<DumpInfo, DumpError> {
+    while DUMPING.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    let r = write_locked(state, fd, mode, reason, entry_regs, on_helper);
+    DUMPING.store(false, Ordering::Release);
+    r
+}
+
+#[allow(static_mut_refs)]
+fn scratch() -> Result<&'static mut Scratch, DumpError> {
+    // SAFETY: SCRATCH is only touched with DUMPING held, so never aliased.
+    let s = unsafe { &mut SCRATCH };
+    if s.buf.is_null() {
+        s.buf = sys::mmap_anon(WRITE_BUF).map_err(|errno| DumpError::Os { what: "mapping the write buffer", errno })?;
+        s.buf_len = WRITE_BUF;
+        s.pairs = sys::mmap_anon(PAIRS * 16).map_err(|errno| DumpError::Os { what: "mapping scratch", errno })?.cast();
+    }
+    if s.modules.is_none() {
+        s.modules = Some(Modules::new().map_err(|errno| DumpError::Os { what: "mapping the module map", errno })?);
+    }
+    Ok(s)
+}
+
+fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: &Regs, on_helper: bool) -> Result<DumpInfo, DumpError> {
+    let sc = scratch()?;
+    // The loader's lock may be held by a thread we are about to stop:
+    // read the module map first.
+    if let Some(m) = sc.modules.as_mut() {
+        m.refresh();
+    }
+    let config = state.config();
+    let t0 = sys::monotonic_ns();
+    // The runtime's helper thread is never a root and never stopped: it
+    // only waits on its pipe.
+    let _ = on_helper;
+    let stopped = stw::stop(crate::helper_tid());
+    if config.fork {
+        let r = match sys::raw_fork() {
+            Ok(0) => {
+                // Child: one thread, a copy of the stopped image. Write and leave.
+                let pause = sys::monotonic_ns() - t0;
+                let code = match write_body(state, sc, fd, mode, reason, entry_regs, on_helper, stopped, t0, Some(pause)) {
+                    Ok(_) => 0,
+                    Err(DumpError::Write(WriteError::Sink { errno })) | Err(DumpError::Os { errno, .. }) => errno.clamp(1, 250),
+                    Err(_) => 251,
+                };
+                sys::exit_now(code)
+            }
+            Ok(pid) => Ok(pid),
+            Err(errno) => Err(DumpError::Os { what: "fork", errno }),
+        };
+        let pause = sys::monotonic_ns() - t0;
+        stw::resume();
+        let pid = r?;
+        let status = sys::waitpid(pid).map_err(|errno| DumpError::Os { what: "waitpid", errno })?;
+        if status != 0 {
+            let code = (status >> 8) & 0xff;
+            return Err(if (1..=250).contains(&code) {
+                DumpError::Write(WriteError::Sink { errno: code })
+            } else {
+                DumpError::Child(status)
+            });
+        }
+        // The child's counts are not shared back; read them from the file's
+        // trailer, which the child wrote last.
+        let mut info = read_trailer(fd).unwrap_or_default();
+        info.pause_ns = pause;
+        info.not_stopped = stopped.not_stopped;
+        return Ok(info);
+    }
+    let r = write_body(state, sc, fd, mode, reason, entry_regs, on_helper, stopped, t0, None);
+    stw::resume();
+    r
+}
+
+/// Reads the counts back from the END record at the end of `fd`.
+fn read_trailer(fd: i32) -> Option<DumpInfo> {
+    let mut t = [0u8; raw::RECORD_HEADER_SIZE + raw::END_SIZE];
+    // SAFETY: fstat/pread into valid out-buffers.
+    let size = unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return None;
+        }
+        st.st_size as u64
+    };
+    let off = size.checked_sub(t.len() as u64)?;
+    // SAFETY: t is writable for its length.
+    let n = unsafe { libc::pread(fd, t.as_mut_ptr().cast(), t.len(), off as i64) };
+    if n != t.len() as isize {
+        return None;
+    }
+    let p = &t[raw::RECORD_HEADER_SIZE..];
+    let u64at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().unwrap_or([0; 8]));
+    let u32at = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().unwrap_or([0; 4]));
+    Some(DumpInfo {
+        file_bytes: size,
+        allocations: u64at(8),
+        alloc_bytes: u64at(16),
+        threads: u32at(40),
+        not_stopped: 0,
+        pause_ns: u64at(56),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_body(
+    state: &State,
+    sc: &mut Scratch,
+    fd: i32,
+    mode: Mode,
+    reason: Reason,
+    entry_regs: &Regs,
+    on_helper: bool,
+    stopped: stw::Stopped,
+    t0: u64,
+    pause_override: Option<u64>,
+) -> Result<DumpInfo, DumpError> {
+    let config = state.config();
+    let maps = read_maps(sc);
+    let mut index = Index { ptr: core::ptr::null_mut(), len: 0, map_len: 0, lo: 0, hi: 0 };
+    if mode == Mode::Compact {
+        index = build_index(state)?;
+    }
+    // SAFETY: buf maps buf_len bytes, used only under DUMPING.
+    let buf = unsafe { core::slice::from_raw_parts_mut(sc.buf, sc.buf_len) };
+    // SAFETY: pairs maps PAIRS entries, used only under DUMPING.
+    let pairs = unsafe { core::slice::from_raw_parts_mut(sc.pairs, PAIRS) };
+    let header = Header::new(mode, reason, page_size(), sys::getpid(), sys::realtime_ns());
+    let result = (|| -> Result<DumpInfo, DumpError> {
+        let mut w = Writer::new(FdSink::new(fd), buf, &header)?;
+        process_record(&mut w, config)?;
+        let modules = sc.modules.as_ref();
+        if let Some(m) = modules {
+            for md in m.iter() {
+                w.module(&ModuleInfo { bias: md.bias, path: m.path(md), build_id: md.build_id(), segments: md.segments() })?;
+            }
+        }
+        let me = sys::gettid();
+        let mut threads = 0u32;
+        // The calling thread (unless it is the runtime's own helper).
+        if !on_helper {
+            let sp = entry_regs[RSP];
+            let end = maps.end_of(sp).unwrap_or(sp);
+            let fs = stw::fs_base();
+            let mut name = [0u8; 16];
+            let name = thread_name(me, &mut name);
+            let info = ThreadInfo { tid: me, flags: raw::THREAD_CURRENT, stack_start: sp, stack_end: end, tls: fs, name, regs: entry_regs };
+            region(&mut w, mode, &index, pairs, sp, end - sp, |w, c| w.thread(&info, c))?;
+            threads += 1;
+            tls_root(&mut w, mode, &index, pairs, &maps, fs, sp, end, me)?;
+        }
+        for s in stw::stopped_threads() {
+            let tid = s.tid.load(Ordering::Relaxed);
+            if s.gone() {
+                continue;
+            }
+            let mut nb = [0u8; 16];
+            let name = thread_name(tid, &mut nb);
+            if s.stopped() {
+                let sp = s.regs[RSP];
+                let start = sp.saturating_sub(128);
+                let end = maps.end_of(sp).unwrap_or(sp);
+                let start = maps.start_of(sp).map_or(start, |ms| start.max(ms));
+                let info = ThreadInfo { tid, flags: 0, stack_start: start, stack_end: end, tls: s.fs, name, regs: &s.regs };
+                region(&mut w, mode, &index, pairs, start, end - start, |w, c| w.thread(&info, c))?;
+                tls_root(&mut w, mode, &index, pairs, &maps, s.fs, start, end, tid)?;
+            } else {
+                let info = ThreadInfo { tid, flags: raw::THREAD_NOT_STOPPED, stack_start: 0, stack_end: 0, tls: 0, name, regs: &[] };
+                region(&mut w, mode, &index, pairs, 0, 0, |w, c| w.thread(&info, c))?;
+            }
+            threads += 1;
+        }
+        // Static roots: the writable segments of every module.
+        if let Some(m) = modules {
+            for (i, md) in m.iter().enumerate() {
+                for seg in md.segments() {
+                    if seg.flags & raw::SEG_W == 0 || seg.memsz == 0 {
+                        continue;
+                    }
+                    let start = md.bias.wrapping_add(seg.vaddr);
+                    let info = StaticInfo { address: start, size: seg.memsz, module: i as u32, name: b".data+.bss" };
+                    region(&mut w, mode, &index, pairs, start, seg.memsz, |w, c| w.static_root(&info, c))?;
+                }
+            }
+        }
+        // Sites.
+        let mut site_err = Ok(());
+        // SAFETY: the world is stopped (or we are the forked child).
+        unsafe {
+            state.sites.for_each_unlocked(|id, frames| {
+                if site_err.is_ok() {
+                    site_err = w.site(id, frames);
+                }
+            })
+        };
+        site_err?;
+        // Allocations.
+        let mut alloc_err: Result<(), DumpError> = Ok(());
+        // SAFETY: the world is stopped (or we are the forked child).
+        for shard in unsafe { state.table.shards_unlocked() } {
+            shard.for_each(|e: Entry| {
+                if alloc_err.is_ok() {
+                    alloc_err = write_alloc(&mut w, mode, &index, pairs, &e);
+                }
+            });
+            alloc_err?;
+        }
+        let pause = pause_override.unwrap_or_else(|| sys::monotonic_ns() - t0);
+        let totals = *w.totals();
+        let (_, bytes) = w.finish(pause)?;
+        Ok(DumpInfo {
+            file_bytes: bytes,
+            allocations: totals.allocations,
+            alloc_bytes: totals.alloc_bytes,
+            threads,
+            not_stopped: stopped.not_stopped,
+            pause_ns: pause,
+        })
+    })();
+    index.release();
+    result
+}
+
+fn process_record(w: &mut Writer<'_, FdSink>, config: &Config) -> Result<(), DumpError> {
+    let mut exe = [0u8; 1024];
+    // SAFETY: readlink writes at most exe.len() bytes.
+    let n = unsafe { libc::readlink(c"/proc/self/exe".as_ptr(), exe.as_mut_ptr().cast(), exe.len()) };
+    let exe = if n > 0 { &exe[..n as usize] } else { &[][..] };
+    let mut cmd = [0u8; 8192];
+    let n = sys::read_file(c"/proc/self/cmdline", &mut cmd).unwrap_or(0);
+    let (bt, mean) = match config.backtrace {
+        crate::config::Backtrace::Off => (FmtBacktrace::Off, 0),
+        crate::config::Backtrace::All => (FmtBacktrace::All, 0),
+        crate::config::Backtrace::Sampled(m) => (FmtBacktrace::Sampled, m),
+    };
+    w.process(&ProcessInfo { backtrace: bt, max_frames: config.max_frames as u32, sample_mean: mean, exe, cmdline: &cmd[..n] })?;
+    Ok(())
+}
+
+fn page_size() -> u32 {
+    // SAFETY: getauxval has no preconditions.
+    let p = unsafe { libc::getauxval(libc::AT_PAGESZ) } as u32;
+    if p.is_power_of_two() && p >= 512 {
+        p
+    } else {
+        4096
+    }
+}
+
+fn thread_name(tid: u32, out: &mut [u8; 16]) -> &[u8] {
+    let mut path = [0u8; 64];
+    let mut n = 0;
+    for part in [b"/proc/self/task/".as_slice()] {
+        path[..part.len()].copy_from_slice(part);
+        n = part.len();
+    }
+    n += fmt_u64(tid.into(), &mut path[n..]);
+    path[n..n + 6].copy_from_slice(b"/comm\0");
+    let Ok(c) = core::ffi::CStr::from_bytes_until_nul(&path[..n + 6]) else { return &[] };
+    let k = sys::read_file(c, out).unwrap_or(0);
+    let k = out[..k].iter().position(|&b| b == b'\n').unwrap_or(k);
+    &out[..k]
+}
+
+/// Formats `v` in decimal into `out`; returns the length.
+pub fn fmt_u64(mut v: u64, out: &mut [u8]) -> usize {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let n = (tmp.len() - i).min(out.len());
+    out[..n].copy_from_slice(&tmp[i..i + n]);
+    n
+}
+
+/// The part of /proc/self/maps a dump needs: mapping bounds.
+struct Maps<'a> {
+    text: &'a [u8],
+}
+
+impl Maps<'_> {
+    fn find(&self, addr: u64) -> Option<(u64, u64)> {
+        for line in self.text.split(|&b| b == b'\n') {
+            let Some(dash) = line.iter().position(|&b| b == b'-') else { continue };
+            let Some(sp) = line.iter().position(|&b| b == b' ') else { continue };
+            if sp <= dash {
+                continue;
+            }
+            let (Some(a), Some(b)) = (hex(&line[..dash]), hex(&line[dash + 1..sp])) else { continue };
+            if addr >= a && addr < b {
+                return Some((a, b));
+            }
+        }
+        None
+    }
+    fn end_of(&self, addr: u64) -> Option<u64> {
+        self.find(addr).map(|m| m.1)
+    }
+    fn start_of(&self, addr: u64) -> Option<u64> {
+        self.find(addr).map(|m| m.0)
+    }
+}
+
+fn hex(s: &[u8]) -> Option<u64> {
+    let mut v: u64 = 0;
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    for &c in s {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        };
+        v = v << 4 | u64::from(d);
+    }
+    Some(v)
+}
+
+fn read_maps(sc: &mut Scratch) -> Maps<'static> {
+    if sc.maps.is_null() {
+        sc.maps_cap = 1 << 20;
+        sc.maps = sys::mmap_anon(sc.maps_cap).unwrap_or(core::ptr::null_mut());
+        if sc.maps.is_null() {
+            return Maps { text: &[] };
+        }
+    }
+    loop {
+        // SAFETY: maps is a mapping of maps_cap bytes owned by the dumper.
+        let buf = unsafe { core::slice::from_raw_parts_mut(sc.maps, sc.maps_cap) };
+        let n = sys::read_file(c"/proc/self/maps", buf).unwrap_or(0);
+        if n < sc.maps_cap || sc.maps_cap >= 256 << 20 {
+            // SAFETY: n bytes were just written; the mapping lives until the
+            // next read_maps, after this dump.
+            return Maps { text: unsafe { core::slice::from_raw_parts(sc.maps, n) } };
+        }
+        // Full: grow and read again.
+        // SAFETY: our mapping, no longer referenced.
+        unsafe { sys::munmap(sc.maps, sc.maps_cap) };
+        sc.maps_cap *= 4;
+        sc.maps = match sys::mmap_anon(sc.maps_cap) {
+            Ok(p) => p,
+            Err(_) => {
+                sc.maps = core::ptr::null_mut();
+                return Maps { text: &[] };
+            }
+        };
+    }
+}
+
+fn build_index(state: &State) -> Result<Index, DumpError> {
+    let mut n = 0usize;
+    // SAFETY: world stopped or forked child.
+    for s in unsafe { state.table.shards_unlocked() } {
+        n += s.len();
+    }
+    let map_len = (n.max(1) * 16).next_multiple_of(4096);
+    let ptr: *mut (u64, u64) = sys::mmap_anon(map_len).map_err(|errno| DumpError::Os { what: "mapping the address index", errno })?.cast();
+    let mut i = 0;
+    // SAFETY: as above.
+    for s in unsafe { state.table.shards_unlocked() } {
+        s.for_each(|e| {
+            if i < n {
+                // SAFETY: i < n entries fit in the mapping.
+                unsafe { ptr.add(i).write((e.addr, e.addr + e.size)) };
+                i += 1;
+            }
+        });
+    }
+    // SAFETY: i entries initialised.
+    let s = unsafe { core::slice::from_raw_parts_mut(ptr, i) };
+    // sort_unstable is in core and does not allocate.
+    s.sort_unstable_by_key(|p| p.0);
+    let lo = s.first().map_or(0, |p| p.0);
+    let hi = s.iter().map(|p| p.1.max(p.0 + 1)).max().unwrap_or(0);
+    Ok(Index { ptr, len: i, map_len, lo, hi })
+}
+
+/// Scans `[start, start+len)` for words pointing into live allocations.
+/// Fills `pairs` with the first ones; returns (total count, pairs filled,
+/// offset to resume scanning from for the rest).
+fn scan(index: &Index, pairs: &mut [(u64, u64)], start: u64, len: u64) -> (u64, usize, u64) {
+    let mut count = 0u64;
+    let mut filled = 0usize;
+    let mut resume = len;
+    let first = (start.next_multiple_of(8)) - start;
+    let mut off = first;
+    while off + 8 <= len {
+        // SAFETY: [start, start+len) is readable memory of this process
+        // (a live allocation, a stopped thread's stack, a mapped segment)
+        // and off+8 <= len; the address is 8-aligned.
+        let v = unsafe { core::ptr::read_volatile((start + off) as *const u64) };
+        if index.hits(v) {
+            if filled < pairs.len() {
+                pairs[filled] = (off, v);
+                filled += 1;
+                if filled == pairs.len() {
+                    resume = off + 8;
+                }
+            }
+            count += 1;
+        }
+        off += 8;
+    }
+    (count, filled, resume)
+}
+
+struct Rescan<'a> {
+    index: &'a Index,
+    start: u64,
+    off: u64,
+    len: u64,
+}
+
+impl Iterator for Rescan<'_> {
+    type Item = (u64, u64);
+    fn next(&mut self) -> Option<(u64, u64)> {
+        while self.off + 8 <= self.len {
+            let off = self.off;
+            self.off += 8;
+            // SAFETY: as in `scan`, over the same region.
+            let v = unsafe { core::ptr::read_volatile((self.start + off) as *const u64) };
+            if self.index.hits(v) {
+                return Some((off, v));
+            }
+        }
+        None
+    }
+}
+
+type PairIter<'a> = core::iter::Chain<core::iter::Copied<core::slice::Iter<'a, (u64, u64)>>, Rescan<'a>>;
+
+/// Writes one record over the region `[start, start+len)` in the dump's mode.
+fn region<'b>(
+    w: &mut Writer<'b, FdSink>,
+    mode: Mode,
+    index: &Index,
+    pairs: &mut [(u64, u64)],
+    start: u64,
+    len: u64,
+    f: impl FnOnce(&mut Writer<'b, FdSink>, Contents<'_, PairIter<'_>>) -> Result<(), WriteError>,
+) -> Result<(), DumpError> {
+    match mode {
+        Mode::Full => {
+            let bytes: &[u8] = if len == 0 {
+                &[]
+            } else {
+                // SAFETY: the region is readable process memory (see `scan`).
+                unsafe { core::slice::from_raw_parts(start as *const u8, len as usize) }
+            };
+            f(w, Contents::Full(bytes))?;
+        }
+        Mode::Compact => {
+            let (count, filled, resume) = scan(index, pairs, start, len);
+            let it = pairs[..filled].iter().copied().chain(Rescan { index, start, off: resume, len });
+            f(w, Contents::Compact { count, pointers: it })?;
+        }
+    }
+    Ok(())
+}
+
+fn write_alloc(w: &mut Writer<'_, FdSink>, mode: Mode, index: &Index, pairs: &mut [(u64, u64)], e: &Entry) -> Result<(), DumpError> {
+    let first_word = if e.size >= 8 && e.addr % 8 == 0 {
+        // SAFETY: a live allocation of at least 8 bytes, aligned.
+        unsafe { core::ptr::read_volatile(e.addr as *const u64) }
+    } else {
+        let mut b = [0u8; 8];
+        for (i, x) in b.iter_mut().enumerate().take(e.size.min(8) as usize) {
+            // SAFETY: i < size, inside the live allocation.
+            *x = unsafe { core::ptr::read_volatile((e.addr + i as u64) as *const u8) };
+        }
+        u64::from_le_bytes(b)
+    };
+    let info = AllocInfo {
+        address: e.addr,
+        size: e.size,
+        site: e.site,
+        align_log2: e.align_log2,
+        flags: if e.sampled { raw::ALLOC_SAMPLED } else { 0 },
+        first_word,
+    };
+    region(w, mode, index, pairs, e.addr, e.size, |w, c| w.alloc(&info, c))
+}
+
+/// Thread-local storage as a root, when it lies outside the dumped stack:
+/// the main thread's static TLS block sits in its own mapping below the
+/// thread pointer.
+#[allow(clippy::too_many_arguments)]
+fn tls_root(
+    w: &mut Writer<'_, FdSink>,
+    mode: Mode,
+    index: &Index,
+    pairs: &mut [(u64, u64)],
+    maps: &Maps<'_>,
+    fs: u64,
+    stack_start: u64,
+    stack_end: u64,
+    tid: u32,
+) -> Result<(), DumpError> {
+    if fs == 0 || (fs >= stack_start && fs < stack_end) {
+        return Ok(());
+    }
+    let Some((ms, me)) = maps.find(fs) else { return Ok(()) };
+    let start = fs.saturating_sub(64 * 1024).max(ms);
+    let end = (fs + 4096).min(me);
+    let mut name = [0u8; 32];
+    name[..4].copy_from_slice(b"tls ");
+    let n = 4 + fmt_u64(tid.into(), &mut name[4..]);
+    let info = StaticInfo { address: start, size: end - start, module: raw::NO_MODULE, name: &name[..n] };
+    region(w, mode, index, pairs, start, end - start, |w, c| w.static_root(&info, c))
+}

@@ -1,0 +1,167 @@
+//! Per-thread tracker state: the reentrancy guard and the pending stop.
+//!
+//! `const`-initialised thread-locals without destructors: reading them
+//! never allocates, and they stay usable while the thread's other
+//! thread-local destructors run (which may allocate and free).
+
+use core::cell::Cell;
+
+const IN_TRACKER: u8 = 1;
+const STOP_PENDING: u8 = 2;
+const IN_LOCK: u8 = 4;
+
+thread_local! {
+    static STATE: Cell<u8> = const { Cell::new(0) };
+}
+
+/// Marks the thread as inside the tracker for the guard's life. A stop
+/// requested meanwhile is honoured when the outermost guard drops.
+pub struct Enter {
+    nested: bool,
+}
+
+impl Enter {
+    /// Enters the tracker.
+    #[inline]
+    pub fn new() -> Enter {
+        let nested = STATE.try_with(|s| {
+            let v = s.get();
+            s.set(v | IN_TRACKER);
+            v & IN_TRACKER != 0
+        });
+        // Without thread-local storage (very late in thread teardown) treat
+        // the call as nested: record, but capture no backtrace.
+        Enter { nested: nested.unwrap_or(true) }
+    }
+
+    /// Whether the tracker was already active on this thread (an
+    /// allocation made by the unwinder, a signal handler, or a dump).
+    #[inline]
+    pub fn nested(&self) -> bool {
+        self.nested
+    }
+}
+
+impl Drop for Enter {
+    #[inline]
+    fn drop(&mut self) {
+        if self.nested {
+            return;
+        }
+        let pending = STATE.try_with(|s| {
+            let v = s.get();
+            s.set(v & IN_LOCK);
+            v & STOP_PENDING != 0
+        });
+        if pending == Ok(true) {
+            crate::stw::park(&crate::stw::current_regs());
+        }
+    }
+}
+
+/// Called by the suspend handler: if the thread is inside the tracker,
+/// notes the stop as pending and returns true (the thread parks later).
+pub fn defer_stop() -> bool {
+    STATE
+        .try_with(|s| {
+            let v = s.get();
+            if v & IN_TRACKER != 0 {
+                s.set(v | STOP_PENDING);
+                true
+            } else {
+                false
+            }
+        })
+        .unwrap_or(false)
+}
+
+/// Marks the thread as holding a tracker lock for the guard's life, so a
+/// signal handler that allocates on this thread defers its table update
+/// instead of spinning on a lock its own thread holds.
+pub struct Locked(());
+
+impl Locked {
+    /// Enters a locked section.
+    #[inline]
+    pub fn new() -> Locked {
+        let _ = STATE.try_with(|s| s.set(s.get() | IN_LOCK));
+        Locked(())
+    }
+}
+
+impl Drop for Locked {
+    #[inline]
+    fn drop(&mut self) {
+        let _ = STATE.try_with(|s| s.set(s.get() & !IN_LOCK));
+    }
+}
+
+/// Whether this thread holds a tracker lock (so the caller, a nested
+/// allocation from a signal handler, must not take one).
+#[inline]
+pub fn in_lock() -> bool {
+    STATE.try_with(|s| s.get() & IN_LOCK != 0).unwrap_or(false)
+}
+
+/// A table update deferred by [`in_lock`].
+#[derive(Clone, Copy, Debug)]
+pub enum Deferred {
+    /// No operation.
+    None,
+    /// Insert this allocation.
+    Insert(crate::table::Entry),
+    /// Remove this address, then free it with this size and alignment.
+    Free(u64, usize, usize),
+}
+
+const QUEUE: usize = 32;
+
+struct Queue {
+    ops: [Cell<Deferred>; QUEUE],
+    len: core::sync::atomic::AtomicUsize,
+}
+
+thread_local! {
+    static DEFERRED: Queue = const { Queue { ops: [const { Cell::new(Deferred::None) }; QUEUE], len: core::sync::atomic::AtomicUsize::new(0) } };
+}
+
+/// Queues an update; false when the queue is full.
+pub fn defer(op: Deferred) -> bool {
+    use core::sync::atomic::Ordering;
+    DEFERRED
+        .try_with(|q| {
+            let n = q.len.load(Ordering::Relaxed);
+            if n >= QUEUE {
+                return false;
+            }
+            q.ops[n].set(op);
+            q.len.store(n + 1, Ordering::Release);
+            true
+        })
+        .unwrap_or(false)
+}
+
+/// Takes one queued update. Safe against a signal handler pushing
+/// meanwhile: the pop only succeeds if the length did not change.
+pub fn pop_deferred() -> Option<Deferred> {
+    use core::sync::atomic::Ordering;
+    DEFERRED
+        .try_with(|q| loop {
+            let n = q.len.load(Ordering::Acquire);
+            if n == 0 {
+                return None;
+            }
+            let op = q.ops[n - 1].get();
+            if q.len.compare_exchange(n, n - 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                return Some(op);
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+/// Whether updates are queued (fast check).
+#[inline]
+pub fn has_deferred() -> bool {
+    DEFERRED.try_with(|q| q.len.load(core::sync::atomic::Ordering::Relaxed) != 0).unwrap_or(false)
+}

@@ -1,0 +1,780 @@
+//! Track every live heap allocation of a Rust program and dump the heap.
+//!
+//! `heapdump` is the part of the heapdump toolkit that lives inside the
+//! traced process. Declare it as the global allocator, wrapping the
+//! allocator you already use:
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static ALLOC: heapdump::Tracked<std::alloc::System> = heapdump::Tracked::new(std::alloc::System);
+//!
+//! fn main() {
+//!     let v: Vec<u64> = (0..1000).collect();
+//!     heapdump::dump("app.hdump", heapdump::Mode::Full).unwrap();
+//!     let s = heapdump::stats();
+//!     assert!(s.live_bytes >= 8000);
+//!     drop(v);
+//! }
+//! ```
+//!
+//! The dump is read offline by `heapdump-analyze` and the `heapdump`
+//! command. Configuration comes from `HEAPDUMP_*` environment variables
+//! (see the README), the same ones the `LD_PRELOAD` library reads.
+//!
+//! Design constraints, because this code runs inside someone else's
+//! process, often inside its allocator:
+//! - it never allocates through the tracked heap: every table is memory
+//!   mapped from the kernel, and the dump path uses raw system calls;
+//! - it never panics or unwinds into the host program;
+//! - its locks are taken by `pthread_atfork` handlers around `fork`, and a
+//!   thread never stops (for a dump) while holding one.
+#![deny(missing_docs)]
+
+mod config;
+mod dump;
+mod guard;
+mod lock;
+mod modules;
+mod sites;
+mod stw;
+mod sys;
+mod table;
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::os::unix::ffi::OsStrExt;
+
+pub use config::{Backtrace, Config};
+pub use dump::{DumpError, DumpInfo};
+pub use heapdump_format::{Mode, Reason};
+use table::Entry;
+
+/// The runtime's global state: one per process.
+pub struct State {
+    table: table::Table,
+    sites: sites::Sites,
+    config: core::cell::UnsafeCell<Config>,
+    init: AtomicU8,
+    next_threshold: AtomicU64,
+    oom_dumped: AtomicBool,
+    dump_count: AtomicU64,
+}
+
+// SAFETY: `config` is written once during initialisation (init == 1, by the
+// one thread that won the race) and only read after init == 2.
+unsafe impl Sync for State {}
+
+static STATE: State = State {
+    table: table::Table::new(),
+    sites: sites::Sites::new(),
+    config: core::cell::UnsafeCell::new(Config::default()),
+    init: AtomicU8::new(0),
+    next_threshold: AtomicU64::new(u64::MAX),
+    oom_dumped: AtomicBool::new(false),
+    dump_count: AtomicU64::new(0),
+};
+
+impl State {
+    fn config(&self) -> &Config {
+        // SAFETY: see the Sync impl: read only after initialisation.
+        unsafe { &*self.config.get() }
+    }
+}
+
+#[inline]
+fn state() -> &'static State {
+    if STATE.init.load(Ordering::Acquire) != 2 {
+        init_slow();
+    }
+    &STATE
+}
+
+#[cold]
+fn init_slow() {
+    match STATE.init.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            let c = Config::from_env();
+            // SAFETY: we won the race to 1; nobody reads config before 2.
+            unsafe { *STATE.config.get() = c };
+            if c.threshold > 0 {
+                STATE.next_threshold.store(c.threshold, Ordering::Relaxed);
+            }
+            let _ = stw::init();
+            STATE.init.store(2, Ordering::Release);
+        }
+        Err(_) => {
+            // Another thread is initialising (a few microseconds): wait.
+            // The initialising thread never allocates, so this cannot be
+            // our own thread re-entering.
+            while STATE.init.load(Ordering::Acquire) != 2 {
+                core::hint::spin_loop();
+            }
+        }
+    }
+}
+
+// --- per-thread sampling state ---------------------------------------------
+
+thread_local! {
+    static SAMPLE: core::cell::Cell<(i64, u64)> = const { core::cell::Cell::new((0, 0)) };
+}
+
+/// Decides whether this allocation gets a site under Poisson sampling with
+/// mean `mean` bytes: a per-thread countdown drawn from an exponential
+/// distribution, as jemalloc and tcmalloc do.
+#[inline]
+fn sample(size: u64, mean: u64) -> bool {
+    SAMPLE
+        .try_with(|c| {
+            let (mut left, mut rng) = c.get();
+            left -= size as i64;
+            let hit = left <= 0;
+            if hit || rng == 0 {
+                if rng == 0 {
+                    rng = (c as *const _ as u64) ^ sys::monotonic_ns() | 1;
+                }
+                // xorshift64*
+                rng ^= rng >> 12;
+                rng ^= rng << 25;
+                rng ^= rng >> 27;
+                let u = ((rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+                left = (-(u.ln()) * mean as f64) as i64 + 1;
+            }
+            c.set((left, rng));
+            hit
+        })
+        .unwrap_or(false)
+}
+
+// --- the allocator ------------------------------------------------------------
+
+/// A `GlobalAlloc` that tracks every live allocation of the allocator it wraps.
+///
+/// Only one `Tracked` should be the global allocator of a process: the
+/// tables are process-wide.
+pub struct Tracked<A> {
+    inner: A,
+}
+
+impl<A> Tracked<A> {
+    /// Wraps `inner`.
+    pub const fn new(inner: A) -> Self {
+        Tracked { inner }
+    }
+
+    /// The wrapped allocator.
+    pub fn inner(&self) -> &A {
+        &self.inner
+    }
+}
+
+/// Records a new allocation.
+///
+/// # Signal safety
+/// Does not allocate; takes only tracker locks, never from a thread that
+/// holds one (those updates are deferred).
+#[inline]
+fn record(st: &State, ptr: *mut u8, size: usize, align: usize, nested: bool) {
+    let c = st.config();
+    let (site, sampled) = match c.backtrace {
+        _ if nested => (0, false),
+        config::Backtrace::Off => (0, false),
+        config::Backtrace::All => (capture_site(st, c.max_frames), false),
+        config::Backtrace::Sampled(mean) => {
+            if sample(size as u64, mean) {
+                (capture_site(st, c.max_frames), true)
+            } else {
+                (0, false)
+            }
+        }
+    };
+    let e = Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled };
+    if guard::in_lock() {
+        if !guard::defer(guard::Deferred::Insert(e)) {
+            st.table.untracked.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
+    let live = {
+        let _l = guard::Locked::new();
+        st.table.insert(&e)
+    };
+    if live >= st.next_threshold.load(Ordering::Relaxed) {
+        threshold_crossed(st, live);
+    }
+}
+
+#[inline(never)]
+fn capture_site(st: &State, max_frames: usize) -> u32 {
+    let mut frames = [0u64; sites::MAX_FRAMES];
+    // Skip capture_site and record (usually inlined into alloc).
+    let n = sites::capture(&mut frames[..max_frames.min(sites::MAX_FRAMES)], 1);
+    if guard::in_lock() {
+        return 0;
+    }
+    let _l = guard::Locked::new();
+    st.sites.intern(&frames[..n])
+}
+
+#[cold]
+fn threshold_crossed(st: &State, live: u64) {
+    let step = st.config().threshold;
+    let cur = st.next_threshold.load(Ordering::Relaxed);
+    if live < cur || step == 0 {
+        return;
+    }
+    // Next step above the current live size; only the thread that moves
+    // the threshold dumps.
+    let next = (live / step + 1).saturating_mul(step);
+    if st.next_threshold.compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        let regs = stw::current_regs();
+        auto_dump(st, Reason::Threshold, &regs, false);
+    }
+}
+
+fn apply_deferred<A: GlobalAlloc>(st: &State, inner: &A) {
+    while let Some(op) = guard::pop_deferred() {
+        match op {
+            guard::Deferred::None => {}
+            guard::Deferred::Insert(e) => {
+                let _l = guard::Locked::new();
+                st.table.insert(&e);
+            }
+            guard::Deferred::Free(addr, size, align) => {
+                {
+                    let _l = guard::Locked::new();
+                    st.table.remove(addr);
+                }
+                // SAFETY: the pointer came from `inner` with this layout and
+                // its free was postponed until its entry left the table.
+                unsafe { inner.dealloc(addr as *mut u8, Layout::from_size_align_unchecked(size, align)) };
+            }
+        }
+    }
+}
+
+// SAFETY: every method forwards to the wrapped allocator with the caller's
+// arguments unchanged and returns its result; tracking only observes.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let st = state();
+        let g = guard::Enter::new();
+        // SAFETY: forwarded with the caller's layout (GlobalAlloc contract).
+        let p = unsafe { self.inner.alloc(layout) };
+        if p.is_null() {
+            drop(g);
+            alloc_failed(st);
+            return p;
+        }
+        record(st, p, layout.size(), layout.align(), g.nested());
+        drop(g);
+        if guard::has_deferred() && !guard::in_lock() {
+            apply_deferred(st, &self.inner);
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let st = state();
+        let g = guard::Enter::new();
+        // SAFETY: forwarded.
+        let p = unsafe { self.inner.alloc_zeroed(layout) };
+        if p.is_null() {
+            drop(g);
+            alloc_failed(st);
+            return p;
+        }
+        record(st, p, layout.size(), layout.align(), g.nested());
+        drop(g);
+        if guard::has_deferred() && !guard::in_lock() {
+            apply_deferred(st, &self.inner);
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let st = state();
+        let g = guard::Enter::new();
+        if guard::in_lock() {
+            // A signal handler freeing while its thread holds a tracker lock:
+            // postpone the free itself too, so the address cannot be reused
+            // before its entry is gone.
+            if guard::defer(guard::Deferred::Free(ptr as u64, layout.size(), layout.align())) {
+                return;
+            }
+        } else {
+            let _l = guard::Locked::new();
+            st.table.remove(ptr as u64);
+        }
+        // SAFETY: forwarded.
+        unsafe { self.inner.dealloc(ptr, layout) };
+        drop(g);
+        if guard::has_deferred() && !guard::in_lock() {
+            apply_deferred(st, &self.inner);
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let st = state();
+        let g = guard::Enter::new();
+        if guard::in_lock() {
+            // Nested in a locked section: allocate, copy and defer the free.
+            // SAFETY: new_size with the old alignment is a valid layout
+            // (GlobalAlloc::realloc's contract).
+            let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+            // SAFETY: forwarded.
+            let q = unsafe { self.inner.alloc(new_layout) };
+            if q.is_null() {
+                return q;
+            }
+            // SAFETY: both blocks are valid for the smaller size and distinct.
+            unsafe { core::ptr::copy_nonoverlapping(ptr, q, layout.size().min(new_size)) };
+            record(st, q, new_size, layout.align(), true);
+            if !guard::defer(guard::Deferred::Free(ptr as u64, layout.size(), layout.align())) {
+                // SAFETY: forwarded; the entry stays until a later free of
+                // the same address replaces it.
+                unsafe { self.inner.dealloc(ptr, layout) };
+            }
+            return q;
+        }
+        // The old entry leaves before the inner realloc: once it returns,
+        // another thread may receive the old address.
+        let old = {
+            let _l = guard::Locked::new();
+            st.table.remove(ptr as u64)
+        };
+        // SAFETY: forwarded.
+        let q = unsafe { self.inner.realloc(ptr, layout, new_size) };
+        if q.is_null() {
+            // The old block is still valid: put it back.
+            if let Some(e) = old {
+                let _l = guard::Locked::new();
+                st.table.insert(&e);
+            }
+            drop(g);
+            alloc_failed(st);
+            return q;
+        }
+        // A block that stays in place keeps its site; a moved one is a new allocation.
+        match old {
+            Some(mut e) if q == ptr => {
+                e.size = new_size as u64;
+                let live = {
+                    let _l = guard::Locked::new();
+                    st.table.insert(&e)
+                };
+                if live >= st.next_threshold.load(Ordering::Relaxed) {
+                    threshold_crossed(st, live);
+                }
+            }
+            _ => record(st, q, new_size, layout.align(), g.nested()),
+        }
+        drop(g);
+        if guard::has_deferred() && !guard::in_lock() {
+            apply_deferred(st, &self.inner);
+        }
+        q
+    }
+}
+
+#[cold]
+fn alloc_failed(st: &State) {
+    if st.oom_dumped.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let regs = stw::current_regs();
+    auto_dump(st, Reason::AllocFailure, &regs, false);
+}
+
+// --- statistics ---------------------------------------------------------------
+
+/// Live heap figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Live allocations.
+    pub live_count: u64,
+    /// Their requested bytes.
+    pub live_bytes: u64,
+    /// Highest live bytes seen.
+    pub peak_bytes: u64,
+    /// Allocations made since start.
+    pub total_allocs: u64,
+    /// Bytes allocated since start.
+    pub total_bytes: u64,
+    /// Memory the tracker itself uses (tables, sites).
+    pub tracker_bytes: u64,
+    /// Distinct allocation sites.
+    pub sites: u64,
+    /// Allocations the tracker could not record (address beyond 2^48, or
+    /// its table could not grow).
+    pub untracked: u64,
+}
+
+/// The live heap right now.
+pub fn stats() -> Stats {
+    let st = state();
+    let _g = guard::Enter::new();
+    let t = {
+        let _l = guard::Locked::new();
+        st.table.totals()
+    };
+    let (sites, site_bytes) = {
+        let _l = guard::Locked::new();
+        st.sites.usage()
+    };
+    Stats {
+        live_count: t.live_count,
+        live_bytes: t.live_bytes,
+        peak_bytes: st.table.peak.load(Ordering::Relaxed).max(t.live_bytes),
+        total_allocs: t.total_allocs,
+        total_bytes: t.total_bytes,
+        tracker_bytes: t.table_bytes + site_bytes,
+        sites,
+        untracked: st.table.untracked.load(Ordering::Relaxed),
+    }
+}
+
+/// The configuration in force (from the `HEAPDUMP_*` variables).
+pub fn config() -> Config {
+    *state().config()
+}
+
+// --- dumping ------------------------------------------------------------------
+
+/// Writes a dump of the live heap to `path` (created with mode 0600; an
+/// existing file is never overwritten).
+///
+/// Every other thread is stopped while the dump is written (or, with
+/// `HEAPDUMP_FORK=1`, until a child process is forked to write it).
+#[inline(never)]
+pub fn dump(path: impl AsRef<std::path::Path>, mode: Mode) -> Result<DumpInfo, DumpError> {
+    let regs = stw::current_regs();
+    let st = state();
+    let mut buf = [0u8; 4096];
+    let p = path.as_ref().as_os_str().as_bytes();
+    if p.len() >= buf.len() || p.contains(&0) {
+        return Err(DumpError::PathTooLong);
+    }
+    buf[..p.len()].copy_from_slice(p);
+    let fd = create(&buf[..=p.len()])?;
+    let r = dump_fd_inner(st, fd, mode, Reason::Api, &regs, false);
+    sys::close(fd);
+    r
+}
+
+/// Writes a dump to an open file descriptor (not closed afterwards).
+#[inline(never)]
+pub fn dump_to_fd(fd: std::os::fd::RawFd, mode: Mode) -> Result<DumpInfo, DumpError> {
+    let regs = stw::current_regs();
+    let st = state();
+    dump_fd_inner(st, fd, mode, Reason::Api, &regs, false)
+}
+
+fn dump_fd_inner(st: &State, fd: i32, mode: Mode, reason: Reason, regs: &stw::Regs, on_helper: bool) -> Result<DumpInfo, DumpError> {
+    // The tracker is active on this thread while dumping: allocations made
+    // meanwhile by this thread (none are expected) would be recorded without
+    // sites rather than re-entering.
+    let _g = guard::Enter::new();
+    let r = dump::write_dump(st, fd, mode, reason, regs, on_helper);
+    st.dump_count.fetch_add(1, Ordering::Relaxed);
+    r
+}
+
+fn create(path_nul: &[u8]) -> Result<i32, DumpError> {
+    let c = core::ffi::CStr::from_bytes_with_nul(path_nul).map_err(|_| DumpError::PathTooLong)?;
+    sys::open(c, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)
+        .map_err(|errno| DumpError::Os { what: "creating the dump file", errno })
+}
+
+/// Builds the path of the next automatic dump: `HEAPDUMP_OUTPUT` for the
+/// first, then `<stem>.<pid>.<n><ext>`; without it `heapdump.<pid>.hdump`,
+/// then `heapdump.<pid>.<n>.hdump`. Opens it exclusively, trying the next
+/// number while the name exists. Returns the descriptor and path length.
+fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError> {
+    let pid = sys::getpid() as u64;
+    let c = st.config();
+    for attempt in 0..10_000u64 {
+        let n = st.dump_count.load(Ordering::Relaxed) + attempt;
+        let mut len = 0;
+        let mut put = |s: &[u8], len: &mut usize| {
+            let k = s.len().min(out.len() - 1 - *len);
+            out[*len..*len + k].copy_from_slice(&s[..k]);
+            *len += k;
+        };
+        let mut num = [0u8; 20];
+        match c.output() {
+            Some(path) if n == 0 => put(path, &mut len),
+            Some(path) => {
+                // Insert .<pid>.<n> before the extension of the last component.
+                let slash = path.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+                let dot = path[slash..].iter().rposition(|&b| b == b'.').filter(|&i| i > 0).map(|i| slash + i);
+                let (stem, ext) = match dot {
+                    Some(d) => (&path[..d], &path[d..]),
+                    None => (path, &b""[..]),
+                };
+                put(stem, &mut len);
+                put(b".", &mut len);
+                let k = dump::fmt_u64(pid, &mut num);
+                put(&num[..k], &mut len);
+                put(b".", &mut len);
+                let k = dump::fmt_u64(n, &mut num);
+                put(&num[..k], &mut len);
+                put(ext, &mut len);
+            }
+            None => {
+                put(b"heapdump.", &mut len);
+                let k = dump::fmt_u64(pid, &mut num);
+                put(&num[..k], &mut len);
+                if n > 0 {
+                    put(b".", &mut len);
+                    let k = dump::fmt_u64(n, &mut num);
+                    put(&num[..k], &mut len);
+                }
+                put(b".hdump", &mut len);
+            }
+        }
+        out[len] = 0;
+        match create(&out[..=len]) {
+            Ok(fd) => return Ok((fd, len)),
+            Err(DumpError::Os { errno: libc::EEXIST, .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(DumpError::Os { what: "finding a free dump file name", errno: libc::EEXIST })
+}
+
+/// A dump the runtime takes by itself (exit, signal, threshold, allocation
+/// failure): named automatically, reported on stderr and to
+/// `HEAPDUMP_REPORT` (a file `heapdump run` reads), never fatal.
+fn auto_dump(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bool) {
+    let mut path = [0u8; 1100];
+    let (fd, len) = match open_next(st, &mut path) {
+        Ok(x) => x,
+        Err(e) => {
+            report_error(reason, &e);
+            return;
+        }
+    };
+    let r = dump_fd_inner(st, fd, st.config().mode, reason, regs, on_helper);
+    sys::close(fd);
+    match r {
+        Ok(info) => report_ok(&path[..len], reason, &info),
+        Err(e) => {
+            report_error(reason, &e);
+            // Keep the partial file: everything before the failure is readable.
+        }
+    }
+}
+
+/// Writes bytes to stderr with one `write(2)`, ignoring errors.
+pub(crate) fn write_stderr(b: &[u8]) {
+    // SAFETY: writing an initialised buffer to fd 2.
+    unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+}
+
+struct Line {
+    buf: [u8; 1400],
+    len: usize,
+}
+
+impl Line {
+    fn new() -> Line {
+        Line { buf: [0; 1400], len: 0 }
+    }
+    fn s(&mut self, s: &[u8]) -> &mut Self {
+        let k = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + k].copy_from_slice(&s[..k]);
+        self.len += k;
+        self
+    }
+    fn n(&mut self, v: u64) -> &mut Self {
+        let mut t = [0u8; 20];
+        let k = dump::fmt_u64(v, &mut t);
+        self.s(&t[..k])
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+fn report_ok(path: &[u8], reason: Reason, info: &DumpInfo) {
+    let mut l = Line::new();
+    l.s(b"heapdump: wrote ").s(path).s(b" (").s(reason.as_str().as_bytes()).s(b", ").n(info.allocations).s(b" allocations, ");
+    l.n(info.alloc_bytes).s(b" bytes, pause ").n(info.pause_ns / 1000).s(b" us)\n");
+    write_stderr(l.bytes());
+    // Machine-readable line for `heapdump run`: path TAB allocations TAB bytes TAB file bytes.
+    // SAFETY: getenv with a NUL-terminated name.
+    let report = unsafe { libc::getenv(c"HEAPDUMP_REPORT".as_ptr()) };
+    if !report.is_null() {
+        // SAFETY: getenv returns a NUL-terminated string.
+        let rp = unsafe { core::ffi::CStr::from_ptr(report) };
+        if let Ok(fd) = sys::open(rp, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT, 0o600) {
+            let mut m = Line::new();
+            // Absolute path when relative.
+            if path.first() != Some(&b'/') {
+                let mut cwd = [0u8; 1024];
+                // SAFETY: getcwd writes at most cwd.len() bytes.
+                if !unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+                    let k = cwd.iter().position(|&b| b == 0).unwrap_or(0);
+                    m.s(&cwd[..k]).s(b"/");
+                }
+            }
+            m.s(path).s(b"\t").n(info.allocations).s(b"\t").n(info.alloc_bytes).s(b"\t").n(info.file_bytes).s(b"\n");
+            // SAFETY: one write of an initialised buffer (atomic with O_APPEND).
+            unsafe { libc::write(fd, m.bytes().as_ptr().cast(), m.len) };
+            sys::close(fd);
+        }
+    }
+}
+
+fn report_error(reason: Reason, e: &DumpError) {
+    let mut l = Line::new();
+    l.s(b"heapdump: ").s(reason.as_str().as_bytes()).s(b" dump failed: ");
+    match *e {
+        DumpError::Os { what, errno } => {
+            l.s(what.as_bytes()).s(b" (errno ").n(errno as u64).s(b")");
+        }
+        DumpError::Write(heapdump_format::WriteError::Sink { errno }) => {
+            l.s(b"write error (errno ").n(errno as u64).s(b")");
+            if errno == libc::ENOSPC {
+                l.s(b": no space left on device");
+            }
+        }
+        DumpError::Write(_) => {
+            l.s(b"internal write error");
+        }
+        DumpError::PathTooLong => {
+            l.s(b"path too long");
+        }
+        DumpError::Child(s) => {
+            l.s(b"forked writer failed, status ").n(s as u64);
+        }
+    }
+    l.s(b"\n");
+    write_stderr(l.bytes());
+}
+
+// --- start-up: fork handlers, exit and signal triggers -----------------------------
+
+static SIGNAL_PIPE: AtomicU64 = AtomicU64::new(u64::MAX);
+static HELPER_TID: AtomicU64 = AtomicU64::new(0);
+
+/// The runtime's helper thread, 0 if none.
+pub(crate) fn helper_tid() -> u32 {
+    HELPER_TID.load(Ordering::Acquire) as u32
+}
+
+extern "C" fn before_fork() {
+    STATE.table.lock_all();
+    STATE.sites.lock_all();
+}
+
+extern "C" fn after_fork() {
+    // SAFETY: taken by before_fork in this thread (parent) or inherited
+    // from it (child).
+    unsafe {
+        STATE.sites.unlock_all();
+        STATE.table.unlock_all();
+    }
+}
+
+extern "C" fn at_exit() {
+    let regs = stw::current_regs();
+    auto_dump(&STATE, Reason::Exit, &regs, false);
+}
+
+extern "C" fn on_dump_signal(_sig: i32) {
+    let saved = sys::errno();
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    if fd != u64::MAX {
+        // SAFETY: write(2) of one byte to our own pipe is async-signal-safe.
+        unsafe { libc::write((fd & 0xffff_ffff) as i32, [1u8].as_ptr().cast(), 1) };
+    }
+    sys::set_errno(saved);
+}
+
+extern "C" fn helper_main(_: *mut libc::c_void) -> *mut libc::c_void {
+    HELPER_TID.store(sys::gettid().into(), Ordering::Release);
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: naming the current thread with a NUL-terminated name.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c"heapdump".as_ptr()) };
+        let rfd = (SIGNAL_PIPE.load(Ordering::Relaxed) >> 32) as i32;
+        let mut b = [0u8; 64];
+        loop {
+            match sys::read(rfd, &mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let regs = stw::current_regs();
+                    auto_dump(&STATE, Reason::Signal, &regs, true);
+                }
+            }
+        }
+    });
+    core::ptr::null_mut()
+}
+
+/// Runs before `main` (from `.init_array`): fork handlers, the exit dump,
+/// the dump signal and its helper thread.
+extern "C" fn start() {
+    let st = state();
+    let c = *st.config();
+    // SAFETY: registering plain extern "C" functions.
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+    if c.at_exit {
+        // SAFETY: as above.
+        unsafe { libc::atexit(at_exit) };
+    }
+    if c.signal != 0 {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 writes two descriptors into fds.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+            // SAFETY: make the write end non-blocking so the handler never blocks.
+            unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
+            SIGNAL_PIPE.store((u64::from(fds[0] as u32) << 32) | u64::from(fds[1] as u32), Ordering::Release);
+            let mut tid: libc::pthread_t = 0;
+            // SAFETY: a zeroed attr is initialised by pthread_attr_init; the
+            // helper owns no Rust state but the statics above.
+            let ok = unsafe {
+                let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+                libc::pthread_attr_init(&mut attr);
+                libc::pthread_attr_setstacksize(&mut attr, 1 << 20);
+                let r = libc::pthread_create(&mut tid, &attr, helper_main, core::ptr::null_mut());
+                libc::pthread_attr_destroy(&mut attr);
+                r == 0
+            };
+            if ok {
+                // SAFETY: a zeroed sigaction with a plain handler and SA_RESTART.
+                unsafe {
+                    let mut sa: libc::sigaction = core::mem::zeroed();
+                    sa.sa_sigaction = on_dump_signal as *const () as usize;
+                    sa.sa_flags = libc::SA_RESTART;
+                    libc::sigemptyset(&mut sa.sa_mask);
+                    libc::sigaction(c.signal, &sa, core::ptr::null_mut());
+                }
+            }
+        }
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static START: extern "C" fn() = start;
+
+/// Entry points for `heapdump-preload`: not part of the Rust API.
+#[doc(hidden)]
+pub mod preload {
+    pub use crate::record_raw as record;
+}
+
+/// Records an allocation made outside `Tracked` (the preload library's C
+/// entry points).
+#[doc(hidden)]
+pub fn record_raw(ptr: *mut u8, size: usize, align: usize) {
+    let st = state();
+    let g = guard::Enter::new();
+    record(st, ptr, size, align, g.nested());
+}

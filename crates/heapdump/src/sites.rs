@@ -1,0 +1,279 @@
+//! Allocation sites: backtrace capture and the deduplicating site table.
+//!
+//! Capture uses the system unwinder (`_Unwind_Backtrace` from libgcc),
+//! which reads `.eh_frame` and so works on code built without frame
+//! pointers, such as Rust's standard library; with glibc 2.35 and later it
+//! finds unwind tables through `_dl_find_object` without locks or
+//! allocation. BENCHMARKS.md has its cost per allocation.
+//!
+//! The site table is 16 shards of open-addressing tables keyed by a hash of
+//! the frames, with the frames in an append-only arena; all memory comes
+//! from `mmap`. A site id is `local_index * 16 + shard + 1` (0 = no site).
+
+use crate::lock::SpinLock;
+use crate::sys;
+use core::ffi::c_void;
+
+/// Deepest stack recorded.
+pub const MAX_FRAMES: usize = 64;
+const SHARDS: usize = 16;
+
+#[repr(C)]
+struct UnwindContext {
+    _private: [u8; 0],
+}
+
+type UnwindTraceFn = extern "C" fn(ctx: *mut UnwindContext, arg: *mut c_void) -> i32;
+
+extern "C" {
+    fn _Unwind_Backtrace(trace: UnwindTraceFn, arg: *mut c_void) -> i32;
+    fn _Unwind_GetIP(ctx: *mut UnwindContext) -> usize;
+}
+
+struct Collect<'a> {
+    frames: &'a mut [u64],
+    n: usize,
+    skip: usize,
+}
+
+extern "C" fn trace_one(ctx: *mut UnwindContext, arg: *mut c_void) -> i32 {
+    // SAFETY: `arg` is the `Collect` passed by `capture`, alive for the
+    // whole `_Unwind_Backtrace` call and not aliased meanwhile.
+    let c = unsafe { &mut *arg.cast::<Collect<'_>>() };
+    // SAFETY: `ctx` is the context the unwinder handed us.
+    let ip = unsafe { _Unwind_GetIP(ctx) } as u64;
+    if c.skip > 0 {
+        c.skip -= 1;
+        return 0;
+    }
+    if ip == 0 || c.n >= c.frames.len() {
+        return 5; // _URC_END_OF_STACK: stop
+    }
+    c.frames[c.n] = ip;
+    c.n += 1;
+    0 // _URC_NO_REASON: continue
+}
+
+/// Captures the caller's stack into `frames`, skipping `skip` frames above
+/// this one; returns the number of frames written.
+///
+/// # Signal safety
+/// Does not allocate through the tracked heap (an allocation by the
+/// unwinder re-enters the tracker, which records it without a site).
+#[inline(never)]
+pub fn capture(frames: &mut [u64], skip: usize) -> usize {
+    let mut c = Collect { frames, n: 0, skip: skip + 1 };
+    // SAFETY: `trace_one` matches the callback ABI and `c` outlives the call.
+    unsafe { _Unwind_Backtrace(trace_one, (&mut c as *mut Collect<'_>).cast()) };
+    c.n
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SiteSlot {
+    hash: u64,
+    /// Offset of the frames in the arena, in words.
+    off: u32,
+    nframes: u32,
+    /// Local index of the site in its shard.
+    local: u32,
+}
+
+struct SiteShard {
+    slots: *mut SiteSlot,
+    cap: usize,
+    len: usize,
+    arena: *mut u64,
+    arena_cap: usize,
+    arena_len: usize,
+    /// slot index of local site i, so ids map back to frames.
+    order: *mut u32,
+}
+
+// SAFETY: the pointers are owned by the shard and used under its lock.
+unsafe impl Send for SiteShard {}
+
+fn hash_frames(f: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ f.len() as u64;
+    for &x in f {
+        h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
+    }
+    h | 1 // 0 marks an empty slot
+}
+
+impl SiteShard {
+    const fn empty() -> SiteShard {
+        SiteShard {
+            slots: core::ptr::null_mut(),
+            cap: 0,
+            len: 0,
+            arena: core::ptr::null_mut(),
+            arena_cap: 0,
+            arena_len: 0,
+            order: core::ptr::null_mut(),
+        }
+    }
+
+    fn frames_at(&self, off: u32, n: u32) -> &[u64] {
+        // SAFETY: (off, n) were recorded for frames written into the arena,
+        // which only grows (by copying) and keeps all written words.
+        unsafe { core::slice::from_raw_parts(self.arena.add(off as usize), n as usize) }
+    }
+
+    /// Finds or adds the stack; returns the local index, or None when out of memory.
+    fn intern(&mut self, frames: &[u64]) -> Option<u32> {
+        let h = hash_frames(frames);
+        if self.cap == 0 || (self.len + 1) * 4 > self.cap * 3 {
+            self.grow_slots()?;
+        }
+        let mask = self.cap - 1;
+        let mut i = (h >> 20) as usize & mask;
+        loop {
+            // SAFETY: i <= mask < cap, inside the slots mapping.
+            let s = unsafe { *self.slots.add(i) };
+            if s.hash == 0 {
+                break;
+            }
+            if s.hash == h && self.frames_at(s.off, s.nframes) == frames {
+                return Some(s.local);
+            }
+            i = (i + 1) & mask;
+        }
+        if self.arena_len + frames.len() > self.arena_cap {
+            self.grow_arena(frames.len())?;
+        }
+        let off = self.arena_len;
+        // SAFETY: the arena has room for frames.len() more words (checked above).
+        unsafe { core::ptr::copy_nonoverlapping(frames.as_ptr(), self.arena.add(off), frames.len()) };
+        self.arena_len += frames.len();
+        // SAFETY: i is an empty slot inside the mapping; order has cap entries
+        // and len < cap.
+        unsafe {
+            *self.slots.add(i) = SiteSlot { hash: h, off: off as u32, nframes: frames.len() as u32, local: self.len as u32 };
+            *self.order.add(self.len) = i as u32;
+        }
+        self.len += 1;
+        Some((self.len - 1) as u32)
+    }
+
+    fn grow_slots(&mut self) -> Option<()> {
+        let new_cap = if self.cap == 0 { 1024 } else { self.cap * 2 };
+        let slots: *mut SiteSlot = sys::mmap_anon(new_cap * core::mem::size_of::<SiteSlot>()).ok()?.cast();
+        let order: *mut u32 = sys::mmap_anon(new_cap * 4).ok()?.cast();
+        let mask = new_cap - 1;
+        for k in 0..self.len {
+            // SAFETY: k < len <= old cap; order and slots are the old mappings.
+            let s = unsafe { *self.slots.add(*self.order.add(k) as usize) };
+            let mut i = (s.hash >> 20) as usize & mask;
+            // SAFETY: i <= mask < new_cap.
+            while unsafe { (*slots.add(i)).hash } != 0 {
+                i = (i + 1) & mask;
+            }
+            // SAFETY: as above; k < len < new_cap.
+            unsafe {
+                *slots.add(i) = s;
+                *order.add(k) = i as u32;
+            }
+        }
+        if self.cap != 0 {
+            // SAFETY: the old mappings are ours and no longer referenced.
+            unsafe {
+                sys::munmap(self.slots.cast(), self.cap * core::mem::size_of::<SiteSlot>());
+                sys::munmap(self.order.cast(), self.cap * 4);
+            }
+        }
+        self.slots = slots;
+        self.order = order;
+        self.cap = new_cap;
+        Some(())
+    }
+
+    fn grow_arena(&mut self, need: usize) -> Option<()> {
+        let new_cap = (self.arena_cap * 2).max(16 * 1024).max(self.arena_len + need);
+        let arena: *mut u64 = sys::mmap_anon(new_cap * 8).ok()?.cast();
+        if self.arena_cap != 0 {
+            // SAFETY: both regions are valid for arena_len words; distinct mappings.
+            unsafe {
+                core::ptr::copy_nonoverlapping(self.arena, arena, self.arena_len);
+                sys::munmap(self.arena.cast(), self.arena_cap * 8);
+            }
+        }
+        self.arena = arena;
+        self.arena_cap = new_cap;
+        Some(())
+    }
+
+    fn bytes(&self) -> usize {
+        self.cap * (core::mem::size_of::<SiteSlot>() + 4) + self.arena_cap * 8
+    }
+}
+
+/// The site table.
+pub struct Sites {
+    shards: [SpinLock<SiteShard>; SHARDS],
+}
+
+impl Sites {
+    /// An empty table.
+    pub const fn new() -> Sites {
+        Sites { shards: [const { SpinLock::new(SiteShard::empty()) }; SHARDS] }
+    }
+
+    /// The id of this stack, adding it if new; 0 when out of memory or empty.
+    pub fn intern(&self, frames: &[u64]) -> u32 {
+        if frames.is_empty() {
+            return 0;
+        }
+        let shard = (hash_frames(frames) >> 60) as usize % SHARDS;
+        match self.shards[shard].lock().intern(frames) {
+            Some(local) if local < (1 << 20) => local * SHARDS as u32 + shard as u32 + 1,
+            _ => 0,
+        }
+    }
+
+    /// Visits every site as (id, frames).
+    ///
+    /// # Safety
+    /// Only with the world stopped or in a forked child.
+    pub unsafe fn for_each_unlocked(&self, mut f: impl FnMut(u32, &[u64])) {
+        for (shard, s) in self.shards.iter().enumerate() {
+            // SAFETY: forwarded to the caller.
+            let s = unsafe { s.get_unlocked() };
+            for local in 0..s.len {
+                // SAFETY: local < len, order and slots hold those entries.
+                let slot = unsafe { *s.slots.add(*s.order.add(local) as usize) };
+                f(local as u32 * SHARDS as u32 + shard as u32 + 1, s.frames_at(slot.off, slot.nframes));
+            }
+        }
+    }
+
+    /// Number of sites and bytes used.
+    pub fn usage(&self) -> (u64, u64) {
+        let mut n = 0;
+        let mut b = 0;
+        for s in &self.shards {
+            let s = s.lock();
+            n += s.len as u64;
+            b += s.bytes() as u64;
+        }
+        (n, b)
+    }
+
+    /// Takes every lock (before fork).
+    pub fn lock_all(&self) {
+        for s in &self.shards {
+            s.lock_for_fork();
+        }
+    }
+
+    /// Releases every lock (after fork).
+    ///
+    /// # Safety
+    /// Only after [`Sites::lock_all`].
+    pub unsafe fn unlock_all(&self) {
+        for s in &self.shards {
+            // SAFETY: forwarded.
+            unsafe { s.force_unlock() };
+        }
+    }
+}

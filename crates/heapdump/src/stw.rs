@@ -1,0 +1,324 @@
+//! Stopping the world: every other thread of the process suspended in a
+//! signal handler, its registers recorded in a pre-mapped slot, until the
+//! dump is written (the technique of conservative collectors such as
+//! Boehm's).
+//!
+//! A thread inside the tracker when the signal arrives does not stop
+//! there: the handler marks the stop pending and the thread parks as it
+//! leaves the tracker, so no stopped thread ever holds a tracker lock. A
+//! thread that blocks the signal, or does not answer within the time
+//! limit, is reported as not stopped rather than waited for.
+
+use crate::sys;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// Most threads a dump can stop.
+pub const MAX_THREADS: usize = 8192;
+/// How long to wait for threads to stop, in total.
+pub const STOP_TIMEOUT_NS: u64 = 2_000_000_000;
+
+/// Registers as the format orders them: rax rbx rcx rdx rsi rdi rbp rsp
+/// r8..r15 rip.
+pub type Regs = [u64; 17];
+/// Index of rsp in [`Regs`].
+pub const RSP: usize = 7;
+
+const SIGNALLED: u32 = 1;
+const STOPPED: u32 = 2;
+const GONE: u32 = 3;
+
+/// One thread's place in a stop.
+#[repr(C)]
+pub struct Slot {
+    /// Kernel thread id.
+    pub tid: AtomicU32,
+    state: AtomicU32,
+    /// Registers when it stopped.
+    pub regs: Regs,
+    /// Thread pointer.
+    pub fs: u64,
+}
+
+impl Slot {
+    /// Whether the thread stopped and its registers are valid.
+    pub fn stopped(&self) -> bool {
+        self.state.load(Ordering::Acquire) == STOPPED
+    }
+    /// Whether the thread exited during the stop.
+    pub fn gone(&self) -> bool {
+        self.state.load(Ordering::Acquire) == GONE
+    }
+}
+
+static SLOTS: AtomicU64 = AtomicU64::new(0);
+static NSLOTS: AtomicU32 = AtomicU32::new(0);
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static EPOCH: AtomicU32 = AtomicU32::new(0);
+static ACKS: AtomicU32 = AtomicU32::new(0);
+static RELEASE: AtomicU32 = AtomicU32::new(0);
+
+/// The signal used to stop threads: SIGRTMIN+5, clear of glibc's own
+/// (SIGRTMIN, SIGRTMIN+1) and of the common runtimes' choices.
+pub fn suspend_signal() -> i32 {
+    libc::SIGRTMIN() + 5
+}
+
+fn slots() -> &'static [Slot] {
+    let p = SLOTS.load(Ordering::Acquire) as *const Slot;
+    if p.is_null() {
+        return &[];
+    }
+    let n = (NSLOTS.load(Ordering::Acquire) as usize).min(MAX_THREADS);
+    // SAFETY: SLOTS maps MAX_THREADS zero-initialised slots for the process's
+    // life; the first n have been initialised by `stop`.
+    unsafe { core::slice::from_raw_parts(p, n) }
+}
+
+/// Maps the slots and installs the suspend handler. Idempotent.
+pub fn init() -> Result<(), i32> {
+    if SLOTS.load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    let p = sys::mmap_anon(MAX_THREADS * core::mem::size_of::<Slot>())?;
+    if SLOTS.compare_exchange(0, p as u64, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        // SAFETY: our mapping lost the race and was never published.
+        unsafe { sys::munmap(p, MAX_THREADS * core::mem::size_of::<Slot>()) };
+        return Ok(());
+    }
+    // SAFETY: a zeroed sigaction is a valid starting point; we fill the
+    // handler, flags and a full mask (no other signal interrupts a parked thread).
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_suspend as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigfillset(&mut sa.sa_mask);
+        if libc::sigaction(suspend_signal(), &sa, core::ptr::null_mut()) != 0 {
+            return Err(sys::errno());
+        }
+    }
+    Ok(())
+}
+
+extern "C" fn on_suspend(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let saved = sys::errno();
+    if crate::guard::defer_stop() {
+        // Inside the tracker: park when leaving it.
+        sys::set_errno(saved);
+        return;
+    }
+    let mut regs = [0u64; 17];
+    if !ctx.is_null() {
+        // SAFETY: for an SA_SIGINFO handler the kernel passes a ucontext_t.
+        let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+        regs = regs_from_gregs(&uc.uc_mcontext.gregs);
+    }
+    park(&regs);
+    sys::set_errno(saved);
+}
+
+fn regs_from_gregs(g: &[i64; 23]) -> Regs {
+    let r = |i: i32| g[i as usize] as u64;
+    [
+        r(libc::REG_RAX),
+        r(libc::REG_RBX),
+        r(libc::REG_RCX),
+        r(libc::REG_RDX),
+        r(libc::REG_RSI),
+        r(libc::REG_RDI),
+        r(libc::REG_RBP),
+        r(libc::REG_RSP),
+        r(libc::REG_R8),
+        r(libc::REG_R9),
+        r(libc::REG_R10),
+        r(libc::REG_R11),
+        r(libc::REG_R12),
+        r(libc::REG_R13),
+        r(libc::REG_R14),
+        r(libc::REG_R15),
+        r(libc::REG_RIP),
+    ]
+}
+
+/// Captures the caller's callee-saved registers, stack pointer and a
+/// return address. Caller-saved registers are dead across a call, so they
+/// hold nothing the caller still needs.
+#[inline(always)]
+pub fn current_regs() -> Regs {
+    let (rbx, rbp, rsp, r12, r13, r14, r15): (u64, u64, u64, u64, u64, u64, u64);
+    // SAFETY: only moves register values into outputs; touches no memory.
+    unsafe {
+        core::arch::asm!(
+            "mov {0}, rbx", "mov {1}, rbp", "mov {2}, rsp", "mov {3}, r12", "mov {4}, r13", "mov {5}, r14", "mov {6}, r15",
+            out(reg) rbx, out(reg) rbp, out(reg) rsp, out(reg) r12, out(reg) r13, out(reg) r14, out(reg) r15,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    [0, rbx, 0, 0, 0, 0, rbp, rsp, 0, 0, 0, 0, r12, r13, r14, r15, 0]
+}
+
+/// The calling thread's thread pointer (fs base).
+pub fn fs_base() -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: ARCH_GET_FS writes the fs base into `v`.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1003, &mut v as *mut u64) };
+    v
+}
+
+/// Parks the calling thread until the current stop ends, if one is active
+/// and this thread was asked to stop.
+///
+/// # Signal safety
+/// Only atomics, futexes and raw system calls.
+pub fn park(regs: &Regs) {
+    if !ACTIVE.load(Ordering::Acquire) {
+        return;
+    }
+    let e = EPOCH.load(Ordering::Acquire);
+    let tid = sys::gettid();
+    let Some(slot) = slots().iter().find(|s| s.tid.load(Ordering::Acquire) == tid) else { return };
+    if slot.state.load(Ordering::Acquire) != SIGNALLED {
+        return;
+    }
+    // SAFETY: only this thread writes its slot's registers, and the stopper
+    // reads them only after seeing STOPPED (release/acquire below).
+    unsafe {
+        let s = slot as *const Slot as *mut Slot;
+        (*s).regs = *regs;
+        (*s).fs = fs_base();
+    }
+    slot.state.store(STOPPED, Ordering::Release);
+    ACKS.fetch_add(1, Ordering::AcqRel);
+    sys::futex_wake_all(&ACKS);
+    loop {
+        let r = RELEASE.load(Ordering::Acquire);
+        if r == e {
+            break;
+        }
+        sys::futex_wait(&RELEASE, r, 0);
+    }
+}
+
+/// The outcome of [`stop`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stopped {
+    /// Threads that stopped.
+    pub stopped: u32,
+    /// Threads that did not answer in time (or block the signal).
+    pub not_stopped: u32,
+}
+
+/// Stops every thread but the caller and `also_skip` (the helper thread).
+/// Must be followed by [`resume`].
+pub fn stop(also_skip: u32) -> Stopped {
+    let me = sys::gettid();
+    let e = EPOCH.load(Ordering::Relaxed).wrapping_add(1).max(1);
+    EPOCH.store(e, Ordering::Release);
+    ACKS.store(0, Ordering::Release);
+    NSLOTS.store(0, Ordering::Release);
+    ACTIVE.store(true, Ordering::Release);
+    let base = SLOTS.load(Ordering::Acquire) as *mut Slot;
+    if base.is_null() {
+        return Stopped::default();
+    }
+    let sig = suspend_signal();
+    let deadline = sys::monotonic_ns() + STOP_TIMEOUT_NS;
+    let mut expected = 0u32;
+    // Threads may be created by threads not yet stopped: enumerate again
+    // until a round finds nothing new.
+    for _round in 0..8 {
+        let mut new = 0;
+        for_each_task(|tid| {
+            if tid == me || tid == also_skip || slots().iter().any(|s| s.tid.load(Ordering::Relaxed) == tid) {
+                return;
+            }
+            let n = NSLOTS.load(Ordering::Relaxed) as usize;
+            if n >= MAX_THREADS {
+                return;
+            }
+            // SAFETY: n < MAX_THREADS, inside the mapping; this slot is not
+            // yet visible to any handler (NSLOTS is published after).
+            let slot = unsafe { &*base.add(n) };
+            slot.tid.store(tid, Ordering::Relaxed);
+            slot.state.store(SIGNALLED, Ordering::Relaxed);
+            NSLOTS.store(n as u32 + 1, Ordering::Release);
+            match sys::tgkill(tid, sig) {
+                Ok(()) => {
+                    expected += 1;
+                    new += 1;
+                }
+                Err(_) => slot.state.store(GONE, Ordering::Release),
+            }
+        });
+        wait_acks(&mut expected, deadline);
+        if new == 0 {
+            break;
+        }
+    }
+    let mut out = Stopped::default();
+    for s in slots() {
+        match s.state.load(Ordering::Acquire) {
+            STOPPED => out.stopped += 1,
+            GONE => {}
+            _ => out.not_stopped += 1,
+        }
+    }
+    out
+}
+
+fn wait_acks(expected: &mut u32, deadline: u64) {
+    loop {
+        let acks = ACKS.load(Ordering::Acquire);
+        if acks >= *expected {
+            return;
+        }
+        let now = sys::monotonic_ns();
+        if now >= deadline {
+            return;
+        }
+        sys::futex_wait(&ACKS, acks, (deadline - now).min(10_000_000));
+        // A thread that exited after being signalled will never answer.
+        for s in slots() {
+            if s.state.load(Ordering::Acquire) == SIGNALLED && sys::tgkill(s.tid.load(Ordering::Relaxed), 0).is_err() {
+                s.state.store(GONE, Ordering::Release);
+                *expected -= 1;
+            }
+        }
+    }
+}
+
+/// The threads of the current stop.
+pub fn stopped_threads() -> &'static [Slot] {
+    slots()
+}
+
+/// Lets every stopped thread go.
+pub fn resume() {
+    ACTIVE.store(false, Ordering::Release);
+    RELEASE.store(EPOCH.load(Ordering::Acquire), Ordering::Release);
+    sys::futex_wake_all(&RELEASE);
+}
+
+/// Calls `f` with each thread id in /proc/self/task.
+pub fn for_each_task(mut f: impl FnMut(u32)) {
+    let Ok(fd) = sys::open(c"/proc/self/task", libc::O_RDONLY | libc::O_DIRECTORY, 0) else { return };
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = sys::getdents(fd, &mut buf) {
+        if n == 0 {
+            break;
+        }
+        let mut off = 0;
+        while off + 19 < n {
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            if reclen == 0 {
+                break;
+            }
+            let name = &buf[off + 19..(off + reclen).min(n)];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if let Some(tid) = crate::config::parse_u64(name) {
+                f(tid as u32);
+            }
+            off += reclen;
+        }
+    }
+    sys::close(fd);
+}

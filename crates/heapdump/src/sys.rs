@@ -1,0 +1,203 @@
+//! Every system call the runtime makes, in one module.
+//!
+//! Written by hand (no `std::fs`, no `nix`) because everything here must run
+//! inside the traced process with the world stopped or inside the
+//! allocator: no allocation, no locks, no panics. Each function is a thin,
+//! async-signal-safe wrapper returning `Err(errno)`.
+
+use core::ffi::CStr;
+
+/// The calling thread's errno.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns a pointer to this thread's errno,
+    // valid for the thread's whole life.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's errno (to restore it in handlers).
+pub fn set_errno(v: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = v }
+}
+
+/// Anonymous private read-write mapping of `len` bytes, zero-filled.
+pub fn mmap_anon(len: usize) -> Result<*mut u8, i32> {
+    // SAFETY: an anonymous mapping with no address hint touches no existing
+    // memory; failure is reported as MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if p == libc::MAP_FAILED {
+        Err(errno())
+    } else {
+        Ok(p.cast())
+    }
+}
+
+/// Unmaps a region obtained from [`mmap_anon`].
+///
+/// # Safety
+/// `p..p+len` must be a mapping this module returned, no longer used.
+pub unsafe fn munmap(p: *mut u8, len: usize) {
+    // SAFETY: the caller guarantees the region is ours and unused.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
+/// Kernel thread id of the caller.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// Process id.
+pub fn getpid() -> u32 {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// Sends `sig` to thread `tid` of this process.
+pub fn tgkill(tid: u32, sig: i32) -> Result<(), i32> {
+    // SAFETY: tgkill only sends a signal; bad ids fail with ESRCH.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, getpid() as libc::c_long, tid as libc::c_long, sig as libc::c_long) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// Monotonic clock in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    clock(libc::CLOCK_MONOTONIC)
+}
+
+/// Wall clock in nanoseconds since the Unix epoch.
+pub fn realtime_ns() -> u64 {
+    clock(libc::CLOCK_REALTIME)
+}
+
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-parameter.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// Opens `path` (NUL-terminated) with `flags` and `mode`.
+pub fn open(path: &CStr, flags: i32, mode: u32) -> Result<i32, i32> {
+    loop {
+        // SAFETY: `path` is NUL-terminated.
+        let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) };
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let e = errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads into `buf`, retrying on EINTR. Returns the bytes read (0 at end).
+pub fn read(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
+    loop {
+        // SAFETY: `buf` is writable for its whole length.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads a whole (small, /proc) file into `buf`; returns the bytes read,
+/// at most `buf.len()`.
+pub fn read_file(path: &CStr, buf: &mut [u8]) -> Result<usize, i32> {
+    let fd = open(path, libc::O_RDONLY, 0)?;
+    let mut n = 0;
+    while n < buf.len() {
+        match read(fd, &mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) => {
+                close(fd);
+                return Err(e);
+            }
+        }
+    }
+    close(fd);
+    Ok(n)
+}
+
+/// Closes a descriptor.
+pub fn close(fd: i32) {
+    // SAFETY: closing a descriptor we own; errors are irrelevant here.
+    unsafe { libc::close(fd) };
+}
+
+/// Reads directory entries (`getdents64`) into `buf`.
+pub fn getdents(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: `buf` is writable for its whole length.
+    let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `futex(FUTEX_WAIT)`: sleeps while `*addr == val`, at most `timeout_ns`
+/// (0 = forever).
+pub fn futex_wait(addr: &core::sync::atomic::AtomicU32, val: u32, timeout_ns: u64) {
+    let ts = libc::timespec { tv_sec: (timeout_ns / 1_000_000_000) as i64, tv_nsec: (timeout_ns % 1_000_000_000) as i64 };
+    let tsp: *const libc::timespec = if timeout_ns == 0 { core::ptr::null() } else { &ts };
+    // SAFETY: `addr` is a valid, aligned u32 for the call's duration; the
+    // kernel only reads it.
+    unsafe { libc::syscall(libc::SYS_futex, addr.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, val, tsp) };
+}
+
+/// `futex(FUTEX_WAKE)` of all waiters.
+pub fn futex_wake_all(addr: &core::sync::atomic::AtomicU32) {
+    // SAFETY: as in futex_wait.
+    unsafe { libc::syscall(libc::SYS_futex, addr.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
+}
+
+/// Fork by raw `clone(SIGCHLD)`: unlike `fork(3)` it runs no `atfork`
+/// handlers, so it cannot block on an allocator lock that a stopped thread
+/// holds. The child has one thread and may only make raw system calls
+/// until it `_exit`s.
+pub fn raw_fork() -> Result<u32, i32> {
+    // SAFETY: clone with only SIGCHLD and no new stack behaves like fork;
+    // both sides return here.
+    let r = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0 as libc::c_long, 0, 0, 0) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as u32)
+    }
+}
+
+/// Leaves the process at once, without atexit handlers or flushing.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no user state.
+    unsafe { libc::_exit(code) }
+}
+
+/// Waits for child `pid`; returns its raw wait status.
+pub fn waitpid(pid: u32) -> Result<i32, i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-parameter.
+        let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::__WALL) };
+        if r >= 0 {
+            return Ok(status);
+        }
+        let e = errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
