@@ -141,6 +141,26 @@ pub fn defer(op: Deferred) -> bool {
         .unwrap_or(false)
 }
 
+/// Cancels a queued insert of `addr` (an allocation freed before its
+/// deferred insert was applied); returns whether there was one.
+pub fn cancel_insert(addr: u64) -> bool {
+    use core::sync::atomic::Ordering;
+    DEFERRED
+        .try_with(|q| {
+            let n = q.len.load(Ordering::Acquire);
+            for op in &q.ops[..n.min(QUEUE)] {
+                if let Deferred::Insert(e) = op.get() {
+                    if e.addr == addr {
+                        op.set(Deferred::None);
+                        return true;
+                    }
+                }
+            }
+            false
+        })
+        .unwrap_or(false)
+}
+
 /// Takes one queued update. Safe against a signal handler pushing
 /// meanwhile: the pop only succeeds if the length did not change.
 pub fn pop_deferred() -> Option<Deferred> {

@@ -299,10 +299,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
         let st = state();
         let g = guard::Enter::new();
         if guard::in_lock() {
-            // A signal handler freeing while its thread holds a tracker lock:
-            // postpone the free itself too, so the address cannot be reused
-            // before its entry is gone.
-            if guard::defer(guard::Deferred::Free(ptr as u64, layout.size(), layout.align())) {
+            // A signal handler freeing while its thread holds a tracker lock.
+            // A block whose own insert is still queued was never in the
+            // table: cancel the insert and free at once. Otherwise postpone
+            // the free itself too, so the address cannot be reused before
+            // its entry is gone.
+            if !guard::cancel_insert(ptr as u64) && guard::defer(guard::Deferred::Free(ptr as u64, layout.size(), layout.align())) {
                 return;
             }
         } else {
@@ -334,9 +336,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
             // SAFETY: both blocks are valid for the smaller size and distinct.
             unsafe { core::ptr::copy_nonoverlapping(ptr, q, layout.size().min(new_size)) };
             record(st, q, new_size, layout.align(), true);
-            if !guard::defer(guard::Deferred::Free(ptr as u64, layout.size(), layout.align())) {
-                // SAFETY: forwarded; the entry stays until a later free of
-                // the same address replaces it.
+            if guard::cancel_insert(ptr as u64) || !guard::defer(guard::Deferred::Free(ptr as u64, layout.size(), layout.align())) {
+                // SAFETY: forwarded. Either the block never reached the table
+                // (its insert was still queued), or the queue is full and its
+                // entry stays until a later allocation at that address replaces it.
                 unsafe { self.inner.dealloc(ptr, layout) };
             }
             return q;

@@ -1,0 +1,122 @@
+//! Shared scaffolding for the runtime's test binaries. They run without
+//! libtest's harness so that no test-runner thread allocates concurrently
+//! with the exact accounting checks.
+#![allow(dead_code)]
+
+use heapdump_format::{ContentsRef, Dump, Record};
+use std::collections::BTreeMap;
+
+/// Runs the named tests (or, in a child run, the child scenario) and
+/// prints a closing `N passed, M failed` line.
+pub fn run(tests: &[(&str, fn())]) {
+    if let Ok(name) = std::env::var("HEAPDUMP_TEST_CHILD") {
+        for (n, f) in tests {
+            if *n == name {
+                f();
+                std::process::exit(0);
+            }
+        }
+        eprintln!("unknown child scenario {name}");
+        std::process::exit(3);
+    }
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, f) in tests {
+        if name.starts_with("child_") || (!filter.is_empty() && !filter.iter().any(|x| name.contains(x.as_str()))) {
+            continue;
+        }
+        let r = std::panic::catch_unwind(f);
+        match r {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// Runs this test binary again as a child scenario with extra environment.
+pub fn child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    let mut c = std::process::Command::new(exe);
+    c.env("HEAPDUMP_TEST_CHILD", name);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// A scratch directory unique to this process and label.
+pub fn scratch(label: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("heapdump-test-{}-{label}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// What a test needs from a dump.
+#[derive(Default, Debug)]
+pub struct Parsed {
+    pub reason: String,
+    pub mode: String,
+    pub allocs: BTreeMap<u64, (u64, u32)>,
+    /// Full-mode contents by address.
+    pub contents: BTreeMap<u64, Vec<u8>>,
+    /// Pointer values found in each thread's stack and registers, by tid.
+    pub thread_ptrs: BTreeMap<u32, Vec<u64>>,
+    pub thread_flags: BTreeMap<u32, u32>,
+    pub static_ptrs: Vec<u64>,
+    pub sites: BTreeMap<u32, Vec<u64>>,
+    pub pause_ns: u64,
+    pub complete: bool,
+}
+
+pub fn parse(bytes: &[u8]) -> Parsed {
+    let d = Dump::parse(bytes).expect("dump header");
+    let mut p = Parsed { reason: d.header().reason.as_str().into(), mode: d.header().mode.as_str().into(), ..Default::default() };
+    for r in d.records() {
+        match r.expect("record").1 {
+            Record::Alloc(a) => {
+                p.allocs.insert(a.address, (a.size, a.site));
+                if let ContentsRef::Full(b) = a.contents {
+                    p.contents.insert(a.address, b.to_vec());
+                }
+            }
+            Record::Thread(t) => {
+                let mut v: Vec<u64> = t.contents.words(t.stack_start).map(|(_, v)| v).collect();
+                v.extend(t.regs());
+                p.thread_ptrs.insert(t.tid, v);
+                p.thread_flags.insert(t.tid, t.flags);
+            }
+            Record::Static(s) => p.static_ptrs.extend(s.contents.words(s.address).map(|(_, v)| v)),
+            Record::Site(s) => {
+                p.sites.insert(s.id, s.frames().collect());
+            }
+            Record::End(t) => {
+                p.pause_ns = t.pause_ns;
+                p.complete = true;
+            }
+            _ => {}
+        }
+    }
+    p
+}
+
+/// xorshift for reproducible churn.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}

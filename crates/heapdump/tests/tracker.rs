@@ -1,0 +1,347 @@
+//! The live table is exact: churn from many threads, realloc in every
+//! direction, fork while other threads allocate, thread-local destructors,
+//! and an inner allocator that fails.
+
+mod common;
+
+use common::Rng;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// System, except that a request of exactly FAIL_SIZE bytes fails.
+struct Failing;
+const FAIL_SIZE: usize = 0x7777_7777;
+
+// SAFETY: forwards to System; failing with null is allowed by GlobalAlloc.
+unsafe impl GlobalAlloc for Failing {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if l.size() == FAIL_SIZE {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: forwarded.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if n == FAIL_SIZE {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: forwarded.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: heapdump::Tracked<Failing> = heapdump::Tracked::new(Failing);
+
+fn main() {
+    common::run(&[
+        ("churn_from_four_threads_is_exact", churn_from_four_threads_is_exact),
+        ("realloc_in_every_direction", realloc_in_every_direction),
+        ("fork_while_threads_allocate", fork_while_threads_allocate),
+        ("child_fork", child_fork),
+        ("thread_local_destructors_allocate_at_exit", thread_local_destructors_allocate_at_exit),
+        ("null_from_the_inner_allocator", null_from_the_inner_allocator),
+        ("child_null", child_null),
+        ("zero_size_and_over_aligned", zero_size_and_over_aligned),
+        ("sites_are_captured_and_deduplicated", sites_are_captured_and_deduplicated),
+        ("bad_configuration_is_reported_once", bad_configuration_is_reported_once),
+        ("child_bad_config", child_bad_config),
+    ]);
+}
+
+/// Random alloc/realloc/free; returns the blocks still live (addr, size).
+fn churn(seed: u64, ops: usize, keep: usize) -> Vec<(usize, usize)> {
+    let mut rng = Rng(seed);
+    let mut live: Vec<(usize, usize)> = Vec::with_capacity(4096);
+    for _ in 0..ops {
+        let r = rng.next();
+        match r % 4 {
+            0 | 1 if live.len() < 4000 => {
+                let size = 1 + (r >> 8) as usize % 3000;
+                let l = Layout::from_size_align(size, 8).unwrap();
+                // SAFETY: non-zero size.
+                let p = unsafe { std::alloc::alloc(l) };
+                assert!(!p.is_null());
+                live.push((p as usize, size));
+            }
+            2 if !live.is_empty() => {
+                let i = (r >> 8) as usize % live.len();
+                let (p, size) = live[i];
+                let new = 1 + (r >> 20) as usize % 6000;
+                // SAFETY: p was allocated with (size, 8).
+                let q = unsafe { std::alloc::realloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap(), new) };
+                assert!(!q.is_null());
+                live[i] = (q as usize, new);
+            }
+            _ if !live.is_empty() => {
+                let i = (r >> 8) as usize % live.len();
+                let (p, size) = live.swap_remove(i);
+                // SAFETY: p was allocated with (size, 8).
+                unsafe { std::alloc::dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+            }
+            _ => {}
+        }
+    }
+    while live.len() > keep {
+        let (p, size) = live.pop().unwrap();
+        // SAFETY: as above.
+        unsafe { std::alloc::dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+    }
+    live
+}
+
+fn free_all(v: Vec<(usize, usize)>) {
+    for (p, size) in v {
+        // SAFETY: allocated by `churn` with (size, 8).
+        unsafe { std::alloc::dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+    }
+}
+
+fn churn_from_four_threads_is_exact() {
+    let before = heapdump::stats();
+    let handles: Vec<_> = (0..4).map(|t| std::thread::spawn(move || churn(0x9e37 + t, 200_000, 500))).collect();
+    let kept: Vec<Vec<(usize, usize)>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mid = heapdump::stats();
+    // Ground truth against a full dump: every kept block is in it with its size.
+    let dir = common::scratch("churn");
+    let cleanup = Cleanup(dir.clone());
+    let path = dir.join("churn.hdump");
+    heapdump::dump(&path, heapdump::Mode::Compact).unwrap();
+    let d = common::parse(&std::fs::read(&path).unwrap());
+    assert!(d.complete);
+    for (p, size) in kept.iter().flatten() {
+        assert_eq!(d.allocs.get(&(*p as u64)).map(|a| a.0), Some(*size as u64), "block {p:#x} of {size} bytes missing or wrong");
+    }
+    drop(d);
+    let n_kept: usize = kept.iter().map(|v| v.len()).sum();
+    let bytes_kept: usize = kept.iter().flatten().map(|b| b.1).sum();
+    // The kept blocks plus the four Vecs holding them and the outer Vec.
+    assert_eq!(mid.live_count, before.live_count + n_kept as u64 + 5, "live count after churn");
+    assert!(mid.live_bytes >= before.live_bytes + bytes_kept as u64);
+    for v in kept {
+        free_all(v);
+    }
+    drop((path, dir, cleanup));
+    let after = heapdump::stats();
+    assert_eq!(after.live_count, before.live_count, "every block freed leaves the table");
+    assert_eq!(after.live_bytes, before.live_bytes);
+    assert!(after.total_allocs >= before.total_allocs + 4 * 50_000);
+    assert!(after.peak_bytes >= mid.live_bytes);
+}
+
+fn realloc_in_every_direction() {
+    let base = heapdump::stats();
+    let l = Layout::from_size_align(100, 16).unwrap();
+    // SAFETY: a sequence of valid alloc/realloc/dealloc calls on one block.
+    unsafe {
+        let p = std::alloc::alloc(l);
+        for (i, b) in std::slice::from_raw_parts_mut(p, 100).iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let mut cur = (p, 100usize);
+        for new in [1 << 20, 50, 60, 4096, 8, 1 << 16, 100] {
+            let q = std::alloc::realloc(cur.0, Layout::from_size_align(cur.1, 16).unwrap(), new);
+            assert!(!q.is_null());
+            assert_eq!(q as usize % 16, 0, "alignment kept");
+            let s = heapdump::stats();
+            assert_eq!(s.live_count, base.live_count + 1, "one block after realloc to {new}");
+            assert_eq!(s.live_bytes, base.live_bytes + new as u64, "size follows realloc to {new}");
+            // Contents survive: the first 8 bytes were never shrunk away.
+            assert_eq!(std::slice::from_raw_parts(q, 8), &[0, 1, 2, 3, 4, 5, 6, 7]);
+            cur = (q, new);
+        }
+        std::alloc::dealloc(cur.0, Layout::from_size_align(cur.1, 16).unwrap());
+    }
+    assert_eq!(heapdump::stats().live_count, base.live_count);
+}
+
+fn fork_while_threads_allocate() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    STOP.store(false, Ordering::SeqCst);
+    let threads: Vec<_> = (0..3)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !STOP.load(Ordering::Relaxed) {
+                    free_all(churn(t * 77 + n, 2_000, 10));
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for round in 0..20 {
+        // SAFETY: fork; the child only runs `child_fork`'s body, then _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(child_fork).is_ok();
+            // SAFETY: leave the child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert!(pid > 0);
+        let status = wait_with_timeout(pid, 20);
+        assert_eq!(status, Some(0), "fork round {round}: child deadlocked or failed");
+        // The parent still allocates normally.
+        free_all(churn(round, 1_000, 0));
+    }
+    STOP.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// In a forked child: the table and locks work and stay exact.
+fn child_fork() {
+    let before = heapdump::stats();
+    let v: Vec<Box<[u8; 100]>> = (0..10_000).map(|_| Box::new([7u8; 100])).collect();
+    let mid = heapdump::stats();
+    assert_eq!(mid.live_count, before.live_count + 10_001);
+    drop(v);
+    assert_eq!(heapdump::stats().live_count, before.live_count);
+}
+
+fn wait_with_timeout(pid: i32, secs: u64) -> Option<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let mut status = 0;
+        // SAFETY: WNOHANG wait on our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return Some(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) });
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn thread_local_destructors_allocate_at_exit() {
+    struct AllocOnDrop(Vec<String>);
+    impl Drop for AllocOnDrop {
+        fn drop(&mut self) {
+            // Allocate and free while the thread's TLS is being torn down.
+            let mut v: Vec<String> = (0..100).map(|i| format!("late {i}")).collect();
+            v.append(&mut self.0);
+            drop(v);
+        }
+    }
+    thread_local! {
+        static T: std::cell::RefCell<Option<AllocOnDrop>> = const { std::cell::RefCell::new(None) };
+    }
+    let before = heapdump::stats();
+    let hs: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(|| {
+                T.with(|t| *t.borrow_mut() = Some(AllocOnDrop((0..50).map(|i| i.to_string()).collect())));
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    // Thread exit frees glibc's per-thread state lazily; wait for it to settle.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let after = heapdump::stats();
+    assert_eq!(after.live_count, before.live_count, "allocations of TLS destructors are all accounted");
+}
+
+fn null_from_the_inner_allocator() {
+    let dir = common::scratch("null");
+    let out = dir.join("oom.hdump");
+    let o = common::child("child_null", &[("HEAPDUMP_OUTPUT", out.to_str().unwrap()), ("HEAPDUMP_SIGNAL", "0")]);
+    assert!(o.status.success(), "child failed: {}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("heapdump: wrote") && err.contains("alloc_failure"), "stderr: {err}");
+    let d = common::parse(&std::fs::read(&out).unwrap());
+    assert_eq!(d.reason, "alloc_failure");
+    assert!(d.complete);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn child_null() {
+    let before = heapdump::stats();
+    let l = Layout::from_size_align(FAIL_SIZE, 8).unwrap();
+    // SAFETY: a valid layout; null is an allowed answer.
+    let p = unsafe { std::alloc::alloc(l) };
+    assert!(p.is_null());
+    // A failing realloc keeps the old block live and tracked.
+    // SAFETY: valid alloc/realloc/dealloc sequence.
+    unsafe {
+        let q = std::alloc::alloc(Layout::from_size_align(64, 8).unwrap());
+        let r = std::alloc::realloc(q, Layout::from_size_align(64, 8).unwrap(), FAIL_SIZE);
+        assert!(r.is_null());
+        assert_eq!(heapdump::stats().live_count, before.live_count + 1);
+        std::alloc::dealloc(q, Layout::from_size_align(64, 8).unwrap());
+    }
+    assert_eq!(heapdump::stats().live_count, before.live_count);
+}
+
+fn zero_size_and_over_aligned() {
+    let base = heapdump::stats();
+    for align in [1usize, 64, 4096, 1 << 16] {
+        let l = Layout::from_size_align(24, align).unwrap();
+        // SAFETY: valid layout.
+        let p = unsafe { std::alloc::alloc(l) };
+        assert_eq!(p as usize % align, 0);
+        let s = heapdump::stats();
+        assert_eq!(s.live_bytes, base.live_bytes + 24);
+        // SAFETY: same layout.
+        unsafe { std::alloc::dealloc(p, l) };
+    }
+    // Zero-sized types never reach the allocator, and Vec::new does not allocate.
+    let v: Vec<()> = vec![(); 1000];
+    let e: Vec<u64> = Vec::new();
+    assert_eq!(heapdump::stats().live_count, base.live_count);
+    drop((v, e));
+}
+
+#[inline(never)]
+fn alloc_here() -> Box<[u64; 3]> {
+    Box::new([1, 2, 3])
+}
+
+fn sites_are_captured_and_deduplicated() {
+    let boxes: Vec<_> = (0..100).map(|_| alloc_here()).collect();
+    let dir = common::scratch("sites");
+    let path = dir.join("s.hdump");
+    heapdump::dump(&path, heapdump::Mode::Compact).unwrap();
+    let d = common::parse(&std::fs::read(&path).unwrap());
+    let ids: std::collections::BTreeSet<u32> = boxes.iter().map(|b| d.allocs[&(b.as_ptr() as u64)].1).collect();
+    assert_eq!(ids.len(), 1, "one site for 100 allocations from one call site");
+    let id = *ids.iter().next().unwrap();
+    assert_ne!(id, 0);
+    let frames = &d.sites[&id];
+    assert!(frames.len() >= 3, "a real stack: {frames:x?}");
+    // One of the frames lies inside alloc_here.
+    let f = alloc_here as usize as u64;
+    assert!(frames.iter().any(|&ip| ip > f && ip < f + 4096), "alloc_here ({f:#x}) among {frames:x?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn bad_configuration_is_reported_once() {
+    let o = common::child("child_bad_config", &[("HEAPDUMP_MODE", "sideways"), ("HEAPDUMP_THRESHOLD", "lots")]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("ignoring HEAPDUMP_MODE=sideways").count(), 1, "{err}");
+    assert_eq!(err.matches("ignoring HEAPDUMP_THRESHOLD=lots").count(), 1, "{err}");
+}
+
+fn child_bad_config() {
+    let c = heapdump::config();
+    assert_eq!(c.mode, heapdump::Mode::Compact);
+    assert_eq!(c.threshold, 0);
+}
+
+struct Cleanup(std::path::PathBuf);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
