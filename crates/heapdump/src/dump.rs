@@ -80,6 +80,8 @@ struct Scratch {
     maps_cap: usize,
     pairs: *mut (u64, u64),
     modules: Option<Modules>,
+    /// Shared with the forked writer: its result.
+    shared: *mut DumpInfo,
 }
 
 static mut SCRATCH: Scratch = Scratch {
@@ -89,6 +91,7 @@ static mut SCRATCH: Scratch = Scratch {
     maps_cap: 0,
     pairs: core::ptr::null_mut(),
     modules: None,
+    shared: core::ptr::null_mut(),
 };
 
 const WRITE_BUF: usize = 1 << 20;
@@ -160,6 +163,7 @@ fn scratch() -> Result<&'static mut Scratch, DumpError> {
         s.buf = sys::mmap_anon(WRITE_BUF).map_err(|errno| DumpError::Os { what: "mapping the write buffer", errno })?;
         s.buf_len = WRITE_BUF;
         s.pairs = sys::mmap_anon(PAIRS * 16).map_err(|errno| DumpError::Os { what: "mapping scratch", errno })?.cast();
+        s.shared = sys::mmap_shared(4096).map_err(|errno| DumpError::Os { what: "mapping shared scratch", errno })?.cast();
     }
     if s.modules.is_none() {
         s.modules = Some(Modules::new().map_err(|errno| DumpError::Os { what: "mapping the module map", errno })?);
@@ -186,7 +190,12 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
                 // Child: one thread, a copy of the stopped image. Write and leave.
                 let pause = sys::monotonic_ns() - t0;
                 let code = match write_body(state, sc, fd, mode, reason, entry_regs, on_helper, stopped, t0, Some(pause)) {
-                    Ok(_) => 0,
+                    Ok(info) => {
+                        // SAFETY: `shared` is a MAP_SHARED page the parent
+                        // reads after waiting for this process.
+                        unsafe { sc.shared.write(info) };
+                        0
+                    }
                     Err(DumpError::Write(WriteError::Sink { errno })) | Err(DumpError::Os { errno, .. }) => errno.clamp(1, 250),
                     Err(_) => 251,
                 };
@@ -207,9 +216,8 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
                 DumpError::Child(status)
             });
         }
-        // The child's counts are not shared back; read them from the file's
-        // trailer, which the child wrote last.
-        let mut info = read_trailer(fd).unwrap_or_default();
+        // SAFETY: the child wrote its result into the shared page and has exited.
+        let mut info = unsafe { sc.shared.read() };
         info.pause_ns = pause;
         info.not_stopped = stopped.not_stopped;
         return Ok(info);
@@ -217,36 +225,6 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
     let r = write_body(state, sc, fd, mode, reason, entry_regs, on_helper, stopped, t0, None);
     stw::resume();
     r
-}
-
-/// Reads the counts back from the END record at the end of `fd`.
-fn read_trailer(fd: i32) -> Option<DumpInfo> {
-    let mut t = [0u8; raw::RECORD_HEADER_SIZE + raw::END_SIZE];
-    // SAFETY: fstat/pread into valid out-buffers.
-    let size = unsafe {
-        let mut st: libc::stat = core::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 {
-            return None;
-        }
-        st.st_size as u64
-    };
-    let off = size.checked_sub(t.len() as u64)?;
-    // SAFETY: t is writable for its length.
-    let n = unsafe { libc::pread(fd, t.as_mut_ptr().cast(), t.len(), off as i64) };
-    if n != t.len() as isize {
-        return None;
-    }
-    let p = &t[raw::RECORD_HEADER_SIZE..];
-    let u64at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().unwrap_or([0; 8]));
-    let u32at = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().unwrap_or([0; 4]));
-    Some(DumpInfo {
-        file_bytes: size,
-        allocations: u64at(8),
-        alloc_bytes: u64at(16),
-        threads: u32at(40),
-        not_stopped: 0,
-        pause_ns: u64at(56),
-    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -396,11 +374,9 @@ fn page_size() -> u32 {
 
 fn thread_name(tid: u32, out: &mut [u8; 16]) -> &[u8] {
     let mut path = [0u8; 64];
-    let mut n = 0;
-    for part in [b"/proc/self/task/".as_slice()] {
-        path[..part.len()].copy_from_slice(part);
-        n = part.len();
-    }
+    let prefix = b"/proc/self/task/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut n = prefix.len();
     n += fmt_u64(tid.into(), &mut path[n..]);
     path[n..n + 6].copy_from_slice(b"/comm\0");
     let Ok(c) = core::ffi::CStr::from_bytes_until_nul(&path[..n + 6]) else { return &[] };

@@ -34,6 +34,19 @@ pub fn mmap_anon(len: usize) -> Result<*mut u8, i32> {
     }
 }
 
+/// Anonymous mapping shared with forked children (results come back through it).
+pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
+    // SAFETY: as in mmap_anon, with MAP_SHARED.
+    let p = unsafe {
+        libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if p == libc::MAP_FAILED {
+        Err(errno())
+    } else {
+        Ok(p.cast())
+    }
+}
+
 /// Unmaps a region obtained from [`mmap_anon`].
 ///
 /// # Safety

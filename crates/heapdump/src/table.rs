@@ -10,6 +10,7 @@
 //! - `key`: address in bits 0..48, log2(alignment) in 48..54, the sampled
 //!   flag in bit 54, bits 40.. of the size in 55..64;
 //! - `meta`: bits 0..40 of the size in 0..40, the site id in 40..64.
+//!
 //! So sizes up to 2^49 bytes and 2^24 sites are exact. Addresses at or
 //! above 2^48 (5-level paging only) are counted, not tracked.
 

@@ -1,1 +1,462 @@
-fn main() {}
+//! Dumps: consistent while threads churn, roots found in stacks and
+//! statics, no allocation while dumping, clean failure on a full disk,
+//! every trigger (API, signal, exit, allocation failure, threshold), fork
+//! mode, and file naming that never overwrites.
+
+mod common;
+
+use common::Rng;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// System, but aborts on any call while FORBID is set, and fails requests
+/// of FAIL_SIZE bytes.
+struct Guarded;
+static FORBID: AtomicBool = AtomicBool::new(false);
+const FAIL_SIZE: usize = 0x7777_7777;
+
+fn forbidden() -> ! {
+    let msg = b"allocation during a dump\n";
+    // SAFETY: one write to stderr, then abort.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}
+
+// SAFETY: forwards to System (or fails with null, which is allowed).
+unsafe impl GlobalAlloc for Guarded {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if FORBID.load(Ordering::Relaxed) {
+            forbidden();
+        }
+        if l.size() == FAIL_SIZE {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: forwarded.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        if FORBID.load(Ordering::Relaxed) {
+            forbidden();
+        }
+        // SAFETY: forwarded.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if FORBID.load(Ordering::Relaxed) {
+            forbidden();
+        }
+        // SAFETY: forwarded.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: heapdump::Tracked<Guarded> = heapdump::Tracked::new(Guarded);
+
+fn main() {
+    common::run(&[
+        ("dumps_while_threads_churn_hold_exactly_the_live_blocks", dumps_while_threads_churn_hold_exactly_the_live_blocks),
+        ("fork_mode_dump_while_threads_churn", fork_mode_dump_while_threads_churn),
+        ("child_fork_mode", child_fork_mode),
+        ("roots_in_a_blocked_stack_and_a_static", roots_in_a_blocked_stack_and_a_static),
+        ("no_allocation_while_dumping", no_allocation_while_dumping),
+        ("child_no_alloc", child_no_alloc),
+        ("the_no_allocation_check_can_fail", the_no_allocation_check_can_fail),
+        ("full_disk_fails_cleanly_and_the_program_goes_on", full_disk_fails_cleanly_and_the_program_goes_on),
+        ("signal_trigger_under_a_busy_program", signal_trigger_under_a_busy_program),
+        ("child_signal", child_signal),
+        ("exit_threshold_and_allocation_failure_triggers", exit_threshold_and_allocation_failure_triggers),
+        ("child_triggers", child_triggers),
+        ("files_are_never_overwritten", files_are_never_overwritten),
+        ("full_and_compact_agree", full_and_compact_agree),
+    ]);
+}
+
+struct Churn {
+    stop: Arc<AtomicBool>,
+    /// Per thread: the slot table's address (a heap block) and its length.
+    tables: Vec<(u64, usize)>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+const SLOTS: usize = 256;
+
+/// Threads that allocate and free blocks of 3000..3999 bytes (a size no
+/// other code here uses), recording each live block's address in a slot
+/// table on the heap: set after the allocation, cleared before the free.
+fn start_churn(n: usize) -> Churn {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handles = (0..n)
+        .map(|t| {
+            let stop = stop.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let slots: Box<[AtomicU64]> = (0..SLOTS).map(|_| AtomicU64::new(0)).collect();
+                tx.send((slots.as_ptr() as u64, SLOTS)).unwrap();
+                let mut rng = Rng(t as u64 * 7919 + 1);
+                while !stop.load(Ordering::Relaxed) {
+                    let r = rng.next();
+                    let i = r as usize % SLOTS;
+                    let cur = slots[i].load(Ordering::Relaxed);
+                    if cur != 0 {
+                        slots[i].store(0, Ordering::Release);
+                        let size = 3000 + (cur >> 48) as usize;
+                        // SAFETY: allocated below with this size.
+                        unsafe { std::alloc::dealloc((cur & 0xffff_ffff_ffff) as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+                    } else {
+                        let extra = (r >> 32) % 1000;
+                        // SAFETY: non-zero size.
+                        let p = unsafe { std::alloc::alloc(Layout::from_size_align(3000 + extra as usize, 8).unwrap()) };
+                        slots[i].store(p as u64 | extra << 48, Ordering::Release);
+                    }
+                }
+                for s in slots.iter() {
+                    let cur = s.load(Ordering::Relaxed);
+                    if cur != 0 {
+                        // SAFETY: as above.
+                        unsafe {
+                            std::alloc::dealloc(
+                                (cur & 0xffff_ffff_ffff) as *mut u8,
+                                Layout::from_size_align(3000 + (cur >> 48) as usize, 8).unwrap(),
+                            )
+                        };
+                    }
+                }
+            })
+        })
+        .collect();
+    let tables = (0..n).map(|_| rx.recv().unwrap()).collect();
+    Churn { stop, tables, handles }
+}
+
+impl Churn {
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles {
+            h.join().unwrap();
+        }
+    }
+}
+
+/// Checks a full dump against the churn threads' own slot tables, as they
+/// were when the world stopped (their contents are in the dump): every
+/// block a table lists is in the dump with its size, and each thread has at
+/// most one block in the dump that its table does not list (the one it was
+/// between allocating and recording, or between clearing and freeing).
+fn check_against_slots(d: &common::Parsed, tables: &[(u64, usize)]) {
+    let mut listed = std::collections::BTreeSet::new();
+    for &(addr, n) in tables {
+        let bytes = d.contents.get(&addr).expect("slot table in the dump");
+        assert_eq!(bytes.len(), n * 8);
+        for w in bytes.chunks_exact(8) {
+            let v = u64::from_le_bytes(w.try_into().unwrap());
+            if v != 0 {
+                let a = v & 0xffff_ffff_ffff;
+                let size = 3000 + (v >> 48);
+                assert_eq!(d.allocs.get(&a).map(|x| x.0), Some(size), "listed block {a:#x} missing from the dump");
+                listed.insert(a);
+            }
+        }
+    }
+    let churn_blocks = d.allocs.iter().filter(|(_, (s, _))| (3000..4000).contains(s)).count();
+    let extra = churn_blocks - listed.len();
+    assert!(extra <= tables.len(), "{extra} unlisted churn blocks for {} threads", tables.len());
+}
+
+fn dumps_while_threads_churn_hold_exactly_the_live_blocks() {
+    let c = start_churn(3);
+    let dir = common::scratch("churn");
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    for i in 0..15 {
+        let p = dir.join(format!("d{i}.hdump"));
+        let info = heapdump::dump(&p, heapdump::Mode::Full).unwrap();
+        let d = common::parse(&std::fs::read(&p).unwrap());
+        assert!(d.complete);
+        assert_eq!(d.allocs.len() as u64, info.allocations, "returned counts equal the trailer's");
+        assert_eq!(info.not_stopped, 0);
+        check_against_slots(&d, &c.tables);
+        std::fs::remove_file(&p).unwrap();
+    }
+    c.finish();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn fork_mode_dump_while_threads_churn() {
+    let dir = common::scratch("fork");
+    let o = common::child("child_fork_mode", &[("HEAPDUMP_FORK", "1"), ("HEAPDUMP_OUT_DIR", dir.to_str().unwrap())]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn child_fork_mode() {
+    assert!(heapdump::config().fork);
+    let dir = std::path::PathBuf::from(std::env::var("HEAPDUMP_OUT_DIR").unwrap());
+    let c = start_churn(2);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    for i in 0..5 {
+        let p = dir.join(format!("f{i}.hdump"));
+        let info = heapdump::dump(&p, heapdump::Mode::Full).unwrap();
+        let d = common::parse(&std::fs::read(&p).unwrap());
+        assert!(d.complete);
+        assert_eq!(d.allocs.len() as u64, info.allocations);
+        assert!(info.pause_ns > 0 && d.pause_ns > 0);
+        check_against_slots(&d, &c.tables);
+    }
+    c.finish();
+}
+
+static HELD: AtomicPtr<[u64; 8]> = AtomicPtr::new(std::ptr::null_mut());
+
+fn roots_in_a_blocked_stack_and_a_static() {
+    // A block referenced only from a static.
+    let s = Box::into_raw(Box::new([0x5717_1c00u64; 8]));
+    HELD.store(s, Ordering::SeqCst);
+    // A block referenced only from a blocked thread's stack.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        let b = std::hint::black_box(Box::new([0x57ac_0000u64; 8]));
+        let addr = &*b as *const _ as u64;
+        ready_tx.send((addr, heapdump_tid())).unwrap();
+        go_rx.recv().unwrap();
+        std::hint::black_box(&b);
+    });
+    let (addr, tid) = ready_rx.recv().unwrap();
+    let dir = common::scratch("roots");
+    let p = dir.join("r.hdump");
+    heapdump::dump(&p, heapdump::Mode::Compact).unwrap();
+    let d = common::parse(&std::fs::read(&p).unwrap());
+    assert!(d.thread_ptrs.get(&tid).expect("blocked thread recorded").contains(&addr), "stack pointer to the block found");
+    assert!(d.static_ptrs.contains(&(s as u64)), "static pointer to the block found");
+    assert!(d.allocs.contains_key(&addr) && d.allocs.contains_key(&(s as u64)));
+    go_tx.send(()).unwrap();
+    h.join().unwrap();
+    // SAFETY: s came from Box::into_raw.
+    drop(unsafe { Box::from_raw(HELD.swap(std::ptr::null_mut(), Ordering::SeqCst)) });
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn heapdump_tid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn no_allocation_while_dumping() {
+    let dir = common::scratch("noalloc");
+    let o = common::child("child_no_alloc", &[("HEAPDUMP_OUT_DIR", dir.to_str().unwrap())]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Control: the same child with one deliberate allocation under FORBID dies.
+fn the_no_allocation_check_can_fail() {
+    let dir = common::scratch("control");
+    let o = common::child("child_no_alloc", &[("HEAPDUMP_OUT_DIR", dir.to_str().unwrap()), ("HEAPDUMP_CONTROL", "1")]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("allocation during a dump"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Any call into the allocator between FORBID's set and clear aborts the
+/// process; a sleeping thread makes sure the stop-the-world path runs.
+fn child_no_alloc() {
+    let dir = std::path::PathBuf::from(std::env::var("HEAPDUMP_OUT_DIR").unwrap());
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let h = std::thread::spawn(move || rx.recv().unwrap());
+    let keep: Vec<Box<u64>> = (0..1000).map(Box::new).collect();
+    let paths: Vec<_> = ["c", "f"].iter().map(|m| dir.join(format!("{m}.hdump"))).collect();
+    // Warm up once (the first dump maps its buffers), then forbid.
+    heapdump::dump(dir.join("warm.hdump"), heapdump::Mode::Compact).unwrap();
+    for (p, mode) in paths.iter().zip([heapdump::Mode::Compact, heapdump::Mode::Full]) {
+        FORBID.store(true, Ordering::SeqCst);
+        let r = heapdump::dump(p, mode);
+        FORBID.store(false, Ordering::SeqCst);
+        r.unwrap();
+    }
+    let file = std::fs::File::create(dir.join("fd.hdump")).unwrap();
+    FORBID.store(true, Ordering::SeqCst);
+    let r = heapdump::dump_to_fd(std::os::fd::AsRawFd::as_raw_fd(&file), heapdump::Mode::Compact);
+    FORBID.store(false, Ordering::SeqCst);
+    r.unwrap();
+    // The test allocator is live: a real allocation now aborts (control).
+    assert!(
+        std::env::var_os("HEAPDUMP_CONTROL").is_none() || {
+            FORBID.store(true, Ordering::SeqCst);
+            drop(Box::new(1));
+            false
+        }
+    );
+    tx.send(()).unwrap();
+    h.join().unwrap();
+    for p in &paths {
+        let d = common::parse(&std::fs::read(p).unwrap());
+        assert!(d.complete && d.allocs.len() >= 1000);
+    }
+    drop(keep);
+}
+
+fn full_disk_fails_cleanly_and_the_program_goes_on() {
+    let keep: Vec<Box<[u8; 4096]>> = (0..300).map(|_| Box::new([1; 4096])).collect();
+    let f = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let r = heapdump::dump_to_fd(std::os::fd::AsRawFd::as_raw_fd(&f), heapdump::Mode::Full);
+    match r {
+        Err(heapdump::DumpError::Write(e)) => assert_eq!(e.to_string(), "write failed: no space left on device (errno 28)"),
+        other => panic!("expected ENOSPC, got {other:?}"),
+    }
+    // The program, its threads and the tracker go on.
+    let more: Vec<Box<u64>> = (0..1000).map(Box::new).collect();
+    let dir = common::scratch("full");
+    let info = heapdump::dump(dir.join("ok.hdump"), heapdump::Mode::Compact).unwrap();
+    assert!(info.allocations >= 1300);
+    drop((keep, more));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn signal_trigger_under_a_busy_program() {
+    let dir = common::scratch("signal");
+    let report = dir.join("report.tsv");
+    let exe = std::env::current_exe().unwrap();
+    let child = std::process::Command::new(exe)
+        .env("HEAPDUMP_TEST_CHILD", "child_signal")
+        .env("HEAPDUMP_OUTPUT", dir.join("sig.hdump"))
+        .env("HEAPDUMP_REPORT", &report)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for _ in 0..2 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let before = std::fs::read_to_string(&report).unwrap_or_default().lines().count();
+        while std::fs::read_to_string(&report).unwrap_or_default().lines().count() == before {
+            assert!(std::time::Instant::now() < deadline, "no dump after SIGUSR2");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    std::fs::write(dir.join("stop"), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<String> = std::fs::read_to_string(&report).unwrap().lines().map(String::from).collect();
+    assert_eq!(lines.len(), 2);
+    // First dump at the configured path, the second numbered.
+    assert!(lines[0].starts_with(dir.join("sig.hdump").to_str().unwrap()));
+    assert!(lines[1].contains(&format!("sig.{}.1.hdump", out_pid(&lines[1]))));
+    for l in &lines {
+        let path = l.split('\t').next().unwrap();
+        let d = common::parse(&std::fs::read(path).unwrap());
+        assert_eq!(d.reason, "signal");
+        assert!(d.complete);
+        let n: usize = l.split('\t').nth(1).unwrap().parse().unwrap();
+        assert_eq!(n, d.allocs.len(), "report line matches the file");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn out_pid(line: &str) -> String {
+    let name = line.split('\t').next().unwrap().rsplit('/').next().unwrap();
+    name.split('.').nth(1).unwrap().to_string()
+}
+
+fn child_signal() {
+    let stop = std::path::PathBuf::from(std::env::var("HEAPDUMP_OUTPUT").unwrap()).with_file_name("stop");
+    let c = start_churn(2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !stop.exists() && std::time::Instant::now() < deadline {
+        let v: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
+        drop(v);
+    }
+    c.finish();
+}
+
+fn exit_threshold_and_allocation_failure_triggers() {
+    let dir = common::scratch("triggers");
+    let report = dir.join("report.tsv");
+    let o = common::child(
+        "child_triggers",
+        &[
+            ("HEAPDUMP_OUTPUT", dir.join("t.hdump").to_str().unwrap()),
+            ("HEAPDUMP_REPORT", report.to_str().unwrap()),
+            ("HEAPDUMP_THRESHOLD", "8M"),
+            ("HEAPDUMP_AT_EXIT", "1"),
+            ("HEAPDUMP_MODE", "compact"),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<String> = std::fs::read_to_string(&report).unwrap().lines().map(String::from).collect();
+    let reasons: Vec<String> = lines.iter().map(|l| common::parse(&std::fs::read(l.split('\t').next().unwrap()).unwrap()).reason).collect();
+    // 20 MiB in 1 MiB steps crosses 8 and 16 MiB; then the failure; then exit.
+    assert_eq!(reasons, ["threshold", "threshold", "alloc_failure", "exit"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(stderr.matches("heapdump: wrote").count(), 4, "{stderr}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn child_triggers() {
+    let v: Vec<Vec<u8>> = (0..20).map(|_| vec![0u8; 1 << 20]).collect();
+    let l = Layout::from_size_align(FAIL_SIZE, 8).unwrap();
+    // SAFETY: valid layout; null is expected.
+    assert!(unsafe { std::alloc::alloc(l) }.is_null());
+    // A second failure does not dump again.
+    // SAFETY: as above.
+    assert!(unsafe { std::alloc::alloc(l) }.is_null());
+    std::hint::black_box(v);
+}
+
+fn files_are_never_overwritten() {
+    let dir = common::scratch("excl");
+    let p = dir.join("x.hdump");
+    std::fs::write(&p, b"precious").unwrap();
+    let e = heapdump::dump(&p, heapdump::Mode::Compact).unwrap_err();
+    assert_eq!(e, heapdump::DumpError::Os { what: "creating the dump file", errno: libc::EEXIST });
+    assert_eq!(std::fs::read(&p).unwrap(), b"precious");
+    // A symlink is not followed.
+    let l = dir.join("link.hdump");
+    std::os::unix::fs::symlink(dir.join("target"), &l).unwrap();
+    assert!(heapdump::dump(&l, heapdump::Mode::Compact).is_err());
+    assert!(!dir.join("target").exists());
+    // Mode 0600.
+    let q = dir.join("new.hdump");
+    heapdump::dump(&q, heapdump::Mode::Compact).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&q).unwrap().permissions().mode() & 0o777, 0o600);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn full_and_compact_agree() {
+    // A little linked structure: compact pointer lists equal the pointers
+    // found by scanning the full contents.
+    struct Node {
+        next: Option<Box<Node>>,
+        _pad: [u64; 3],
+    }
+    let mut head = None;
+    for _ in 0..50 {
+        head = Some(Box::new(Node { next: head, _pad: [7; 3] }));
+    }
+    let dir = common::scratch("agree");
+    let (pc, pf) = (dir.join("c.hdump"), dir.join("f.hdump"));
+    heapdump::dump(&pc, heapdump::Mode::Compact).unwrap();
+    heapdump::dump(&pf, heapdump::Mode::Full).unwrap();
+    let c = common::parse(&std::fs::read(&pc).unwrap());
+    let f = common::parse(&std::fs::read(&pf).unwrap());
+    let mut n = head.as_deref();
+    let mut checked = 0;
+    while let Some(node) = n {
+        let a = node as *const Node as u64;
+        assert_eq!(c.allocs.get(&a), f.allocs.get(&a));
+        if let Some(next) = node.next.as_deref() {
+            let bytes = &f.contents[&a];
+            assert_eq!(u64::from_le_bytes(bytes[..8].try_into().unwrap()), next as *const Node as u64);
+        }
+        checked += 1;
+        n = node.next.as_deref();
+    }
+    assert_eq!(checked, 50);
+    drop(head);
+    std::fs::remove_dir_all(dir).unwrap();
+}

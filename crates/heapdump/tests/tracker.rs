@@ -320,7 +320,7 @@ fn sites_are_captured_and_deduplicated() {
     let frames = &d.sites[&id];
     assert!(frames.len() >= 3, "a real stack: {frames:x?}");
     // One of the frames lies inside alloc_here.
-    let f = alloc_here as usize as u64;
+    let f = alloc_here as *const () as u64;
     assert!(frames.iter().any(|&ip| ip > f && ip < f + 4096), "alloc_here ({f:#x}) among {frames:x?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
