@@ -1,0 +1,258 @@
+//! Grouping blocks by site, size class or type; comparing two dumps.
+
+use crate::heap::Heap;
+use crate::symbols::Symbolizer;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// What `top` groups by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    /// Allocation site (first frame outside the allocator machinery).
+    Site,
+    /// Size class (powers of two).
+    Size,
+    /// Allocated type, where the site's frames name it.
+    Type,
+}
+
+/// One row of `top`. Field names are the `top --json` keys.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Row {
+    /// The site, type or size class.
+    pub key: String,
+    /// Number of blocks.
+    pub allocations: u64,
+    /// Requested bytes (scaled by sampling weights for sampled sites).
+    pub bytes: u64,
+}
+
+/// The size class of `size`: `0`, `1`, `2`, `3..4`, `5..8`, … `2^k+1..2^(k+1)`.
+pub fn size_class(size: u64) -> String {
+    if size <= 2 {
+        return size.to_string();
+    }
+    let hi = size.next_power_of_two();
+    format!("{}..{}", hi / 2 + 1, hi)
+}
+
+/// The allocated type as far as the site's frames say; "unknown" otherwise.
+///
+/// Reads the innermost frame whose name carries a type: Rust's generic
+/// constructors (`Box<T>::new`, `Vec<T>` growth, `Rc<T>`, `Arc<T>`) as
+/// v0 symbols and DWARF subprogram names spell them, and C++ `new T`
+/// sites show only the calling function, so they stay unknown.
+pub fn type_of(sym: &mut Symbolizer<'_>, site: u32) -> String {
+    for f in sym.site_frames(site) {
+        let Some(name) = f.function.as_deref() else { continue };
+        for (pat, wrap) in [
+            ("alloc::boxed::Box<", "Box"),
+            ("alloc::vec::Vec<", "Vec"),
+            ("alloc::rc::Rc<", "Rc"),
+            ("alloc::sync::Arc<", "Arc"),
+            ("alloc::raw_vec::RawVec<", "Vec"),
+            ("hashbrown::raw::RawTable<", "HashMap table"),
+        ] {
+            if let Some(i) = name.find(pat) {
+                let rest = &name[i + pat.len()..];
+                if let Some(t) = first_generic(rest) {
+                    if t != "T" && !t.is_empty() {
+                        return format!("{wrap}<{t}>");
+                    }
+                }
+            }
+        }
+    }
+    "unknown".to_string()
+}
+
+/// The first generic argument in `rest` (which follows an opening `<`).
+fn first_generic(rest: &str) -> Option<&str> {
+    let mut depth = 0;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' if depth > 0 => depth -= 1,
+            '>' | ',' if depth == 0 => return Some(rest[..i].trim()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The key a block is grouped under.
+pub fn key_of(heap: &Heap, sym: &mut Symbolizer<'_>, by: GroupBy, b: &crate::heap::Block) -> String {
+    match by {
+        GroupBy::Site => sym.site_label(b.site),
+        GroupBy::Size => size_class(b.size),
+        GroupBy::Type => {
+            let _ = heap;
+            type_of(sym, b.site)
+        }
+    }
+}
+
+/// Groups every block, largest byte count first.
+pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, by: GroupBy) -> Vec<Row> {
+    let mut keys: HashMap<(u32, u64), String> = HashMap::new();
+    let mut acc: HashMap<String, (u64, f64)> = HashMap::new();
+    for b in &heap.blocks {
+        // Keys depend on the site (or size) only: compute once per distinct one.
+        let id = match by {
+            GroupBy::Size => (0, b.size.next_power_of_two()),
+            _ => (b.site, 0),
+        };
+        let key = keys.entry(id).or_insert_with(|| key_of(heap, sym, by, b)).clone();
+        let e = acc.entry(key).or_default();
+        e.0 += 1;
+        e.1 += heap.weight(b);
+    }
+    let mut rows: Vec<Row> = acc.into_iter().map(|(key, (n, bytes))| Row { key, allocations: n, bytes: bytes.round() as u64 }).collect();
+    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
+    rows
+}
+
+/// One row of a diff. Field names are the `diff --json` keys.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DiffRow {
+    /// The site or type.
+    pub key: String,
+    /// Blocks in the old dump.
+    pub old_allocations: u64,
+    /// Bytes in the old dump.
+    pub old_bytes: u64,
+    /// Blocks in the new dump.
+    pub new_allocations: u64,
+    /// Bytes in the new dump.
+    pub new_bytes: u64,
+    /// new_bytes - old_bytes.
+    pub delta_bytes: i64,
+    /// new_allocations - old_allocations.
+    pub delta_allocations: i64,
+}
+
+/// The difference between two dumps.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Diff {
+    /// Growth by site, largest growth first.
+    pub by_site: Vec<DiffRow>,
+    /// Growth by type.
+    pub by_type: Vec<DiffRow>,
+    /// Blocks in NEW not in OLD (same address, size and site), when both
+    /// dumps come from the same process; by site otherwise.
+    pub new: crate::leaks::Count,
+    /// Blocks in OLD gone from NEW.
+    pub gone: crate::leaks::Count,
+    /// Whether both dumps come from the same process (addresses comparable).
+    pub same_process: bool,
+    /// Total bytes before and after.
+    pub old_bytes: u64,
+    /// Total bytes after.
+    pub new_bytes: u64,
+}
+
+/// Compares `old` with `new`.
+pub fn diff(old: &Heap, new: &Heap) -> Diff {
+    let mut so = Symbolizer::new(old);
+    let mut sn = Symbolizer::new(new);
+    let by_site = diff_rows(&top(old, &mut so, GroupBy::Site), &top(new, &mut sn, GroupBy::Site));
+    let by_type = diff_rows(&top(old, &mut so, GroupBy::Type), &top(new, &mut sn, GroupBy::Type));
+    let same_process = old.header.pid == new.header.pid && old.exe == new.exe;
+    let mut d = Diff {
+        by_site,
+        by_type,
+        new: Default::default(),
+        gone: Default::default(),
+        same_process,
+        old_bytes: old.total_bytes(),
+        new_bytes: new.total_bytes(),
+    };
+    if same_process {
+        // Both block lists are sorted by address: one merge.
+        let (mut i, mut j) = (0, 0);
+        let (a, b) = (&old.blocks, &new.blocks);
+        while i < a.len() || j < b.len() {
+            let same = i < a.len() && j < b.len() && a[i].addr == b[j].addr && a[i].size == b[j].size && a[i].site == b[j].site;
+            if same {
+                i += 1;
+                j += 1;
+            } else if j >= b.len() || (i < a.len() && a[i].addr <= b[j].addr) {
+                d.gone.bytes += a[i].size;
+                d.gone.blocks += 1;
+                i += 1;
+            } else {
+                d.new.bytes += b[j].size;
+                d.new.blocks += 1;
+                j += 1;
+            }
+        }
+    } else {
+        for r in &d.by_site {
+            if r.delta_allocations > 0 {
+                d.new.blocks += r.delta_allocations as u64;
+                d.new.bytes += r.delta_bytes.max(0) as u64;
+            } else {
+                d.gone.blocks += (-r.delta_allocations) as u64;
+                d.gone.bytes += (-r.delta_bytes).max(0) as u64;
+            }
+        }
+    }
+    d
+}
+
+fn diff_rows(old: &[Row], new: &[Row]) -> Vec<DiffRow> {
+    let mut m: HashMap<&str, DiffRow> = HashMap::new();
+    for r in old {
+        m.entry(&r.key).or_insert_with(|| empty_row(&r.key)).old_allocations = r.allocations;
+        m.get_mut(r.key.as_str()).map(|e| e.old_bytes = r.bytes);
+    }
+    for r in new {
+        let e = m.entry(&r.key).or_insert_with(|| empty_row(&r.key));
+        e.new_allocations = r.allocations;
+        e.new_bytes = r.bytes;
+    }
+    let mut rows: Vec<DiffRow> = m
+        .into_values()
+        .map(|mut r| {
+            r.delta_bytes = r.new_bytes as i64 - r.old_bytes as i64;
+            r.delta_allocations = r.new_allocations as i64 - r.old_allocations as i64;
+            r
+        })
+        .filter(|r| r.delta_bytes != 0 || r.delta_allocations != 0)
+        .collect();
+    rows.sort_by(|a, b| b.delta_bytes.cmp(&a.delta_bytes).then_with(|| a.key.cmp(&b.key)));
+    rows
+}
+
+fn empty_row(key: &str) -> DiffRow {
+    DiffRow {
+        key: key.to_string(),
+        old_allocations: 0,
+        old_bytes: 0,
+        new_allocations: 0,
+        new_bytes: 0,
+        delta_bytes: 0,
+        delta_allocations: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_are_powers_of_two() {
+        assert_eq!(size_class(0), "0");
+        assert_eq!(size_class(2), "2");
+        assert_eq!(size_class(3), "3..4");
+        assert_eq!(size_class(24), "17..32");
+        assert_eq!(size_class(32), "17..32");
+        assert_eq!(size_class(33), "33..64");
+    }
+
+    #[test]
+    fn generic_arguments_are_read_with_nesting() {
+        assert_eq!(first_generic("myapp::Order, alloc::alloc::Global>::new"), Some("myapp::Order"));
+        assert_eq!(first_generic("std::sync::mutex::Mutex<State>>::new"), Some("std::sync::mutex::Mutex<State>"));
+    }
+}

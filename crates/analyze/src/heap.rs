@@ -1,0 +1,653 @@
+//! Loading a dump into a compact graph.
+//!
+//! Blocks (live allocations) are sorted by address and numbered
+//! ([`BlockId`]); the pointers between them are stored in compressed
+//! sparse rows: for block `i`, `edges[edge_start[i]..edge_start[i+1]]`.
+//! Edges come from the compact records' pointer lists, or from a
+//! conservative scan of full contents (every aligned word that points to
+//! the start or the inside of a live block). Roots come from the thread
+//! stacks and registers and the static segments.
+
+use crate::error::{AnalyzeError, Result};
+use crate::file::DumpFile;
+use heapdump_format::{raw, Header, Record, Trailer};
+use std::collections::HashMap;
+
+/// Index of a block in [`Heap::blocks`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(pub u32);
+
+impl BlockId {
+    /// As an index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One live allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Address.
+    pub addr: u64,
+    /// Requested size.
+    pub size: u64,
+    /// Site id (0 = none).
+    pub site: u32,
+    /// `ALLOC_*` flags.
+    pub flags: u8,
+}
+
+/// A pointer from one block (or root) into another block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Edge {
+    /// The block pointed into.
+    pub target: BlockId,
+    /// Offset of the pointer word in its source.
+    pub offset: u64,
+    /// Whether it points inside the target rather than at its start.
+    pub interior: bool,
+    /// Where inside the target it points (0 for a start pointer).
+    pub into: u64,
+}
+
+/// Where a root pointer lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RootSource {
+    /// A thread's stack.
+    Stack {
+        /// Thread id.
+        tid: u32,
+        /// Thread name.
+        thread: String,
+        /// Stack address of the word.
+        address: u64,
+    },
+    /// A thread's register.
+    Register {
+        /// Thread id.
+        tid: u32,
+        /// Thread name.
+        thread: String,
+        /// Register name.
+        register: &'static str,
+    },
+    /// A static segment (or thread-local block).
+    Static {
+        /// Module path (or the region's name when not in a module).
+        module: String,
+        /// Region name.
+        name: String,
+        /// Address of the word.
+        address: u64,
+    },
+}
+
+impl std::fmt::Display for RootSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RootSource::Stack { tid, thread, address } => write!(f, "stack of thread {tid} ({thread}) at {address:#x}"),
+            RootSource::Register { tid, thread, register } => write!(f, "register {register} of thread {tid} ({thread})"),
+            RootSource::Static { module, name, address } => write!(f, "static {name} of {module} at {address:#x}"),
+        }
+    }
+}
+
+/// A root pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Root {
+    /// Index into [`Heap::root_regions`].
+    pub region: u32,
+    /// Offset of the word in the region (register index for registers).
+    pub offset: u64,
+    /// The block it points into.
+    pub target: BlockId,
+    /// Interior pointer.
+    pub interior: bool,
+    /// Where inside the target it points (0 for a start pointer).
+    pub into: u64,
+}
+
+/// A region roots come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RootRegion {
+    /// What it is.
+    pub kind: RootKind,
+    /// Start address (0 for registers).
+    pub address: u64,
+    /// Thread id, for stacks and registers.
+    pub tid: u32,
+    /// Thread name or module path.
+    pub owner: String,
+    /// Static region name.
+    pub name: String,
+    /// Whether this is the C library's own data (see [`Heap::load`]).
+    pub libc: bool,
+}
+
+/// Kinds of root region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootKind {
+    /// Thread stack.
+    Stack,
+    /// Thread registers.
+    Registers,
+    /// Static data.
+    Static,
+}
+
+/// A loaded module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Path.
+    pub path: String,
+    /// Build id.
+    pub build_id: Vec<u8>,
+    /// Load bias.
+    pub bias: u64,
+    /// Segments.
+    pub segments: Vec<heapdump_format::Segment>,
+}
+
+/// A thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadInfo {
+    /// Thread id.
+    pub tid: u32,
+    /// Name.
+    pub name: String,
+    /// Flags.
+    pub flags: u32,
+    /// Dumped stack range.
+    pub stack: (u64, u64),
+}
+
+/// A loaded dump: the graph and everything needed to explain it.
+pub struct Heap {
+    /// File header.
+    pub header: Header,
+    /// Executable path.
+    pub exe: String,
+    /// Command line.
+    pub cmdline: Vec<String>,
+    /// Backtrace mode and sampling mean.
+    pub backtrace: heapdump_format::Backtrace,
+    /// Mean sampling interval.
+    pub sample_mean: u64,
+    /// Modules in file order.
+    pub modules: Vec<ModuleInfo>,
+    /// Threads.
+    pub threads: Vec<ThreadInfo>,
+    /// Sites by id: return addresses, innermost first.
+    pub sites: HashMap<u32, Vec<u64>>,
+    /// Blocks sorted by address.
+    pub blocks: Vec<Block>,
+    edge_start: Vec<u32>,
+    edge_target: Vec<u32>,
+    edge_offset: Vec<u32>,
+    /// Offsets into the target of interior edges, by edge index.
+    interior_into: HashMap<u32, u64>,
+    /// Root pointers.
+    pub roots: Vec<Root>,
+    /// Where roots live.
+    pub root_regions: Vec<RootRegion>,
+    /// The trailer, when the dump is complete.
+    pub trailer: Option<Trailer>,
+    /// What is missing when the dump was cut short.
+    pub truncated: Option<String>,
+}
+
+const INTERIOR: u32 = 1 << 31;
+
+/// Largest number of blocks a dump may hold for this analyser.
+pub const MAX_BLOCKS: usize = (1 << 31) - 1;
+
+impl Heap {
+    /// Loads a dump. `progress` is called with (bytes read, total) as the
+    /// records are walked (three passes).
+    ///
+    /// A dump cut short loads as far as it is intact, with `truncated`
+    /// saying where it stops; any other damage is an error.
+    ///
+    /// Roots that are not roots: the C library's own data holds the malloc
+    /// arena's state, whose `top` pointer names the chunk after the newest
+    /// block and so can point *inside* that block. Pointers from the C
+    /// library's writable segments therefore count as roots only when they
+    /// point at the start of a block (stdio buffers and other blocks libc
+    /// itself holds stay reachable; a block merely adjacent to the arena's
+    /// top does not become "possibly lost").
+    pub fn load(file: &DumpFile, progress: &mut dyn FnMut(u64, u64)) -> Result<Heap> {
+        let dump = file.dump()?;
+        let total = file.bytes().len() as u64 * 3;
+        let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
+        let mut heap = Heap {
+            header: *dump.header(),
+            exe: String::new(),
+            cmdline: vec![],
+            backtrace: heapdump_format::Backtrace::Off,
+            sample_mean: 0,
+            modules: vec![],
+            threads: vec![],
+            sites: HashMap::new(),
+            blocks: vec![],
+            edge_start: vec![],
+            edge_target: vec![],
+            edge_offset: vec![],
+            interior_into: HashMap::new(),
+            roots: vec![],
+            root_regions: vec![],
+            trailer: None,
+            truncated: None,
+        };
+        // Pass 1: everything but edges.
+        let mut end_of_valid = file.bytes().len();
+        for r in dump.records() {
+            let (off, rec) = match r {
+                Ok(x) => x,
+                Err(e) if e.is_truncation() => {
+                    heap.truncated = Some(e.to_string());
+                    end_of_valid = e.offset() as usize;
+                    break;
+                }
+                Err(e) => return Err(fmt_err(e)),
+            };
+            if heap.blocks.len() % 65536 == 0 {
+                progress(off, total);
+            }
+            match rec {
+                Record::Process(p) => {
+                    heap.exe = String::from_utf8_lossy(p.exe).into_owned();
+                    heap.cmdline =
+                        p.cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+                    heap.backtrace = p.backtrace;
+                    heap.sample_mean = p.sample_mean;
+                }
+                Record::Module(m) => heap.modules.push(ModuleInfo {
+                    path: String::from_utf8_lossy(m.path).into_owned(),
+                    build_id: m.build_id.to_vec(),
+                    bias: m.bias,
+                    segments: m.segments().collect(),
+                }),
+                Record::Thread(t) => heap.threads.push(ThreadInfo {
+                    tid: t.tid,
+                    name: String::from_utf8_lossy(t.name).into_owned(),
+                    flags: t.flags,
+                    stack: (t.stack_start, t.stack_end),
+                }),
+                Record::Site(s) => {
+                    heap.sites.insert(s.id, s.frames().collect());
+                }
+                Record::Alloc(a) => {
+                    if heap.blocks.len() >= MAX_BLOCKS {
+                        return Err(AnalyzeError::TooLarge {
+                            path: file.path().to_path_buf(),
+                            what: format!("more than {MAX_BLOCKS} allocations"),
+                        });
+                    }
+                    heap.blocks.push(Block { addr: a.address, size: a.size, site: a.site, flags: a.flags });
+                }
+                Record::End(t) => heap.trailer = Some(t),
+                Record::Static(_) | Record::Unknown { .. } => {}
+            }
+        }
+        heap.blocks.sort_unstable_by_key(|b| b.addr);
+        // Overlapping or duplicate blocks would make lookups ambiguous: a
+        // writer never produces them, so they mean a damaged dump.
+        for w in heap.blocks.windows(2) {
+            if w[1].addr < w[0].addr.saturating_add(w[0].size.max(1)) {
+                return Err(fmt_err(heapdump_format::Error::Malformed { offset: 0, what: "two allocations overlap" }));
+            }
+        }
+        let valid = &file.bytes()[..end_of_valid];
+        let dump = heapdump_format::Dump::parse(valid).map_err(fmt_err)?;
+        let libc_modules: Vec<bool> = heap.modules.iter().map(|m| is_libc(&m.path)).collect();
+        // Pass 2: count edges per block; collect roots.
+        let n = heap.blocks.len();
+        let mut counts = vec![0u32; n + 1];
+        let mut thread_names: HashMap<u32, String> = HashMap::new();
+        for t in &heap.threads {
+            thread_names.insert(t.tid, t.name.clone());
+        }
+        for r in dump.records() {
+            let Ok((off, rec)) = r else { break };
+            if off % (1 << 20) < 64 {
+                progress(file.bytes().len() as u64 + off, total);
+            }
+            match rec {
+                Record::Alloc(a) => {
+                    let Some(src) = heap.find_start(a.address) else { continue };
+                    let mut c = 0u32;
+                    for (_, v) in a.contents.words(a.address) {
+                        if heap.find(v).is_some() {
+                            c = c.saturating_add(1);
+                        }
+                    }
+                    counts[src.index()] = c;
+                }
+                Record::Thread(t) => {
+                    let name = thread_names.get(&t.tid).cloned().unwrap_or_default();
+                    let region = heap.root_regions.len() as u32;
+                    heap.root_regions.push(RootRegion {
+                        kind: RootKind::Stack,
+                        address: t.stack_start,
+                        tid: t.tid,
+                        owner: name.clone(),
+                        name: String::new(),
+                        libc: false,
+                    });
+                    for (o, v) in t.contents.words(t.stack_start) {
+                        if let Some((b, interior)) = heap.find(v) {
+                            heap.roots.push(Root { region, offset: o, target: b, interior, into: v - heap.blocks[b.index()].addr });
+                        }
+                    }
+                    let region = heap.root_regions.len() as u32;
+                    heap.root_regions.push(RootRegion {
+                        kind: RootKind::Registers,
+                        address: 0,
+                        tid: t.tid,
+                        owner: name,
+                        name: String::new(),
+                        libc: false,
+                    });
+                    for (i, v) in t.regs().enumerate() {
+                        if let Some((b, interior)) = heap.find(v) {
+                            heap.roots.push(Root { region, offset: i as u64, target: b, interior, into: v - heap.blocks[b.index()].addr });
+                        }
+                    }
+                    if let Some((b, interior)) = heap.find(t.tls) {
+                        heap.roots.push(Root { region, offset: u64::MAX, target: b, interior, into: t.tls - heap.blocks[b.index()].addr });
+                    }
+                }
+                Record::Static(s) => {
+                    let libc = libc_modules.get(s.module as usize).copied().unwrap_or(false);
+                    let module = if s.module == raw::NO_MODULE {
+                        String::from_utf8_lossy(s.name).into_owned()
+                    } else {
+                        heap.modules.get(s.module as usize).map(|m| m.path.clone()).unwrap_or_default()
+                    };
+                    let region = heap.root_regions.len() as u32;
+                    heap.root_regions.push(RootRegion {
+                        kind: RootKind::Static,
+                        address: s.address,
+                        tid: 0,
+                        owner: module,
+                        name: String::from_utf8_lossy(s.name).into_owned(),
+                        libc,
+                    });
+                    for (o, v) in s.contents.words(s.address) {
+                        if let Some((b, interior)) = heap.find(v) {
+                            if libc && interior {
+                                continue;
+                            }
+                            heap.roots.push(Root { region, offset: o, target: b, interior, into: v - heap.blocks[b.index()].addr });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Prefix sums.
+        let mut start = Vec::with_capacity(n + 1);
+        let mut acc: u64 = 0;
+        for &c in &counts[..n] {
+            start.push(
+                u32::try_from(acc)
+                    .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^32 pointers".into() })?,
+            );
+            acc += u64::from(c);
+        }
+        start.push(
+            u32::try_from(acc)
+                .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^32 pointers".into() })?,
+        );
+        drop(counts);
+        let m = acc as usize;
+        let mut target = vec![0u32; m];
+        let mut offset = vec![0u32; m];
+        // Pass 3: fill.
+        for r in dump.records() {
+            let Ok((off, rec)) = r else { break };
+            if off % (1 << 20) < 64 {
+                progress(2 * file.bytes().len() as u64 + off, total);
+            }
+            if let Record::Alloc(a) = rec {
+                let Some(src) = heap.find_start(a.address) else { continue };
+                let mut k = start[src.index()] as usize;
+                let end = start[src.index() + 1] as usize;
+                for (o, v) in a.contents.words(a.address) {
+                    if k >= end {
+                        break;
+                    }
+                    if let Some((b, interior)) = heap.find(v) {
+                        target[k] = b.0 | if interior { INTERIOR } else { 0 };
+                        offset[k] = u32::try_from(o).unwrap_or(u32::MAX);
+                        if interior {
+                            heap.interior_into.insert(k as u32, v - heap.blocks[b.index()].addr);
+                        }
+                        k += 1;
+                    }
+                }
+            }
+        }
+        progress(total, total);
+        heap.edge_start = start;
+        heap.edge_target = target;
+        heap.edge_offset = offset;
+        Ok(heap)
+    }
+
+    /// Builds a heap directly (for tests and synthetic benchmarks): blocks
+    /// sorted by address, edges as (source, target, offset, interior).
+    /// Edges are (source, target, source offset, offset into the target;
+    /// non-zero means interior).
+    pub fn from_parts(
+        header: Header,
+        mut blocks: Vec<Block>,
+        edges: &[(u32, u32, u64, u64)],
+        roots: Vec<Root>,
+        root_regions: Vec<RootRegion>,
+    ) -> Heap {
+        blocks.sort_unstable_by_key(|b| b.addr);
+        let n = blocks.len();
+        let mut counts = vec![0u32; n + 1];
+        for &(s, ..) in edges {
+            counts[s as usize + 1] += 1;
+        }
+        for i in 0..n {
+            counts[i + 1] += counts[i];
+        }
+        let mut fill = counts.clone();
+        let mut target = vec![0u32; edges.len()];
+        let mut offset = vec![0u32; edges.len()];
+        let mut interior_into = HashMap::new();
+        for &(s, t, o, into) in edges {
+            let k = fill[s as usize] as usize;
+            fill[s as usize] += 1;
+            target[k] = t | if into != 0 { INTERIOR } else { 0 };
+            offset[k] = o as u32;
+            if into != 0 {
+                interior_into.insert(k as u32, into);
+            }
+        }
+        Heap {
+            header,
+            exe: String::new(),
+            cmdline: vec![],
+            backtrace: heapdump_format::Backtrace::Off,
+            sample_mean: 0,
+            modules: vec![],
+            threads: vec![],
+            sites: HashMap::new(),
+            blocks,
+            edge_start: counts,
+            edge_target: target,
+            edge_offset: offset,
+            interior_into,
+            roots,
+            root_regions,
+            trailer: None,
+            truncated: None,
+        }
+    }
+
+    /// Number of blocks.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether there are no blocks.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The block.
+    pub fn block(&self, id: BlockId) -> &Block {
+        &self.blocks[id.index()]
+    }
+
+    /// The block containing `addr` (its start, or inside it), and whether
+    /// `addr` is interior.
+    #[inline]
+    pub fn find(&self, addr: u64) -> Option<(BlockId, bool)> {
+        let i = self.blocks.partition_point(|b| b.addr <= addr);
+        if i == 0 {
+            return None;
+        }
+        let b = &self.blocks[i - 1];
+        if addr == b.addr {
+            Some((BlockId(i as u32 - 1), false))
+        } else if addr < b.addr + b.size {
+            Some((BlockId(i as u32 - 1), true))
+        } else {
+            None
+        }
+    }
+
+    /// The block starting exactly at `addr`.
+    pub fn find_start(&self, addr: u64) -> Option<BlockId> {
+        self.blocks.binary_search_by_key(&addr, |b| b.addr).ok().map(|i| BlockId(i as u32))
+    }
+
+    /// The pointers out of a block.
+    pub fn edges(&self, id: BlockId) -> impl ExactSizeIterator<Item = Edge> + '_ {
+        let s = self.edge_start[id.index()] as usize;
+        let e = self.edge_start[id.index() + 1] as usize;
+        (s..e).map(move |k| {
+            let t = self.edge_target[k];
+            let interior = t & INTERIOR != 0;
+            let into = if interior { self.interior_into.get(&(k as u32)).copied().unwrap_or(0) } else { 0 };
+            Edge { target: BlockId(t & !INTERIOR), offset: u64::from(self.edge_offset[k]), interior, into }
+        })
+    }
+
+    /// Number of edges.
+    pub fn edge_count(&self) -> usize {
+        self.edge_target.len()
+    }
+
+    /// Total requested bytes.
+    pub fn total_bytes(&self) -> u64 {
+        self.blocks.iter().map(|b| b.size).sum()
+    }
+
+    /// Bytes the graph itself occupies (for the memory benchmark).
+    pub fn memory_bytes(&self) -> usize {
+        self.blocks.capacity() * std::mem::size_of::<Block>()
+            + self.edge_start.capacity() * 4
+            + self.edge_target.capacity() * 4
+            + self.edge_offset.capacity() * 4
+            + self.roots.capacity() * std::mem::size_of::<Root>()
+    }
+
+    /// Describes a root pointer.
+    pub fn root_source(&self, r: &Root) -> RootSource {
+        let reg = &self.root_regions[r.region as usize];
+        match reg.kind {
+            RootKind::Stack => RootSource::Stack { tid: reg.tid, thread: reg.owner.clone(), address: reg.address + r.offset },
+            RootKind::Registers => RootSource::Register {
+                tid: reg.tid,
+                thread: reg.owner.clone(),
+                register: raw::X86_64_REG_NAMES.get(r.offset as usize).copied().unwrap_or("fs (thread pointer)"),
+            },
+            RootKind::Static => RootSource::Static { module: reg.owner.clone(), name: reg.name.clone(), address: reg.address + r.offset },
+        }
+    }
+
+    /// The weight of a block in bytes: its size, scaled up for sampled
+    /// sites as the PROCESS record's mean says (`s / (1 - exp(-s/m))`).
+    pub fn weight(&self, b: &Block) -> f64 {
+        if b.flags & raw::ALLOC_SAMPLED != 0 && self.sample_mean > 0 && b.size > 0 {
+            let s = b.size as f64;
+            s / (1.0 - (-s / self.sample_mean as f64).exp())
+        } else {
+            b.size as f64
+        }
+    }
+}
+
+fn is_libc(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("libc.so") || name.starts_with("libc-2.")
+}
+
+/// Contents of the blocks that interior pointers point into: what the
+/// leak heuristics look at. Built by one more pass over the dump.
+pub struct DumpContents<'a> {
+    words: HashMap<u32, (u64, Option<u64>, Option<&'a [u8]>)>,
+}
+
+impl<'a> DumpContents<'a> {
+    /// Collects the first words (and, in full dumps, the contents) of every
+    /// block an interior pointer points into.
+    pub fn build(file: &'a DumpFile, heap: &Heap) -> DumpContents<'a> {
+        let mut wanted = std::collections::HashSet::new();
+        for r in &heap.roots {
+            if r.interior {
+                wanted.insert(r.target.0);
+            }
+        }
+        for (&k, _) in &heap.interior_into {
+            wanted.insert(heap.edge_target[k as usize] & !INTERIOR);
+        }
+        let mut words = HashMap::new();
+        if wanted.is_empty() {
+            return DumpContents { words };
+        }
+        let Ok(dump) = heapdump_format::Dump::parse(file.bytes()) else { return DumpContents { words } };
+        for r in dump.records() {
+            let Ok((_, Record::Alloc(a))) = r else {
+                if r.is_err() {
+                    break;
+                }
+                continue;
+            };
+            let Some(b) = heap.find_start(a.address) else { continue };
+            if !wanted.contains(&b.0) {
+                continue;
+            }
+            match a.contents {
+                heapdump_format::ContentsRef::Full(bytes) => {
+                    let w1 = bytes.get(8..16).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+                    words.insert(b.0, (a.first_word, w1, Some(bytes)));
+                }
+                heapdump_format::ContentsRef::Compact(_) => {
+                    words.insert(b.0, (a.first_word, None, None));
+                }
+            }
+        }
+        DumpContents { words }
+    }
+}
+
+impl crate::leaks::Contents for DumpContents<'_> {
+    fn word(&self, b: BlockId, i: usize) -> Option<u64> {
+        let e = self.words.get(&b.0)?;
+        match i {
+            0 => Some(e.0),
+            1 => e.1,
+            _ => None,
+        }
+    }
+    fn tail(&self, b: BlockId, offset: u64) -> Option<&[u8]> {
+        self.words.get(&b.0)?.2?.get(usize::try_from(offset).ok()?..)
+    }
+}

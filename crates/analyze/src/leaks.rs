@@ -1,0 +1,288 @@
+//! Leak classification with valgrind memcheck's meanings.
+//!
+//! - *still reachable*: a chain of start pointers leads from a root (or a
+//!   chain in which every interior pointer is explained by a heuristic);
+//! - *possibly lost*: reachable only through some interior pointer;
+//! - *definitely lost*: no pointer from a root chain at all, and not
+//!   pointed to by another lost block (the head of a lost structure; of a
+//!   lost cycle, exactly one block);
+//! - *indirectly lost*: pointed to only from lost blocks.
+//!
+//! The propagation is memcheck's: a block reached by a start pointer from a
+//! root or a still-reachable block becomes still reachable; reached any
+//! other way it becomes possibly lost, and may later be upgraded. Lost
+//! blocks are grouped into cliques in address order, each led by a
+//! definitely lost block; a former leader reached from a later one is
+//! demoted to indirectly lost.
+
+use crate::heap::{BlockId, Heap};
+use serde::Serialize;
+
+/// Class of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeakKind {
+    /// Reachable from a root.
+    StillReachable,
+    /// Reachable only through interior pointers.
+    PossiblyLost,
+    /// Lost, and the head of its lost structure.
+    DefinitelyLost,
+    /// Lost, pointed to by another lost block.
+    IndirectlyLost,
+}
+
+/// Heuristics for interior pointers that are normal for a layout, named as
+/// valgrind names its own (`--leak-check-heuristics`), plus Rust's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Heuristic {
+    /// libstdc++'s pre-C++11 `std::string`: pointer past a 3-word header.
+    Stdstring,
+    /// A 64-bit length prefix: pointer 8 bytes in, first word = size - 8.
+    Length64,
+    /// C++ `new[]` of objects with destructors: pointer past an element-count cookie.
+    Newarray,
+    /// A hashbrown `HashMap`/`HashSet` table (Rust's standard maps): the
+    /// pointer to the control bytes at the end of the block.
+    Hashbrown,
+}
+
+impl Heuristic {
+    /// Name as printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Heuristic::Stdstring => "stdstring",
+            Heuristic::Length64 => "length64",
+            Heuristic::Newarray => "newarray",
+            Heuristic::Hashbrown => "hashbrown",
+        }
+    }
+}
+
+/// Bytes and blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Count {
+    /// Requested bytes.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: u64,
+}
+
+impl Count {
+    fn add(&mut self, bytes: u64) {
+        self.bytes += bytes;
+        self.blocks += 1;
+    }
+}
+
+/// The result of the leak analysis.
+#[derive(Clone, Debug)]
+pub struct Leaks {
+    /// Class of every block, by [`BlockId`].
+    pub kind: Vec<LeakKind>,
+    /// For lost blocks, the definitely lost block leading their clique.
+    pub leader: Vec<u32>,
+    /// Totals per class.
+    pub definitely_lost: Count,
+    /// Indirectly lost.
+    pub indirectly_lost: Count,
+    /// Possibly lost.
+    pub possibly_lost: Count,
+    /// Still reachable.
+    pub still_reachable: Count,
+    /// Of the still reachable, those reached thanks to a heuristic.
+    pub via_heuristic: Vec<(Heuristic, Count)>,
+}
+
+/// What the dump says about a block's contents, for the heuristics.
+pub trait Contents {
+    /// Word `i` (0 or 1) of the block, when the dump has it (compact dumps
+    /// keep only the first).
+    fn word(&self, b: BlockId, i: usize) -> Option<u64>;
+    /// The bytes from `offset` to the block's end, when the dump has them.
+    fn tail(&self, b: BlockId, offset: u64) -> Option<&[u8]>;
+}
+
+/// Contents of nothing: heuristics decide from sizes alone.
+pub struct NoContents;
+impl Contents for NoContents {
+    fn word(&self, _: BlockId, _: usize) -> Option<u64> {
+        None
+    }
+    fn tail(&self, _: BlockId, _: u64) -> Option<&[u8]> {
+        None
+    }
+}
+
+/// Which heuristic, if any, explains an interior pointer.
+pub fn heuristic(heap: &Heap, c: &dyn Contents, b: BlockId, offset: u64) -> Option<Heuristic> {
+    let size = heap.block(b).size;
+    if offset == 24 && size >= 24 {
+        if let (Some(len), Some(cap)) = (c.word(b, 0), c.word(b, 1)) {
+            if cap.checked_add(25) == Some(size) && len <= cap {
+                return Some(Heuristic::Stdstring);
+            }
+        }
+    }
+    if offset == 8 {
+        if let Some(first) = c.word(b, 0) {
+            if first > 0 && size - 8 == first {
+                return Some(Heuristic::Length64);
+            }
+            if first > 0 && (size - 8) % first == 0 {
+                return Some(Heuristic::Newarray);
+            }
+        }
+    }
+    // hashbrown: [buckets × T, padded to 16][buckets + 16 control bytes].
+    let tail_len = size.checked_sub(offset)?;
+    let buckets = tail_len.checked_sub(16)?;
+    if buckets >= 4 && buckets.is_power_of_two() && offset % 16 == 0 && offset >= buckets {
+        match c.tail(b, offset) {
+            Some(ctrl) => {
+                if hashbrown_ctrl_ok(ctrl, buckets as usize) {
+                    return Some(Heuristic::Hashbrown);
+                }
+            }
+            None => return Some(Heuristic::Hashbrown),
+        }
+    }
+    None
+}
+
+/// Control bytes are EMPTY (0xFF), DELETED (0x80) or a 7-bit hash, and the
+/// trailing group mirrors the leading bytes.
+fn hashbrown_ctrl_ok(ctrl: &[u8], buckets: usize) -> bool {
+    if ctrl.len() != buckets + 16 {
+        return false;
+    }
+    if !ctrl.iter().all(|&b| b == 0xFF || b == 0x80 || b < 0x80) {
+        return false;
+    }
+    (0..16).all(|i| if i < buckets { ctrl[buckets + i] == ctrl[i] } else { ctrl[buckets + i] == 0xFF })
+}
+
+const UNREACHED: u8 = 0;
+const POSSIBLE: u8 = 1;
+const REACHABLE: u8 = 2;
+const INDIRECT: u8 = 3;
+const LEADER: u8 = 4;
+const NO_LEADER: u32 = u32::MAX;
+
+/// Classifies every block.
+pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
+    let n = heap.len();
+    let mut state = vec![UNREACHED; n];
+    let mut heur: Vec<Option<Heuristic>> = vec![None; n];
+    let mut stack: Vec<u32> = Vec::new();
+    // Memcheck's push: start pointer from a definite source upgrades to
+    // reachable; anything else only lifts unreached to possible.
+    let push = |state: &mut Vec<u8>,
+                heur: &mut Vec<Option<Heuristic>>,
+                stack: &mut Vec<u32>,
+                t: BlockId,
+                interior: bool,
+                offset: u64,
+                definite: bool| {
+        let h = if interior { heuristic(heap, contents, t, offset) } else { None };
+        let start = !interior || h.is_some();
+        let s = &mut state[t.index()];
+        if start && definite && *s != REACHABLE {
+            *s = REACHABLE;
+            if interior {
+                heur[t.index()] = h;
+            } else {
+                heur[t.index()] = None;
+            }
+            stack.push(t.0);
+        } else if *s == UNREACHED {
+            *s = POSSIBLE;
+            stack.push(t.0);
+        }
+    };
+    for r in &heap.roots {
+        push(&mut state, &mut heur, &mut stack, r.target, r.interior, r.into, true);
+    }
+    while let Some(b) = stack.pop() {
+        let definite = state[b as usize] == REACHABLE;
+        for e in heap.edges(BlockId(b)) {
+            push(&mut state, &mut heur, &mut stack, e.target, e.interior, e.into, definite);
+        }
+    }
+    // Cliques of lost blocks, in address order.
+    let mut leader = vec![NO_LEADER; n];
+    for i in 0..n {
+        if state[i] != UNREACHED {
+            continue;
+        }
+        state[i] = LEADER;
+        leader[i] = i as u32;
+        stack.clear();
+        stack.push(i as u32);
+        while let Some(b) = stack.pop() {
+            for e in heap.edges(BlockId(b)) {
+                let t = e.target.index();
+                if t == i {
+                    continue;
+                }
+                match state[t] {
+                    UNREACHED => {
+                        state[t] = INDIRECT;
+                        leader[t] = i as u32;
+                        stack.push(t as u32);
+                    }
+                    LEADER => {
+                        // A previous leader reached from this one: its whole
+                        // clique joins this one.
+                        state[t] = INDIRECT;
+                        let old = t as u32;
+                        for l in leader.iter_mut() {
+                            if *l == old {
+                                *l = i as u32;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut out = Leaks {
+        kind: Vec::with_capacity(n),
+        leader,
+        definitely_lost: Count::default(),
+        indirectly_lost: Count::default(),
+        possibly_lost: Count::default(),
+        still_reachable: Count::default(),
+        via_heuristic: vec![],
+    };
+    let mut via: std::collections::BTreeMap<Heuristic, Count> = Default::default();
+    for (i, &s) in state.iter().enumerate() {
+        let size = heap.blocks[i].size;
+        let k = match s {
+            REACHABLE => {
+                out.still_reachable.add(size);
+                if let Some(h) = heur[i] {
+                    via.entry(h).or_default().add(size);
+                }
+                LeakKind::StillReachable
+            }
+            POSSIBLE => {
+                out.possibly_lost.add(size);
+                LeakKind::PossiblyLost
+            }
+            INDIRECT => {
+                out.indirectly_lost.add(size);
+                LeakKind::IndirectlyLost
+            }
+            _ => {
+                out.definitely_lost.add(size);
+                LeakKind::DefinitelyLost
+            }
+        };
+        out.kind.push(k);
+    }
+    out.via_heuristic = via.into_iter().collect();
+    out
+}

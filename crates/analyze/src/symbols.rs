@@ -1,0 +1,248 @@
+//! Offline symbolization of allocation sites from the dump's module map.
+//!
+//! Each return address is matched to the module whose executable segment
+//! holds it; the module's file is opened where the dump says it was, its
+//! GNU build id checked against the dump's, and the address resolved with
+//! addr2line (DWARF line tables, inlined frames, then the symbol table),
+//! with Rust and C++ names demangled.
+
+use crate::heap::Heap;
+use std::collections::HashMap;
+
+/// One symbolized frame (an inlined call is its own frame).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Frame {
+    /// Return address.
+    pub address: u64,
+    /// Demangled function name, if known.
+    pub function: Option<String>,
+    /// Source file, if known.
+    pub file: Option<String>,
+    /// Line, if known.
+    pub line: Option<u32>,
+    /// Module path.
+    pub module: Option<String>,
+}
+
+impl Frame {
+    /// `function (file:line)`, or what is known of it.
+    pub fn label(&self) -> String {
+        let f = self.function.clone().unwrap_or_else(|| match &self.module {
+            Some(m) => format!("{}+{:#x}", m.rsplit('/').next().unwrap_or(m), self.address),
+            None => format!("{:#x}", self.address),
+        });
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => format!("{f} ({}:{line})", short_path(file)),
+            _ => f,
+        }
+    }
+}
+
+fn short_path(p: &str) -> &str {
+    // Keep the last three components: enough to recognise, short to read.
+    let mut idx = p.len();
+    for _ in 0..3 {
+        match p[..idx].rfind('/') {
+            Some(i) => idx = i,
+            None => return p,
+        }
+    }
+    &p[idx + 1..]
+}
+
+struct ModuleSyms {
+    loader: Option<addr2line::Loader>,
+    /// Why symbols are missing, when they are.
+    problem: Option<String>,
+}
+
+/// Symbolizes addresses of one dump, with caches.
+pub struct Symbolizer<'h> {
+    heap: &'h Heap,
+    modules: HashMap<usize, ModuleSyms>,
+    cache: HashMap<u64, Vec<Frame>>,
+    site_cache: HashMap<u32, String>,
+}
+
+impl<'h> Symbolizer<'h> {
+    /// A symbolizer for `heap`'s module map.
+    pub fn new(heap: &'h Heap) -> Self {
+        Symbolizer { heap, modules: HashMap::new(), cache: HashMap::new(), site_cache: HashMap::new() }
+    }
+
+    /// Problems met while opening modules (missing files, build id mismatch).
+    pub fn problems(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.modules.values().filter_map(|m| m.problem.clone()).collect();
+        v.sort();
+        v
+    }
+
+    fn module_of(&self, addr: u64) -> Option<usize> {
+        self.heap.modules.iter().position(|m| {
+            m.segments.iter().any(|s| {
+                let start = m.bias.wrapping_add(s.vaddr);
+                s.flags & heapdump_format::raw::SEG_X != 0 && addr >= start && addr < start.wrapping_add(s.memsz)
+            })
+        })
+    }
+
+    fn open(&mut self, mi: usize) -> &ModuleSyms {
+        let heap = self.heap;
+        self.modules.entry(mi).or_insert_with(|| {
+            let m = &heap.modules[mi];
+            let path = &m.path;
+            if path.is_empty() || path.starts_with("linux-vdso") || path.starts_with("linux-gate") {
+                return ModuleSyms { loader: None, problem: None };
+            }
+            // Check the build id before trusting the file's symbols.
+            match std::fs::read(path) {
+                Err(e) => return ModuleSyms { loader: None, problem: Some(format!("{path}: {e}; its frames stay as addresses")) },
+                Ok(bytes) => {
+                    if !m.build_id.is_empty() {
+                        let file_id =
+                            object::File::parse(&*bytes).ok().and_then(|f| object::Object::build_id(&f).ok().flatten().map(|b| b.to_vec()));
+                        if file_id.as_deref() != Some(&m.build_id[..]) {
+                            return ModuleSyms {
+                                loader: None,
+                                problem: Some(format!("{path}: build id differs from the dump's; its frames stay as addresses")),
+                            };
+                        }
+                    }
+                }
+            }
+            match addr2line::Loader::new(path) {
+                Ok(l) => ModuleSyms { loader: Some(l), problem: None },
+                Err(e) => ModuleSyms { loader: None, problem: Some(format!("{path}: {e}")) },
+            }
+        })
+    }
+
+    /// The frames (inlined ones first) at return address `addr`.
+    pub fn frames(&mut self, addr: u64) -> Vec<Frame> {
+        if let Some(f) = self.cache.get(&addr) {
+            return f.clone();
+        }
+        let out = self.resolve(addr);
+        self.cache.insert(addr, out.clone());
+        out
+    }
+
+    fn resolve(&mut self, addr: u64) -> Vec<Frame> {
+        let Some(mi) = self.module_of(addr) else {
+            return vec![Frame { address: addr, function: None, file: None, line: None, module: None }];
+        };
+        let bias = self.heap.modules[mi].bias;
+        let module = Some(self.heap.modules[mi].path.clone());
+        let syms = self.open(mi);
+        let Some(loader) = &syms.loader else {
+            return vec![Frame { address: addr, function: None, file: None, line: None, module }];
+        };
+        // A return address points after the call: look up the call itself.
+        let probe = addr.wrapping_sub(bias).wrapping_sub(1);
+        let mut out = Vec::new();
+        if let Ok(mut it) = loader.find_frames(probe) {
+            while let Ok(Some(f)) = it.next() {
+                let function = f.function.as_ref().and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
+                let (file, line) = match &f.location {
+                    Some(l) => (l.file.map(str::to_string), l.line),
+                    None => (None, None),
+                };
+                out.push(Frame { address: addr, function, file, line, module: module.clone() });
+            }
+        }
+        if out.is_empty() || out.iter().all(|f| f.function.is_none()) {
+            let name = loader.find_symbol(probe).map(demangle);
+            if out.is_empty() {
+                out.push(Frame { address: addr, function: name, file: None, line: None, module });
+            } else if let Some(n) = name {
+                out.last_mut().map(|f| f.function = Some(n));
+            }
+        }
+        out
+    }
+
+    /// The symbol holding data address `addr` (for static roots).
+    pub fn data_symbol(&mut self, addr: u64) -> Option<String> {
+        let mi = self.heap.modules.iter().position(|m| {
+            m.segments.iter().any(|s| {
+                let start = m.bias.wrapping_add(s.vaddr);
+                addr >= start && addr < start.wrapping_add(s.memsz)
+            })
+        })?;
+        let bias = self.heap.modules[mi].bias;
+        let syms = self.open(mi);
+        let loader = syms.loader.as_ref()?;
+        let sym = loader.find_symbol_info(addr.wrapping_sub(bias))?;
+        let off = addr.wrapping_sub(bias).wrapping_sub(sym.address());
+        Some(if off == 0 { demangle(sym.name()) } else { format!("{}+{off:#x}", demangle(sym.name())) })
+    }
+
+    /// All frames of a site, inlined frames expanded, innermost first.
+    pub fn site_frames(&mut self, site: u32) -> Vec<Frame> {
+        let Some(addrs) = self.heap.sites.get(&site).cloned() else { return vec![] };
+        addrs.into_iter().flat_map(|a| self.frames(a)).collect()
+    }
+
+    /// A one-line name for a site: the first frame outside the allocator
+    /// machinery (heapdump itself, `alloc::`, `core::`, `std::`, hashbrown,
+    /// malloc and `operator new`).
+    pub fn site_label(&mut self, site: u32) -> String {
+        if site == 0 {
+            return "(no site recorded)".to_string();
+        }
+        if let Some(s) = self.site_cache.get(&site) {
+            return s.clone();
+        }
+        let frames = self.site_frames(site);
+        let label =
+            frames.iter().find(|f| !is_machinery(f)).or_else(|| frames.first()).map(Frame::label).unwrap_or_else(|| format!("site {site}"));
+        self.site_cache.insert(site, label.clone());
+        label
+    }
+}
+
+fn demangle(s: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(s) {
+        return format!("{d:#}");
+    }
+    if s.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(s) {
+            if let Ok(d) = sym.demangle() {
+                return d;
+            }
+        }
+    }
+    s.to_string()
+}
+
+/// Whether a frame belongs to allocation machinery rather than the program.
+pub fn is_machinery(f: &Frame) -> bool {
+    let Some(name) = f.function.as_deref() else {
+        // Unnamed frames inside the preload library or libc are machinery.
+        return f.module.as_deref().is_some_and(|m| m.contains("libheapdump_preload") || m.contains("/libc.so"));
+    };
+    let name = name.trim_start_matches('<');
+    const PREFIXES: [&str; 20] = [
+        "heapdump::",
+        "heapdump_preload::",
+        "__rust_alloc",
+        "__rust_realloc",
+        "__rust_alloc_zeroed",
+        "__rdl_",
+        "__rg_",
+        "alloc::",
+        "core::",
+        "std::",
+        "hashbrown::",
+        "malloc",
+        "calloc",
+        "realloc",
+        "operator new",
+        "__libc_",
+        "_Unwind_",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || name.starts_with("strdup") || name.starts_with("__GI_")
+}

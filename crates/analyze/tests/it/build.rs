@@ -1,0 +1,87 @@
+//! Writes small dumps with the real writer.
+
+use heapdump_analyze::{DumpFile, Heap};
+use heapdump_format::*;
+
+pub struct VecSink(pub Vec<u8>);
+impl Sink for VecSink {
+    fn write_all(&mut self, d: &[u8]) -> Result<(), WriteError> {
+        self.0.extend_from_slice(d);
+        Ok(())
+    }
+}
+
+/// A heap to write: blocks (address, size), pointers (from, offset, value),
+/// stack words and static words (values).
+#[derive(Default)]
+pub struct Spec {
+    pub blocks: Vec<(u64, u64)>,
+    pub ptrs: Vec<(u64, u64, u64)>,
+    pub stack: Vec<u64>,
+    pub statics: Vec<u64>,
+    pub first_words: Vec<(u64, u64)>,
+}
+
+impl Spec {
+    pub fn block(&mut self, addr: u64, size: u64) -> &mut Self {
+        self.blocks.push((addr, size));
+        self
+    }
+    pub fn ptr(&mut self, from: u64, offset: u64, to: u64) -> &mut Self {
+        self.ptrs.push((from, offset, to));
+        self
+    }
+
+    pub fn write(&self) -> Vec<u8> {
+        let mut buf = vec![0u8; 4096];
+        let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
+        w.process(&ProcessInfo { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/test", cmdline: b"test\0" })
+            .unwrap();
+        let stack: Vec<(u64, u64)> = self.stack.iter().enumerate().map(|(i, &v)| (i as u64 * 8, v)).collect();
+        let t = ThreadInfo {
+            tid: 7,
+            flags: raw::THREAD_CURRENT,
+            stack_start: 0x7000_0000,
+            stack_end: 0x7000_0000 + 8 * 64,
+            tls: 0,
+            name: b"main",
+            regs: &[0; 17],
+        };
+        w.thread(&t, Contents::Compact { count: stack.len() as u64, pointers: stack.iter().copied() }).unwrap();
+        let st: Vec<(u64, u64)> = self.statics.iter().enumerate().map(|(i, &v)| (i as u64 * 8, v)).collect();
+        let s = StaticInfo { address: 0x60_0000, size: 8 * 64, module: raw::NO_MODULE, name: b".data" };
+        w.static_root(&s, Contents::Compact { count: st.len() as u64, pointers: st.iter().copied() }).unwrap();
+        for &(addr, size) in &self.blocks {
+            let mut p: Vec<(u64, u64)> = self.ptrs.iter().filter(|x| x.0 == addr).map(|x| (x.1, x.2)).collect();
+            p.sort();
+            let first_word = self.first_words.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
+            let info = AllocInfo { address: addr, size, site: 0, align_log2: 4, flags: 0, first_word };
+            w.alloc(&info, Contents::Compact { count: p.len() as u64, pointers: p.into_iter() }).unwrap();
+        }
+        w.finish(0).unwrap().0 .0
+    }
+
+    pub fn load(&self) -> (tempfile_path::TempPath, Heap) {
+        let path = tempfile_path::TempPath::new();
+        std::fs::write(&path.0, self.write()).unwrap();
+        let f = DumpFile::open(&path.0).unwrap();
+        let h = Heap::load(&f, &mut |_, _| {}).unwrap();
+        (path, h)
+    }
+}
+
+pub mod tempfile_path {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    pub struct TempPath(pub std::path::PathBuf);
+    static N: AtomicU64 = AtomicU64::new(0);
+    impl TempPath {
+        pub fn new() -> TempPath {
+            TempPath(std::env::temp_dir().join(format!("hd-analyze-{}-{}.hdump", std::process::id(), N.fetch_add(1, Ordering::Relaxed))))
+        }
+    }
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}

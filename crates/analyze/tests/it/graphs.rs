@@ -1,0 +1,158 @@
+use crate::build::Spec;
+use heapdump_analyze::leaks::{self, LeakKind, NoContents};
+use heapdump_analyze::{dominators, paths, BlockId, Heap};
+
+fn id(h: &Heap, addr: u64) -> BlockId {
+    h.find_start(addr).unwrap()
+}
+
+fn kind(h: &Heap, l: &leaks::Leaks, addr: u64) -> LeakKind {
+    l.kind[id(h, addr).index()]
+}
+
+const A: u64 = 0x1000;
+const B: u64 = 0x2000;
+const C: u64 = 0x3000;
+const D: u64 = 0x4000;
+const E: u64 = 0x5000;
+
+#[test]
+fn chain_from_a_stack_root() {
+    let mut s = Spec::default();
+    s.block(A, 16).block(B, 32).block(C, 64).ptr(A, 8, B).ptr(B, 0, C);
+    s.stack.push(A);
+    let (_f, h) = s.load();
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(l.still_reachable.blocks, 3);
+    assert_eq!(l.still_reachable.bytes, 112);
+    assert_eq!(l.definitely_lost.blocks + l.possibly_lost.blocks + l.indirectly_lost.blocks, 0);
+    let d = dominators::compute(&h, &[]);
+    assert_eq!(d.idom(id(&h, A)), None);
+    assert_eq!(d.idom(id(&h, B)), Some(id(&h, A)));
+    assert_eq!(d.idom(id(&h, C)), Some(id(&h, B)));
+    assert_eq!(d.retained[id(&h, A).index()], 112);
+    assert_eq!(d.retained[id(&h, C).index()], 64);
+    let p = paths::shortest(&h, id(&h, C), None).unwrap();
+    assert_eq!(p.steps.len(), 3);
+    assert_eq!(p.steps[1].offset, 8);
+    assert!(matches!(p.start, paths::PathStart::Root(r) if h.root_source(&r).to_string().starts_with("stack of thread 7 (main)")));
+}
+
+#[test]
+fn a_lost_cycle_has_one_definitely_lost_block() {
+    let mut s = Spec::default();
+    s.block(A, 16).block(B, 24).ptr(A, 0, B).ptr(B, 0, A);
+    let (_f, h) = s.load();
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(kind(&h, &l, A), LeakKind::DefinitelyLost);
+    assert_eq!(kind(&h, &l, B), LeakKind::IndirectlyLost);
+    assert_eq!((l.definitely_lost.bytes, l.indirectly_lost.bytes), (16, 24));
+}
+
+#[test]
+fn a_lost_pointer_into_a_lost_cycle_leads_the_clique() {
+    // C (highest address) points into the cycle A <-> B: C is the head,
+    // A (a former clique leader) is demoted.
+    let mut s = Spec::default();
+    s.block(A, 16).block(B, 16).block(C, 100).ptr(A, 0, B).ptr(B, 0, A).ptr(C, 0, A);
+    let (_f, h) = s.load();
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(kind(&h, &l, C), LeakKind::DefinitelyLost);
+    assert_eq!(kind(&h, &l, A), LeakKind::IndirectlyLost);
+    assert_eq!(kind(&h, &l, B), LeakKind::IndirectlyLost);
+    assert_eq!(l.leader[id(&h, A).index()], id(&h, C).0);
+    assert_eq!(l.leader[id(&h, B).index()], id(&h, C).0);
+    let d = dominators::compute(&h, &[id(&h, C)]);
+    assert_eq!(d.retained[id(&h, C).index()], 132, "the lost structure's head retains all of it");
+}
+
+#[test]
+fn diamond_dominators() {
+    let mut s = Spec::default();
+    s.block(A, 16).block(B, 20).block(C, 30).block(D, 40);
+    s.ptr(A, 0, B).ptr(A, 8, C).ptr(B, 0, D).ptr(C, 0, D);
+    s.statics.push(A);
+    let (_f, h) = s.load();
+    let d = dominators::compute(&h, &[]);
+    assert_eq!(d.idom(id(&h, D)), Some(id(&h, A)));
+    assert_eq!(d.idom(id(&h, B)), Some(id(&h, A)));
+    assert_eq!(d.retained[id(&h, A).index()], 106);
+    assert_eq!(d.retained[id(&h, B).index()], 20);
+    assert_eq!(d.dominated[id(&h, A).index()], 4);
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(l.still_reachable.blocks, 4);
+    let p = paths::shortest(&h, id(&h, D), None).unwrap();
+    assert_eq!(p.steps.len(), 3);
+    assert!(matches!(p.start, paths::PathStart::Root(r) if h.root_source(&r).to_string().starts_with("static .data")));
+}
+
+#[test]
+fn interior_pointers_make_blocks_possibly_lost() {
+    // Stack -> inside E (offset 40); E -> F by a start pointer; F is only
+    // possibly lost too (its chain has an interior pointer).
+    let mut s = Spec::default();
+    s.block(E, 64).block(E + 0x1000, 16).ptr(E, 0, E + 0x1000);
+    s.stack.push(E + 40);
+    let (_f, h) = s.load();
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(kind(&h, &l, E), LeakKind::PossiblyLost);
+    assert_eq!(kind(&h, &l, E + 0x1000), LeakKind::PossiblyLost);
+    // A second, start pointer from a root upgrades both.
+    s.statics.push(E);
+    let (_f, h) = s.load();
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(l.still_reachable.blocks, 2);
+}
+
+#[test]
+fn heuristics_explain_normal_interior_pointers() {
+    let mut s = Spec::default();
+    // length64: first word = size - 8, pointer 8 bytes in.
+    s.block(A, 72);
+    s.first_words.push((A, 64));
+    // hashbrown: 8 buckets of 8-byte entries (64 bytes) then 8 + 16 control bytes.
+    s.block(B, 64 + 8 + 16);
+    s.stack.extend([A + 8, B + 64]);
+    let (f, h) = s.load();
+    let file = heapdump_analyze::DumpFile::open(&f.0).unwrap();
+    let c = heapdump_analyze::DumpContents::build(&file, &h);
+    let l = leaks::analyze(&h, &c);
+    assert_eq!(l.still_reachable.blocks, 2, "{:?}", l.kind);
+    let names: Vec<&str> = l.via_heuristic.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["length64", "hashbrown"]);
+    // Without contents the length64 block stays possibly lost.
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(kind(&h, &l, A), LeakKind::PossiblyLost);
+}
+
+#[test]
+fn ten_million_long_chain_does_not_overflow_the_stack() {
+    let n = 10_000_000u32;
+    let blocks: Vec<heapdump_analyze::Block> =
+        (0..n).map(|i| heapdump_analyze::Block { addr: 0x10_0000 + u64::from(i) * 32, size: 24, site: 0, flags: 0 }).collect();
+    let edges: Vec<(u32, u32, u64, u64)> = (0..n - 1).map(|i| (i, i + 1, 0, 0)).collect();
+    let root = heapdump_analyze::Root { region: 0, offset: 0, target: BlockId(0), interior: false, into: 0 };
+    let region = heapdump_analyze::RootRegion {
+        kind: heapdump_analyze::RootKind::Stack,
+        address: 0,
+        tid: 1,
+        owner: "main".into(),
+        name: String::new(),
+        libc: false,
+    };
+    let h = Heap::from_parts(
+        heapdump_format::Header::new(heapdump_format::Mode::Compact, heapdump_format::Reason::Api, 4096, 1, 0),
+        blocks,
+        &edges,
+        vec![root],
+        vec![region],
+    );
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(l.still_reachable.blocks, u64::from(n));
+    let d = dominators::compute(&h, &[]);
+    assert_eq!(d.retained[0], 24 * u64::from(n));
+    assert_eq!(d.retained[(n - 1) as usize], 24);
+    assert_eq!(d.idom(BlockId(n - 1)), Some(BlockId(n - 2)));
+    let p = paths::shortest(&h, BlockId(n - 1), None).unwrap();
+    assert_eq!(p.steps.len(), n as usize);
+}

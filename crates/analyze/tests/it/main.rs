@@ -1,0 +1,5 @@
+//! Integration tests of the analysis over hand-built dumps with known
+//! graphs: exact leak classes, dominators, retained sizes and paths.
+
+mod build;
+mod graphs;
