@@ -244,5 +244,25 @@ pub fn is_machinery(f: &Frame) -> bool {
         "aligned_alloc",
         "memalign",
     ];
-    PREFIXES.iter().any(|p| name.starts_with(p)) || name.starts_with("strdup") || name.starts_with("__GI_")
+    if PREFIXES.iter().any(|p| name.starts_with(p)) || name.starts_with("strdup") || name.starts_with("__GI_") {
+        return true;
+    }
+    // Inlined frames carry short names (`alloc_impl`, `record`): judge them
+    // by their source file: the Rust standard library, this runtime, or
+    // the allocator crates.
+    f.file.as_deref().is_some_and(|file| {
+        const DIRS: [&str; 8] = [
+            "/library/alloc/",
+            "/library/core/",
+            "/library/std/",
+            "/crates/heapdump/src/",
+            "/heapdump-0.",
+            "/hashbrown-",
+            "/crates/preload/src/",
+            "/heapdump-preload-0.",
+        ];
+        DIRS.iter().any(|d| file.contains(d)) || file.starts_with("/rustc/")
+    }) || name == "__rust_alloc"
+        || name == "__rust_alloc_zeroed"
+        || name == "__rust_realloc"
 }

@@ -1,11 +1,13 @@
 //! The subcommands, as `DESIGN.md` fixes them.
 
 use crate::output::{self, Table};
-use anyhow::Result;
-use clap::{Parser, Subcommand};
+use crate::views;
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use heapdump_analyze::group::GroupBy;
 use heapdump_analyze::{DumpFile, Summary};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Heap dumps of native programs, and what they mean.
@@ -14,6 +16,13 @@ use std::process::ExitCode;
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum By {
+    Site,
+    Type,
+    Size,
 }
 
 #[derive(Subcommand, Debug)]
@@ -26,12 +35,80 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The live heap grouped by allocation site, type or size class.
+    Top {
+        /// The dump file.
+        dump: PathBuf,
+        /// What to group by.
+        #[arg(long, value_enum, default_value = "site")]
+        by: By,
+        /// Rows to show.
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Leaks with valgrind memcheck's meanings, largest lost groups by site.
+    Leaks {
+        /// The dump file.
+        dump: PathBuf,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The allocations that keep the most memory alive (dominator tree).
+    Retained {
+        /// The dump file.
+        dump: PathBuf,
+        /// Rows to show.
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The shortest chain of pointers from a root to an allocation.
+    Path {
+        /// The dump file.
+        dump: PathBuf,
+        /// Address of (or inside) the allocation, hex (0x...) or decimal.
+        address: String,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Growth by site and by type between two dumps.
+    Diff {
+        /// The older dump.
+        old: PathBuf,
+        /// The newer dump.
+        new: PathBuf,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Runs a bundled example with a leak and a large cache, dumps it, and explains the dump.
+    Demo,
 }
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Summary { dump, json } => summary(&dump, json),
+        Command::Top { dump, by, n, json } => {
+            let by = match by {
+                By::Site => GroupBy::Site,
+                By::Type => GroupBy::Type,
+                By::Size => GroupBy::Size,
+            };
+            views::top(&dump, by, n, json).map(|_| ExitCode::SUCCESS)
+        }
+        Command::Leaks { dump, json } => views::leaks(&dump, json).map(|_| ExitCode::SUCCESS),
+        Command::Retained { dump, n, json } => views::retained(&dump, n, json).map(|_| ExitCode::SUCCESS),
+        Command::Path { dump, address, json } => views::path(&dump, &address, json).map(|_| ExitCode::SUCCESS),
+        Command::Diff { old, new, json } => views::diff(&old, &new, json).map(|_| ExitCode::SUCCESS),
+        Command::Demo => demo(),
     }
 }
 
@@ -50,7 +127,7 @@ fn summary(path: &PathBuf, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn print_summary(out: &mut impl Write, path: &std::path::Path, s: &Summary) -> std::io::Result<()> {
+pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> std::io::Result<()> {
     let mut t = Table::new(&["field", "value"]);
     t.row(vec!["dump".into(), path.display().to_string()]);
     t.row(vec!["program".into(), if s.cmdline.is_empty() { s.exe.clone() } else { s.cmdline.join(" ") }]);
@@ -73,4 +150,53 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &std::path::Path, s: &Su
         t.row(vec!["incomplete".into(), tr.clone()]);
     }
     t.print(out)
+}
+
+/// Finds a program shipped next to this executable.
+pub fn sibling(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe().context("cannot locate the heapdump executable")?;
+    let dir = me.parent().context("the heapdump executable has no directory")?;
+    let p = dir.join(name);
+    if p.exists() {
+        return Ok(p);
+    }
+    anyhow::bail!("{name} not found next to {}: build it with `cargo build --release -p heapdump-cli`", me.display())
+}
+
+fn demo() -> Result<ExitCode> {
+    let program = sibling("heapdump-demo")?;
+    let out = PathBuf::from(format!("heapdump-demo.{}.hdump", std::process::id()));
+    println!("== running the bundled example: {} {}", program.display(), out.display());
+    let status = std::process::Command::new(&program)
+        .arg(&out)
+        .env("HEAPDUMP_BACKTRACE", "all")
+        .env("HEAPDUMP_SIGNAL", "0")
+        .env_remove("HEAPDUMP_OUTPUT")
+        .env_remove("HEAPDUMP_AT_EXIT")
+        .status()
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    if !status.success() {
+        anyhow::bail!("the example program failed ({status})");
+    }
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "\n== summary")?;
+    let file = DumpFile::open(&out)?;
+    print_summary(&mut stdout, &out, &Summary::of(&file)?)?;
+    let (file, heap) = views::load(&out)?;
+    let mut sym = heapdump_analyze::symbols::Symbolizer::new(&heap);
+    writeln!(stdout, "\n== leaks")?;
+    let (_, report) = views::leak_report(&file, &heap, &mut sym);
+    views::print_leaks(&mut stdout, &report, 3)?;
+    writeln!(stdout, "\n== top retainers")?;
+    let rows = views::retainers(&file, &heap, &mut sym, 8);
+    views::print_retainers(&mut stdout, &rows, heap.total_bytes())?;
+    let abs = std::fs::canonicalize(&out).unwrap_or(out.clone());
+    writeln!(stdout, "\nThe dump is {}. Go on with:", abs.display())?;
+    for sub in ["top --by site", "leaks --json", "retained -n 30", "summary --json"] {
+        writeln!(stdout, "  heapdump {sub} {}", out.display())?;
+    }
+    if let Some(r) = rows.first() {
+        writeln!(stdout, "  heapdump path {} {}", out.display(), r.address)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 
 mod cmd;
 mod output;
+mod views;
 
 use clap::Parser;
 use std::process::ExitCode;
