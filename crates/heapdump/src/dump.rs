@@ -180,10 +180,7 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
     }
     let config = state.config();
     let t0 = sys::monotonic_ns();
-    // The runtime's helper thread is never a root and never stopped: it
-    // only waits on its pipe.
-    let _ = on_helper;
-    let stopped = stw::stop(crate::helper_tid());
+    let stopped = stw::stop(0);
     if config.fork {
         let r = match sys::raw_fork() {
             Ok(0) => {
@@ -262,18 +259,23 @@ fn write_body(
         }
         let me = sys::gettid();
         let mut threads = 0u32;
-        // The calling thread (unless it is the runtime's own helper).
-        if !on_helper {
+        // The calling thread. When it is the runtime's helper (a signal
+        // dump), its stack holds only the dump's own frames: record its
+        // thread-local storage alone.
+        let fs = stw::fs_base();
+        let mut name = [0u8; 16];
+        let name = thread_name(me, &mut name);
+        let (sp, end) = if on_helper {
+            (0, 0)
+        } else {
             let sp = entry_regs[RSP];
-            let end = maps.end_of(sp).unwrap_or(sp);
-            let fs = stw::fs_base();
-            let mut name = [0u8; 16];
-            let name = thread_name(me, &mut name);
-            let info = ThreadInfo { tid: me, flags: raw::THREAD_CURRENT, stack_start: sp, stack_end: end, tls: fs, name, regs: entry_regs };
-            region(&mut w, mode, &index, pairs, sp, end - sp, |w, c| w.thread(&info, c))?;
-            threads += 1;
-            tls_root(&mut w, mode, &index, pairs, &maps, fs, sp, end, me)?;
-        }
+            (sp, maps.end_of(sp).unwrap_or(sp))
+        };
+        let regs: &[u64] = if on_helper { &[] } else { entry_regs };
+        let info = ThreadInfo { tid: me, flags: raw::THREAD_CURRENT, stack_start: sp, stack_end: end, tls: fs, name, regs };
+        region(&mut w, mode, &index, pairs, sp, end - sp, |w, c| w.thread(&info, c))?;
+        threads += 1;
+        tls_root(&mut w, mode, &index, pairs, &maps, fs, sp, end, me)?;
         for s in stw::stopped_threads() {
             let tid = s.tid.load(Ordering::Relaxed);
             if s.gone() {
@@ -611,9 +613,9 @@ fn write_alloc(w: &mut Writer<'_, FdSink>, mode: Mode, index: &Index, pairs: &mu
     region(w, mode, index, pairs, e.addr, e.size, |w, c| w.alloc(&info, c))
 }
 
-/// Thread-local storage as a root, when it lies outside the dumped stack:
-/// the main thread's static TLS block sits in its own mapping below the
-/// thread pointer.
+/// Thread-local storage as a root, when it lies outside the dumped stack
+/// (the main thread's static TLS sits in its own mapping; the helper
+/// thread's stack is not dumped).
 #[allow(clippy::too_many_arguments)]
 fn tls_root(
     w: &mut Writer<'_, FdSink>,
@@ -630,7 +632,9 @@ fn tls_root(
         return Ok(());
     }
     let Some((ms, me)) = maps.find(fs) else { return Ok(()) };
-    let start = fs.saturating_sub(64 * 1024).max(ms);
+    // glibc (x86-64) puts the static TLS blocks right below the thread
+    // pointer and the thread descriptor, with the DTV pointer, above it.
+    let start = fs.saturating_sub(crate::static_tls_size()).max(ms);
     let end = (fs + 4096).min(me);
     let mut name = [0u8; 32];
     name[..4].copy_from_slice(b"tls ");

@@ -9,6 +9,7 @@ use core::cell::Cell;
 const IN_TRACKER: u8 = 1;
 const STOP_PENDING: u8 = 2;
 const IN_LOCK: u8 = 4;
+const INTERNAL: u8 = 8;
 
 thread_local! {
     static STATE: Cell<u8> = const { Cell::new(0) };
@@ -50,7 +51,7 @@ impl Drop for Enter {
         }
         let pending = STATE.try_with(|s| {
             let v = s.get();
-            s.set(v & IN_LOCK);
+            s.set(v & (IN_LOCK | INTERNAL));
             v & STOP_PENDING != 0
         });
         if pending == Ok(true) {
@@ -184,4 +185,35 @@ pub fn pop_deferred() -> Option<Deferred> {
 #[inline]
 pub fn has_deferred() -> bool {
     DEFERRED.try_with(|q| q.len.load(core::sync::atomic::Ordering::Relaxed) != 0).unwrap_or(false)
+}
+
+/// Marks the runtime's own calls into libc (thread creation, `setenv`,
+/// `atexit` at start-up) so that the allocations libc makes for them are
+/// not recorded: they belong to the tracker, not to the program.
+pub struct Internal(bool);
+
+impl Internal {
+    /// Enters an internal section.
+    pub fn new() -> Internal {
+        let was = STATE.try_with(|s| {
+            let v = s.get();
+            s.set(v | INTERNAL);
+            v & INTERNAL != 0
+        });
+        Internal(was.unwrap_or(true))
+    }
+}
+
+impl Drop for Internal {
+    fn drop(&mut self) {
+        if !self.0 {
+            let _ = STATE.try_with(|s| s.set(s.get() & !INTERNAL));
+        }
+    }
+}
+
+/// Whether the current call comes from the runtime itself.
+#[inline]
+pub fn internal() -> bool {
+    STATE.try_with(|s| s.get() & INTERNAL != 0).unwrap_or(false)
 }

@@ -58,6 +58,10 @@ pub struct State {
     next_threshold: AtomicU64,
     oom_dumped: AtomicBool,
     dump_count: AtomicU64,
+    /// The process that initialised the tracker (a forked child differs).
+    init_pid: core::sync::atomic::AtomicU32,
+    /// Whether no ancestor already claimed `HEAPDUMP_OUTPUT`.
+    first_process: AtomicBool,
 }
 
 // SAFETY: `config` is written once during initialisation (init == 1, by the
@@ -72,6 +76,8 @@ static STATE: State = State {
     next_threshold: AtomicU64::new(u64::MAX),
     oom_dumped: AtomicBool::new(false),
     dump_count: AtomicU64::new(0),
+    init_pid: core::sync::atomic::AtomicU32::new(0),
+    first_process: AtomicBool::new(true),
 };
 
 impl State {
@@ -100,6 +106,10 @@ fn init_slow() {
                 STATE.next_threshold.store(c.threshold, Ordering::Relaxed);
             }
             let _ = stw::init();
+            STATE.init_pid.store(sys::getpid(), Ordering::Relaxed);
+            // SAFETY: getenv with a NUL-terminated name; nothing is kept.
+            let taken = !unsafe { libc::getenv(c"HEAPDUMP_OUTPUT_TAKEN".as_ptr()) }.is_null();
+            STATE.first_process.store(!taken, Ordering::Relaxed);
             STATE.init.store(2, Ordering::Release);
         }
         Err(_) => {
@@ -175,6 +185,9 @@ impl<A> Tracked<A> {
 /// holds one (those updates are deferred).
 #[inline]
 fn record(st: &State, ptr: *mut u8, size: usize, align: usize, nested: bool) {
+    if guard::internal() {
+        return;
+    }
     let c = st.config();
     let (site, sampled) = match c.backtrace {
         _ if nested => (0, false),
@@ -232,7 +245,9 @@ fn threshold_crossed(st: &State, live: u64) {
     }
 }
 
-fn apply_deferred<A: GlobalAlloc>(st: &State, inner: &A) {
+/// Applies the table updates a signal handler deferred on this thread;
+/// `free` releases a postponed block in the underlying allocator.
+fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
     while let Some(op) = guard::pop_deferred() {
         match op {
             guard::Deferred::None => {}
@@ -245,11 +260,17 @@ fn apply_deferred<A: GlobalAlloc>(st: &State, inner: &A) {
                     let _l = guard::Locked::new();
                     st.table.remove(addr);
                 }
-                // SAFETY: the pointer came from `inner` with this layout and
-                // its free was postponed until its entry left the table.
-                unsafe { inner.dealloc(addr as *mut u8, Layout::from_size_align_unchecked(size, align)) };
+                free(addr as *mut u8, size, align);
             }
         }
+    }
+}
+
+fn free_with<A: GlobalAlloc>(inner: &A) -> impl Fn(*mut u8, usize, usize) + '_ {
+    move |p, size, align| {
+        // SAFETY: the pointer came from `inner` with this layout and its free
+        // was postponed until its entry left the table.
+        unsafe { inner.dealloc(p, Layout::from_size_align_unchecked(size, align)) }
     }
 }
 
@@ -270,7 +291,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
         record(st, p, layout.size(), layout.align(), g.nested());
         drop(g);
         if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &self.inner);
+            apply_deferred(st, &free_with(&self.inner));
         }
         p
     }
@@ -289,7 +310,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
         record(st, p, layout.size(), layout.align(), g.nested());
         drop(g);
         if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &self.inner);
+            apply_deferred(st, &free_with(&self.inner));
         }
         p
     }
@@ -315,7 +336,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
         unsafe { self.inner.dealloc(ptr, layout) };
         drop(g);
         if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &self.inner);
+            apply_deferred(st, &free_with(&self.inner));
         }
     }
 
@@ -378,7 +399,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
         }
         drop(g);
         if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &self.inner);
+            apply_deferred(st, &free_with(&self.inner));
         }
         q
     }
@@ -500,6 +521,9 @@ fn create(path_nul: &[u8]) -> Result<i32, DumpError> {
 fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError> {
     let pid = sys::getpid() as u64;
     let c = st.config();
+    // Only the first traced process of a tree, before any fork, uses the
+    // configured path as it is; children and later dumps are numbered.
+    let original = st.first_process.load(Ordering::Relaxed) && st.init_pid.load(Ordering::Relaxed) == sys::getpid();
     for attempt in 0..10_000u64 {
         let n = st.dump_count.load(Ordering::Relaxed) + attempt;
         let mut len = 0;
@@ -509,8 +533,9 @@ fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError
             *len += k;
         };
         let mut num = [0u8; 20];
+        let n = if original { n } else { n + 1 };
         match c.output() {
-            Some(path) if n == 0 => put(path, &mut len),
+            Some(path) if n == 0 && original => put(path, &mut len),
             Some(path) => {
                 // Insert .<pid>.<n> before the extension of the last component.
                 let slash = path.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
@@ -664,11 +689,13 @@ fn report_error(reason: Reason, e: &DumpError) {
 // --- start-up: fork handlers, exit and signal triggers -----------------------------
 
 static SIGNAL_PIPE: AtomicU64 = AtomicU64::new(u64::MAX);
-static HELPER_TID: AtomicU64 = AtomicU64::new(0);
 
-/// The runtime's helper thread, 0 if none.
-pub(crate) fn helper_tid() -> u32 {
-    HELPER_TID.load(Ordering::Acquire) as u32
+static STATIC_TLS: AtomicU64 = AtomicU64::new(64 * 1024);
+
+/// Size of the static TLS area below each thread pointer (glibc's
+/// `_dl_get_tls_static_info`, read at start-up; 64 KiB if unknown).
+pub(crate) fn static_tls_size() -> u64 {
+    STATIC_TLS.load(Ordering::Relaxed)
 }
 
 extern "C" fn before_fork() {
@@ -701,7 +728,6 @@ extern "C" fn on_dump_signal(_sig: i32) {
 }
 
 extern "C" fn helper_main(_: *mut libc::c_void) -> *mut libc::c_void {
-    HELPER_TID.store(sys::gettid().into(), Ordering::Release);
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: naming the current thread with a NUL-terminated name.
         unsafe { libc::prctl(libc::PR_SET_NAME, c"heapdump".as_ptr()) };
@@ -725,8 +751,26 @@ extern "C" fn helper_main(_: *mut libc::c_void) -> *mut libc::c_void {
 extern "C" fn start() {
     let st = state();
     let c = *st.config();
+    let _internal = guard::Internal::new();
     // SAFETY: registering plain extern "C" functions.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+    // SAFETY: dlsym of a function with this signature in glibc's loader.
+    unsafe {
+        let f = libc::dlsym(libc::RTLD_DEFAULT, c"_dl_get_tls_static_info".as_ptr());
+        if !f.is_null() {
+            let f: extern "C" fn(*mut usize, *mut usize) = core::mem::transmute(f);
+            let (mut size, mut align) = (0usize, 0usize);
+            f(&mut size, &mut align);
+            if size > 0 && size < (64 << 20) {
+                STATIC_TLS.store(size as u64, Ordering::Relaxed);
+            }
+        }
+    }
+    // Children (forked or executed) inherit this: they number their dumps
+    // rather than take the configured path.
+    // SAFETY: setenv with NUL-terminated strings, at start-up, before
+    // other threads of ours exist.
+    unsafe { libc::setenv(c"HEAPDUMP_OUTPUT_TAKEN".as_ptr(), c"1".as_ptr(), 1) };
     if c.at_exit {
         // SAFETY: as above.
         unsafe { libc::atexit(at_exit) };
@@ -767,17 +811,115 @@ extern "C" fn start() {
 #[link_section = ".init_array"]
 static START: extern "C" fn() = start;
 
-/// Entry points for `heapdump-preload`: not part of the Rust API.
+/// The tracker's entry points for allocators that are not a `GlobalAlloc`:
+/// the `LD_PRELOAD` library's C functions. Not part of the Rust API.
 #[doc(hidden)]
-pub mod preload {
-    pub use crate::record_raw as record;
-}
+pub mod hooks {
+    use super::*;
 
-/// Records an allocation made outside `Tracked` (the preload library's C
-/// entry points).
-#[doc(hidden)]
-pub fn record_raw(ptr: *mut u8, size: usize, align: usize) {
-    let st = state();
-    let g = guard::Enter::new();
-    record(st, ptr, size, align, g.nested());
+    /// One call into the tracker, from entry to return.
+    pub struct Call {
+        st: &'static State,
+        g: guard::Enter,
+    }
+
+    /// Enters the tracker.
+    #[inline]
+    pub fn enter() -> Call {
+        let st = state();
+        Call { st, g: guard::Enter::new() }
+    }
+
+    impl Call {
+        /// Whether this thread holds a tracker lock (a signal handler
+        /// interrupted the tracker): table updates must be deferred and
+        /// frees postponed.
+        #[inline]
+        pub fn in_lock(&self) -> bool {
+            guard::in_lock()
+        }
+
+        /// Records a block the underlying allocator returned.
+        #[inline]
+        pub fn allocated(&self, p: *mut u8, size: usize, align: usize) {
+            record(self.st, p, size, align, self.g.nested());
+        }
+
+        /// Reports an allocation failure (dumps once if configured).
+        pub fn failed(self) {
+            let st = self.st;
+            drop(self.g);
+            alloc_failed(st);
+        }
+
+        /// Before freeing `p`: true when the caller frees it now, false
+        /// when the free was postponed (a signal handler inside the tracker).
+        #[inline]
+        pub fn freeing(&self, p: *mut u8) -> bool {
+            if guard::in_lock() {
+                if guard::cancel_insert(p as u64) {
+                    return true;
+                }
+                return !guard::defer(guard::Deferred::Free(p as u64, 0, 1));
+            }
+            let _l = guard::Locked::new();
+            self.st.table.remove(p as u64);
+            true
+        }
+
+        /// Before an in-place-or-moving realloc of `p`: takes its entry out
+        /// (another thread may receive the address once realloc returns).
+        #[inline]
+        pub fn realloc_begin(&self, p: *mut u8) -> Option<OldBlock> {
+            let _l = guard::Locked::new();
+            self.st.table.remove(p as u64).map(OldBlock)
+        }
+
+        /// After realloc: `q` is the result (null on failure).
+        #[inline]
+        pub fn realloc_end(&self, old: Option<OldBlock>, p: *mut u8, q: *mut u8, new_size: usize) {
+            if q.is_null() {
+                if let Some(OldBlock(e)) = old {
+                    let _l = guard::Locked::new();
+                    self.st.table.insert(&e);
+                }
+                return;
+            }
+            match old {
+                Some(OldBlock(mut e)) if q == p => {
+                    e.size = new_size as u64;
+                    let live = {
+                        let _l = guard::Locked::new();
+                        self.st.table.insert(&e)
+                    };
+                    if live >= self.st.next_threshold.load(Ordering::Relaxed) {
+                        threshold_crossed(self.st, live);
+                    }
+                }
+                Some(OldBlock(e)) => record(self.st, q, new_size, 1 << e.align_log2, self.g.nested()),
+                None => record(self.st, q, new_size, 16, self.g.nested()),
+            }
+        }
+
+        /// Leaves the tracker, applying postponed updates; `free` releases
+        /// a postponed block in the underlying allocator.
+        #[inline]
+        pub fn finish(self, free: &dyn Fn(*mut u8, usize, usize)) {
+            let st = self.st;
+            drop(self.g);
+            if guard::has_deferred() && !guard::in_lock() {
+                apply_deferred(st, free);
+            }
+        }
+    }
+
+    /// The table entry of a block being reallocated.
+    pub struct OldBlock(Entry);
+
+    impl OldBlock {
+        /// Its requested size.
+        pub fn size(&self) -> u64 {
+            self.0.size
+        }
+    }
 }
