@@ -5,14 +5,18 @@
 //! thread-local destructors run (which may allocate and free).
 
 use core::cell::Cell;
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 const IN_TRACKER: u8 = 1;
 const STOP_PENDING: u8 = 2;
 const IN_LOCK: u8 = 4;
 const INTERNAL: u8 = 8;
 
+// Every read-modify-write of the state is one atomic instruction: a signal
+// handler running on the same thread (the suspend handler sets
+// STOP_PENDING) can never fall between a read and a write.
 thread_local! {
-    static STATE: Cell<u8> = const { Cell::new(0) };
+    static STATE: AtomicU8 = const { AtomicU8::new(0) };
 }
 
 /// Marks the thread as inside the tracker for the guard's life. A stop
@@ -25,11 +29,7 @@ impl Enter {
     /// Enters the tracker.
     #[inline]
     pub fn new() -> Enter {
-        let nested = STATE.try_with(|s| {
-            let v = s.get();
-            s.set(v | IN_TRACKER);
-            v & IN_TRACKER != 0
-        });
+        let nested = STATE.try_with(|s| s.fetch_or(IN_TRACKER, Relaxed) & IN_TRACKER != 0);
         // Without thread-local storage (very late in thread teardown) treat
         // the call as nested: record, but capture no backtrace.
         Enter { nested: nested.unwrap_or(true) }
@@ -49,11 +49,7 @@ impl Drop for Enter {
         if self.nested {
             return;
         }
-        let pending = STATE.try_with(|s| {
-            let v = s.get();
-            s.set(v & (IN_LOCK | INTERNAL));
-            v & STOP_PENDING != 0
-        });
+        let pending = STATE.try_with(|s| s.fetch_and(IN_LOCK | INTERNAL, Relaxed) & STOP_PENDING != 0);
         if pending == Ok(true) {
             crate::stw::park(&crate::stw::current_regs());
         }
@@ -65,9 +61,8 @@ impl Drop for Enter {
 pub fn defer_stop() -> bool {
     STATE
         .try_with(|s| {
-            let v = s.get();
-            if v & IN_TRACKER != 0 {
-                s.set(v | STOP_PENDING);
+            if s.load(Relaxed) & IN_TRACKER != 0 {
+                s.fetch_or(STOP_PENDING, Relaxed);
                 true
             } else {
                 false
@@ -85,7 +80,7 @@ impl Locked {
     /// Enters a locked section.
     #[inline]
     pub fn new() -> Locked {
-        let _ = STATE.try_with(|s| s.set(s.get() | IN_LOCK));
+        let _ = STATE.try_with(|s| s.fetch_or(IN_LOCK, Relaxed));
         Locked(())
     }
 }
@@ -93,7 +88,7 @@ impl Locked {
 impl Drop for Locked {
     #[inline]
     fn drop(&mut self) {
-        let _ = STATE.try_with(|s| s.set(s.get() & !IN_LOCK));
+        let _ = STATE.try_with(|s| s.fetch_and(!IN_LOCK, Relaxed));
     }
 }
 
@@ -101,7 +96,7 @@ impl Drop for Locked {
 /// allocation from a signal handler, must not take one).
 #[inline]
 pub fn in_lock() -> bool {
-    STATE.try_with(|s| s.get() & IN_LOCK != 0).unwrap_or(false)
+    STATE.try_with(|s| s.load(Relaxed) & IN_LOCK != 0).unwrap_or(false)
 }
 
 /// A table update deferred by [`in_lock`].
@@ -195,11 +190,7 @@ pub struct Internal(bool);
 impl Internal {
     /// Enters an internal section.
     pub fn new() -> Internal {
-        let was = STATE.try_with(|s| {
-            let v = s.get();
-            s.set(v | INTERNAL);
-            v & INTERNAL != 0
-        });
+        let was = STATE.try_with(|s| s.fetch_or(INTERNAL, Relaxed) & INTERNAL != 0);
         Internal(was.unwrap_or(true))
     }
 }
@@ -207,7 +198,7 @@ impl Internal {
 impl Drop for Internal {
     fn drop(&mut self) {
         if !self.0 {
-            let _ = STATE.try_with(|s| s.set(s.get() & !INTERNAL));
+            let _ = STATE.try_with(|s| s.fetch_and(!INTERNAL, Relaxed));
         }
     }
 }
@@ -215,5 +206,5 @@ impl Drop for Internal {
 /// Whether the current call comes from the runtime itself.
 #[inline]
 pub fn internal() -> bool {
-    STATE.try_with(|s| s.get() & INTERNAL != 0).unwrap_or(false)
+    STATE.try_with(|s| s.load(Relaxed) & INTERNAL != 0).unwrap_or(false)
 }

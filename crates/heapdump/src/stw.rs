@@ -189,9 +189,12 @@ pub fn park(regs: &Regs) {
     slot.state.store(STOPPED, Ordering::Release);
     ACKS.fetch_add(1, Ordering::AcqRel);
     sys::futex_wake_all(&ACKS);
+    // Wait until a release at or after our epoch: a later stop may begin
+    // (and end) before this thread gets to run again, so equality is not
+    // enough.
     loop {
         let r = RELEASE.load(Ordering::Acquire);
-        if r == e {
+        if r.wrapping_sub(e) as i32 >= 0 {
             break;
         }
         sys::futex_wait(&RELEASE, r, 0);

@@ -177,7 +177,7 @@ fn dumps_while_threads_churn_hold_exactly_the_live_blocks() {
         let d = common::parse(&std::fs::read(&p).unwrap());
         assert!(d.complete);
         assert_eq!(d.allocs.len() as u64, info.allocations, "returned counts equal the trailer's");
-        assert_eq!(info.not_stopped, 0);
+        assert_eq!(info.not_stopped, 0, "threads (tid -> flags): {:?}, pause {} us", d.thread_flags, info.pause_ns / 1000);
         check_against_slots(&d, &c.tables);
         std::fs::remove_file(&p).unwrap();
     }
@@ -322,6 +322,7 @@ fn signal_trigger_under_a_busy_program() {
     let exe = std::env::current_exe().unwrap();
     let child = std::process::Command::new(exe)
         .env("HEAPDUMP_TEST_CHILD", "child_signal")
+        .env_remove("HEAPDUMP_OUTPUT_TAKEN")
         .env("HEAPDUMP_OUTPUT", dir.join("sig.hdump"))
         .env("HEAPDUMP_REPORT", &report)
         .stderr(std::process::Stdio::piped())

@@ -47,7 +47,8 @@ pub fn run(tests: &[(&str, fn())]) {
 pub fn child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
     let exe = std::env::current_exe().unwrap();
     let mut c = std::process::Command::new(exe);
-    c.env("HEAPDUMP_TEST_CHILD", name);
+    // The test process is the children's runner, not their traced parent.
+    c.env("HEAPDUMP_TEST_CHILD", name).env_remove("HEAPDUMP_OUTPUT_TAKEN");
     for (k, v) in env {
         c.env(k, v);
     }
