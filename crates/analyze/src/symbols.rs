@@ -222,8 +222,9 @@ pub fn is_machinery(f: &Frame) -> bool {
         return f.module.as_deref().is_some_and(|m| m.contains("libheapdump_preload") || m.contains("/libc.so"));
     };
     let name = name.trim_start_matches('<');
-    const PREFIXES: [&str; 20] = [
+    const PREFIXES: [&str; 21] = [
         "heapdump::",
+        "__rustc::",
         "heapdump_preload::",
         "__rust_alloc",
         "__rust_realloc",

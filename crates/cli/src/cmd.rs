@@ -25,8 +25,41 @@ enum By {
     Size,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DumpMode {
+    Full,
+    Compact,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Runs a program with the tracker preloaded; dumps at exit, on a signal, on a threshold.
+    Run {
+        /// What dumps hold: raw contents (full) or the pointer graph (compact).
+        #[arg(long, value_enum, default_value = "compact")]
+        mode: DumpMode,
+        /// Path of the first dump (later ones and children's get .<pid>.<n>).
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+        /// Signal that triggers a dump (name or number; 0 for none).
+        #[arg(long, default_value = "SIGUSR2")]
+        signal: String,
+        /// Dump when live bytes first cross this (100M), then each further step.
+        #[arg(long)]
+        threshold: Option<String>,
+        /// Write dumps from a forked child, keeping the pause short.
+        #[arg(long)]
+        fork: bool,
+        /// Allocation sites: all, sampled[=BYTES], off.
+        #[arg(long)]
+        backtrace: Option<String>,
+        /// Do not dump when the program exits.
+        #[arg(long)]
+        no_at_exit: bool,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        program: Vec<std::ffi::OsString>,
+    },
     /// What a dump holds: allocations, bytes, threads, roots, why and when it was taken.
     Summary {
         /// The dump file.
@@ -95,6 +128,19 @@ enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Run { mode, output, signal, threshold, fork, backtrace, no_at_exit, program } => crate::run::run(crate::run::RunOptions {
+            mode: match mode {
+                DumpMode::Full => "full".into(),
+                DumpMode::Compact => "compact".into(),
+            },
+            output,
+            signal: Some(signal),
+            threshold,
+            fork,
+            backtrace,
+            no_at_exit,
+            program,
+        }),
         Command::Summary { dump, json } => summary(&dump, json),
         Command::Top { dump, by, n, json } => {
             let by = match by {

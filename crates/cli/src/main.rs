@@ -6,6 +6,7 @@
 
 mod cmd;
 mod output;
+mod run;
 mod views;
 
 use clap::Parser;
@@ -36,6 +37,9 @@ fn main() -> ExitCode {
                 }
             }
             eprintln!("heapdump: error: {}", msg.replace('\n', " "));
+            if e.downcast_ref::<run::Usage>().is_some() {
+                return ExitCode::from(2);
+            }
             ExitCode::from(1)
         }
     }

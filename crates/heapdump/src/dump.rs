@@ -130,6 +130,13 @@ impl Index {
         v < end || v == start
     }
 
+    /// Whether any live block starts inside `[start, end)`.
+    fn any_block_in(&self, start: u64, end: u64) -> bool {
+        let s = self.as_slice();
+        let i = s.partition_point(|&(a, _)| a < start);
+        i < s.len() && s[i].0 < end
+    }
+
     fn release(&mut self) {
         if !self.ptr.is_null() {
             // SAFETY: our own mapping, no longer referenced.
@@ -239,10 +246,9 @@ fn write_body(
 ) -> Result<DumpInfo, DumpError> {
     let config = state.config();
     let maps = read_maps(sc);
-    let mut index = Index { ptr: core::ptr::null_mut(), len: 0, map_len: 0, lo: 0, hi: 0 };
-    if mode == Mode::Compact {
-        index = build_index(state)?;
-    }
+    // The sorted index serves the compact scan and, in both modes, tells
+    // which anonymous mappings hold heap blocks.
+    let mut index = build_index(state)?;
     // SAFETY: buf maps buf_len bytes, used only under DUMPING.
     let buf = unsafe { core::slice::from_raw_parts_mut(sc.buf, sc.buf_len) };
     // SAFETY: pairs maps PAIRS entries, used only under DUMPING.
@@ -297,6 +303,41 @@ fn write_body(
             }
             threads += 1;
         }
+        // Anonymous writable mappings that are neither heap nor stacks nor
+        // the runtime's own, scanned as roots as memcheck scans them (an
+        // exited thread's cached stack, a program's own mmap'd pools).
+        let mut excluded = [(0u64, 0u64); 256];
+        let mut nex = 0;
+        let mut exclude = |a: u64| {
+            if let Some(r) = maps.find(a) {
+                if nex < excluded.len() {
+                    excluded[nex] = r;
+                    nex += 1;
+                }
+            }
+        };
+        exclude(stw::current_regs()[RSP]);
+        exclude(fs);
+        for s in stw::stopped_threads() {
+            if s.stopped() {
+                exclude(s.regs[RSP]);
+                exclude(s.fs);
+            }
+        }
+        let excluded = &excluded[..nex];
+        let mut anon_err: Result<(), DumpError> = Ok(());
+        maps.for_each_anon_rw(|start, end| {
+            if anon_err.is_err()
+                || sys::overlaps_own(start, end)
+                || excluded.iter().any(|&(a, b)| a < end && start < b)
+                || index.any_block_in(start, end)
+            {
+                return;
+            }
+            let info = StaticInfo { address: start, size: end - start, module: raw::NO_MODULE, name: b"anon" };
+            anon_err = region(&mut w, mode, &index, pairs, start, end - start, |w, c| w.static_root(&info, c));
+        });
+        anon_err?;
         // Static roots: the writable segments of every module.
         if let Some(m) = modules {
             for (i, md) in m.iter().enumerate() {
@@ -424,6 +465,24 @@ impl Maps<'_> {
         }
         None
     }
+    /// Calls `f(start, end)` for each private, readable and writable,
+    /// anonymous mapping (no path; not [heap], [stack], [vvar], [vdso]).
+    fn for_each_anon_rw(&self, mut f: impl FnMut(u64, u64)) {
+        for line in self.text.split(|&b| b == b'\n') {
+            // start-end perms offset dev inode [path]
+            let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
+            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+            let (_, _, Some(inode)) = (fields.next(), fields.next(), fields.next()) else { continue };
+            if fields.next().is_some() || inode != b"0" || perms.len() < 4 || &perms[..2] != b"rw" || perms[3] != b'p' {
+                continue;
+            }
+            let Some(dash) = range.iter().position(|&b| b == b'-') else { continue };
+            if let (Some(a), Some(b)) = (hex(&range[..dash]), hex(&range[dash + 1..])) {
+                f(a, b);
+            }
+        }
+    }
+
     fn end_of(&self, addr: u64) -> Option<u64> {
         self.find(addr).map(|m| m.1)
     }

@@ -44,7 +44,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::os::unix::ffi::OsStrExt;
 
-pub use config::{Backtrace, Config};
+pub use config::{parse_backtrace, parse_bytes, parse_signal, Backtrace, Config};
 pub use dump::{DumpError, DumpInfo};
 pub use heapdump_format::{Mode, Reason};
 use table::Entry;
@@ -630,14 +630,16 @@ impl Line {
 }
 
 fn report_ok(path: &[u8], reason: Reason, info: &DumpInfo) {
-    let mut l = Line::new();
-    l.s(b"heapdump: wrote ").s(path).s(b" (").s(reason.as_str().as_bytes()).s(b", ").n(info.allocations).s(b" allocations, ");
-    l.n(info.alloc_bytes).s(b" bytes, pause ").n(info.pause_ns / 1000).s(b" us)\n");
-    write_stderr(l.bytes());
-    // Machine-readable line for `heapdump run`: path TAB allocations TAB bytes TAB file bytes.
+    // Machine-readable line for `heapdump run` (which prints it itself):
+    // path TAB allocations TAB bytes TAB file bytes TAB reason.
     // SAFETY: getenv with a NUL-terminated name.
     let report = unsafe { libc::getenv(c"HEAPDUMP_REPORT".as_ptr()) };
-    if !report.is_null() {
+    if report.is_null() {
+        let mut l = Line::new();
+        l.s(b"heapdump: wrote ").s(path).s(b" (").s(reason.as_str().as_bytes()).s(b", ").n(info.allocations).s(b" allocations, ");
+        l.n(info.alloc_bytes).s(b" bytes, pause ").n(info.pause_ns / 1000).s(b" us)\n");
+        write_stderr(l.bytes());
+    } else {
         // SAFETY: getenv returns a NUL-terminated string.
         let rp = unsafe { core::ffi::CStr::from_ptr(report) };
         if let Ok(fd) = sys::open(rp, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT, 0o600) {
@@ -651,7 +653,8 @@ fn report_ok(path: &[u8], reason: Reason, info: &DumpInfo) {
                     m.s(&cwd[..k]).s(b"/");
                 }
             }
-            m.s(path).s(b"\t").n(info.allocations).s(b"\t").n(info.alloc_bytes).s(b"\t").n(info.file_bytes).s(b"\n");
+            m.s(path).s(b"\t").n(info.allocations).s(b"\t").n(info.alloc_bytes).s(b"\t").n(info.file_bytes);
+            m.s(b"\t").s(reason.as_str().as_bytes()).s(b"\n");
             // SAFETY: one write of an initialised buffer (atomic with O_APPEND).
             unsafe { libc::write(fd, m.bytes().as_ptr().cast(), m.len) };
             sys::close(fd);

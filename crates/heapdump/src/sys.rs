@@ -20,6 +20,43 @@ pub fn set_errno(v: i32) {
     unsafe { *libc::__errno_location() = v }
 }
 
+/// The runtime's own mappings (its tables hold heap addresses, so a dump
+/// must never scan them as roots): a fixed, lock-free registry.
+const OWN_MAX: usize = 1024;
+static OWN: [(core::sync::atomic::AtomicU64, core::sync::atomic::AtomicU64); OWN_MAX] =
+    [const { (core::sync::atomic::AtomicU64::new(0), core::sync::atomic::AtomicU64::new(0)) }; OWN_MAX];
+
+fn register(p: *mut u8, len: usize) {
+    use core::sync::atomic::Ordering;
+    for (a, l) in &OWN {
+        if a.compare_exchange(0, p as u64, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            l.store(len as u64, Ordering::Release);
+            return;
+        }
+    }
+}
+
+fn unregister(p: *mut u8) {
+    use core::sync::atomic::Ordering;
+    for (a, l) in &OWN {
+        if a.load(Ordering::Acquire) == p as u64 {
+            l.store(0, Ordering::Release);
+            a.store(0, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Whether `[start, end)` overlaps one of the runtime's own mappings.
+pub fn overlaps_own(start: u64, end: u64) -> bool {
+    use core::sync::atomic::Ordering;
+    OWN.iter().any(|(a, l)| {
+        let a = a.load(Ordering::Acquire);
+        let l = l.load(Ordering::Acquire);
+        a != 0 && a < end && start < a + l.max(1)
+    })
+}
+
 /// Anonymous private read-write mapping of `len` bytes, zero-filled.
 pub fn mmap_anon(len: usize) -> Result<*mut u8, i32> {
     // SAFETY: an anonymous mapping with no address hint touches no existing
@@ -30,6 +67,7 @@ pub fn mmap_anon(len: usize) -> Result<*mut u8, i32> {
     if p == libc::MAP_FAILED {
         Err(errno())
     } else {
+        register(p.cast(), len);
         Ok(p.cast())
     }
 }
@@ -43,6 +81,7 @@ pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
     if p == libc::MAP_FAILED {
         Err(errno())
     } else {
+        register(p.cast(), len);
         Ok(p.cast())
     }
 }
@@ -52,6 +91,7 @@ pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
 /// # Safety
 /// `p..p+len` must be a mapping this module returned, no longer used.
 pub unsafe fn munmap(p: *mut u8, len: usize) {
+    unregister(p);
     // SAFETY: the caller guarantees the region is ours and unused.
     unsafe { libc::munmap(p.cast(), len) };
 }

@@ -1,0 +1,96 @@
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub fn heapdump() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_heapdump"));
+    c.env_remove("HEAPDUMP_OUTPUT_TAKEN");
+    c
+}
+
+/// Makes sure the preload library exists (builds it if needed).
+pub fn ensure_preload() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let exe = PathBuf::from(env!("CARGO_BIN_EXE_heapdump"));
+        let lib = exe.with_file_name("libheapdump_preload.so");
+        if !lib.exists() {
+            let release = exe.parent().is_some_and(|d| d.ends_with("release"));
+            let mut c = Command::new(env!("CARGO"));
+            c.args(["build", "-p", "heapdump-preload"]);
+            if release {
+                c.arg("--release");
+            }
+            assert!(c.status().unwrap().success(), "building the preload library failed");
+        }
+    });
+}
+
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(label: &str) -> Scratch {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let d = std::env::temp_dir().join(format!("hd-cli-{}-{label}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Compiles a test program from tests/c with gcc (or g++ for .cpp).
+pub fn compile(dir: &Scratch, source: &str, flags: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(source);
+    let out = dir.path(source.split('.').next().unwrap());
+    let cc = if source.ends_with(".cpp") { "g++" } else { "gcc" };
+    let o = Command::new(cc).args(flags).arg("-o").arg(&out).arg(&src).arg("-lpthread").output().unwrap();
+    assert!(o.status.success(), "{cc} failed: {}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+pub fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "failed ({:?}): {}\n{}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+pub fn json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let o = heapdump().args(args).output().unwrap();
+    serde_json::from_str(&ok(&o)).unwrap()
+}
+
+/// Runs `heapdump run -o OUT -- program args`; returns the dumps written
+/// (from run's own report on stderr).
+pub fn run_traced(out: &Path, program: &Path, args: &[&str], extra: &[&str]) -> (Output, Vec<PathBuf>) {
+    ensure_preload();
+    let o = heapdump().arg("run").args(extra).arg("-o").arg(out).arg("--").arg(program).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let dumps =
+        err.lines().filter_map(|l| l.strip_prefix("heapdump: wrote ")).map(|l| PathBuf::from(l.split(" (").next().unwrap())).collect();
+    (o, dumps)
+}
+
+/// (address, size) of every block in a dump.
+pub fn blocks(dump: &Path) -> Vec<(u64, u64)> {
+    let bytes = std::fs::read(dump).unwrap();
+    let d = heapdump_format::Dump::parse(&bytes).unwrap();
+    let mut v = vec![];
+    for r in d.records() {
+        if let heapdump_format::Record::Alloc(a) = r.unwrap().1 {
+            v.push((a.address, a.size));
+        }
+    }
+    v
+}
+
+pub fn count_size(b: &[(u64, u64)], size: u64) -> usize {
+    b.iter().filter(|x| x.1 == size).count()
+}

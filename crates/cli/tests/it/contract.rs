@@ -1,0 +1,115 @@
+//! The command line's contract: JSON keys, exit codes, damaged input.
+
+use crate::common::*;
+use std::path::PathBuf;
+
+fn demo_dump(d: &Scratch) -> PathBuf {
+    let p = d.path("demo.hdump");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
+    ok(&o);
+    p
+}
+
+#[test]
+fn json_documents_have_the_documented_keys() {
+    let d = Scratch::new("json");
+    let p = demo_dump(&d);
+    let s = json(&["summary".as_ref(), "--json".as_ref(), p.as_os_str()]);
+    for k in ["allocations", "bytes", "mode", "pid", "threads", "roots", "reason", "pause_us"] {
+        assert!(!s[k].is_null(), "summary lacks {k}");
+    }
+    assert_eq!(s["mode"], "full");
+    assert_eq!(s["reason"], "api");
+    let l = json(&["leaks".as_ref(), "--json".as_ref(), p.as_os_str()]);
+    for k in ["definitely_lost", "indirectly_lost", "possibly_lost", "still_reachable"] {
+        assert!(l[k]["bytes"].is_u64() && l[k]["blocks"].is_u64(), "leaks lacks {k}");
+    }
+    // The demo leaks 50 forgotten 4 KiB buffers and 500 sessions' cycles
+    // (a few may stay reachable through stale words on the stack).
+    assert!(l["definitely_lost"]["blocks"].as_u64().unwrap() >= 540, "{}", l["definitely_lost"]);
+    let total: u64 =
+        ["definitely_lost", "indirectly_lost", "possibly_lost", "still_reachable"].iter().map(|k| l[k]["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(total, s["bytes"].as_u64().unwrap(), "the classes partition the heap");
+    let r = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "5".as_ref(), p.as_os_str()]);
+    let rows = r.as_array().unwrap();
+    assert_eq!(rows.len(), 5);
+    for w in rows.windows(2) {
+        assert!(w[0]["retained"].as_u64() >= w[1]["retained"].as_u64(), "ordered by retained");
+    }
+    for row in rows {
+        assert!(row["address"].as_str().unwrap().starts_with("0x"));
+        assert!(row["size"].is_u64() && row["site"].is_string());
+    }
+    // The catalogue's table retains most of the heap.
+    assert!(rows[0]["retained"].as_u64().unwrap() > s["bytes"].as_u64().unwrap() / 2);
+    assert!(rows[0]["site"].as_str().unwrap().contains("build_catalogue"), "{}", rows[0]["site"]);
+    let t = json(&["top".as_ref(), "--json".as_ref(), p.as_os_str()]);
+    let rows = t.as_array().unwrap();
+    assert!(rows.iter().all(|r| r["key"].is_string() && r["allocations"].is_u64() && r["bytes"].is_u64()));
+    for w in rows.windows(2) {
+        assert!(w[0]["bytes"].as_u64() >= w[1]["bytes"].as_u64());
+    }
+    let addr = r[0]["address"].as_str().unwrap().to_string();
+    let path = json(&["path".as_ref(), p.as_os_str(), addr.as_ref(), "--json".as_ref()]);
+    let steps = path.as_array().unwrap();
+    assert!(!steps.is_empty());
+    assert_eq!(steps.last().unwrap()["to"], addr.as_str());
+    assert!(steps[0]["from"].as_str().unwrap().contains("thread") || steps[0]["from"].as_str().unwrap().contains("static"));
+    let diff = json(&["diff".as_ref(), p.as_os_str(), p.as_os_str(), "--json".as_ref()]);
+    assert_eq!(diff["new"]["blocks"], 0);
+    assert_eq!(diff["gone"]["blocks"], 0);
+}
+
+#[test]
+fn bad_input_gets_one_line_and_exit_1() {
+    let d = Scratch::new("bad");
+    let p = demo_dump(&d);
+    let bytes = std::fs::read(&p).unwrap();
+    let garbage = d.path("garbage.hdump");
+    std::fs::write(&garbage, b"this is not a heap dump at all").unwrap();
+    let empty = d.path("empty.hdump");
+    std::fs::write(&empty, b"").unwrap();
+    let corrupt = d.path("corrupt.hdump");
+    let mut c = bytes.clone();
+    let mid = c.len() / 2;
+    c[mid] ^= 0x40;
+    std::fs::write(&corrupt, &c).unwrap();
+    for f in [&garbage, &empty, &corrupt, &d.path("missing.hdump")] {
+        for sub in ["summary", "leaks", "top", "retained"] {
+            let o = heapdump().arg(sub).arg(f).output().unwrap();
+            assert_eq!(o.status.code(), Some(1), "{sub} {}", f.display());
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(err.lines().count(), 1, "one line: {err}");
+            assert!(err.starts_with("heapdump: error: ") && !err.contains("panicked"), "{err}");
+        }
+    }
+    // A truncated dump is analysed up to the cut, with a warning.
+    let cut = d.path("cut.hdump");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let o = heapdump().args(["leaks", "--json"]).arg(&cut).output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("incomplete dump"));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["still_reachable"]["blocks"].as_u64().unwrap() > 0);
+    // Usage errors exit 2.
+    assert_eq!(heapdump().args(["top", "--by", "colour"]).arg(&p).output().unwrap().status.code(), Some(2));
+    assert_eq!(heapdump().args(["frobnicate"]).output().unwrap().status.code(), Some(2));
+    assert_eq!(heapdump().args(["path"]).arg(&p).arg("0xnothex").output().unwrap().status.code(), Some(1));
+}
+
+#[test]
+fn broken_pipe_exits_quietly() {
+    let d = Scratch::new("pipe");
+    let p = demo_dump(&d);
+    let mut child = heapdump()
+        .args(["top", "-n", "1000"])
+        .arg(&p)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+}

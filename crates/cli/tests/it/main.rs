@@ -1,0 +1,8 @@
+//! The `heapdump` command end to end: C, C++ and Rust programs traced
+//! through the preload library, leak reports checked against valgrind, and
+//! the command line's contract (JSON keys, exit codes, damaged input).
+
+mod common;
+mod contract;
+mod preload;
+mod valgrind;

@@ -1,0 +1,129 @@
+//! Programs nobody rebuilt, traced with `heapdump run`: each dump holds
+//! exactly what the program made, with the sizes it asked for.
+
+use crate::common::*;
+
+#[test]
+fn every_interposed_function_is_seen_with_its_requested_size() {
+    let d = Scratch::new("every");
+    let prog = compile(&d, "every_function.c", &["-O0"]);
+    let (o, dumps) = run_traced(&d.path("e.hdump"), &prog, &[], &[]);
+    ok(&o);
+    assert_eq!(dumps, vec![d.path("e.hdump")]);
+    let b = blocks(&dumps[0]);
+    let sizes: Vec<u64> = {
+        let mut s: Vec<u64> = b.iter().map(|x| x.1).collect();
+        s.sort();
+        s
+    };
+    // malloc, calloc(3x1002), realloc grown, reallocarray(2x1004),
+    // posix_memalign, aligned_alloc, memalign, valloc, pvalloc (whole page),
+    // realloc shrunk, realloc(NULL): and nothing else (freed blocks, the
+    // realloc(p, 0) and the overflowing calloc are gone).
+    assert_eq!(sizes, vec![1001, 1003, 1005, 1007, 1008, 1010, 1011, 1024, 2008, 3006, 4096]);
+    let at = |size| b.iter().find(|x| x.1 == size).unwrap().0;
+    assert_eq!(at(1005) % 64, 0, "posix_memalign alignment");
+    assert_eq!(at(1024) % 128, 0, "aligned_alloc alignment");
+    assert_eq!(at(1008) % 4096, 0, "valloc alignment");
+    let s = json(&["summary".as_ref(), "--json".as_ref(), dumps[0].as_os_str()]);
+    assert_eq!(s["allocations"], 11);
+    assert_eq!(s["bytes"], 1001 + 1003 + 1005 + 1007 + 1008 + 1010 + 1011 + 1024 + 2008 + 3006 + 4096);
+    assert_eq!(s["reason"], "exit");
+}
+
+#[test]
+fn threads_allocations_are_exact() {
+    let d = Scratch::new("threads");
+    let prog = compile(&d, "threads.c", &["-O1", "-pthread"]);
+    let (o, dumps) = run_traced(&d.path("t.hdump"), &prog, &[], &["--mode", "full"]);
+    ok(&o);
+    let b = blocks(&dumps[0]);
+    for t in 0..4 {
+        assert_eq!(count_size(&b, 100 + t), 500, "thread {t}");
+    }
+}
+
+#[test]
+fn fork_gives_each_process_its_own_dump() {
+    let d = Scratch::new("fork");
+    let prog = compile(&d, "forks.c", &["-O0"]);
+    let (o, dumps) = run_traced(&d.path("f.hdump"), &prog, &[], &[]);
+    ok(&o);
+    assert_eq!(dumps.len(), 2, "{dumps:?}");
+    let parent = d.path("f.hdump");
+    assert!(dumps.contains(&parent), "the parent takes the configured path: {dumps:?}");
+    let child = dumps.iter().find(|p| **p != parent).unwrap();
+    let name = child.file_name().unwrap().to_str().unwrap();
+    assert!(name.starts_with("f.") && name.ends_with(".hdump") && name.split('.').count() == 4, "child named f.<pid>.<n>.hdump: {name}");
+    let pb = blocks(&parent);
+    let cb = blocks(child);
+    assert_eq!((count_size(&pb, 111), count_size(&pb, 222), count_size(&pb, 333)), (1, 0, 1));
+    assert_eq!((count_size(&cb, 111), count_size(&cb, 222), count_size(&cb, 333)), (1, 1, 0));
+}
+
+#[test]
+fn exec_keeps_tracing() {
+    let d = Scratch::new("exec");
+    let prog = compile(&d, "execs.c", &["-O0"]);
+    let (o, dumps) = run_traced(&d.path("x.hdump"), &prog, &[], &[]);
+    ok(&o);
+    // The original image, and the executed one (the forked child that
+    // exec'd never reaches exit in the first image).
+    assert_eq!(dumps.len(), 2, "{dumps:?}");
+    let all: Vec<Vec<(u64, u64)>> = dumps.iter().map(|p| blocks(p)).collect();
+    assert!(all.iter().any(|b| count_size(b, 444) == 1 && count_size(b, 777) == 0));
+    assert!(all.iter().any(|b| count_size(b, 777) == 1 && count_size(b, 444) == 0));
+}
+
+#[test]
+fn cxx_operator_new_is_seen() {
+    let d = Scratch::new("cxx");
+    let prog = compile(&d, "cxx.cpp", &["-O0"]);
+    let (o, dumps) = run_traced(&d.path("c.hdump"), &prog, &[], &[]);
+    ok(&o);
+    let b = blocks(&dumps[0]);
+    assert_eq!(count_size(&b, 48), 10, "ten Nodes");
+    assert_eq!(count_size(&b, 400), 1, "new int[100]");
+    assert_eq!(count_size(&b, 200), 0, "deleted new int[50]");
+    assert_eq!(count_size(&b, 24), 1, "the vector object");
+    assert_eq!(count_size(&b, 2400), 1, "its 300 doubles");
+}
+
+#[test]
+fn a_rust_binary_traced_by_preload_matches_the_same_program_tracked_in_process() {
+    let d = Scratch::new("rust");
+    let (o, dumps) = run_traced(&d.path("p.hdump"), env!("CARGO_BIN_EXE_heapdump-test-workload").as_ref(), &[], &[]);
+    ok(&o);
+    let plain = blocks(&dumps[0]);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_heapdump-test-workload-tracked"))
+        .env("HEAPDUMP_AT_EXIT", "1")
+        .env("HEAPDUMP_OUTPUT", d.path("t.hdump"))
+        .env_remove("HEAPDUMP_OUTPUT_TAKEN")
+        .output()
+        .unwrap();
+    ok(&o);
+    let tracked = blocks(&d.path("t.hdump"));
+    let pick = |b: &[(u64, u64)]| {
+        let mut v: Vec<u64> = b.iter().map(|x| x.1).filter(|s| (10_001..=10_100).contains(s) || *s == 2400).collect();
+        v.sort();
+        v
+    };
+    let expected: Vec<u64> = std::iter::once(2400).chain(10_001..=10_100).collect();
+    assert_eq!(pick(&plain), expected);
+    assert_eq!(pick(&tracked), expected);
+}
+
+#[test]
+fn run_exits_with_the_programs_status_and_reports_missing_programs() {
+    let d = Scratch::new("status");
+    ensure_preload();
+    let o = heapdump().args(["run", "--no-at-exit", "--", "sh", "-c", "exit 7"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(7));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no dump was written"));
+    let o = heapdump().args(["run", "--", "sh", "-c", "kill -TERM $$"]).current_dir(&d.0).output().unwrap();
+    assert_eq!(o.status.code(), Some(128 + 15));
+    let o = heapdump().args(["run", "--", "/nonexistent/program"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let o = heapdump().args(["run", "--backtrace", "sometimes", "--", "true"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
