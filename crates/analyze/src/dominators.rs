@@ -41,174 +41,164 @@ impl Dominators {
 /// Computes dominators from the roots, then from `extra_roots` (in order)
 /// for whatever the roots do not reach.
 pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
+    const MASK: u32 = !(1 << 31);
     let n = heap.len() + 1;
     // Children of the virtual root, deduplicated, in order.
     let mut root_children: Vec<u32> = Vec::new();
+    let mut dfn = vec![0u32; n];
     {
-        let mut seen = vec![false; n];
         for r in &heap.roots {
             let v = r.target.0 + 1;
-            if !seen[v as usize] {
-                seen[v as usize] = true;
+            if dfn[v as usize] == 0 {
+                dfn[v as usize] = 1;
                 root_children.push(v);
             }
         }
         for b in extra_roots {
             let v = b.0 + 1;
-            if !seen[v as usize] {
-                seen[v as usize] = true;
+            if dfn[v as usize] == 0 {
+                dfn[v as usize] = 1;
                 root_children.push(v);
             }
         }
-    }
-    fn succ(heap: &Heap, root_children: &[u32], v: u32, out: &mut Vec<u32>) {
-        out.clear();
-        if v == 0 {
-            out.extend_from_slice(root_children);
-        } else {
-            out.extend(heap.edges(BlockId(v - 1)).map(|e| e.target.0 + 1));
+        for &v in &root_children {
+            dfn[v as usize] = 0;
         }
     }
+    // Successors of node v (node = block + 1; 0 = the virtual root).
+    let succ = |root_children: &[u32], v: u32, k: usize| -> Option<u32> {
+        if v == 0 {
+            root_children.get(k).copied()
+        } else {
+            heap.raw_targets(v - 1).get(k).map(|&t| (t & MASK) + 1)
+        }
+    };
 
     // Iterative DFS: preorder numbers (1-based; 0 = unvisited), parents.
-    let mut dfn = vec![0u32; n];
     let mut vertex: Vec<u32> = Vec::with_capacity(n); // dfn-1 -> node
     let mut parent: Vec<u32> = Vec::with_capacity(n); // by dfn-1, parent's dfn-1
-    {
-        // Stack of (node, next child index); children fetched on demand.
-        let mut stack: Vec<(u32, u32)> = vec![(0, 0)];
-        dfn[0] = 1;
-        vertex.push(0);
-        parent.push(NONE);
-        let mut buf = Vec::new();
-        while let Some(&mut (v, ref mut i)) = stack.last_mut() {
-            succ(heap, &root_children, v, &mut buf);
-            let mut pushed = false;
-            while (*i as usize) < buf.len() {
-                let w = buf[*i as usize];
-                *i += 1;
-                if dfn[w as usize] == 0 {
-                    vertex.push(w);
-                    parent.push(dfn[v as usize] - 1);
-                    dfn[w as usize] = vertex.len() as u32;
-                    stack.push((w, 0));
-                    pushed = true;
-                    break;
-                }
-            }
-            if !pushed {
-                stack.pop();
-            }
-        }
-        // The leaders may not reach everything if a caller passed too few:
-        // any block still unvisited hangs off the root too.
-        for start in 1..n as u32 {
-            if dfn[start as usize] != 0 {
-                continue;
-            }
-            root_children.push(start);
+    let mut stack: Vec<(u32, u32)> = Vec::new();
+    let mut dfs_from =
+        |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut Vec<u32>| {
             vertex.push(start);
-            parent.push(0);
+            parent.push(parent_dfn);
             dfn[start as usize] = vertex.len() as u32;
-            let mut stack: Vec<(u32, u32)> = vec![(start, 0)];
-            while let Some(&mut (v, ref mut i)) = stack.last_mut() {
-                succ(heap, &root_children, v, &mut buf);
-                let mut pushed = false;
-                while (*i as usize) < buf.len() {
-                    let w = buf[*i as usize];
-                    *i += 1;
-                    if dfn[w as usize] == 0 {
-                        vertex.push(w);
-                        parent.push(dfn[v as usize] - 1);
-                        dfn[w as usize] = vertex.len() as u32;
-                        stack.push((w, 0));
-                        pushed = true;
-                        break;
+            stack.clear();
+            stack.push((start, 0));
+            while let Some(top) = stack.last_mut() {
+                let (v, k) = *top;
+                match succ(root_children, v, k as usize) {
+                    Some(w) => {
+                        top.1 += 1;
+                        if dfn[w as usize] == 0 {
+                            vertex.push(w);
+                            parent.push(dfn[v as usize] - 1);
+                            dfn[w as usize] = vertex.len() as u32;
+                            stack.push((w, 0));
+                        }
+                    }
+                    None => {
+                        stack.pop();
                     }
                 }
-                if !pushed {
-                    stack.pop();
-                }
             }
+        };
+    dfs_from(0, NONE, &root_children, &mut dfn, &mut vertex, &mut parent);
+    // Whatever the roots and leaders do not reach hangs off the root too.
+    for start in 1..n as u32 {
+        if dfn[start as usize] == 0 {
+            root_children.push(start);
+            dfs_from(start, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
         }
     }
     let count = vertex.len();
 
     // Predecessors in dfn space (CSR).
     let mut pred_start = vec![0u32; count + 1];
-    {
-        let mut buf = Vec::new();
-        for &v in &vertex {
-            succ(heap, &root_children, v, &mut buf);
-            for &w in &buf {
-                pred_start[dfn[w as usize] as usize] += 1;
+    let for_succ = |v: u32, f: &mut dyn FnMut(u32)| {
+        if v == 0 {
+            for &w in &root_children {
+                f(w);
+            }
+        } else {
+            for &t in heap.raw_targets(v - 1) {
+                f((t & MASK) + 1);
             }
         }
-        for i in 0..count {
-            pred_start[i + 1] += pred_start[i];
-        }
+    };
+    for &v in &vertex {
+        for_succ(v, &mut |w| pred_start[dfn[w as usize] as usize] += 1);
+    }
+    for i in 0..count {
+        pred_start[i + 1] += pred_start[i];
     }
     let mut preds = vec![0u32; pred_start[count] as usize];
     {
-        let mut fill = pred_start.clone();
-        let mut buf = Vec::new();
+        // Fill from the end of each range backwards, reusing pred_start's
+        // shifted values as cursors (no second array).
         for (vi, &v) in vertex.iter().enumerate() {
-            succ(heap, &root_children, v, &mut buf);
-            for &w in &buf {
-                let wi = dfn[w as usize] as usize - 1;
-                preds[fill[wi] as usize] = vi as u32;
-                fill[wi] += 1;
-            }
+            for_succ(v, &mut |w| {
+                let wi = dfn[w as usize] as usize;
+                pred_start[wi] -= 1;
+                preds[pred_start[wi] as usize] = vi as u32;
+            });
         }
+        // pred_start[wi] now is the start of w's range, for wi in 1..=count:
+        // shift down by one so that index wi-1 (0-based dfn) starts there.
+        pred_start.remove(0);
+        pred_start.push(preds.len() as u32);
     }
     drop(dfn);
 
     // Semi-NCA in dfn space (0-based).
     let mut semi: Vec<u32> = (0..count as u32).collect();
-    let mut label: Vec<u32> = (0..count as u32).collect();
-    let mut ancestor = vec![NONE; count];
-    let mut path: Vec<u32> = Vec::new();
-    for w in (1..count).rev() {
-        let mut s = semi[w];
-        for &v in &preds[pred_start[w] as usize..pred_start[w + 1] as usize] {
-            let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
-            s = s.min(semi[u as usize]);
+    {
+        let mut label: Vec<u32> = (0..count as u32).collect();
+        let mut ancestor = vec![NONE; count];
+        let mut path: Vec<u32> = Vec::new();
+        for w in (1..count).rev() {
+            let mut s = semi[w];
+            for &v in &preds[pred_start[w] as usize..pred_start[w + 1] as usize] {
+                let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
+                s = s.min(semi[u as usize]);
+            }
+            semi[w] = s;
+            ancestor[w] = parent[w];
         }
-        semi[w] = s;
-        ancestor[w] = parent[w];
     }
-    drop((ancestor, label, preds, pred_start, path));
-    let mut idom_d = vec![0u32; count];
+    drop((preds, pred_start));
+    // Immediate dominators, in place over `semi` (idom[w] needs only
+    // idom of smaller numbers and semi[w] itself).
+    let idom_d = &mut semi;
     for w in 1..count {
+        let s = idom_d[w];
         let mut d = parent[w];
-        while d > semi[w] {
+        while d > s {
             d = idom_d[d as usize];
         }
         idom_d[w] = d;
     }
+    drop(parent);
 
-    // Back to block ids; retained sizes bottom-up in reverse preorder.
+    // Back to block ids; retained sizes bottom-up in reverse preorder,
+    // directly in block space.
     let nb = heap.len();
     let mut idom = vec![NONE; nb];
-    let mut retained = vec![0u64; count];
-    let mut dominated = vec![0u32; count];
+    let mut retained = vec![0u64; nb];
+    let mut dominated = vec![0u32; nb];
     for w in (1..count).rev() {
-        let b = vertex[w] - 1;
-        retained[w] += heap.blocks[b as usize].size;
-        dominated[w] += 1;
-        let d = idom_d[w] as usize;
-        retained[d] += retained[w];
-        dominated[d] += dominated[w];
-        idom[b as usize] = if d == 0 { NONE } else { vertex[d] - 1 };
-    }
-    let mut r = vec![0u64; nb];
-    let mut c = vec![0u32; nb];
-    for w in 1..count {
         let b = (vertex[w] - 1) as usize;
-        r[b] = retained[w];
-        c[b] = dominated[w];
+        retained[b] += heap.blocks[b].size;
+        dominated[b] += 1;
+        let d = idom_d[w] as usize;
+        if d != 0 {
+            let db = (vertex[d] - 1) as usize;
+            retained[db] += retained[b];
+            dominated[db] += dominated[b];
+            idom[b] = db as u32;
+        }
     }
-    Dominators { idom, retained: r, dominated: c }
+    Dominators { idom, retained, dominated }
 }
 
 /// Lengauer–Tarjan `eval` with path compression, iterative.

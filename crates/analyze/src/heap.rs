@@ -181,6 +181,10 @@ pub struct Heap {
     pub sites: HashMap<u32, Vec<u64>>,
     /// Blocks sorted by address.
     pub blocks: Vec<Block>,
+    /// For each block, its position among the dump's ALLOC records: edges
+    /// are stored in record order (one pass, no permutation).
+    rec_of: Vec<u32>,
+    /// Start of each record's edges, in record order (n + 1 entries).
     edge_start: Vec<u32>,
     edge_target: Vec<u32>,
     edge_offset: Vec<u32>,
@@ -217,7 +221,7 @@ impl Heap {
     /// top does not become "possibly lost").
     pub fn load(file: &DumpFile, progress: &mut dyn FnMut(u64, u64)) -> Result<Heap> {
         let dump = file.dump()?;
-        let total = file.bytes().len() as u64 * 3;
+        let total = file.bytes().len() as u64 * 2;
         let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
         let mut heap = Heap {
             header: *dump.header(),
@@ -229,6 +233,7 @@ impl Heap {
             threads: vec![],
             sites: HashMap::new(),
             blocks: vec![],
+            rec_of: vec![],
             edge_start: vec![],
             edge_target: vec![],
             edge_offset: vec![],
@@ -289,7 +294,12 @@ impl Heap {
                 Record::Static(_) | Record::Unknown { .. } => {}
             }
         }
-        heap.blocks.sort_unstable_by_key(|b| b.addr);
+        // Sort by address, remembering each block's record position.
+        let n = heap.blocks.len();
+        let mut order: Vec<(u64, u32)> = heap.blocks.iter().enumerate().map(|(i, b)| (b.addr, i as u32)).collect();
+        order.sort_unstable_by_key(|p| p.0);
+        heap.blocks = order.iter().map(|&(_, i)| heap.blocks[i as usize]).collect();
+        heap.rec_of = order.into_iter().map(|(_, i)| i).collect();
         // Overlapping or duplicate blocks would make lookups ambiguous: a
         // writer never produces them, so they mean a damaged dump.
         for w in heap.blocks.windows(2) {
@@ -297,31 +307,43 @@ impl Heap {
                 return Err(fmt_err(heapdump_format::Error::Malformed { offset: 0, what: "two allocations overlap" }));
             }
         }
+        let dir = Directory::new(&heap.blocks);
         let valid = &file.bytes()[..end_of_valid];
         let dump = heapdump_format::Dump::parse(valid).map_err(fmt_err)?;
         let libc_modules: Vec<bool> = heap.modules.iter().map(|m| is_libc(&m.path)).collect();
-        // Pass 2: count edges per block; collect roots.
-        let n = heap.blocks.len();
-        let mut counts = vec![0u32; n + 1];
         let mut thread_names: HashMap<u32, String> = HashMap::new();
         for t in &heap.threads {
             thread_names.insert(t.tid, t.name.clone());
         }
+        // Pass 2: edges in record order, and roots.
+        let mut start: Vec<u32> = Vec::with_capacity(n + 1);
+        let too_many = || AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() };
+        let mut target: Vec<u32> = Vec::new();
+        let mut offset: Vec<u32> = Vec::new();
+        let find = |v: u64| dir.find(&heap.blocks, v);
         for r in dump.records() {
             let Ok((off, rec)) = r else { break };
-            if off % (1 << 20) < 64 {
+            if off % (1 << 22) < 64 {
                 progress(file.bytes().len() as u64 + off, total);
             }
             match rec {
                 Record::Alloc(a) => {
-                    let Some(src) = heap.find_start(a.address) else { continue };
-                    let mut c = 0u32;
-                    for (_, v) in a.contents.words(a.address) {
-                        if heap.find(v).is_some() {
-                            c = c.saturating_add(1);
+                    if start.len() >= n {
+                        break;
+                    }
+                    start.push(u32::try_from(target.len()).map_err(|_| too_many())?);
+                    for (o, v) in a.contents.words(a.address) {
+                        if let Some((b, interior)) = find(v) {
+                            if interior {
+                                heap.interior_into.insert(target.len() as u32, v - heap.blocks[b.index()].addr);
+                            }
+                            target.push(b.0 | if interior { INTERIOR } else { 0 });
+                            offset.push(u32::try_from(o).unwrap_or(u32::MAX));
                         }
                     }
-                    counts[src.index()] = c;
+                    if target.len() >= INTERIOR as usize {
+                        return Err(too_many());
+                    }
                 }
                 Record::Thread(t) => {
                     let name = thread_names.get(&t.tid).cloned().unwrap_or_default();
@@ -335,7 +357,7 @@ impl Heap {
                         libc: false,
                     });
                     for (o, v) in t.contents.words(t.stack_start) {
-                        if let Some((b, interior)) = heap.find(v) {
+                        if let Some((b, interior)) = find(v) {
                             heap.roots.push(Root { region, offset: o, target: b, interior, into: v - heap.blocks[b.index()].addr });
                         }
                     }
@@ -349,11 +371,11 @@ impl Heap {
                         libc: false,
                     });
                     for (i, v) in t.regs().enumerate() {
-                        if let Some((b, interior)) = heap.find(v) {
+                        if let Some((b, interior)) = find(v) {
                             heap.roots.push(Root { region, offset: i as u64, target: b, interior, into: v - heap.blocks[b.index()].addr });
                         }
                     }
-                    if let Some((b, interior)) = heap.find(t.tls) {
+                    if let Some((b, interior)) = find(t.tls) {
                         heap.roots.push(Root { region, offset: u64::MAX, target: b, interior, into: t.tls - heap.blocks[b.index()].addr });
                     }
                 }
@@ -374,7 +396,7 @@ impl Heap {
                         libc,
                     });
                     for (o, v) in s.contents.words(s.address) {
-                        if let Some((b, interior)) = heap.find(v) {
+                        if let Some((b, interior)) = find(v) {
                             if libc && interior {
                                 continue;
                             }
@@ -385,49 +407,11 @@ impl Heap {
                 _ => {}
             }
         }
-        // Prefix sums.
-        let mut start = Vec::with_capacity(n + 1);
-        let mut acc: u64 = 0;
-        for &c in &counts[..n] {
-            start.push(
-                u32::try_from(acc)
-                    .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^32 pointers".into() })?,
-            );
-            acc += u64::from(c);
+        while start.len() <= n {
+            start.push(target.len() as u32);
         }
-        start.push(
-            u32::try_from(acc)
-                .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^32 pointers".into() })?,
-        );
-        drop(counts);
-        let m = acc as usize;
-        let mut target = vec![0u32; m];
-        let mut offset = vec![0u32; m];
-        // Pass 3: fill.
-        for r in dump.records() {
-            let Ok((off, rec)) = r else { break };
-            if off % (1 << 20) < 64 {
-                progress(2 * file.bytes().len() as u64 + off, total);
-            }
-            if let Record::Alloc(a) = rec {
-                let Some(src) = heap.find_start(a.address) else { continue };
-                let mut k = start[src.index()] as usize;
-                let end = start[src.index() + 1] as usize;
-                for (o, v) in a.contents.words(a.address) {
-                    if k >= end {
-                        break;
-                    }
-                    if let Some((b, interior)) = heap.find(v) {
-                        target[k] = b.0 | if interior { INTERIOR } else { 0 };
-                        offset[k] = u32::try_from(o).unwrap_or(u32::MAX);
-                        if interior {
-                            heap.interior_into.insert(k as u32, v - heap.blocks[b.index()].addr);
-                        }
-                        k += 1;
-                    }
-                }
-            }
-        }
+        target.shrink_to_fit();
+        offset.shrink_to_fit();
         progress(total, total);
         heap.edge_start = start;
         heap.edge_target = target;
@@ -477,6 +461,7 @@ impl Heap {
             modules: vec![],
             threads: vec![],
             sites: HashMap::new(),
+            rec_of: (0..n as u32).collect(),
             blocks,
             edge_start: counts,
             edge_target: target,
@@ -529,14 +514,22 @@ impl Heap {
 
     /// The pointers out of a block.
     pub fn edges(&self, id: BlockId) -> impl ExactSizeIterator<Item = Edge> + '_ {
-        let s = self.edge_start[id.index()] as usize;
-        let e = self.edge_start[id.index() + 1] as usize;
+        let r = self.rec_of[id.index()] as usize;
+        let s = self.edge_start[r] as usize;
+        let e = self.edge_start[r + 1] as usize;
         (s..e).map(move |k| {
             let t = self.edge_target[k];
             let interior = t & INTERIOR != 0;
             let into = if interior { self.interior_into.get(&(k as u32)).copied().unwrap_or(0) } else { 0 };
             Edge { target: BlockId(t & !INTERIOR), offset: u64::from(self.edge_offset[k]), interior, into }
         })
+    }
+
+    /// The raw targets of a block's edges (block index, interior bit 31).
+    #[inline]
+    pub(crate) fn raw_targets(&self, id: u32) -> &[u32] {
+        let r = self.rec_of[id as usize] as usize;
+        &self.edge_target[self.edge_start[r] as usize..self.edge_start[r + 1] as usize]
     }
 
     /// Number of edges.
@@ -553,6 +546,7 @@ impl Heap {
     pub fn memory_bytes(&self) -> usize {
         self.blocks.capacity() * std::mem::size_of::<Block>()
             + self.edge_start.capacity() * 4
+            + self.rec_of.capacity() * 4
             + self.edge_target.capacity() * 4
             + self.edge_offset.capacity() * 4
             + self.roots.capacity() * std::mem::size_of::<Root>()
@@ -649,5 +643,100 @@ impl crate::leaks::Contents for DumpContents<'_> {
     }
     fn tail(&self, b: BlockId, offset: u64) -> Option<&[u8]> {
         self.words.get(&b.0)?.2?.get(usize::try_from(offset).ok()?..)
+    }
+}
+
+/// A page directory over the sorted blocks, for fast "which block holds
+/// this address" during loading: an open-addressing hash table from each
+/// 4 KiB page where blocks start to its first block, so a lookup is one or
+/// two probes and a short forward scan through that page's blocks. Pages
+/// where no block starts (the inside of a large block, or no block at all)
+/// fall back to a binary search.
+struct Directory {
+    keys: Vec<u64>,
+    first: Vec<u32>,
+    mask: usize,
+    lo: u64,
+    hi: u64,
+}
+
+const EMPTY_PAGE: u64 = u64::MAX;
+
+impl Directory {
+    fn new(blocks: &[Block]) -> Directory {
+        let mut npages = 0usize;
+        let mut last = EMPTY_PAGE;
+        for b in blocks {
+            if b.addr >> 12 != last {
+                last = b.addr >> 12;
+                npages += 1;
+            }
+        }
+        let cap = (npages * 2).next_power_of_two().max(16);
+        let mut d = Directory { keys: vec![EMPTY_PAGE; cap], first: vec![0; cap], mask: cap - 1, lo: u64::MAX, hi: 0 };
+        let mut last = EMPTY_PAGE;
+        for (i, b) in blocks.iter().enumerate() {
+            let p = b.addr >> 12;
+            if p != last {
+                last = p;
+                let mut k = d.slot(p);
+                while d.keys[k] != EMPTY_PAGE {
+                    k = (k + 1) & d.mask;
+                }
+                d.keys[k] = p;
+                d.first[k] = i as u32;
+            }
+        }
+        d.lo = blocks.first().map_or(u64::MAX, |b| b.addr);
+        d.hi = blocks.iter().map(|b| b.addr.saturating_add(b.size.max(1))).max().unwrap_or(0);
+        d
+    }
+
+    #[inline]
+    fn slot(&self, page: u64) -> usize {
+        (page.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.mask
+    }
+
+    #[inline]
+    fn first_in(&self, page: u64) -> Option<usize> {
+        let mut k = self.slot(page);
+        loop {
+            let key = self.keys[k];
+            if key == page {
+                return Some(self.first[k] as usize);
+            }
+            if key == EMPTY_PAGE {
+                return None;
+            }
+            k = (k + 1) & self.mask;
+        }
+    }
+
+    #[inline]
+    fn find(&self, blocks: &[Block], v: u64) -> Option<(BlockId, bool)> {
+        if v < self.lo || v >= self.hi {
+            return None;
+        }
+        let cand = match self.first_in(v >> 12) {
+            Some(s) if blocks[s].addr <= v => {
+                // Forward through the page's blocks (sorted) to the last one <= v.
+                let mut j = s;
+                while j + 1 < blocks.len() && blocks[j + 1].addr <= v {
+                    j += 1;
+                }
+                j
+            }
+            // v precedes the page's first block, or no block starts in its
+            // page: the holder, if any, starts before.
+            _ => blocks.partition_point(|b| b.addr <= v).checked_sub(1)?,
+        };
+        let b = &blocks[cand];
+        if v == b.addr {
+            Some((BlockId(cand as u32), false))
+        } else if v > b.addr && v < b.addr + b.size {
+            Some((BlockId(cand as u32), true))
+        } else {
+            None
+        }
     }
 }
