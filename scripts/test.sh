@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, first installing what the tests need
-# on a fresh Debian machine (the outside oracles: valgrind, gcc/g++).
+# on a fresh Debian machine: the outside oracles (valgrind for leaks,
+# go tool pprof, memlab, graphviz, headless Chromium) and gcc/g++ for the
+# traced C and C++ programs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,11 +10,22 @@ need=()
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v gcc >/dev/null || need+=(gcc)
 command -v g++ >/dev/null || need+=(g++)
+command -v go >/dev/null || need+=(golang-go)
+command -v dot >/dev/null || need+=(graphviz)
+command -v chromium >/dev/null || need+=(chromium)
+command -v node >/dev/null || need+=(nodejs npm)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# memlab reads our .heapsnapshot files; puppeteer's browser download is
+# not needed (and not reachable).
+if [ ! -d target/node/node_modules/@memlab/heap-analysis ]; then
+  mkdir -p target/node
+  PUPPETEER_SKIP_DOWNLOAD=1 npm install --prefix target/node --no-audit --no-fund --loglevel=error @memlab/heap-analysis@2.0.5 >/dev/null
 fi
 
 # The preload library and the demo program are used by the CLI's tests.

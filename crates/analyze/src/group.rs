@@ -203,8 +203,9 @@ pub fn diff(old: &Heap, new: &Heap) -> Diff {
 fn diff_rows(old: &[Row], new: &[Row]) -> Vec<DiffRow> {
     let mut m: HashMap<&str, DiffRow> = HashMap::new();
     for r in old {
-        m.entry(&r.key).or_insert_with(|| empty_row(&r.key)).old_allocations = r.allocations;
-        m.get_mut(r.key.as_str()).map(|e| e.old_bytes = r.bytes);
+        let e = m.entry(&r.key).or_insert_with(|| empty_row(&r.key));
+        e.old_allocations = r.allocations;
+        e.old_bytes = r.bytes;
     }
     for r in new {
         let e = m.entry(&r.key).or_insert_with(|| empty_row(&r.key));

@@ -586,8 +586,11 @@ fn is_libc(path: &str) -> bool {
 /// Contents of the blocks that interior pointers point into: what the
 /// leak heuristics look at. Built by one more pass over the dump.
 pub struct DumpContents<'a> {
-    words: HashMap<u32, (u64, Option<u64>, Option<&'a [u8]>)>,
+    words: HashMap<u32, BlockWords<'a>>,
 }
+
+/// First word, second word (full dumps) and contents (full dumps).
+type BlockWords<'a> = (u64, Option<u64>, Option<&'a [u8]>);
 
 impl<'a> DumpContents<'a> {
     /// Collects the first words (and, in full dumps, the contents) of every
@@ -599,7 +602,7 @@ impl<'a> DumpContents<'a> {
                 wanted.insert(r.target.0);
             }
         }
-        for (&k, _) in &heap.interior_into {
+        for &k in heap.interior_into.keys() {
             wanted.insert(heap.edge_target[k as usize] & !INTERIOR);
         }
         let mut words = HashMap::new();

@@ -154,8 +154,8 @@ impl<'h> Symbolizer<'h> {
             let name = loader.find_symbol(probe).map(demangle);
             if out.is_empty() {
                 out.push(Frame { address: addr, function: name, file: None, line: None, module });
-            } else if let Some(n) = name {
-                out.last_mut().map(|f| f.function = Some(n));
+            } else if let (Some(n), Some(f)) = (name, out.last_mut()) {
+                f.function = Some(n);
             }
         }
         out

@@ -31,6 +31,17 @@ enum DumpMode {
     Compact,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Format {
+    Pprof,
+    Heapsnapshot,
+    Folded,
+    Svg,
+    Dot,
+    Mermaid,
+    Json,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Runs a program with the tracker preloaded; dumps at exit, on a signal, on a threshold.
@@ -121,6 +132,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Writes the dump in another tool's format.
+    Export {
+        /// The dump file.
+        dump: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum)]
+        format: Format,
+        /// Output file.
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+        /// dot, mermaid: the subgraph around this address (default: the top retainers).
+        #[arg(long)]
+        address: Option<String>,
+        /// dot, mermaid: pointer steps to follow.
+        #[arg(long, default_value_t = 3)]
+        depth: usize,
+        /// dot, mermaid: at most this many nodes.
+        #[arg(long, default_value_t = 200)]
+        max_nodes: usize,
+    },
+    /// Writes a self-contained HTML report.
+    Report {
+        /// The dump file.
+        dump: PathBuf,
+        /// Output file.
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
     /// Runs a bundled example with a leak and a large cache, dumps it, and explains the dump.
     Demo,
 }
@@ -154,6 +193,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Retained { dump, n, json } => views::retained(&dump, n, json).map(|_| ExitCode::SUCCESS),
         Command::Path { dump, address, json } => views::path(&dump, &address, json).map(|_| ExitCode::SUCCESS),
         Command::Diff { old, new, json } => views::diff(&old, &new, json).map(|_| ExitCode::SUCCESS),
+        Command::Export { dump, format, output, address, depth, max_nodes } => {
+            export(&dump, format, &output, address.as_deref(), depth, max_nodes)
+        }
+        Command::Report { dump, output } => {
+            let (file, heap) = views::load(&dump)?;
+            let ex = heapdump_export::Explained::new(&file, &heap);
+            write_atomically(&output, |w| heapdump_export::write_html(&ex, w))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo => demo(),
     }
 }
@@ -196,6 +244,41 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
         t.row(vec!["incomplete".into(), tr.clone()]);
     }
     t.print(out)
+}
+
+/// Writes `path` through a temporary file in the same directory, renamed
+/// into place only when complete: a failed export leaves no half file.
+fn write_atomically(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().with_context(|| format!("{}: not a file name", path.display()))?;
+    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    let r = f(&mut w).and_then(|_| w.flush()).and_then(|_| w.get_ref().sync_all());
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(anyhow::Error::new(e).context(format!("writing {}", path.display())));
+    }
+    drop(w);
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, depth: usize, max_nodes: usize) -> Result<ExitCode> {
+    let address = address.map(views::parse_address).transpose()?;
+    let (file, heap) = views::load(dump)?;
+    let ex = heapdump_export::Explained::new(&file, &heap);
+    let opts = heapdump_export::GraphOptions { address, depth, max_nodes };
+    write_atomically(output, |w| match format {
+        Format::Pprof => heapdump_export::write_pprof(&ex, w),
+        Format::Heapsnapshot => heapdump_export::write_heapsnapshot(&ex, w),
+        Format::Folded => heapdump_export::write_folded(&ex, w),
+        Format::Svg => heapdump_export::write_svg(&ex, w),
+        Format::Dot => heapdump_export::write_dot(&ex, &opts, w),
+        Format::Mermaid => heapdump_export::write_mermaid(&ex, &opts, w),
+        Format::Json => heapdump_export::write_json(&ex, w),
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Finds a program shipped next to this executable.

@@ -3,7 +3,7 @@
 //!
 //! 64 shards, chosen by a hash of the address, each an open-addressing
 //! table with linear probing and backward-shift deletion (no tombstones),
-//! behind its own spin lock. A shard grows (doubling, at 7/8 load) under
+//! behind its own spin lock. A shard grows (doubling, at 3/4 load) under
 //! its own lock only, so there is no global pause and no entry is lost.
 //!
 //! An entry is 16 bytes:
@@ -113,7 +113,7 @@ impl Shard {
 
     /// Inserts; returns false if the table could not grow (out of memory).
     fn insert(&mut self, e: &Entry) -> bool {
-        if (self.len + 1) * 8 > self.capacity() * 7 && !self.grow() {
+        if (self.len + 1) * 4 > self.capacity() * 3 && !self.grow() {
             return false;
         }
         let s = Slot::pack(e);
@@ -367,10 +367,10 @@ mod tests {
                 let e = s.remove(addr).unwrap();
                 assert_eq!(e.addr, addr);
                 assert_eq!(Some(e.size), model.remove(&addr));
-            } else if !model.contains_key(&addr) {
+            } else if let std::collections::btree_map::Entry::Vacant(v) = model.entry(addr) {
                 let e = Entry { addr, size: x % 1000, align_log2: 3, site: (x % 7) as u32, sampled: false };
                 assert!(s.insert(&e));
-                model.insert(addr, e.size);
+                v.insert(e.size);
             }
         }
         assert_eq!(s.len(), model.len());

@@ -132,12 +132,12 @@ fn ready() -> bool {
 macro_rules! real {
     ($field:ident, $ty:ty) => {{
         let p = REAL.$field.load(Ordering::Acquire);
-        // SAFETY: set by `resolve` from dlsym of the symbol of this type;
-        // callers check `ready()` first, and a null result (no such symbol)
-        // is mapped to None.
         if p.is_null() {
             None
         } else {
+            // SAFETY: set by `resolve` from dlsym of the symbol of this
+            // type; callers check `ready()` first, and a null result (no
+            // such symbol) is mapped to None.
             Some(unsafe { core::mem::transmute::<*mut c_void, $ty>(p) })
         }
     }};

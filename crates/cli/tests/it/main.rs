@@ -4,5 +4,6 @@
 
 mod common;
 mod contract;
+mod exports;
 mod preload;
 mod valgrind;

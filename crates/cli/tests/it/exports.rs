@@ -1,0 +1,210 @@
+//! Every export checked by a real consumer: `go tool pprof`, memlab,
+//! graphviz, headless Chromium; and by the analysis's own numbers.
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn demo_dump(d: &Scratch) -> PathBuf {
+    let p = d.path("demo.hdump");
+    let o = Command::new(env!("CARGO_BIN_EXE_heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
+    ok(&o);
+    p
+}
+
+fn export(dump: &Path, format: &str, out: &Path, extra: &[&str]) {
+    let o = heapdump().arg("export").arg(dump).args(["--format", format, "-o"]).arg(out).args(extra).output().unwrap();
+    ok(&o);
+    assert!(out.exists());
+}
+
+fn total_bytes(dump: &Path) -> u64 {
+    json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()])["bytes"].as_u64().unwrap()
+}
+
+fn tool(name: &str) -> Command {
+    assert!(
+        Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().unwrap().status.success(),
+        "{name} is not installed: scripts/test.sh installs the export oracles"
+    );
+    Command::new(name)
+}
+
+#[test]
+fn pprof_is_read_by_go_tool_pprof_with_our_totals() {
+    let d = Scratch::new("pprof");
+    let dump = demo_dump(&d);
+    let out = d.path("heap.pb.gz");
+    export(&dump, "pprof", &out, &[]);
+    let o = tool("go").args(["tool", "pprof", "-raw"]).arg(&out).env("HOME", &d.0).output().unwrap();
+    let raw = ok(&o);
+    // Samples: "   count   bytes: loc loc ..." after the header line naming the types.
+    let mut in_samples = false;
+    let (mut count, mut bytes) = (0u64, 0u64);
+    for line in raw.lines() {
+        if line.trim_start().starts_with("inuse_objects/count") {
+            assert!(line.contains("inuse_space/bytes"), "{line}");
+            in_samples = true;
+            continue;
+        }
+        if in_samples {
+            let Some((vals, _)) = line.split_once(':') else {
+                if line.trim().is_empty() || line.starts_with("Locations") {
+                    in_samples = false;
+                }
+                continue;
+            };
+            let v: Vec<u64> = vals.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            if v.len() == 2 {
+                count += v[0];
+                bytes += v[1];
+            }
+        }
+    }
+    let s = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    assert_eq!(bytes, s["bytes"].as_u64().unwrap(), "in-use bytes");
+    assert_eq!(count, s["allocations"].as_u64().unwrap(), "in-use objects");
+    let o = tool("go").args(["tool", "pprof", "-top", "-sample_index=inuse_space"]).arg(&out).env("HOME", &d.0).output().unwrap();
+    let top = ok(&o);
+    assert!(top.contains("build_catalogue"), "symbolized functions in -top:\n{top}");
+    let o = tool("go").args(["tool", "pprof", "-traces"]).arg(&out).env("HOME", &d.0).output().unwrap();
+    assert!(ok(&o).contains("open_session"));
+}
+
+#[test]
+fn heapsnapshot_retained_sizes_equal_memlab() {
+    let d = Scratch::new("snap");
+    let dump = demo_dump(&d);
+    let out = d.path("heap.heapsnapshot");
+    export(&dump, "heapsnapshot", &out, &[]);
+    let node_modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/node/node_modules");
+    assert!(node_modules.join("@memlab/heap-analysis").exists(), "memlab missing: scripts/test.sh installs it into target/node");
+    let script = d.path("memlab.js");
+    std::fs::write(
+        &script,
+        r#"const {getFullHeapFromFile} = require('@memlab/heap-analysis');
+(async () => {
+  const heap = await getFullHeapFromFile(process.argv[2]);
+  const out = {};
+  heap.nodes.forEach(n => { out[n.id] = n.retainedSize; });
+  process.stdout.write(JSON.stringify(out));
+})().catch(e => { console.error(e); process.exit(1); });
+"#,
+    )
+    .unwrap();
+    let o = tool("node").arg(&script).arg(&out).env("NODE_PATH", &node_modules).output().unwrap();
+    let memlab: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&ok(&o)).unwrap();
+    // Ours: every block's retained size, by address order (= node order).
+    let ours = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "100000000".as_ref(), dump.as_os_str()]);
+    let mut rows: Vec<(u64, u64)> = ours
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (u64::from_str_radix(r["address"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap(), r["retained"].as_u64().unwrap())
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(memlab.len(), rows.len() + 4, "a node per block plus the root and three groups");
+    let mut mismatches = 0;
+    for (i, (addr, retained)) in rows.iter().enumerate() {
+        let id = (2 * i + 11).to_string();
+        let theirs = memlab.get(&id).and_then(|v| v.as_u64());
+        if theirs != Some(*retained) {
+            mismatches += 1;
+            if mismatches < 5 {
+                eprintln!("block {addr:#x}: ours {retained}, memlab {theirs:?}");
+            }
+        }
+    }
+    assert_eq!(mismatches, 0, "retained sizes that differ from memlab's");
+    assert_eq!(memlab["1"].as_u64(), Some(total_bytes(&dump)), "the root retains the whole heap");
+}
+
+#[test]
+fn folded_stacks_and_flamegraph_account_for_every_byte() {
+    let d = Scratch::new("flame");
+    let dump = demo_dump(&d);
+    let folded = d.path("heap.folded");
+    export(&dump, "folded", &folded, &[]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let sum: u64 = text.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum();
+    assert_eq!(sum, total_bytes(&dump));
+    let rooted_at_main = |l: &&str| l.split(';').next().is_some_and(|f| f == "main" || f.ends_with("::main"));
+    assert!(text.lines().all(|l| rooted_at_main(&l) || !l.contains(';')), "stacks start at main:\n{text}");
+    assert!(text.lines().any(|l| rooted_at_main(&l) && l.contains("build_catalogue")), "{text}");
+    assert!(!text.contains("alloc::raw_vec"), "allocator machinery left out");
+    let svg = d.path("heap.svg");
+    export(&dump, "svg", &svg, &[]);
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<?xml") && s.contains("<svg") && s.contains("build_catalogue"));
+}
+
+#[test]
+fn dot_renders_with_graphviz_and_mermaid_is_well_formed() {
+    let d = Scratch::new("dot");
+    let dump = demo_dump(&d);
+    let dot = d.path("g.dot");
+    export(&dump, "dot", &dot, &["--depth", "2", "--max-nodes", "40"]);
+    let text = std::fs::read_to_string(&dot).unwrap();
+    assert!(text.starts_with("digraph heap {") && text.trim_end().ends_with('}'));
+    assert!(text.matches("[label=\"0x").count() <= 40, "size limit");
+    let o = tool("dot").arg("-Tsvg").arg(&dot).output().unwrap();
+    assert!(ok(&o).contains("<svg"));
+    // Around a lost block: it is drawn, red, with what it points to.
+    let leaks = json(&["leaks".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    let lost = leaks["groups"][0]["example"].as_str().unwrap().to_string();
+    let mm = d.path("g.mmd");
+    export(&dump, "mermaid", &mm, &["--address", &lost]);
+    let m = std::fs::read_to_string(&mm).unwrap();
+    assert!(m.starts_with("flowchart LR"));
+    assert!(m.contains(&lost) && m.contains("fill:#f4a6a6") && m.contains("-->|+"), "{m}");
+    // An address that is no allocation is a one-line error.
+    let o = heapdump().arg("export").arg(&dump).args(["--format", "dot", "--address", "0x10", "-o"]).arg(d.path("x.dot")).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!d.path("x.dot").exists(), "no half-written file");
+}
+
+#[test]
+fn json_export_agrees_with_the_subcommands() {
+    let d = Scratch::new("json");
+    let dump = demo_dump(&d);
+    let out = d.path("a.json");
+    export(&dump, "json", &out, &[]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let leaks = json(&["leaks".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    for k in ["definitely_lost", "indirectly_lost", "possibly_lost", "still_reachable"] {
+        assert_eq!(v["leaks"][k], leaks[k], "{k}");
+    }
+    assert_eq!(v["bytes"].as_u64(), Some(total_bytes(&dump)));
+    assert!(v["retainers"][0]["retained"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn html_report_renders_in_headless_chromium() {
+    let d = Scratch::new("html");
+    let dump = demo_dump(&d);
+    let out = d.path("report.html");
+    let o = heapdump().arg("report").arg(&dump).arg("-o").arg(&out).output().unwrap();
+    ok(&o);
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(!html.contains("http://") || html.matches("http://").all(|_| html.contains("http://www.w3.org")), "no external resources");
+    let profile = d.path("chrome-profile");
+    let o = tool("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"])
+        .args(["--disable-component-update", "--disable-sync"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", out.display()))
+        .output()
+        .unwrap();
+    let dom = ok(&o);
+    assert!(dom.contains("data-ready=\"1\""), "the page's script ran to the end");
+    assert!(dom.contains("<p id=\"status\"></p>"), "no script error reported");
+    let leaks = json(&["leaks".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    let dl = leaks["definitely_lost"]["bytes"].as_u64().unwrap();
+    assert!(dom.contains(&format!("{dl} bytes")), "leak summary shown");
+    assert!(dom.matches("<details").count() >= 3, "an expandable dominator tree");
+    assert!(dom.contains("id=\"histogram\"") && dom.contains("data:image/svg+xml;base64,"));
+    assert!(dom.contains("build_catalogue"));
+}

@@ -1,0 +1,99 @@
+//! A dump with its analysis, computed once and shared by every export.
+
+use heapdump_analyze::dominators::{self, Dominators};
+use heapdump_analyze::leaks::{self, LeakKind, Leaks};
+use heapdump_analyze::symbols::{Frame, Symbolizer};
+use heapdump_analyze::{BlockId, DumpContents, DumpFile, Heap};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// A loaded dump and its analysis.
+pub struct Explained<'h> {
+    /// The graph.
+    pub heap: &'h Heap,
+    /// Leak classes.
+    pub leaks: Leaks,
+    /// Dominator tree and retained sizes (lost structures hang off the
+    /// virtual root, led by their definitely lost block).
+    pub dominators: Dominators,
+    sym: RefCell<Symbolizer<'h>>,
+    children: Vec<u32>,
+    child_start: Vec<u32>,
+}
+
+impl<'h> Explained<'h> {
+    /// Analyses `heap` (loaded from `file`).
+    pub fn new(file: &DumpFile, heap: &'h Heap) -> Explained<'h> {
+        let contents = DumpContents::build(file, heap);
+        let leaks = leaks::analyze(heap, &contents);
+        let leaders: Vec<BlockId> =
+            (0..heap.len()).filter(|&i| leaks.kind[i] == LeakKind::DefinitelyLost).map(|i| BlockId(i as u32)).collect();
+        let dominators = dominators::compute(heap, &leaders);
+        // Children lists of the dominator tree (index n = the virtual root).
+        let n = heap.len();
+        let parent = |i: usize| dominators.idom(BlockId(i as u32)).map_or(n, |b| b.index());
+        let mut child_start = vec![0u32; n + 2];
+        for i in 0..n {
+            child_start[parent(i) + 1] += 1;
+        }
+        for i in 0..=n {
+            child_start[i + 1] += child_start[i];
+        }
+        let mut fill = child_start.clone();
+        let mut children = vec![0u32; n];
+        for i in 0..n {
+            let p = parent(i);
+            children[fill[p] as usize] = i as u32;
+            fill[p] += 1;
+        }
+        // Largest retained first.
+        for p in 0..=n {
+            let s = &mut children[child_start[p] as usize..child_start[p + 1] as usize];
+            s.sort_by(|&a, &b| dominators.retained[b as usize].cmp(&dominators.retained[a as usize]).then(a.cmp(&b)));
+        }
+        Explained { heap, leaks, dominators, sym: RefCell::new(Symbolizer::new(heap)), children, child_start }
+    }
+
+    /// Blocks immediately dominated by `b` (`None` = the virtual root),
+    /// largest retained size first.
+    pub fn dominated_by(&self, b: Option<BlockId>) -> &[u32] {
+        let p = b.map_or(self.heap.len(), |b| b.index());
+        &self.children[self.child_start[p] as usize..self.child_start[p + 1] as usize]
+    }
+
+    /// One-line name of a site.
+    pub fn site_label(&self, site: u32) -> String {
+        self.sym.borrow_mut().site_label(site)
+    }
+
+    /// All frames of a site, innermost first.
+    pub fn site_frames(&self, site: u32) -> Vec<Frame> {
+        self.sym.borrow_mut().site_frames(site)
+    }
+
+    /// The frames at one return address (inlined first).
+    pub fn frames_at(&self, addr: u64) -> Vec<Frame> {
+        self.sym.borrow_mut().frames(addr)
+    }
+
+    /// The allocated type, where the site's frames say.
+    pub fn type_of(&self, site: u32) -> String {
+        heapdump_analyze::group::type_of(&mut self.sym.borrow_mut(), site)
+    }
+
+    /// A short name for a block: its type if known, else its site.
+    pub fn block_name(&self, b: BlockId, cache: &mut HashMap<u32, String>) -> String {
+        let site = self.heap.block(b).site;
+        cache
+            .entry(site)
+            .or_insert_with(|| {
+                let t = self.type_of(site);
+                if t == "unknown" {
+                    self.site_label(site)
+                } else {
+                    t
+                }
+            })
+            .clone()
+    }
+}

@@ -1,0 +1,153 @@
+//! The whole analysis as one JSON document, for scripts.
+
+use crate::explained::Explained;
+use heapdump_analyze::group;
+use heapdump_analyze::leaks::LeakKind;
+use heapdump_analyze::BlockId;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::Write;
+
+#[derive(Serialize)]
+struct Doc<'a> {
+    pid: u32,
+    exe: &'a str,
+    mode: &'static str,
+    reason: &'static str,
+    allocations: u64,
+    bytes: u64,
+    edges: u64,
+    roots: u64,
+    leaks: Leaks,
+    top_sites: Vec<Row>,
+    top_types: Vec<Row>,
+    size_classes: Vec<Row>,
+    retainers: Vec<Node>,
+}
+
+#[derive(Serialize)]
+struct Row {
+    key: String,
+    allocations: u64,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct Count {
+    bytes: u64,
+    blocks: u64,
+}
+
+#[derive(Serialize)]
+struct Leaks {
+    definitely_lost: Count,
+    indirectly_lost: Count,
+    possibly_lost: Count,
+    still_reachable: Count,
+    by_site: Vec<LeakRow>,
+}
+
+#[derive(Serialize)]
+struct LeakRow {
+    kind: LeakKind,
+    site: String,
+    blocks: u64,
+    bytes: u64,
+}
+
+/// A node of the dominator tree.
+#[derive(Serialize)]
+pub(crate) struct Node {
+    pub address: String,
+    pub size: u64,
+    pub retained: u64,
+    pub dominated: u32,
+    pub name: String,
+    pub site: String,
+    pub class: LeakKind,
+    pub children: Vec<Node>,
+}
+
+/// The dominator tree from `b` down to `depth` levels, `width` children each.
+pub(crate) fn tree(ex: &Explained<'_>, b: u32, depth: usize, width: usize, names: &mut HashMap<u32, String>) -> Node {
+    let blk = ex.heap.block(BlockId(b));
+    let children = if depth == 0 {
+        vec![]
+    } else {
+        ex.dominated_by(Some(BlockId(b))).iter().take(width).map(|&c| tree(ex, c, depth - 1, width, names)).collect()
+    };
+    Node {
+        address: format!("{:#x}", blk.addr),
+        size: blk.size,
+        retained: ex.dominators.retained[b as usize],
+        dominated: ex.dominators.dominated[b as usize],
+        name: ex.block_name(BlockId(b), names),
+        site: ex.site_label(blk.site),
+        class: ex.leaks.kind[b as usize],
+        children,
+    }
+}
+
+pub(crate) fn leak_rows(ex: &Explained<'_>) -> Vec<(LeakKind, u32, u64, u64)> {
+    let mut m: HashMap<(LeakKind, u32), (u64, u64)> = HashMap::new();
+    for (i, k) in ex.leaks.kind.iter().enumerate() {
+        if matches!(k, LeakKind::StillReachable) {
+            continue;
+        }
+        let b = &ex.heap.blocks[i];
+        let e = m.entry((*k, b.site)).or_default();
+        e.0 += 1;
+        e.1 += b.size;
+    }
+    let mut v: Vec<(LeakKind, u32, u64, u64)> = m.into_iter().map(|((k, s), (n, b))| (k, s, n, b)).collect();
+    v.sort_by(|a, b| b.3.cmp(&a.3).then(a.1.cmp(&b.1)));
+    v
+}
+
+/// Writes the document.
+pub fn write_json(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> {
+    let heap = ex.heap;
+    let l = &ex.leaks;
+    let c = |x: &heapdump_analyze::leaks::Count| Count { bytes: x.bytes, blocks: x.blocks };
+    let mut sym = heapdump_analyze::symbols::Symbolizer::new(heap);
+    let mut rows = |by| {
+        group::top(heap, &mut sym, by)
+            .into_iter()
+            .take(50)
+            .map(|r| Row { key: r.key, allocations: r.allocations, bytes: r.bytes })
+            .collect::<Vec<_>>()
+    };
+    let top_sites = rows(group::GroupBy::Site);
+    let top_types = rows(group::GroupBy::Type);
+    let size_classes = rows(group::GroupBy::Size);
+    let mut names = HashMap::new();
+    let retainers = ex.dominated_by(None).iter().take(30).map(|&b| tree(ex, b, 3, 10, &mut names)).collect();
+    let doc = Doc {
+        pid: heap.header.pid,
+        exe: &heap.exe,
+        mode: heap.header.mode.as_str(),
+        reason: heap.header.reason.as_str(),
+        allocations: heap.len() as u64,
+        bytes: heap.total_bytes(),
+        edges: heap.edge_count() as u64,
+        roots: heap.roots.len() as u64,
+        leaks: Leaks {
+            definitely_lost: c(&l.definitely_lost),
+            indirectly_lost: c(&l.indirectly_lost),
+            possibly_lost: c(&l.possibly_lost),
+            still_reachable: c(&l.still_reachable),
+            by_site: leak_rows(ex)
+                .into_iter()
+                .take(100)
+                .map(|(kind, s, blocks, bytes)| LeakRow { kind, site: ex.site_label(s), blocks, bytes })
+                .collect(),
+        },
+        top_sites,
+        top_types,
+        size_classes,
+        retainers,
+    };
+    serde_json::to_writer_pretty(&mut *out, &doc)?;
+    writeln!(out)?;
+    Ok(())
+}

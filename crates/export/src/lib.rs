@@ -1,0 +1,30 @@
+//! Exports of a heapdump analysis into formats other tools read.
+//!
+//! `heapdump-export` sits between `heapdump-analyze` and the command line:
+//! it takes one [`Explained`] dump (the graph plus the analysis results,
+//! computed once by `heapdump-analyze`) and writes it as a pprof profile,
+//! a V8 `.heapsnapshot` (Chrome DevTools, memlab), folded stacks or an SVG
+//! flamegraph, a DOT or mermaid graph, JSON, or a self-contained HTML
+//! report. It never re-derives an analysis result: every number comes from
+//! the analysis. Large outputs are streamed to the writer.
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+mod explained;
+mod flame;
+mod graph;
+mod html;
+mod json;
+mod pprof;
+mod snapshot;
+
+pub use explained::Explained;
+pub use flame::{write_folded, write_svg};
+pub use graph::{write_dot, write_mermaid, GraphOptions};
+pub use html::write_html;
+pub use json::write_json;
+pub use pprof::{profile, write_pprof};
+pub use snapshot::write_heapsnapshot;
+
+/// Errors of the exports: only I/O can fail.
+pub type Result<T> = std::io::Result<T>;
