@@ -97,9 +97,11 @@ static mut SCRATCH: Scratch = Scratch {
 const WRITE_BUF: usize = 1 << 20;
 const PAIRS: usize = 4096;
 
-/// A sorted index of live allocations: (start, end) pairs.
+/// The live allocations sorted by address: the lookup index of the compact
+/// scan, and the order allocations are written in (so their contents are
+/// read front to back, not in the table's hash order).
 struct Index {
-    ptr: *mut (u64, u64),
+    ptr: *mut Entry,
     len: usize,
     map_len: usize,
     lo: u64,
@@ -107,7 +109,7 @@ struct Index {
 }
 
 impl Index {
-    fn as_slice(&self) -> &[(u64, u64)] {
+    fn as_slice(&self) -> &[Entry] {
         if self.ptr.is_null() {
             return &[];
         }
@@ -122,19 +124,19 @@ impl Index {
             return false;
         }
         let s = self.as_slice();
-        let i = s.partition_point(|&(start, _)| start <= v);
+        let i = s.partition_point(|e| e.addr <= v);
         if i == 0 {
             return false;
         }
-        let (start, end) = s[i - 1];
-        v < end || v == start
+        let e = &s[i - 1];
+        v < e.addr + e.size || v == e.addr
     }
 
     /// Whether any live block starts inside `[start, end)`.
     fn any_block_in(&self, start: u64, end: u64) -> bool {
         let s = self.as_slice();
-        let i = s.partition_point(|&(a, _)| a < start);
-        i < s.len() && s[i].0 < end
+        let i = s.partition_point(|e| e.addr < start);
+        i < s.len() && s[i].addr < end
     }
 
     fn release(&mut self) {
@@ -362,16 +364,9 @@ fn write_body(
             })
         };
         site_err?;
-        // Allocations.
-        let mut alloc_err: Result<(), DumpError> = Ok(());
-        // SAFETY: the world is stopped (or we are the forked child).
-        for shard in unsafe { state.table.shards_unlocked() } {
-            shard.for_each(|e: Entry| {
-                if alloc_err.is_ok() {
-                    alloc_err = write_alloc(&mut w, mode, &index, pairs, &e);
-                }
-            });
-            alloc_err?;
+        // Allocations, in address order.
+        for e in index.as_slice() {
+            write_alloc(&mut w, mode, &index, pairs, e)?;
         }
         let pause = pause_override.unwrap_or_else(|| sys::monotonic_ns() - t0);
         let totals = *w.totals();
@@ -544,15 +539,15 @@ fn build_index(state: &State) -> Result<Index, DumpError> {
     for s in unsafe { state.table.shards_unlocked() } {
         n += s.len();
     }
-    let map_len = (n.max(1) * 16).next_multiple_of(4096);
-    let ptr: *mut (u64, u64) = sys::mmap_anon(map_len).map_err(|errno| DumpError::Os { what: "mapping the address index", errno })?.cast();
+    let map_len = (n.max(1) * core::mem::size_of::<Entry>()).next_multiple_of(4096);
+    let ptr: *mut Entry = sys::mmap_anon(map_len).map_err(|errno| DumpError::Os { what: "mapping the address index", errno })?.cast();
     let mut i = 0;
     // SAFETY: as above.
     for s in unsafe { state.table.shards_unlocked() } {
         s.for_each(|e| {
             if i < n {
                 // SAFETY: i < n entries fit in the mapping.
-                unsafe { ptr.add(i).write((e.addr, e.addr + e.size)) };
+                unsafe { ptr.add(i).write(e) };
                 i += 1;
             }
         });
@@ -560,9 +555,9 @@ fn build_index(state: &State) -> Result<Index, DumpError> {
     // SAFETY: i entries initialised.
     let s = unsafe { core::slice::from_raw_parts_mut(ptr, i) };
     // sort_unstable is in core and does not allocate.
-    s.sort_unstable_by_key(|p| p.0);
-    let lo = s.first().map_or(0, |p| p.0);
-    let hi = s.iter().map(|p| p.1.max(p.0 + 1)).max().unwrap_or(0);
+    s.sort_unstable_by_key(|e| e.addr);
+    let lo = s.first().map_or(0, |e| e.addr);
+    let hi = s.iter().map(|e| (e.addr + e.size).max(e.addr + 1)).max().unwrap_or(0);
     Ok(Index { ptr, len: i, map_len, lo, hi })
 }
 
