@@ -62,6 +62,12 @@ def interleaved(variants, runs):
     return {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}, out
 
 
+def compare(a, b):
+    """How variant a (time ta) compares with b (time tb): 'N.Nx cheaper' or 'N.Nx slower'."""
+    ta, tb = a, b
+    return f"{tb / ta:.1f}x cheaper" if ta <= tb else f"{ta / tb:.1f}x slower"
+
+
 def kv(s):
     return {k: v for k, v in re.findall(r"(\w+)=([\w.]+)", s)}
 
@@ -108,8 +114,8 @@ def main():
     dh = med["dhat-rs (every allocation)"][0]
     md.append("")
     if ht:
-        md.append(f"heapdump with a site for every allocation is {ht[0] / allsite:.1f}x cheaper than heaptrack and "
-                  f"{dh / allsite:.1f}x cheaper than dhat-rs on this workload.\n")
+        md.append(f"heapdump with a site for every allocation is {compare(allsite, ht[0])} than heaptrack and "
+                  f"{compare(allsite, dh)} than dhat-rs on this workload.\n")
     md.append("Tracker memory (from `heapdump::stats()` at the peak, per live allocation):\n")
     md.append("| mode | tracker bytes | live allocations | bytes per live allocation |\n|---|---:|---:|---:|")
     for mode in ["off", "sampled", "all"]:
@@ -138,7 +144,7 @@ def main():
         t, r = med[name]
         md.append(f"| {name} | {t:.3f} | {t / base:.2f}x | {r / 1024:.0f} |")
     if heaptrack:
-        md.append(f"\n`heapdump run` with every site is {med['heaptrack'][0] / med['heapdump run, a site for every allocation'][0]:.1f}x cheaper than heaptrack.\n")
+        md.append(f"\n`heapdump run` with every site is {compare(med['heapdump run, a site for every allocation'][0], med['heaptrack'][0])} than heaptrack.\n")
     md.append("")
 
     # --- dumps ---

@@ -32,6 +32,18 @@ pub enum LeakKind {
     IndirectlyLost,
 }
 
+impl LeakKind {
+    /// The class as valgrind words it: "definitely lost", ….
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeakKind::StillReachable => "still reachable",
+            LeakKind::PossiblyLost => "possibly lost",
+            LeakKind::DefinitelyLost => "definitely lost",
+            LeakKind::IndirectlyLost => "indirectly lost",
+        }
+    }
+}
+
 /// Heuristics for interior pointers that are normal for a layout, named as
 /// valgrind names its own (`--leak-check-heuristics`), plus Rust's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]

@@ -12,18 +12,7 @@ pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 
 /// Bytes as a short human figure: `512 B`, `1.5 KiB`, `3.2 MiB`.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    heapdump_export::human_bytes(n)
 }
 
 /// A table with a header row; numeric columns right-aligned.

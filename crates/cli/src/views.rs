@@ -295,7 +295,7 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     let l = leaks::analyze(&heap, &contents);
     let leader = l.leader[target.index()];
     let fallback = (leader != u32::MAX).then_some(BlockId(leader));
-    let class = kind_name(l.kind[target.index()]);
+    let class = l.kind[target.index()].as_str();
     if fallback == Some(target) {
         // The head of a lost structure: nothing points to it at all.
         if json {
@@ -360,15 +360,6 @@ fn describe_root(heap: &Heap, sym: &mut Symbolizer<'_>, r: &heapdump_analyze::Ro
             None => format!("static {name} of {module} at {address:#x}"),
         },
         other => other.to_string(),
-    }
-}
-
-fn kind_name(k: LeakKind) -> &'static str {
-    match k {
-        LeakKind::StillReachable => "still reachable",
-        LeakKind::PossiblyLost => "possibly lost",
-        LeakKind::DefinitelyLost => "definitely lost",
-        LeakKind::IndirectlyLost => "indirectly lost",
     }
 }
 

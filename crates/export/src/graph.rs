@@ -2,7 +2,6 @@
 //! the top retainers), with a size limit.
 
 use crate::explained::Explained;
-use heapdump_analyze::leaks::LeakKind;
 use heapdump_analyze::BlockId;
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -90,12 +89,7 @@ fn subgraph(ex: &Explained<'_>, o: &GraphOptions) -> std::io::Result<Sub> {
 
 fn label(ex: &Explained<'_>, b: u32, names: &mut HashMap<u32, String>) -> (String, &'static str) {
     let blk = ex.heap.block(BlockId(b));
-    let kind = match ex.leaks.kind[b as usize] {
-        LeakKind::StillReachable => "still reachable",
-        LeakKind::PossiblyLost => "possibly lost",
-        LeakKind::DefinitelyLost => "definitely lost",
-        LeakKind::IndirectlyLost => "indirectly lost",
-    };
+    let kind = ex.leaks.kind[b as usize].as_str();
     let name = ex.block_name(BlockId(b), names);
     let retained = ex.dominators.retained[b as usize];
     (format!("{:#x}\\n{} B (retains {} B)\\n{}\\n{kind}", blk.addr, blk.size, retained, name), kind)

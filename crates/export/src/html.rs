@@ -13,7 +13,8 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-fn human(n: u64) -> String {
+/// Bytes as a short human figure: `512 B`, `1.5 KiB`, `3.2 MiB`.
+pub fn human(n: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -25,15 +26,6 @@ fn human(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.1} {}", U[u])
-    }
-}
-
-fn kind_name(k: LeakKind) -> &'static str {
-    match k {
-        LeakKind::StillReachable => "still reachable",
-        LeakKind::PossiblyLost => "possibly lost",
-        LeakKind::DefinitelyLost => "definitely lost",
-        LeakKind::IndirectlyLost => "indirectly lost",
     }
 }
 
@@ -142,7 +134,7 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
         writeln!(
             out,
             "<tr><td>{}</td><td class=\"n\">{n}</td><td class=\"n\">{b}</td><td>{}</td></tr>",
-            kind_name(k),
+            k.as_str(),
             esc(&ex.site_label(site))
         )?;
     }

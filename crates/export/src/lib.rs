@@ -21,7 +21,7 @@ mod snapshot;
 pub use explained::Explained;
 pub use flame::{write_folded, write_svg};
 pub use graph::{write_dot, write_mermaid, GraphOptions};
-pub use html::write_html;
+pub use html::{human as human_bytes, write_html};
 pub use json::write_json;
 pub use pprof::{profile, write_pprof};
 pub use snapshot::write_heapsnapshot;

@@ -166,6 +166,27 @@ pub struct Tracked<A> {
     inner: A,
 }
 
+impl<A: GlobalAlloc> Tracked<A> {
+    /// The allocation path shared by `alloc` and `alloc_zeroed`.
+    #[inline]
+    fn tracked_alloc(&self, layout: Layout, inner: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
+        let st = state();
+        let g = guard::Enter::new();
+        let p = inner(layout);
+        if p.is_null() {
+            drop(g);
+            alloc_failed(st);
+            return p;
+        }
+        record(st, p, layout.size(), layout.align(), g.nested());
+        drop(g);
+        if guard::has_deferred() && !guard::in_lock() {
+            apply_deferred(st, &free_with(&self.inner));
+        }
+        p
+    }
+}
+
 impl<A> Tracked<A> {
     /// Wraps `inner`.
     pub const fn new(inner: A) -> Self {
@@ -279,40 +300,14 @@ fn free_with<A: GlobalAlloc>(inner: &A) -> impl Fn(*mut u8, usize, usize) + '_ {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let st = state();
-        let g = guard::Enter::new();
         // SAFETY: forwarded with the caller's layout (GlobalAlloc contract).
-        let p = unsafe { self.inner.alloc(layout) };
-        if p.is_null() {
-            drop(g);
-            alloc_failed(st);
-            return p;
-        }
-        record(st, p, layout.size(), layout.align(), g.nested());
-        drop(g);
-        if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &free_with(&self.inner));
-        }
-        p
+        self.tracked_alloc(layout, |l| unsafe { self.inner.alloc(l) })
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let st = state();
-        let g = guard::Enter::new();
-        // SAFETY: forwarded.
-        let p = unsafe { self.inner.alloc_zeroed(layout) };
-        if p.is_null() {
-            drop(g);
-            alloc_failed(st);
-            return p;
-        }
-        record(st, p, layout.size(), layout.align(), g.nested());
-        drop(g);
-        if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &free_with(&self.inner));
-        }
-        p
+        // SAFETY: forwarded with the caller's layout (GlobalAlloc contract).
+        self.tracked_alloc(layout, |l| unsafe { self.inner.alloc_zeroed(l) })
     }
 
     #[inline]
