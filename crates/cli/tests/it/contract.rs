@@ -113,3 +113,25 @@ fn broken_pipe_exits_quietly() {
     assert_eq!(o.status.code(), Some(0));
     assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn diff_shows_growth_by_site_between_two_dumps_of_one_process() {
+    let d = Scratch::new("diff");
+    let prog = compile(&d, "grows.c", &["-O1", "-g"]);
+    let first = d.path("g.hdump");
+    let (o, dumps) = run_traced(&first, &prog, &[first.to_str().unwrap()], &[]);
+    ok(&o);
+    assert_eq!(dumps.len(), 2, "the signal dump and the exit dump: {dumps:?}");
+    assert_eq!(dumps[0], first);
+    let v = json(&["diff".as_ref(), dumps[0].as_os_str(), dumps[1].as_os_str(), "--json".as_ref()]);
+    assert_eq!(v["same_process"], true);
+    assert_eq!(v["new"]["blocks"], 300);
+    assert_eq!(v["new"]["bytes"], 300 * 256);
+    assert_eq!(v["gone"]["blocks"], 0);
+    let top = &v["by_site"][0];
+    assert_eq!(top["delta_allocations"], 300);
+    assert_eq!(top["delta_bytes"], 300 * 256);
+    assert!(top["key"].as_str().unwrap().contains("growing"), "{top}");
+    let s1 = json(&["summary".as_ref(), "--json".as_ref(), dumps[0].as_os_str()]);
+    assert_eq!(s1["reason"], "signal");
+}
