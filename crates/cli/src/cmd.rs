@@ -159,6 +159,9 @@ enum Command {
         /// Output file.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
+        /// An older dump of the same program: the report adds the growth since then.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
     },
     /// Runs a bundled example with a leak and a large cache, dumps it, and explains the dump.
     Demo,
@@ -196,10 +199,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Export { dump, format, output, address, depth, max_nodes } => {
             export(&dump, format, &output, address.as_deref(), depth, max_nodes)
         }
-        Command::Report { dump, output } => {
+        Command::Report { dump, output, baseline } => {
             let (file, heap) = views::load(&dump)?;
+            let diff = match &baseline {
+                Some(b) => {
+                    let (_bf, old) = views::load(b)?;
+                    Some(heapdump_analyze::group::diff(&old, &heap))
+                }
+                None => None,
+            };
             let ex = heapdump_export::Explained::new(&file, &heap);
-            write_atomically(&output, |w| heapdump_export::write_html(&ex, w))?;
+            write_atomically(&output, |w| heapdump_export::write_html(&ex, diff.as_ref(), w))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo => demo(),

@@ -62,8 +62,9 @@ fn write_tree(out: &mut dyn Write, n: &Node, total: u64) -> std::io::Result<()> 
     writeln!(out, "</details>")
 }
 
-/// Writes the report.
-pub fn write_html(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> {
+/// Writes the report; with `diff` (from `heapdump_analyze::group::diff`
+/// against an older dump), a section on the growth since then.
+pub fn write_html(ex: &Explained<'_>, diff: Option<&heapdump_analyze::group::Diff>, out: &mut dyn Write) -> crate::Result<()> {
     let heap = ex.heap;
     let total = heap.total_bytes();
     let l = &ex.leaks;
@@ -139,6 +140,36 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
         )?;
     }
     writeln!(out, "</table>")?;
+    if let Some(d) = diff {
+        writeln!(out, "<h2 id=\"growth\">Growth since the baseline</h2>")?;
+        writeln!(
+            out,
+            "<p>Live bytes {} → {} ({:+} bytes); {} new blocks ({} bytes), {} gone ({} bytes){}.</p>",
+            human(d.old_bytes),
+            human(d.new_bytes),
+            d.new_bytes as i64 - d.old_bytes as i64,
+            d.new.blocks,
+            d.new.bytes,
+            d.gone.blocks,
+            d.gone.bytes,
+            if d.same_process { "" } else { ", compared by site (different processes)" }
+        )?;
+        for (title, rows) in [("by site", &d.by_site), ("by type", &d.by_type)] {
+            writeln!(out, "<table class=\"growth\"><tr><th class=\"n\">Δ bytes</th><th class=\"n\">Δ blocks</th><th class=\"n\">before</th><th class=\"n\">after</th><th>{title}</th></tr>")?;
+            for r in rows.iter().take(20) {
+                writeln!(
+                    out,
+                    "<tr><td class=\"n\">{:+}</td><td class=\"n\">{:+}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                    r.delta_bytes,
+                    r.delta_allocations,
+                    r.old_bytes,
+                    r.new_bytes,
+                    esc(&r.key)
+                )?;
+            }
+            writeln!(out, "</table>")?;
+        }
+    }
     writeln!(out, "<h2 id=\"flamegraph\">Live bytes by allocation site</h2>")?;
     writeln!(out, "<img class=\"flame\" alt=\"flamegraph of live bytes by site\" src=\"data:image/svg+xml;base64,{svg_b64}\">")?;
     writeln!(out, "<h2 id=\"retainers\">Top retainers (dominator tree)</h2><div id=\"tree\">")?;

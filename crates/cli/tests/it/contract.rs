@@ -134,4 +134,11 @@ fn diff_shows_growth_by_site_between_two_dumps_of_one_process() {
     assert!(top["key"].as_str().unwrap().contains("growing"), "{top}");
     let s1 = json(&["summary".as_ref(), "--json".as_ref(), dumps[0].as_os_str()]);
     assert_eq!(s1["reason"], "signal");
+    // The report shows the same growth.
+    let html = d.path("r.html");
+    let o = heapdump().arg("report").arg(&dumps[1]).arg("--baseline").arg(&dumps[0]).arg("-o").arg(&html).output().unwrap();
+    ok(&o);
+    let h = std::fs::read_to_string(&html).unwrap();
+    assert!(h.contains("Growth since the baseline") && h.contains("300 new blocks (76800 bytes)"), "growth section");
+    assert!(h.contains("<td class=\"n\">+76800</td><td class=\"n\">+300</td>"), "growth by site");
 }

@@ -127,3 +127,19 @@ fn run_exits_with_the_programs_status_and_reports_missing_programs() {
     let o = heapdump().args(["run", "--backtrace", "sometimes", "--", "true"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn libraries_loaded_later_are_in_the_module_map_and_symbolized() {
+    let d = Scratch::new("dlopen");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/late.c");
+    let lib = d.path("liblate.so");
+    let o = std::process::Command::new("gcc").args(["-O1", "-g", "-shared", "-fPIC", "-o"]).arg(&lib).arg(&src).output().unwrap();
+    ok(&o);
+    let prog = compile(&d, "dlopens.c", &["-O1", "-ldl"]);
+    let (o, dumps) = run_traced(&d.path("l.hdump"), &prog, &[lib.to_str().unwrap()], &[]);
+    ok(&o);
+    let top = json(&["top".as_ref(), "--json".as_ref(), dumps[0].as_os_str()]);
+    let row = top.as_array().unwrap().iter().find(|r| r["bytes"] == 4321).expect("the block from the late library");
+    assert!(row["key"].as_str().unwrap().starts_with("late_alloc"), "{row}");
+    assert!(row["key"].as_str().unwrap().contains("late.c"), "file and line from the library's debug info: {row}");
+}
