@@ -2,6 +2,7 @@
    the exit dump follows. The diff of the two shows that growth. */
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 void *keep[1000];
 __attribute__((noinline)) static void steady(void) { for (int i = 0; i < 100; i++) keep[i] = malloc(64); }
@@ -9,9 +10,11 @@ __attribute__((noinline)) static void growing(void) { for (int i = 100; i < 400;
 int main(int argc, char **argv) {
     steady();
     raise(SIGUSR2);
-    /* The dump is written by heapdump's helper thread: wait for its file. */
-    for (int i = 0; i < 500 && access(argv[1], F_OK) != 0; i++) usleep(10000);
-    usleep(100000);
+    /* heapdump's helper thread writes the dump while this thread is
+       stopped, so once this thread sees bytes in the file, the dump is
+       complete. */
+    struct stat st;
+    for (int i = 0; i < 2000 && (stat(argv[1], &st) != 0 || st.st_size == 0); i++) usleep(5000);
     growing();
     return 0;
 }
