@@ -223,26 +223,7 @@ impl Heap {
         let dump = file.dump()?;
         let total = file.bytes().len() as u64 * 2;
         let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
-        let mut heap = Heap {
-            header: *dump.header(),
-            exe: String::new(),
-            cmdline: vec![],
-            backtrace: heapdump_format::Backtrace::Off,
-            sample_mean: 0,
-            modules: vec![],
-            threads: vec![],
-            sites: HashMap::new(),
-            blocks: vec![],
-            rec_of: vec![],
-            edge_start: vec![],
-            edge_target: vec![],
-            edge_offset: vec![],
-            interior_into: HashMap::new(),
-            roots: vec![],
-            root_regions: vec![],
-            trailer: None,
-            truncated: None,
-        };
+        let mut heap = Heap::empty(*dump.header());
         // Pass 1: everything but edges.
         let mut end_of_valid = file.bytes().len();
         for r in dump.records() {
@@ -453,14 +434,6 @@ impl Heap {
             }
         }
         Heap {
-            header,
-            exe: String::new(),
-            cmdline: vec![],
-            backtrace: heapdump_format::Backtrace::Off,
-            sample_mean: 0,
-            modules: vec![],
-            threads: vec![],
-            sites: HashMap::new(),
             rec_of: (0..n as u32).collect(),
             blocks,
             edge_start: counts,
@@ -469,6 +442,28 @@ impl Heap {
             interior_into,
             roots,
             root_regions,
+            ..Heap::empty(header)
+        }
+    }
+
+    fn empty(header: Header) -> Heap {
+        Heap {
+            header,
+            exe: String::new(),
+            cmdline: vec![],
+            backtrace: heapdump_format::Backtrace::Off,
+            sample_mean: 0,
+            modules: vec![],
+            threads: vec![],
+            sites: HashMap::new(),
+            blocks: vec![],
+            rec_of: vec![],
+            edge_start: vec![],
+            edge_target: vec![],
+            edge_offset: vec![],
+            interior_into: HashMap::new(),
+            roots: vec![],
+            root_regions: vec![],
             trailer: None,
             truncated: None,
         }

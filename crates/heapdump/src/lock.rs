@@ -107,3 +107,22 @@ impl<T> Drop for Guard<'_, T> {
         self.lock.locked.store(false, Ordering::Release);
     }
 }
+
+/// Takes every lock of `locks` for `pthread_atfork`'s prepare handler.
+pub fn lock_all_for_fork<T>(locks: &[SpinLock<T>]) {
+    for l in locks {
+        l.lock_for_fork();
+    }
+}
+
+/// Releases every lock of `locks` after a fork.
+///
+/// # Safety
+/// Only after [`lock_all_for_fork`] on the same locks by this thread (or,
+/// in the child, by the thread that forked).
+pub unsafe fn unlock_all_after_fork<T>(locks: &[SpinLock<T>]) {
+    for l in locks {
+        // SAFETY: forwarded to the caller.
+        unsafe { l.force_unlock() };
+    }
+}

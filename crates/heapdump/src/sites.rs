@@ -261,9 +261,7 @@ impl Sites {
 
     /// Takes every lock (before fork).
     pub fn lock_all(&self) {
-        for s in &self.shards {
-            s.lock_for_fork();
-        }
+        crate::lock::lock_all_for_fork(&self.shards);
     }
 
     /// Releases every lock (after fork).
@@ -271,9 +269,7 @@ impl Sites {
     /// # Safety
     /// Only after [`Sites::lock_all`].
     pub unsafe fn unlock_all(&self) {
-        for s in &self.shards {
-            // SAFETY: forwarded.
-            unsafe { s.force_unlock() };
-        }
+        // SAFETY: forwarded to the caller.
+        unsafe { crate::lock::unlock_all_after_fork(&self.shards) }
     }
 }

@@ -319,22 +319,18 @@ impl Table {
         self.shards.iter().map(|s| unsafe { s.get_unlocked() })
     }
 
-    /// Takes every shard lock (before fork).
+    /// Takes every lock (before fork).
     pub fn lock_all(&self) {
-        for s in &self.shards {
-            s.lock_for_fork();
-        }
+        crate::lock::lock_all_for_fork(&self.shards);
     }
 
-    /// Releases every shard lock (after fork, both sides).
+    /// Releases every lock (after fork).
     ///
     /// # Safety
-    /// Only after [`Table::lock_all`] by this thread.
+    /// Only after [`Table::lock_all`].
     pub unsafe fn unlock_all(&self) {
-        for s in &self.shards {
-            // SAFETY: forwarded to the caller.
-            unsafe { s.force_unlock() };
-        }
+        // SAFETY: forwarded to the caller.
+        unsafe { crate::lock::unlock_all_after_fork(&self.shards) }
     }
 }
 
