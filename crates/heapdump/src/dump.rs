@@ -289,16 +289,17 @@ fn write_body(
             if s.gone() {
                 continue;
             }
-            let mut nb = [0u8; 16];
-            let name = thread_name(tid, &mut nb);
+            let (name_buf, name_len) = s.name();
+            let name = &name_buf[..usize::from(name_len).min(16)];
             if s.stopped() {
-                let sp = s.regs[RSP];
+                let regs = s.regs();
+                let sp = regs[RSP];
                 let start = sp.saturating_sub(128);
                 let end = maps.end_of(sp).unwrap_or(sp);
                 let start = maps.start_of(sp).map_or(start, |ms| start.max(ms));
-                let info = ThreadInfo { tid, flags: 0, stack_start: start, stack_end: end, tls: s.fs, name, regs: &s.regs };
+                let info = ThreadInfo { tid, flags: 0, stack_start: start, stack_end: end, tls: s.fs(), name, regs: &regs };
                 region(&mut w, mode, &index, pairs, start, end - start, |w, c| w.thread(&info, c))?;
-                tls_root(&mut w, mode, &index, pairs, &maps, s.fs, start, end, tid)?;
+                tls_root(&mut w, mode, &index, pairs, &maps, s.fs(), start, end, tid)?;
             } else {
                 let info = ThreadInfo { tid, flags: raw::THREAD_NOT_STOPPED, stack_start: 0, stack_end: 0, tls: 0, name, regs: &[] };
                 region(&mut w, mode, &index, pairs, 0, 0, |w, c| w.thread(&info, c))?;
@@ -322,8 +323,8 @@ fn write_body(
         exclude(fs);
         for s in stw::stopped_threads() {
             if s.stopped() {
-                exclude(s.regs[RSP]);
-                exclude(s.fs);
+                exclude(s.regs()[RSP]);
+                exclude(s.fs());
             }
         }
         let excluded = &excluded[..nex];
@@ -410,7 +411,8 @@ fn page_size() -> u32 {
     }
 }
 
-fn thread_name(tid: u32, out: &mut [u8; 16]) -> &[u8] {
+/// Reads a thread's name from /proc/self/task/TID/comm.
+pub(crate) fn thread_name(tid: u32, out: &mut [u8; 16]) -> &[u8] {
     let mut path = [0u8; 64];
     let prefix = b"/proc/self/task/";
     path[..prefix.len()].copy_from_slice(prefix);

@@ -10,6 +10,7 @@
 //! limit, is reported as not stopped rather than waited for.
 
 use crate::sys;
+use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Most threads a dump can stop.
@@ -33,13 +34,34 @@ pub struct Slot {
     /// Kernel thread id.
     pub tid: AtomicU32,
     state: AtomicU32,
-    /// Registers when it stopped.
-    pub regs: Regs,
-    /// Thread pointer.
-    pub fs: u64,
+    /// Registers when it stopped (written by the thread before STOPPED).
+    regs: UnsafeCell<Regs>,
+    /// Thread pointer (likewise).
+    fs: UnsafeCell<u64>,
+    /// The thread's name (from /proc, written by the stopper after the
+    /// stop, so that a forked writer, which cannot see the parent's threads
+    /// in its own /proc, has it too).
+    name: UnsafeCell<([u8; 16], u8)>,
 }
 
 impl Slot {
+    /// Registers at the stop; meaningful only when [`Slot::stopped`].
+    pub fn regs(&self) -> Regs {
+        // SAFETY: written once by the thread before it published STOPPED
+        // (release), read after the stopper saw STOPPED (acquire).
+        unsafe { *self.regs.get() }
+    }
+    /// Thread pointer at the stop.
+    pub fn fs(&self) -> u64 {
+        // SAFETY: as in `regs`.
+        unsafe { *self.fs.get() }
+    }
+    /// The thread's name.
+    pub fn name(&self) -> ([u8; 16], u8) {
+        // SAFETY: written by the stopper (this dump's thread) before it
+        // reads it; nobody else writes it.
+        unsafe { *self.name.get() }
+    }
     /// Whether the thread stopped and its registers are valid.
     pub fn stopped(&self) -> bool {
         self.state.load(Ordering::Acquire) == STOPPED
@@ -175,16 +197,16 @@ pub fn park(regs: &Regs) {
     }
     let e = EPOCH.load(Ordering::Acquire);
     let tid = sys::gettid();
-    let Some(slot) = slots().iter().find(|s| s.tid.load(Ordering::Acquire) == tid) else { return };
-    if slot.state.load(Ordering::Acquire) != SIGNALLED {
+    let Some(idx) = slots().iter().position(|s| s.tid.load(Ordering::Acquire) == tid) else { return };
+    if slots()[idx].state.load(Ordering::Acquire) != SIGNALLED {
         return;
     }
+    let slot = &slots()[idx];
     // SAFETY: only this thread writes its slot's registers, and the stopper
-    // reads them only after seeing STOPPED (release/acquire below).
+    // reads them only after seeing STOPPED (release below, acquire there).
     unsafe {
-        let s = slot as *const Slot as *mut Slot;
-        (*s).regs = *regs;
-        (*s).fs = fs_base();
+        *slot.regs.get() = *regs;
+        *slot.fs.get() = fs_base();
     }
     slot.state.store(STOPPED, Ordering::Release);
     ACKS.fetch_add(1, Ordering::AcqRel);
@@ -258,12 +280,20 @@ pub fn stop(also_skip: u32) -> Stopped {
         }
     }
     let mut out = Stopped::default();
-    for s in slots() {
-        match s.state.load(Ordering::Acquire) {
+    for i in 0..slots().len() {
+        let (tid, state) = {
+            let s = &slots()[i];
+            (s.tid.load(Ordering::Relaxed), s.state.load(Ordering::Acquire))
+        };
+        match state {
             STOPPED => out.stopped += 1,
-            GONE => {}
+            GONE => continue,
             _ => out.not_stopped += 1,
         }
+        let mut name = [0u8; 16];
+        let n = crate::dump::thread_name(tid, &mut name).len();
+        // SAFETY: only the stopper writes a slot's name, before reading it.
+        unsafe { *slots()[i].name.get() = (name, n as u8) };
     }
     out
 }

@@ -204,6 +204,9 @@ fn child_fork_mode() {
         assert!(d.complete);
         assert_eq!(d.allocs.len() as u64, info.allocations);
         assert!(info.pause_ns > 0 && d.pause_ns > 0);
+        // The forked writer cannot see the parent's threads in its own
+        // /proc: their names were read before the fork.
+        assert!(d.thread_names.len() >= 3 && d.thread_names.values().all(|n| !n.is_empty()), "{:?}", d.thread_names);
         check_against_slots(&d, &c.tables);
     }
     c.finish();

@@ -74,6 +74,7 @@ pub struct Parsed {
     /// Pointer values found in each thread's stack and registers, by tid.
     pub thread_ptrs: BTreeMap<u32, Vec<u64>>,
     pub thread_flags: BTreeMap<u32, u32>,
+    pub thread_names: BTreeMap<u32, String>,
     pub static_ptrs: Vec<u64>,
     pub sites: BTreeMap<u32, Vec<u64>>,
     pub pause_ns: u64,
@@ -96,6 +97,7 @@ pub fn parse(bytes: &[u8]) -> Parsed {
                 v.extend(t.regs());
                 p.thread_ptrs.insert(t.tid, v);
                 p.thread_flags.insert(t.tid, t.flags);
+                p.thread_names.insert(t.tid, String::from_utf8_lossy(t.name).into_owned());
             }
             Record::Static(s) => p.static_ptrs.extend(s.contents.words(s.address).map(|(_, v)| v)),
             Record::Site(s) => {
