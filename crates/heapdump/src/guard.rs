@@ -22,31 +22,38 @@ thread_local! {
 /// Marks the thread as inside the tracker for the guard's life. A stop
 /// requested meanwhile is honoured when the outermost guard drops.
 pub struct Enter {
-    nested: bool,
+    /// The thread's state before entering.
+    prev: u8,
 }
 
 impl Enter {
     /// Enters the tracker.
     #[inline]
     pub fn new() -> Enter {
-        let nested = STATE.try_with(|s| s.fetch_or(IN_TRACKER, Relaxed) & IN_TRACKER != 0);
         // Without thread-local storage (very late in thread teardown) treat
         // the call as nested: record, but capture no backtrace.
-        Enter { nested: nested.unwrap_or(true) }
+        let prev = STATE.try_with(|s| s.fetch_or(IN_TRACKER, Relaxed)).unwrap_or(IN_TRACKER);
+        Enter { prev }
     }
 
     /// Whether the tracker was already active on this thread (an
     /// allocation made by the unwinder, a signal handler, or a dump).
     #[inline]
     pub fn nested(&self) -> bool {
-        self.nested
+        self.prev & IN_TRACKER != 0
+    }
+
+    /// Whether the call comes from the runtime itself (see [`Internal`]).
+    #[inline]
+    pub fn internal(&self) -> bool {
+        self.prev & INTERNAL != 0
     }
 }
 
 impl Drop for Enter {
     #[inline]
     fn drop(&mut self) {
-        if self.nested {
+        if self.nested() {
             return;
         }
         let pending = STATE.try_with(|s| s.fetch_and(IN_LOCK | INTERNAL, Relaxed) & STOP_PENDING != 0);
@@ -201,10 +208,4 @@ impl Drop for Internal {
             let _ = STATE.try_with(|s| s.fetch_and(!INTERNAL, Relaxed));
         }
     }
-}
-
-/// Whether the current call comes from the runtime itself.
-#[inline]
-pub fn internal() -> bool {
-    STATE.try_with(|s| s.load(Relaxed) & INTERNAL != 0).unwrap_or(false)
 }

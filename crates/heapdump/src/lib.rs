@@ -178,11 +178,8 @@ impl<A: GlobalAlloc> Tracked<A> {
             alloc_failed(st);
             return p;
         }
-        record(st, p, layout.size(), layout.align(), g.nested());
-        drop(g);
-        if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &free_with(&self.inner));
-        }
+        record(st, p, layout.size(), layout.align(), &g);
+        leave(st, g, &free_with(&self.inner));
         p
     }
 }
@@ -205,10 +202,11 @@ impl<A> Tracked<A> {
 /// Does not allocate; takes only tracker locks, never from a thread that
 /// holds one (those updates are deferred).
 #[inline]
-fn record(st: &State, ptr: *mut u8, size: usize, align: usize, nested: bool) {
-    if guard::internal() {
+fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter) {
+    if g.internal() {
         return;
     }
+    let nested = g.nested();
     let c = st.config();
     let (site, sampled) = match c.backtrace {
         _ if nested => (0, false),
@@ -287,6 +285,17 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
     }
 }
 
+/// Leaves the tracker: drops the guard (parking if a stop is pending), then
+/// applies the updates a signal handler deferred on this thread, unless a
+/// tracker lock is still held further up.
+#[inline]
+fn leave(st: &State, g: guard::Enter, free: &dyn Fn(*mut u8, usize, usize)) {
+    drop(g);
+    if guard::has_deferred() && !guard::in_lock() {
+        apply_deferred(st, free);
+    }
+}
+
 fn free_with<A: GlobalAlloc>(inner: &A) -> impl Fn(*mut u8, usize, usize) + '_ {
     move |p, size, align| {
         // SAFETY: the pointer came from `inner` with this layout and its free
@@ -329,10 +338,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
         }
         // SAFETY: forwarded.
         unsafe { self.inner.dealloc(ptr, layout) };
-        drop(g);
-        if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &free_with(&self.inner));
-        }
+        leave(st, g, &free_with(&self.inner));
     }
 
     #[inline]
@@ -351,7 +357,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
             }
             // SAFETY: both blocks are valid for the smaller size and distinct.
             unsafe { core::ptr::copy_nonoverlapping(ptr, q, layout.size().min(new_size)) };
-            record(st, q, new_size, layout.align(), true);
+            record(st, q, new_size, layout.align(), &g);
             if guard::cancel_insert(ptr as u64) || !guard::defer(guard::Deferred::Free(ptr as u64, layout.size(), layout.align())) {
                 // SAFETY: forwarded. Either the block never reached the table
                 // (its insert was still queued), or the queue is full and its
@@ -390,12 +396,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
                     threshold_crossed(st, live);
                 }
             }
-            _ => record(st, q, new_size, layout.align(), g.nested()),
+            _ => record(st, q, new_size, layout.align(), &g),
         }
-        drop(g);
-        if guard::has_deferred() && !guard::in_lock() {
-            apply_deferred(st, &free_with(&self.inner));
-        }
+        leave(st, g, &free_with(&self.inner));
         q
     }
 }
@@ -840,7 +843,7 @@ pub mod hooks {
         /// Records a block the underlying allocator returned.
         #[inline]
         pub fn allocated(&self, p: *mut u8, size: usize, align: usize) {
-            record(self.st, p, size, align, self.g.nested());
+            record(self.st, p, size, align, &self.g);
         }
 
         /// Reports an allocation failure (dumps once if configured).
@@ -894,8 +897,8 @@ pub mod hooks {
                         threshold_crossed(self.st, live);
                     }
                 }
-                Some(OldBlock(e)) => record(self.st, q, new_size, 1 << e.align_log2, self.g.nested()),
-                None => record(self.st, q, new_size, 16, self.g.nested()),
+                Some(OldBlock(e)) => record(self.st, q, new_size, 1 << e.align_log2, &self.g),
+                None => record(self.st, q, new_size, 16, &self.g),
             }
         }
 
@@ -903,21 +906,10 @@ pub mod hooks {
         /// a postponed block in the underlying allocator.
         #[inline]
         pub fn finish(self, free: &dyn Fn(*mut u8, usize, usize)) {
-            let st = self.st;
-            drop(self.g);
-            if guard::has_deferred() && !guard::in_lock() {
-                apply_deferred(st, free);
-            }
+            leave(self.st, self.g, free);
         }
     }
 
     /// The table entry of a block being reallocated.
     pub struct OldBlock(Entry);
-
-    impl OldBlock {
-        /// Its requested size.
-        pub fn size(&self) -> u64 {
-            self.0.size
-        }
-    }
 }

@@ -59,25 +59,19 @@ pub fn overlaps_own(start: u64, end: u64) -> bool {
 
 /// Anonymous private read-write mapping of `len` bytes, zero-filled.
 pub fn mmap_anon(len: usize) -> Result<*mut u8, i32> {
-    // SAFETY: an anonymous mapping with no address hint touches no existing
-    // memory; failure is reported as MAP_FAILED.
-    let p = unsafe {
-        libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    if p == libc::MAP_FAILED {
-        Err(errno())
-    } else {
-        register(p.cast(), len);
-        Ok(p.cast())
-    }
+    map(len, libc::MAP_PRIVATE)
 }
 
 /// Anonymous mapping shared with forked children (results come back through it).
 pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
-    // SAFETY: as in mmap_anon, with MAP_SHARED.
-    let p = unsafe {
-        libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
-    };
+    map(len, libc::MAP_SHARED)
+}
+
+/// An anonymous read-write mapping, recorded as the runtime's own.
+fn map(len: usize, sharing: i32) -> Result<*mut u8, i32> {
+    // SAFETY: an anonymous mapping with no address hint touches no existing
+    // memory; failure is reported as MAP_FAILED.
+    let p = unsafe { libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, sharing | libc::MAP_ANONYMOUS, -1, 0) };
     if p == libc::MAP_FAILED {
         Err(errno())
     } else {
