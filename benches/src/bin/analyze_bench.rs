@@ -5,7 +5,7 @@
 //!
 //! Usage: analyze_bench N
 
-use heapdump_analyze::{dominators, leaks, BlockId, DumpFile, Heap};
+use heapdump_analyze::{dominators, leaks, DumpFile, Heap};
 use heapdump_format::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -98,8 +98,7 @@ fn main() {
     let l = leaks::analyze(&heap, &leaks::NoContents);
     let t_leaks = t1.elapsed().as_secs_f64();
     let t2 = std::time::Instant::now();
-    let leaders: Vec<BlockId> = (0..heap.len()).filter(|&i| l.kind[i] == leaks::LeakKind::DefinitelyLost).map(|i| BlockId(i as u32)).collect();
-    let d = dominators::compute(&heap, &leaders);
+    let d = dominators::compute(&heap, &l.heads());
     let t_dom = t2.elapsed().as_secs_f64();
     let total = t0.elapsed().as_secs_f64();
     let peak = PEAK.load(Ordering::Relaxed) - before;

@@ -537,16 +537,6 @@ impl Heap {
         self.blocks.iter().map(|b| b.size).sum()
     }
 
-    /// Bytes the graph itself occupies (for the memory benchmark).
-    pub fn memory_bytes(&self) -> usize {
-        self.blocks.capacity() * std::mem::size_of::<Block>()
-            + self.edge_start.capacity() * 4
-            + self.rec_of.capacity() * 4
-            + self.edge_target.capacity() * 4
-            + self.edge_offset.capacity() * 4
-            + self.roots.capacity() * std::mem::size_of::<Root>()
-    }
-
     /// Describes a root pointer.
     pub fn root_source(&self, r: &Root) -> RootSource {
         let reg = &self.root_regions[r.region as usize];

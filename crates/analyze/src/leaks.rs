@@ -44,6 +44,12 @@ impl LeakKind {
     }
 }
 
+/// Classifies every block of a loaded dump, the heuristics reading the
+/// contents the dump holds.
+pub fn of_dump(file: &crate::DumpFile, heap: &Heap) -> Leaks {
+    analyze(heap, &crate::DumpContents::build(file, heap))
+}
+
 /// Heuristics for interior pointers that are normal for a layout, named as
 /// valgrind names its own (`--leak-check-heuristics`), plus Rust's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
@@ -105,6 +111,14 @@ pub struct Leaks {
     pub still_reachable: Count,
     /// Of the still reachable, those reached thanks to a heuristic.
     pub via_heuristic: Vec<(Heuristic, Count)>,
+}
+
+impl Leaks {
+    /// The definitely lost blocks: each heads a lost structure (the extra
+    /// roots of the dominator tree).
+    pub fn heads(&self) -> Vec<BlockId> {
+        self.kind.iter().enumerate().filter(|(_, k)| **k == LeakKind::DefinitelyLost).map(|(i, _)| BlockId(i as u32)).collect()
+    }
 }
 
 /// What the dump says about a block's contents, for the heuristics.

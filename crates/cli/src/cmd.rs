@@ -324,10 +324,12 @@ fn demo() -> Result<ExitCode> {
     let (file, heap) = views::load(&out)?;
     let mut sym = heapdump_analyze::symbols::Symbolizer::new(&heap);
     writeln!(stdout, "\n== leaks")?;
-    let (_, report) = views::leak_report(&file, &heap, &mut sym);
+    // One leak classification serves both views.
+    let leaks = heapdump_analyze::leaks::of_dump(&file, &heap);
+    let report = views::leak_report(&heap, &leaks, &mut sym);
     views::print_leaks(&mut stdout, &report, 3)?;
     writeln!(stdout, "\n== top retainers")?;
-    let rows = views::retainers(&file, &heap, &mut sym, 8);
+    let rows = views::retainers(&heap, &leaks, &mut sym, 8);
     views::print_retainers(&mut stdout, &rows, heap.total_bytes())?;
     let abs = std::fs::canonicalize(&out).unwrap_or(out.clone());
     writeln!(stdout, "\nThe dump is {}. Go on with:", abs.display())?;

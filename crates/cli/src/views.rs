@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use heapdump_analyze::group::{self, GroupBy};
 use heapdump_analyze::leaks::{self, LeakKind, Leaks};
 use heapdump_analyze::symbols::Symbolizer;
-use heapdump_analyze::{dominators, paths, BlockId, DumpContents, DumpFile, Heap};
+use heapdump_analyze::{dominators, paths, BlockId, DumpFile, Heap};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -101,9 +101,7 @@ pub struct LeakReport {
     groups: Vec<LeakGroup>,
 }
 
-pub fn leak_report(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> (Leaks, LeakReport) {
-    let contents = DumpContents::build(file, heap);
-    let l = leaks::analyze(heap, &contents);
+pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>) -> LeakReport {
     // Indirect bytes per clique leader.
     let mut indirect: HashMap<u32, (u64, u64)> = HashMap::new();
     for (i, k) in l.kind.iter().enumerate() {
@@ -146,13 +144,13 @@ pub fn leak_report(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> (L
         via_heuristic: l.via_heuristic.iter().map(|(h, c)| (h.as_str(), *c)).collect(),
         groups,
     };
-    (l, report)
+    report
 }
 
 pub fn leaks(path: &Path, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
-    let (_, r) = leak_report(&file, &heap, &mut sym);
+    let r = leak_report(&heap, &leaks::of_dump(&file, &heap), &mut sym);
     if json {
         return output::json(&r);
     }
@@ -227,11 +225,8 @@ pub struct Retainer {
     class: LeakKind,
 }
 
-pub fn retainers(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>, n: usize) -> Vec<Retainer> {
-    let contents = DumpContents::build(file, heap);
-    let l = leaks::analyze(heap, &contents);
-    let leaders: Vec<BlockId> = (0..heap.len()).filter(|&i| l.kind[i] == LeakKind::DefinitelyLost).map(|i| BlockId(i as u32)).collect();
-    let d = dominators::compute(heap, &leaders);
+pub fn retainers(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, n: usize) -> Vec<Retainer> {
+    let d = dominators::compute(heap, &l.heads());
     let mut ids: Vec<usize> = (0..heap.len()).collect();
     ids.sort_by(|&a, &b| d.retained[b].cmp(&d.retained[a]).then(a.cmp(&b)));
     ids.truncate(n);
@@ -254,7 +249,7 @@ pub fn retainers(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>, n: usiz
 pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
-    let rows = retainers(&file, &heap, &mut sym, n);
+    let rows = retainers(&heap, &leaks::of_dump(&file, &heap), &mut sym, n);
     if json {
         return output::json(&rows);
     }
@@ -291,8 +286,7 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     let (file, heap) = load(dump)?;
     let (target, _) = heap.find(addr).ok_or(heapdump_analyze::AnalyzeError::NoSuchAllocation { address: addr })?;
     let mut sym = Symbolizer::new(&heap);
-    let contents = DumpContents::build(&file, &heap);
-    let l = leaks::analyze(&heap, &contents);
+    let l = leaks::of_dump(&file, &heap);
     let leader = l.leader[target.index()];
     let fallback = (leader != u32::MAX).then_some(BlockId(leader));
     let class = l.kind[target.index()].as_str();

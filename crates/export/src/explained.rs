@@ -1,9 +1,9 @@
 //! A dump with its analysis, computed once and shared by every export.
 
 use heapdump_analyze::dominators::{self, Dominators};
-use heapdump_analyze::leaks::{self, LeakKind, Leaks};
+use heapdump_analyze::leaks::{self, Leaks};
 use heapdump_analyze::symbols::{Frame, Symbolizer};
-use heapdump_analyze::{BlockId, DumpContents, DumpFile, Heap};
+use heapdump_analyze::{BlockId, DumpFile, Heap};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -24,11 +24,8 @@ pub struct Explained<'h> {
 impl<'h> Explained<'h> {
     /// Analyses `heap` (loaded from `file`).
     pub fn new(file: &DumpFile, heap: &'h Heap) -> Explained<'h> {
-        let contents = DumpContents::build(file, heap);
-        let leaks = leaks::analyze(heap, &contents);
-        let leaders: Vec<BlockId> =
-            (0..heap.len()).filter(|&i| leaks.kind[i] == LeakKind::DefinitelyLost).map(|i| BlockId(i as u32)).collect();
-        let dominators = dominators::compute(heap, &leaders);
+        let leaks = leaks::of_dump(file, heap);
+        let dominators = dominators::compute(heap, &leaks.heads());
         // Children lists of the dominator tree (index n = the virtual root).
         let n = heap.len();
         let parent = |i: usize| dominators.idom(BlockId(i as u32)).map_or(n, |b| b.index());
