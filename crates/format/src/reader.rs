@@ -401,6 +401,11 @@ impl<'a> Records<'a> {
         let len = c.u64("length").map_err(trunc)?;
         let available = (head.len() - raw::RECORD_HEADER_SIZE) as u64;
         if len > available {
+            // A file that still ends with a whole trailer was not cut short:
+            // this length is damaged, not the file truncated.
+            if ends_with_trailer(self.data) && tag != tag::END {
+                return Err(Error::Malformed { offset, what: "record length runs past the trailer" });
+            }
             return Err(Error::Truncated { offset, what: "record runs past the end of the file" });
         }
         // len <= available <= usize::MAX, so the cast is lossless.
@@ -652,6 +657,14 @@ fn alloc(mut p: Cur<'_>, mode: Mode) -> Result<Alloc<'_>, Error> {
     };
     let contents = contents(&mut p, mode, size)?;
     Ok(Alloc { address, size, site, align_log2, flags, first_word, contents })
+}
+
+/// Whether `data` ends with an END record header and a payload of the
+/// trailer's size: a dump that was written to its end.
+fn ends_with_trailer(data: &[u8]) -> bool {
+    let Some(start) = data.len().checked_sub(raw::RECORD_HEADER_SIZE + raw::END_SIZE) else { return false };
+    let h = &data[start..];
+    le32(h, 0) == tag::END && le64(h, 4) == raw::END_SIZE as u64
 }
 
 fn le64(b: &[u8], at: usize) -> u64 {

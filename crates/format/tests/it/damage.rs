@@ -162,3 +162,22 @@ fn crc32(data: &[u8]) -> u32 {
     }
     !crc
 }
+
+#[test]
+fn a_damaged_length_in_a_complete_dump_is_not_taken_for_truncation() {
+    // Every record length of a complete dump, made to run past the end:
+    // the trailer is still there, so this is damage, not a cut.
+    let base = sample_cached().clone();
+    let d = Dump::parse(&base).unwrap();
+    let offsets: Vec<usize> = d.records().map(|r| r.unwrap().0 as usize).collect();
+    for &off in &offsets[..offsets.len() - 1] {
+        let mut v = base.clone();
+        let past_the_end = (v.len() as u64).to_le_bytes();
+        v[off + 4..off + 12].copy_from_slice(&past_the_end);
+        let (_, e) = read_all(&v);
+        assert_eq!(e, Some(Error::Malformed { offset: off as u64, what: "record length runs past the trailer" }), "record at {off}");
+    }
+    // Cut short, the same file is still a truncation.
+    let (_, e) = read_all(&base[..base.len() - 1]);
+    assert!(e.unwrap().is_truncation());
+}
