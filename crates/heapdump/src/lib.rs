@@ -285,6 +285,41 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
     }
 }
 
+/// Before a realloc of `p`: takes its entry out of the table, since once
+/// the underlying realloc returns another thread may receive the address.
+#[inline]
+fn realloc_begin(st: &State, p: *mut u8) -> Option<Entry> {
+    let _l = guard::Locked::new();
+    st.table.remove(p as u64)
+}
+
+/// After a realloc from `p` to `q` (null on failure): a failed realloc
+/// leaves the old block valid, so its entry goes back; a block that stays
+/// in place keeps its site; a moved one is a new allocation.
+#[inline]
+fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: *mut u8, new_size: usize, align: usize) {
+    if q.is_null() {
+        if let Some(e) = old {
+            let _l = guard::Locked::new();
+            st.table.insert(&e);
+        }
+        return;
+    }
+    match old {
+        Some(mut e) if q == p => {
+            e.size = new_size as u64;
+            let live = {
+                let _l = guard::Locked::new();
+                st.table.insert(&e)
+            };
+            if live >= st.next_threshold.load(Ordering::Relaxed) {
+                threshold_crossed(st, live);
+            }
+        }
+        _ => record(st, q, new_size, align, g),
+    }
+}
+
 /// Leaves the tracker: drops the guard (parking if a stop is pending), then
 /// applies the updates a signal handler deferred on this thread, unless a
 /// tracker lock is still held further up.
@@ -366,37 +401,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
             }
             return q;
         }
-        // The old entry leaves before the inner realloc: once it returns,
-        // another thread may receive the old address.
-        let old = {
-            let _l = guard::Locked::new();
-            st.table.remove(ptr as u64)
-        };
+        let old = realloc_begin(st, ptr);
         // SAFETY: forwarded.
         let q = unsafe { self.inner.realloc(ptr, layout, new_size) };
+        realloc_end(st, &g, old, ptr, q, new_size, layout.align());
         if q.is_null() {
-            // The old block is still valid: put it back.
-            if let Some(e) = old {
-                let _l = guard::Locked::new();
-                st.table.insert(&e);
-            }
             drop(g);
             alloc_failed(st);
             return q;
-        }
-        // A block that stays in place keeps its site; a moved one is a new allocation.
-        match old {
-            Some(mut e) if q == ptr => {
-                e.size = new_size as u64;
-                let live = {
-                    let _l = guard::Locked::new();
-                    st.table.insert(&e)
-                };
-                if live >= st.next_threshold.load(Ordering::Relaxed) {
-                    threshold_crossed(st, live);
-                }
-            }
-            _ => record(st, q, new_size, layout.align(), &g),
         }
         leave(st, g, &free_with(&self.inner));
         q
@@ -872,34 +884,14 @@ pub mod hooks {
         /// (another thread may receive the address once realloc returns).
         #[inline]
         pub fn realloc_begin(&self, p: *mut u8) -> Option<OldBlock> {
-            let _l = guard::Locked::new();
-            self.st.table.remove(p as u64).map(OldBlock)
+            super::realloc_begin(self.st, p).map(OldBlock)
         }
 
         /// After realloc: `q` is the result (null on failure).
         #[inline]
         pub fn realloc_end(&self, old: Option<OldBlock>, p: *mut u8, q: *mut u8, new_size: usize) {
-            if q.is_null() {
-                if let Some(OldBlock(e)) = old {
-                    let _l = guard::Locked::new();
-                    self.st.table.insert(&e);
-                }
-                return;
-            }
-            match old {
-                Some(OldBlock(mut e)) if q == p => {
-                    e.size = new_size as u64;
-                    let live = {
-                        let _l = guard::Locked::new();
-                        self.st.table.insert(&e)
-                    };
-                    if live >= self.st.next_threshold.load(Ordering::Relaxed) {
-                        threshold_crossed(self.st, live);
-                    }
-                }
-                Some(OldBlock(e)) => record(self.st, q, new_size, 1 << e.align_log2, &self.g),
-                None => record(self.st, q, new_size, 16, &self.g),
-            }
+            let align = old.as_ref().map_or(16, |o| 1usize << o.0.align_log2);
+            super::realloc_end(self.st, &self.g, old.map(|o| o.0), p, q, new_size, align);
         }
 
         /// Leaves the tracker, applying postponed updates; `free` releases
