@@ -570,24 +570,16 @@ fn scan(index: &Index, pairs: &mut [(u64, u64)], start: u64, len: u64) -> (u64, 
     let mut count = 0u64;
     let mut filled = 0usize;
     let mut resume = len;
-    let first = (start.next_multiple_of(8)) - start;
-    let mut off = first;
-    while off + 8 <= len {
-        // SAFETY: [start, start+len) is readable memory of this process
-        // (a live allocation, a stopped thread's stack, a mapped segment)
-        // and off+8 <= len; the address is 8-aligned.
-        let v = unsafe { core::ptr::read_volatile((start + off) as *const u64) };
-        if index.hits(v) {
-            if filled < pairs.len() {
-                pairs[filled] = (off, v);
-                filled += 1;
-                if filled == pairs.len() {
-                    resume = off + 8;
-                }
+    let first = start.next_multiple_of(8) - start;
+    for (off, v) in (Rescan { index, start, off: first, len }) {
+        if filled < pairs.len() {
+            pairs[filled] = (off, v);
+            filled += 1;
+            if filled == pairs.len() {
+                resume = off + 8;
             }
-            count += 1;
         }
-        off += 8;
+        count += 1;
     }
     (count, filled, resume)
 }
@@ -605,7 +597,9 @@ impl Iterator for Rescan<'_> {
         while self.off + 8 <= self.len {
             let off = self.off;
             self.off += 8;
-            // SAFETY: as in `scan`, over the same region.
+            // SAFETY: [start, start+len) is readable memory of this process
+            // (a live allocation, a stopped thread's stack, a mapped
+            // segment), off+8 <= len, and the address is 8-aligned.
             let v = unsafe { core::ptr::read_volatile((self.start + off) as *const u64) };
             if self.index.hits(v) {
                 return Some((off, v));
