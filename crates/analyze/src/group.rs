@@ -2,6 +2,8 @@
 
 use crate::heap::Heap;
 use crate::symbols::Symbolizer;
+use crate::types::Types;
+use crate::{BlockId, DumpFile};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -36,73 +38,18 @@ pub fn size_class(size: u64) -> String {
     format!("{}..{}", hi / 2 + 1, hi)
 }
 
-/// The allocated type as far as the site's frames say; "unknown" otherwise.
-///
-/// Reads the innermost frame whose name carries a type: Rust's generic
-/// constructors (`Box<T>::new`, `Vec<T>` growth, `Rc<T>`, `Arc<T>`) as
-/// v0 symbols and DWARF subprogram names spell them, and C++ `new T`
-/// sites show only the calling function, so they stay unknown.
-pub fn type_of(sym: &mut Symbolizer<'_>, site: u32) -> String {
-    for f in sym.site_frames(site) {
-        let Some(name) = f.function.as_deref() else { continue };
-        for (pat, wrap) in [
-            ("alloc::boxed::Box<", "Box"),
-            ("alloc::vec::Vec<", "Vec"),
-            ("alloc::rc::Rc<", "Rc"),
-            ("alloc::sync::Arc<", "Arc"),
-            ("alloc::raw_vec::RawVec<", "Vec"),
-            ("hashbrown::raw::RawTable<", "HashMap table"),
-        ] {
-            if let Some(i) = name.find(pat) {
-                let rest = &name[i + pat.len()..];
-                if let Some(t) = first_generic(rest) {
-                    if t != "T" && !t.is_empty() {
-                        return format!("{wrap}<{t}>");
-                    }
-                }
-            }
-        }
-    }
-    "unknown".to_string()
-}
-
-/// The first generic argument in `rest` (which follows an opening `<`).
-fn first_generic(rest: &str) -> Option<&str> {
-    let mut depth = 0;
-    for (i, c) in rest.char_indices() {
-        match c {
-            '<' | '(' | '[' => depth += 1,
-            '>' | ')' | ']' if depth > 0 => depth -= 1,
-            '>' | ',' if depth == 0 => return Some(rest[..i].trim()),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// The key a block is grouped under.
-pub fn key_of(heap: &Heap, sym: &mut Symbolizer<'_>, by: GroupBy, b: &crate::heap::Block) -> String {
-    match by {
-        GroupBy::Site => sym.site_label(b.site),
-        GroupBy::Size => size_class(b.size),
-        GroupBy::Type => {
-            let _ = heap;
-            type_of(sym, b.site)
-        }
-    }
-}
-
 /// Groups every block, largest byte count first.
-pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, by: GroupBy) -> Vec<Row> {
+pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: GroupBy) -> Vec<Row> {
     let mut keys: HashMap<(u32, u64), String> = HashMap::new();
     let mut acc: HashMap<String, (u64, f64)> = HashMap::new();
-    for b in &heap.blocks {
-        // Keys depend on the site (or size) only: compute once per distinct one.
-        let id = match by {
-            GroupBy::Size => (0, b.size.next_power_of_two()),
-            _ => (b.site, 0),
+    for (i, b) in heap.blocks.iter().enumerate() {
+        // Site and size keys depend on the site (or size) only: computed once
+        // per distinct one; types are cached per site inside `types`.
+        let key = match by {
+            GroupBy::Size => keys.entry((0, b.size.next_power_of_two())).or_insert_with(|| size_class(b.size)).clone(),
+            GroupBy::Site => keys.entry((b.site, 0)).or_insert_with(|| sym.site_label(b.site)).clone(),
+            GroupBy::Type => types.of_block(sym, heap, BlockId(i as u32)),
         };
-        let key = keys.entry(id).or_insert_with(|| key_of(heap, sym, by, b)).clone();
         let e = acc.entry(key).or_default();
         e.0 += 1;
         e.1 += heap.weight(b);
@@ -111,7 +58,6 @@ pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, by: GroupBy) -> Vec<Row> {
     rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
     rows
 }
-
 /// One row of a diff. Field names are the `diff --json` keys.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct DiffRow {
@@ -151,12 +97,16 @@ pub struct Diff {
     pub new_bytes: u64,
 }
 
-/// Compares `old` with `new`.
-pub fn diff(old: &Heap, new: &Heap) -> Diff {
+/// Compares `old` with `new` (each with its file, for the type names that
+/// full dumps' contents give).
+pub fn diff(old: (&DumpFile, &Heap), new: (&DumpFile, &Heap)) -> Diff {
+    let ((fo, old), (fnew, new)) = (old, new);
     let mut so = Symbolizer::new(old);
     let mut sn = Symbolizer::new(new);
-    let by_site = diff_rows(&top(old, &mut so, GroupBy::Site), &top(new, &mut sn, GroupBy::Site));
-    let by_type = diff_rows(&top(old, &mut so, GroupBy::Type), &top(new, &mut sn, GroupBy::Type));
+    let mut to = Types::new(Some(fo), old);
+    let mut tn = Types::new(Some(fnew), new);
+    let by_site = diff_rows(&top(old, &mut so, &mut to, GroupBy::Site), &top(new, &mut sn, &mut tn, GroupBy::Site));
+    let by_type = diff_rows(&top(old, &mut so, &mut to, GroupBy::Type), &top(new, &mut sn, &mut tn, GroupBy::Type));
     let same_process = old.header.pid == new.header.pid && old.exe == new.exe;
     let mut d = Diff {
         by_site,
@@ -249,11 +199,5 @@ mod tests {
         assert_eq!(size_class(24), "17..32");
         assert_eq!(size_class(32), "17..32");
         assert_eq!(size_class(33), "33..64");
-    }
-
-    #[test]
-    fn generic_arguments_are_read_with_nesting() {
-        assert_eq!(first_generic("myapp::Order, alloc::alloc::Global>::new"), Some("myapp::Order"));
-        assert_eq!(first_generic("std::sync::mutex::Mutex<State>>::new"), Some("std::sync::mutex::Mutex<State>"));
     }
 }

@@ -11,6 +11,7 @@
 #![deny(unsafe_code)]
 
 pub mod dominators;
+pub mod dwarf;
 mod error;
 mod file;
 pub mod group;
@@ -19,6 +20,7 @@ pub mod leaks;
 pub mod paths;
 mod summary;
 pub mod symbols;
+pub mod types;
 
 pub use error::{AnalyzeError, Result};
 pub use file::DumpFile;

@@ -22,6 +22,9 @@ pub struct Frame {
     pub line: Option<u32>,
     /// Module path.
     pub module: Option<String>,
+    /// The function's DWARF name and template parameters (type naming).
+    #[serde(skip)]
+    pub debug: crate::dwarf::FrameDebug,
 }
 
 impl Frame {
@@ -51,7 +54,7 @@ fn short_path(p: &str) -> &str {
 }
 
 struct ModuleSyms {
-    loader: Option<addr2line::Loader>,
+    debug: Option<crate::dwarf::ModuleDebug>,
     /// Why symbols are missing, when they are.
     problem: Option<String>,
 }
@@ -86,33 +89,17 @@ impl<'h> Symbolizer<'h> {
         })
     }
 
-    fn open(&mut self, mi: usize) -> &ModuleSyms {
+    fn open(&mut self, mi: usize) -> &mut ModuleSyms {
         let heap = self.heap;
         self.modules.entry(mi).or_insert_with(|| {
             let m = &heap.modules[mi];
             let path = &m.path;
             if path.is_empty() || path.starts_with("linux-vdso") || path.starts_with("linux-gate") {
-                return ModuleSyms { loader: None, problem: None };
+                return ModuleSyms { debug: None, problem: None };
             }
-            // Check the build id before trusting the file's symbols.
-            match std::fs::read(path) {
-                Err(e) => return ModuleSyms { loader: None, problem: Some(format!("{path}: {e}; its frames stay as addresses")) },
-                Ok(bytes) => {
-                    if !m.build_id.is_empty() {
-                        let file_id =
-                            object::File::parse(&*bytes).ok().and_then(|f| object::Object::build_id(&f).ok().flatten().map(|b| b.to_vec()));
-                        if file_id.as_deref() != Some(&m.build_id[..]) {
-                            return ModuleSyms {
-                                loader: None,
-                                problem: Some(format!("{path}: build id differs from the dump's; its frames stay as addresses")),
-                            };
-                        }
-                    }
-                }
-            }
-            match addr2line::Loader::new(path) {
-                Ok(l) => ModuleSyms { loader: Some(l), problem: None },
-                Err(e) => ModuleSyms { loader: None, problem: Some(format!("{path}: {e}")) },
+            match crate::dwarf::ModuleDebug::load(path, &m.build_id) {
+                Ok(d) => ModuleSyms { debug: Some(d), problem: None },
+                Err(e) => ModuleSyms { debug: None, problem: Some(e) },
             }
         })
     }
@@ -128,34 +115,23 @@ impl<'h> Symbolizer<'h> {
     }
 
     fn resolve(&mut self, addr: u64) -> Vec<Frame> {
-        let Some(mi) = self.module_of(addr) else {
-            return vec![Frame { address: addr, function: None, file: None, line: None, module: None }];
-        };
+        let bare = |module| vec![Frame { address: addr, function: None, file: None, line: None, module, debug: Default::default() }];
+        let Some(mi) = self.module_of(addr) else { return bare(None) };
         let bias = self.heap.modules[mi].bias;
         let module = Some(self.heap.modules[mi].path.clone());
-        let syms = self.open(mi);
-        let Some(loader) = &syms.loader else {
-            return vec![Frame { address: addr, function: None, file: None, line: None, module }];
-        };
+        let Some(debug) = &mut self.open(mi).debug else { return bare(module) };
         // A return address points after the call: look up the call itself.
         let probe = addr.wrapping_sub(bias).wrapping_sub(1);
-        let mut out = Vec::new();
-        if let Ok(mut it) = loader.find_frames(probe) {
-            while let Ok(Some(f)) = it.next() {
-                let function = f.function.as_ref().and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
-                let (file, line) = match &f.location {
-                    Some(l) => (l.file.map(str::to_string), l.line),
-                    None => (None, None),
-                };
-                out.push(Frame { address: addr, function, file, line, module: module.clone() });
-            }
-        }
+        let mut out: Vec<Frame> = debug
+            .frames(probe)
+            .into_iter()
+            .map(|f| Frame { address: addr, function: f.function, file: f.file, line: f.line, module: module.clone(), debug: f.debug })
+            .collect();
         if out.is_empty() || out.iter().all(|f| f.function.is_none()) {
-            let name = loader.find_symbol(probe).map(demangle);
-            if out.is_empty() {
-                out.push(Frame { address: addr, function: name, file: None, line: None, module });
-            } else if let (Some(n), Some(f)) = (name, out.last_mut()) {
-                f.function = Some(n);
+            let name = debug.symbol(probe).map(|(n, _)| demangle(n));
+            match out.last_mut() {
+                None => out = bare(module).into_iter().map(|f| Frame { function: name.clone(), ..f }).collect(),
+                Some(f) => f.function = name.or(f.function.take()),
             }
         }
         out
@@ -170,11 +146,25 @@ impl<'h> Symbolizer<'h> {
             })
         })?;
         let bias = self.heap.modules[mi].bias;
-        let syms = self.open(mi);
-        let loader = syms.loader.as_ref()?;
-        let sym = loader.find_symbol_info(addr.wrapping_sub(bias))?;
-        let off = addr.wrapping_sub(bias).wrapping_sub(sym.address());
-        Some(if off == 0 { demangle(sym.name()) } else { format!("{}+{off:#x}", demangle(sym.name())) })
+        let debug = self.open(mi).debug.as_ref()?;
+        let (name, at) = debug.symbol(addr.wrapping_sub(bias))?;
+        let off = addr.wrapping_sub(bias).wrapping_sub(at);
+        Some(if off == 0 { demangle(name) } else { format!("{}+{off:#x}", demangle(name)) })
+    }
+
+    /// Every trait-object vtable the modules' debug info describes, by
+    /// absolute address: (concrete type, trait).
+    pub fn vtables(&mut self) -> HashMap<u64, (String, String)> {
+        let mut out = HashMap::new();
+        for mi in 0..self.heap.modules.len() {
+            let bias = self.heap.modules[mi].bias;
+            if let Some(debug) = &mut self.open(mi).debug {
+                for (a, t) in debug.vtables().iter() {
+                    out.insert(bias.wrapping_add(*a), t.clone());
+                }
+            }
+        }
+        out
     }
 
     /// All frames of a site, inlined frames expanded, innermost first.

@@ -203,8 +203,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let (file, heap) = views::load(&dump)?;
             let diff = match &baseline {
                 Some(b) => {
-                    let (_bf, old) = views::load(b)?;
-                    Some(heapdump_analyze::group::diff(&old, &heap))
+                    let (bf, old) = views::load(b)?;
+                    Some(heapdump_analyze::group::diff((&bf, &old), (&file, &heap)))
                 }
                 None => None,
             };
@@ -323,17 +323,18 @@ fn demo() -> Result<ExitCode> {
     print_summary(&mut stdout, &out, &Summary::of(&file)?)?;
     let (file, heap) = views::load(&out)?;
     let mut sym = heapdump_analyze::symbols::Symbolizer::new(&heap);
+    let mut types = heapdump_analyze::types::Types::new(Some(&file), &heap);
     writeln!(stdout, "\n== leaks")?;
     // One leak classification serves both views.
     let leaks = heapdump_analyze::leaks::of_dump(&file, &heap);
-    let report = views::leak_report(&heap, &leaks, &mut sym);
+    let report = views::leak_report(&heap, &leaks, &mut sym, &mut types);
     views::print_leaks(&mut stdout, &report, 3)?;
     writeln!(stdout, "\n== top retainers")?;
-    let rows = views::retainers(&heap, &leaks, &mut sym, 8);
+    let rows = views::retainers(&heap, &leaks, &mut sym, &mut types, 8);
     views::print_retainers(&mut stdout, &rows, heap.total_bytes())?;
     let abs = std::fs::canonicalize(&out).unwrap_or(out.clone());
     writeln!(stdout, "\nThe dump is {}. Go on with:", abs.display())?;
-    for sub in ["top --by site", "leaks --json", "retained -n 30", "summary --json"] {
+    for sub in ["top --by site", "top --by type", "leaks --json", "retained -n 30", "summary --json"] {
         writeln!(stdout, "  heapdump {sub} {}", out.display())?;
     }
     if let Some(r) = rows.first() {

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use heapdump_analyze::group::{self, GroupBy};
 use heapdump_analyze::leaks::{self, LeakKind, Leaks};
 use heapdump_analyze::symbols::Symbolizer;
+use heapdump_analyze::types::{Types, UNKNOWN};
 use heapdump_analyze::{dominators, paths, BlockId, DumpFile, Heap};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -51,9 +52,10 @@ fn hex(a: u64) -> String {
 // --- top -------------------------------------------------------------------------
 
 pub fn top(path: &Path, by: GroupBy, n: usize, json: bool) -> Result<()> {
-    let (_f, heap) = load(path)?;
+    let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
-    let mut rows = group::top(&heap, &mut sym, by);
+    let mut types = Types::new(Some(&file), &heap);
+    let mut rows = group::top(&heap, &mut sym, &mut types, by);
     rows.truncate(n);
     if json {
         return output::json(&rows);
@@ -83,6 +85,9 @@ pub fn top(path: &Path, by: GroupBy, n: usize, json: bool) -> Result<()> {
 pub struct LeakGroup {
     kind: LeakKind,
     site: String,
+    /// What the blocks hold, where the site or a vtable says.
+    #[serde(rename = "type")]
+    ty: String,
     blocks: u64,
     bytes: u64,
     indirect_blocks: u64,
@@ -101,7 +106,7 @@ pub struct LeakReport {
     groups: Vec<LeakGroup>,
 }
 
-pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>) -> LeakReport {
+pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut Types<'_>) -> LeakReport {
     // Indirect bytes per clique leader.
     let mut indirect: HashMap<u32, (u64, u64)> = HashMap::new();
     for (i, k) in l.kind.iter().enumerate() {
@@ -120,6 +125,7 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>) -> LeakRepo
         let g = groups.entry((*k, b.site)).or_insert_with(|| LeakGroup {
             kind: *k,
             site: sym.site_label(b.site),
+            ty: types.of_block(sym, heap, BlockId(i as u32)),
             blocks: 0,
             bytes: 0,
             indirect_blocks: 0,
@@ -150,7 +156,8 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>) -> LeakRepo
 pub fn leaks(path: &Path, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
-    let r = leak_report(&heap, &leaks::of_dump(&file, &heap), &mut sym);
+    let mut types = Types::new(Some(&file), &heap);
+    let r = leak_report(&heap, &leaks::of_dump(&file, &heap), &mut sym, &mut types);
     if json {
         return output::json(&r);
     }
@@ -183,6 +190,9 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
         write!(out, "\n{} bytes in {} blocks {kind}", g.bytes, g.blocks)?;
         if g.indirect_blocks > 0 {
             write!(out, " (+{} bytes in {} blocks indirectly lost)", g.indirect_bytes, g.indirect_blocks)?;
+        }
+        if g.ty != UNKNOWN {
+            write!(out, ", {}", g.ty)?;
         }
         writeln!(out, ", e.g. {}", g.example)?;
         for f in g.stack.iter().take(8) {
@@ -225,7 +235,7 @@ pub struct Retainer {
     class: LeakKind,
 }
 
-pub fn retainers(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, n: usize) -> Vec<Retainer> {
+pub fn retainers(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, n: usize) -> Vec<Retainer> {
     let d = dominators::compute(heap, &l.heads());
     let mut ids: Vec<usize> = (0..heap.len()).collect();
     ids.sort_by(|&a, &b| d.retained[b].cmp(&d.retained[a]).then(a.cmp(&b)));
@@ -239,7 +249,7 @@ pub fn retainers(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, n: usize) -> 
                 retained: d.retained[i],
                 site: sym.site_label(b.site),
                 dominated: d.dominated[i],
-                ty: group::type_of(sym, b.site),
+                ty: types.of_block(sym, heap, BlockId(i as u32)),
                 class: l.kind[i],
             }
         })
@@ -249,7 +259,8 @@ pub fn retainers(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, n: usize) -> 
 pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
-    let rows = retainers(&heap, &leaks::of_dump(&file, &heap), &mut sym, n);
+    let mut types = Types::new(Some(&file), &heap);
+    let rows = retainers(&heap, &leaks::of_dump(&file, &heap), &mut sym, &mut types, n);
     if json {
         return output::json(&rows);
     }
@@ -258,16 +269,25 @@ pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
 }
 
 pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> std::io::Result<()> {
-    let mut t = Table::new(&[">retained", ">%", ">size", ">dominates", "address", "site"]);
+    let typed = rows.iter().any(|r| r.ty != UNKNOWN);
+    let mut t = Table::new(if typed {
+        &[">retained", ">%", ">size", ">dominates", "address", "type", "site"]
+    } else {
+        &[">retained", ">%", ">size", ">dominates", "address", "site"]
+    });
     for r in rows {
-        t.row(vec![
+        let mut cells = vec![
             output::bytes(r.retained),
             format!("{:.1}", r.retained as f64 * 100.0 / total.max(1) as f64),
             r.size.to_string(),
             format!("{} blocks", r.dominated),
             r.address.clone(),
-            r.site.clone(),
-        ]);
+        ];
+        if typed {
+            cells.push(r.ty.clone());
+        }
+        cells.push(r.site.clone());
+        t.row(cells);
     }
     t.print(out)
 }
@@ -369,9 +389,9 @@ pub fn parse_address(s: &str) -> Result<u64> {
 // --- diff ------------------------------------------------------------------------
 
 pub fn diff(old: &Path, new: &Path, json: bool) -> Result<()> {
-    let (_fo, ho) = load(old)?;
-    let (_fn, hn) = load(new)?;
-    let d = group::diff(&ho, &hn);
+    let (fo, ho) = load(old)?;
+    let (fnew, hn) = load(new)?;
+    let d = group::diff((&fo, &ho), (&fnew, &hn));
     if json {
         return output::json(&d);
     }

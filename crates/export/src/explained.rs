@@ -3,6 +3,7 @@
 use heapdump_analyze::dominators::{self, Dominators};
 use heapdump_analyze::leaks::{self, Leaks};
 use heapdump_analyze::symbols::{Frame, Symbolizer};
+use heapdump_analyze::types::{Types, UNKNOWN};
 use heapdump_analyze::{BlockId, DumpFile, Heap};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -17,13 +18,14 @@ pub struct Explained<'h> {
     /// virtual root, led by their definitely lost block).
     pub dominators: Dominators,
     sym: RefCell<Symbolizer<'h>>,
+    types: RefCell<Types<'h>>,
     children: Vec<u32>,
     child_start: Vec<u32>,
 }
 
 impl<'h> Explained<'h> {
     /// Analyses `heap` (loaded from `file`).
-    pub fn new(file: &DumpFile, heap: &'h Heap) -> Explained<'h> {
+    pub fn new(file: &'h DumpFile, heap: &'h Heap) -> Explained<'h> {
         let leaks = leaks::of_dump(file, heap);
         let dominators = dominators::compute(heap, &leaks.heads());
         // Children lists of the dominator tree (index n = the virtual root).
@@ -48,7 +50,8 @@ impl<'h> Explained<'h> {
             let s = &mut children[child_start[p] as usize..child_start[p + 1] as usize];
             s.sort_by(|&a, &b| dominators.retained[b as usize].cmp(&dominators.retained[a as usize]).then(a.cmp(&b)));
         }
-        Explained { heap, leaks, dominators, sym: RefCell::new(Symbolizer::new(heap)), children, child_start }
+        let types = RefCell::new(Types::new(Some(file), heap));
+        Explained { heap, leaks, dominators, sym: RefCell::new(Symbolizer::new(heap)), types, children, child_start }
     }
 
     /// Blocks immediately dominated by `b` (`None` = the virtual root),
@@ -73,24 +76,34 @@ impl<'h> Explained<'h> {
         self.sym.borrow_mut().frames(addr)
     }
 
-    /// The allocated type, where the site's frames say.
+    /// The type a site allocates, where its frames say ("unknown" if not).
     pub fn type_of(&self, site: u32) -> String {
-        heapdump_analyze::group::type_of(&mut self.sym.borrow_mut(), site)
+        self.types.borrow_mut().of_site(&mut self.sym.borrow_mut(), site)
+    }
+
+    /// The type of one block: its site's, or the concrete type of a trait
+    /// object pointing at it (full dumps).
+    pub fn type_of_block(&self, b: BlockId) -> String {
+        self.types.borrow_mut().of_block(&mut self.sym.borrow_mut(), self.heap, b)
+    }
+
+    /// Whether some blocks are named individually (by vtables), not only by site.
+    pub fn has_block_types(&self) -> bool {
+        self.types.borrow_mut().has_block_names(&mut self.sym.borrow_mut(), self.heap)
+    }
+
+    /// The grouping `top` shows, with this analysis's type names.
+    pub fn top(&self, by: heapdump_analyze::group::GroupBy) -> Vec<heapdump_analyze::group::Row> {
+        heapdump_analyze::group::top(self.heap, &mut self.sym.borrow_mut(), &mut self.types.borrow_mut(), by)
     }
 
     /// A short name for a block: its type if known, else its site.
-    pub fn block_name(&self, b: BlockId, cache: &mut HashMap<u32, String>) -> String {
+    pub fn block_name(&self, b: BlockId, site_labels: &mut HashMap<u32, String>) -> String {
+        let t = self.type_of_block(b);
+        if t != UNKNOWN {
+            return t;
+        }
         let site = self.heap.block(b).site;
-        cache
-            .entry(site)
-            .or_insert_with(|| {
-                let t = self.type_of(site);
-                if t == "unknown" {
-                    self.site_label(site)
-                } else {
-                    t
-                }
-            })
-            .clone()
+        site_labels.entry(site).or_insert_with(|| self.site_label(site)).clone()
     }
 }

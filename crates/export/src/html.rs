@@ -4,7 +4,7 @@
 
 use crate::explained::Explained;
 use crate::json::{leak_rows, tree, Node};
-use heapdump_analyze::group::{self, GroupBy};
+use heapdump_analyze::group::GroupBy;
 use heapdump_analyze::leaks::LeakKind;
 use std::collections::HashMap;
 use std::io::Write;
@@ -180,8 +180,7 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
     }
     writeln!(out, "</div>")?;
     // Size histogram.
-    let mut sym = heapdump_analyze::symbols::Symbolizer::new(heap);
-    let mut classes = group::top(heap, &mut sym, GroupBy::Size);
+    let mut classes = ex.top(GroupBy::Size);
     classes.sort_by_key(|r| r.key.split("..").next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0));
     let maxb = classes.iter().map(|r| r.bytes).max().unwrap_or(1).max(1);
     let h = 22 * classes.len() + 10;

@@ -109,14 +109,8 @@ pub fn write_json(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> 
     let heap = ex.heap;
     let l = &ex.leaks;
     let c = |x: &heapdump_analyze::leaks::Count| Count { bytes: x.bytes, blocks: x.blocks };
-    let mut sym = heapdump_analyze::symbols::Symbolizer::new(heap);
-    let mut rows = |by| {
-        group::top(heap, &mut sym, by)
-            .into_iter()
-            .take(50)
-            .map(|r| Row { key: r.key, allocations: r.allocations, bytes: r.bytes })
-            .collect::<Vec<_>>()
-    };
+    let rows =
+        |by| ex.top(by).into_iter().take(50).map(|r| Row { key: r.key, allocations: r.allocations, bytes: r.bytes }).collect::<Vec<_>>();
     let top_sites = rows(group::GroupBy::Site);
     let top_types = rows(group::GroupBy::Type);
     let size_classes = rows(group::GroupBy::Size);

@@ -239,19 +239,23 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
     };
     let mut functions: HashMap<(String, String), u64> = HashMap::new();
     let mut locations: HashMap<u64, u64> = HashMap::new();
-    // Aggregate blocks by site.
-    let mut by_site: HashMap<u32, (f64, f64)> = HashMap::new();
-    for b in &heap.blocks {
+    // Aggregate blocks by site, and by type where blocks of one site have
+    // types of their own (trait objects named by their vtables).
+    let per_block = ex.has_block_types();
+    let mut by_site: HashMap<(u32, Option<String>), (f64, f64)> = HashMap::new();
+    for (i, b) in heap.blocks.iter().enumerate() {
         let w = heap.weight(b);
-        let e = by_site.entry(b.site).or_default();
+        let ty = per_block.then(|| ex.type_of_block(heapdump_analyze::BlockId(i as u32)));
+        let e = by_site.entry((b.site, ty)).or_default();
         e.0 += if b.size > 0 { w / b.size as f64 } else { 1.0 };
         e.1 += w;
     }
-    let mut sites: Vec<u32> = by_site.keys().copied().collect();
+    let mut sites: Vec<(u32, Option<String>)> = by_site.keys().cloned().collect();
     sites.sort_unstable();
     let type_key = s.id("type");
-    for site in sites {
-        let (count, bytes) = by_site[&site];
+    for key in sites {
+        let (count, bytes) = by_site[&key];
+        let (site, ty) = key;
         let mut loc_ids = Vec::new();
         let addrs: Vec<u64> = heap.sites.get(&site).cloned().unwrap_or_default();
         if addrs.is_empty() {
@@ -297,7 +301,7 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
             };
             loc_ids.push(id);
         }
-        let ty = ex.type_of(site);
+        let ty = ty.unwrap_or_else(|| ex.type_of(site));
         let label = vec![Label { key: type_key, str: s.id(&ty), num: 0, num_unit: 0 }];
         p.sample.push(Sample { location_id: loc_ids, value: vec![count.round() as i64, bytes.round() as i64], label });
     }

@@ -6,4 +6,5 @@ mod common;
 mod contract;
 mod exports;
 mod preload;
+mod types;
 mod valgrind;

@@ -1,0 +1,374 @@
+//! One module's debug information: frames (with inlining), symbols, the
+//! generic parameters of the functions at an address, and trait-object
+//! vtables, all from one parse of the file (gimli through addr2line).
+//!
+//! addr2line's `Loader` answers "which function and line", but not "which
+//! DIE": type names need the DIE of each frame (its template parameters),
+//! so the context is built here over reference-counted section data.
+
+use gimli::Reader as _;
+use object::{Object, ObjectSection, ObjectSymbol};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+type R = gimli::EndianRcSlice<gimli::RunTimeEndian>;
+
+/// What DWARF says about one frame's function beyond its name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FrameDebug {
+    /// The DIE's own name (`new<types::Bar>`: Rust puts the generic
+    /// arguments of the impl and of the function in it).
+    pub name: Option<String>,
+    /// Template type parameters, name and type (`T` → `types::Bar`), as
+    /// full debug info has them (line tables only have none).
+    pub params: Vec<(String, String)>,
+}
+
+/// One resolved frame, inlined frames first.
+pub struct RawFrame {
+    /// Demangled function name.
+    pub function: Option<String>,
+    /// Source file.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+    /// The function's DWARF name and template parameters.
+    pub debug: FrameDebug,
+}
+
+/// A loaded module.
+pub struct ModuleDebug {
+    ctx: addr2line::Context<R>,
+    dwarf: std::sync::Arc<gimli::Dwarf<R>>,
+    /// Symbol table, sorted by address.
+    symbols: Vec<(u64, String)>,
+    /// Parsed units by their offset in `.debug_info`.
+    units: HashMap<usize, Rc<gimli::Unit<R>>>,
+    /// Start offsets of every unit, for cross-unit references.
+    unit_starts: Option<Vec<usize>>,
+    /// Qualified type names per unit, keyed by the DIE's section offset.
+    type_names: HashMap<usize, HashMap<usize, String>>,
+    /// Trait-object vtables: address (module-relative) → (type, trait).
+    vtables: Option<Rc<HashMap<u64, (String, String)>>>,
+}
+
+impl ModuleDebug {
+    /// Loads `path`, checking its GNU build id against `build_id` (when
+    /// the dump has one). Debug info may also come from
+    /// `/usr/lib/debug/.build-id/xx/yyyy.debug` when the file has none.
+    pub fn load(path: &str, build_id: &[u8]) -> Result<ModuleDebug, String> {
+        let bytes: Rc<[u8]> = std::fs::read(path).map_err(|e| format!("{path}: {e}; its frames stay as addresses"))?.into();
+        let file = object::File::parse(&*bytes).map_err(|e| format!("{path}: {e}"))?;
+        if !build_id.is_empty() {
+            let id = file.build_id().ok().flatten();
+            if id != Some(build_id) {
+                return Err(format!("{path}: build id differs from the dump's; its frames stay as addresses"));
+            }
+        }
+        let mut symbols: Vec<(u64, String)> = file
+            .symbol_map()
+            .symbols()
+            .iter()
+            .map(|s| (s.address(), s.name().to_string()))
+            .chain(file.dynamic_symbols().filter(|s| s.is_definition()).filter_map(|s| Some((s.address(), s.name().ok()?.to_string()))))
+            .collect();
+        symbols.sort_by_key(|s| s.0);
+        symbols.dedup_by_key(|s| s.0);
+        let dwarf = if file.section_by_name(".debug_info").is_none() && !build_id.is_empty() {
+            let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+            let separate = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+            match std::fs::read(&separate) {
+                Ok(b) => {
+                    let b: Rc<[u8]> = b.into();
+                    let f = object::File::parse(&*b).map_err(|e| format!("{separate}: {e}"))?;
+                    load_dwarf(&f, &b)
+                }
+                Err(_) => load_dwarf(&file, &bytes),
+            }
+        } else {
+            load_dwarf(&file, &bytes)
+        }
+        .map_err(|e| format!("{path}: {e}"))?;
+        // addr2line shares the sections through an Arc; the reader is Rc-based
+        // and the whole analysis runs on one thread.
+        #[allow(clippy::arc_with_non_send_sync)]
+        let dwarf = std::sync::Arc::new(dwarf);
+        let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| format!("{path}: {e}"))?;
+        Ok(ModuleDebug { ctx, dwarf, symbols, units: HashMap::new(), unit_starts: None, type_names: HashMap::new(), vtables: None })
+    }
+
+    /// The symbol at or before `probe` (module-relative) and its address.
+    pub fn symbol(&self, probe: u64) -> Option<(&str, u64)> {
+        let i = self.symbols.partition_point(|s| s.0 <= probe).checked_sub(1)?;
+        let (a, n) = &self.symbols[i];
+        Some((n.as_str(), *a))
+    }
+
+    /// The frames at `probe` (module-relative), innermost (inlined) first.
+    pub fn frames(&mut self, probe: u64) -> Vec<RawFrame> {
+        let mut raw = Vec::new();
+        let unit_offset = self
+            .ctx
+            .find_dwarf_and_unit(probe)
+            .skip_all_loads()
+            .and_then(|u| u.header.offset().to_debug_info_offset(&u.header))
+            .map(|o| o.0);
+        if let Ok(mut it) = self.ctx.find_frames(probe).skip_all_loads() {
+            while let Ok(Some(f)) = it.next() {
+                let function = f.function.as_ref().and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
+                let (file, line) = match &f.location {
+                    Some(l) => (l.file.map(str::to_string), l.line),
+                    None => (None, None),
+                };
+                raw.push((function, file, line, f.dw_die_offset.map(|o| o.0)));
+            }
+        }
+        raw.into_iter()
+            .map(|(function, file, line, die)| {
+                let debug = match (unit_offset, die) {
+                    (Some(u), Some(d)) => self.frame_debug(u, d).unwrap_or_default(),
+                    _ => FrameDebug::default(),
+                };
+                RawFrame { function, file, line, debug }
+            })
+            .collect()
+    }
+
+    fn unit(&mut self, offset: usize) -> Option<Rc<gimli::Unit<R>>> {
+        if let Some(u) = self.units.get(&offset) {
+            return Some(u.clone());
+        }
+        let dwarf = self.dwarf.clone();
+        let header = dwarf.debug_info.header_from_offset(gimli::DebugInfoOffset(offset)).ok()?;
+        let unit = Rc::new(dwarf.unit(header).ok()?);
+        self.units.insert(offset, unit.clone());
+        Some(unit)
+    }
+
+    /// The unit holding section offset `at`, and the DIE's offset in it.
+    fn unit_holding(&mut self, at: usize) -> Option<(usize, gimli::UnitOffset<usize>)> {
+        if self.unit_starts.is_none() {
+            let mut starts = Vec::new();
+            let mut it = self.dwarf.units();
+            while let Ok(Some(h)) = it.next() {
+                if let Some(o) = h.offset().to_debug_info_offset(&h) {
+                    starts.push(o.0);
+                }
+            }
+            starts.sort_unstable();
+            self.unit_starts = Some(starts);
+        }
+        let starts = self.unit_starts.as_ref()?;
+        let u = starts[starts.partition_point(|&s| s <= at).checked_sub(1)?];
+        Some((u, gimli::UnitOffset(at - u)))
+    }
+
+    /// Follows a reference attribute to (unit, DIE offset).
+    fn follow(&mut self, unit: usize, v: gimli::AttributeValue<R>) -> Option<(usize, gimli::UnitOffset<usize>)> {
+        match v {
+            gimli::AttributeValue::UnitRef(o) => Some((unit, o)),
+            gimli::AttributeValue::DebugInfoRef(o) => self.unit_holding(o.0),
+            _ => None,
+        }
+    }
+
+    /// Name and template parameters of the function a frame's DIE stands
+    /// for, following `abstract_origin` and `specification` (inlined
+    /// copies and out-of-line definitions point at the declaration that
+    /// carries them).
+    fn frame_debug(&mut self, unit_off: usize, die: usize) -> Option<FrameDebug> {
+        let mut out = FrameDebug::default();
+        let (mut u_off, mut at) = (unit_off, gimli::UnitOffset(die));
+        for _ in 0..6 {
+            let unit = self.unit(u_off)?;
+            let entry = unit.entry(at).ok()?;
+            if out.name.is_none() {
+                if let Some(n) = entry.attr_value(gimli::DW_AT_name) {
+                    out.name = self.dwarf.attr_string(&unit, n).ok().and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()));
+                }
+            }
+            if out.params.is_empty() && entry.has_children() {
+                out.params = self.template_params(u_off, &unit, at);
+            }
+            let next = entry.attr_value(gimli::DW_AT_abstract_origin).or_else(|| entry.attr_value(gimli::DW_AT_specification));
+            match next.and_then(|v| self.follow(u_off, v)) {
+                Some((nu, na)) => (u_off, at) = (nu, na),
+                None => break,
+            }
+        }
+        Some(out)
+    }
+
+    fn template_params(&mut self, u_off: usize, unit: &gimli::Unit<R>, at: gimli::UnitOffset<usize>) -> Vec<(String, String)> {
+        let mut found: Vec<(String, gimli::AttributeValue<R>)> = Vec::new();
+        let Ok(mut tree) = unit.entries_tree(Some(at)) else { return Vec::new() };
+        let Ok(root) = tree.root() else { return Vec::new() };
+        let mut children = root.children();
+        while let Ok(Some(child)) = children.next() {
+            let e = child.entry();
+            if e.tag() != gimli::DW_TAG_template_type_parameter {
+                continue;
+            }
+            let name = e
+                .attr_value(gimli::DW_AT_name)
+                .and_then(|n| self.dwarf.attr_string(unit, n).ok())
+                .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()));
+            let ty = e.attr_value(gimli::DW_AT_type);
+            if let (Some(name), Some(ty)) = (name, ty) {
+                found.push((name, ty));
+            }
+        }
+        found.into_iter().filter_map(|(n, ty)| Some((n, self.type_name(u_off, ty)?))).collect()
+    }
+
+    /// The qualified name of the type a `DW_AT_type` refers to.
+    fn type_name(&mut self, unit: usize, ty: gimli::AttributeValue<R>) -> Option<String> {
+        let (u_off, at) = self.follow(unit, ty)?;
+        if !self.type_names.contains_key(&u_off) {
+            let names = self.unit_type_names(u_off).unwrap_or_default();
+            self.type_names.insert(u_off, names);
+        }
+        self.type_names.get(&u_off)?.get(&(u_off + at.0)).cloned()
+    }
+
+    /// Every named type of a unit with its namespace path, in one walk
+    /// (DWARF has no parent links; Rust nests types in namespaces).
+    fn unit_type_names(&mut self, u_off: usize) -> Option<HashMap<usize, String>> {
+        let unit = self.unit(u_off)?;
+        let dwarf = self.dwarf.clone();
+        let mut names = HashMap::new();
+        // (depth, path component) of the enclosing namespaces and types.
+        let mut scope: Vec<(isize, String)> = Vec::new();
+        let mut cursor = unit.entries();
+        while let Ok(Some(e)) = cursor.next_dfs() {
+            let depth = e.depth();
+            while scope.last().is_some_and(|s| s.0 >= depth) {
+                scope.pop();
+            }
+            let tag = e.tag();
+            let nests = matches!(
+                tag,
+                gimli::DW_TAG_namespace | gimli::DW_TAG_structure_type | gimli::DW_TAG_enumeration_type | gimli::DW_TAG_union_type
+            );
+            let named = nests || matches!(tag, gimli::DW_TAG_base_type | gimli::DW_TAG_pointer_type | gimli::DW_TAG_typedef);
+            if !named && !e.has_children() {
+                continue;
+            }
+            let name = e
+                .attr_value(gimli::DW_AT_name)
+                .and_then(|n| dwarf.attr_string(&unit, n).ok())
+                .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()));
+            if let (true, Some(n)) = (named, &name) {
+                let mut q = String::new();
+                for (_, p) in &scope {
+                    q.push_str(p);
+                    q.push_str("::");
+                }
+                q.push_str(n);
+                names.insert(u_off + e.offset().0, q);
+            }
+            if e.has_children() {
+                // Children of an unnamed or non-nesting DIE (a function)
+                // keep the enclosing path; a placeholder keeps the depth.
+                let part = if nests { name } else { None };
+                if let Some(p) = part {
+                    scope.push((depth, p));
+                }
+            }
+        }
+        Some(names)
+    }
+
+    /// The trait-object vtables the debug info describes, module-relative
+    /// address → (concrete type, trait): Rust emits each as a variable
+    /// named `<T as Trait>::{vtable}` at the unit's top level.
+    pub fn vtables(&mut self) -> Rc<HashMap<u64, (String, String)>> {
+        if let Some(v) = &self.vtables {
+            return v.clone();
+        }
+        let mut out = HashMap::new();
+        let dwarf = self.dwarf.clone();
+        let mut it = dwarf.units();
+        while let Ok(Some(h)) = it.next() {
+            let Ok(unit) = dwarf.unit(h) else { continue };
+            let Ok(mut tree) = unit.entries_tree(None) else { continue };
+            let Ok(root) = tree.root() else { continue };
+            let mut children = root.children();
+            while let Ok(Some(child)) = children.next() {
+                let e = child.entry();
+                if e.tag() != gimli::DW_TAG_variable {
+                    continue;
+                }
+                let Some(name) = e
+                    .attr_value(gimli::DW_AT_name)
+                    .and_then(|n| dwarf.attr_string(&unit, n).ok())
+                    .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()))
+                else {
+                    continue;
+                };
+                let Some((ty, tr)) = parse_vtable_name(&name) else { continue };
+                let Some(gimli::AttributeValue::Exprloc(expr)) = e.attr_value(gimli::DW_AT_location) else { continue };
+                let mut ops = expr.operations(unit.encoding());
+                if let Ok(Some(gimli::Operation::Address { address })) = ops.next() {
+                    out.insert(address, (ty.to_string(), tr.to_string()));
+                }
+            }
+        }
+        let v = Rc::new(out);
+        self.vtables = Some(v.clone());
+        v
+    }
+}
+
+/// `<types::Circle as types::Shape>::{vtable}` → (`types::Circle`, `types::Shape`).
+pub fn parse_vtable_name(name: &str) -> Option<(&str, &str)> {
+    let inner = name.strip_prefix('<')?.strip_suffix(">::{vtable}")?;
+    // The last " as " at nesting depth 0 separates the type from the trait.
+    let mut depth = 0i32;
+    let bytes = inner.as_bytes();
+    let mut split = None;
+    for i in 0..bytes.len() {
+        match bytes[i] {
+            b'<' | b'(' | b'[' => depth += 1,
+            b'>' if i > 0 && bytes[i - 1] == b'-' => {} // `fn() -> T`
+            b'>' | b')' | b']' => depth -= 1,
+            b' ' if depth == 0 && inner[i..].starts_with(" as ") => split = Some(i),
+            _ => {}
+        }
+    }
+    let i = split?;
+    Some((&inner[..i], &inner[i + 4..]))
+}
+
+fn load_dwarf(file: &object::File<'_>, data: &Rc<[u8]>) -> Result<gimli::Dwarf<R>, String> {
+    let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
+    let base = data.as_ptr() as usize;
+    let load = |id: gimli::SectionId| -> Result<R, String> {
+        let Some(section) = file.section_by_name(id.name()) else { return Ok(R::new(Rc::from(&[][..]), endian)) };
+        match section.uncompressed_data().map_err(|e| e.to_string())? {
+            std::borrow::Cow::Borrowed(s) => {
+                // A slice of the file: share the file's buffer.
+                let start = s.as_ptr() as usize - base;
+                Ok(R::new(data.clone(), endian).range(start..start + s.len()))
+            }
+            std::borrow::Cow::Owned(v) => Ok(R::new(v.into(), endian)),
+        }
+    };
+    gimli::Dwarf::load(load)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vtable_names_split_at_the_outer_as() {
+        assert_eq!(parse_vtable_name("<types::Circle as types::Shape>::{vtable}"), Some(("types::Circle", "types::Shape")));
+        assert_eq!(
+            parse_vtable_name("<alloc::vec::Vec<u8> as core::convert::AsRef<[u8]>>::{vtable}"),
+            Some(("alloc::vec::Vec<u8>", "core::convert::AsRef<[u8]>"))
+        );
+        assert_eq!(parse_vtable_name("<a::B<fn() -> u8> as c::D>::{vtable}"), Some(("a::B<fn() -> u8>", "c::D")));
+        assert_eq!(parse_vtable_name("not a vtable"), None);
+    }
+}
