@@ -42,6 +42,10 @@ pub struct Config {
     pub backtrace: Backtrace,
     /// Deepest site, in frames (`HEAPDUMP_MAX_FRAMES`, default 32).
     pub max_frames: usize,
+    /// Unwinder for sites (`HEAPDUMP_UNWINDER`): the caching `.eh_frame`
+    /// walker (`cached`, the default) or libgcc's `_Unwind_Backtrace`
+    /// for every capture (`libgcc`).
+    pub cached_unwinder: bool,
 }
 
 impl Config {
@@ -57,6 +61,7 @@ impl Config {
             fork: false,
             backtrace: Backtrace::All,
             max_frames: 32,
+            cached_unwinder: true,
         }
     }
 
@@ -117,6 +122,13 @@ impl Config {
             match parse_backtrace(v) {
                 Some(b) => c.backtrace = b,
                 None => warn(b"HEAPDUMP_BACKTRACE", v, b"expected all, sampled, sampled=BYTES or off"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_UNWINDER") {
+            match v {
+                b"cached" => c.cached_unwinder = true,
+                b"libgcc" => c.cached_unwinder = false,
+                _ => warn(b"HEAPDUMP_UNWINDER", v, b"expected cached or libgcc"),
             }
         }
         if let Some(v) = var(c"HEAPDUMP_MAX_FRAMES") {

@@ -39,6 +39,7 @@ mod sites;
 mod stw;
 mod sys;
 mod table;
+mod unwind;
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -240,7 +241,7 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter)
 fn capture_site(st: &State, max_frames: usize) -> u32 {
     let mut frames = [0u64; sites::MAX_FRAMES];
     // Skip capture_site and record (usually inlined into alloc).
-    let n = sites::capture(&mut frames[..max_frames.min(sites::MAX_FRAMES)], 1);
+    let n = sites::capture(&mut frames[..max_frames.min(sites::MAX_FRAMES)], 1, st.config().cached_unwinder);
     if guard::in_lock() {
         return 0;
     }
@@ -767,6 +768,7 @@ extern "C" fn start() {
     let _internal = guard::Internal::new();
     // SAFETY: registering plain extern "C" functions.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+    unwind::init();
     // SAFETY: dlsym of a function with this signature in glibc's loader.
     unsafe {
         let f = libc::dlsym(libc::RTLD_DEFAULT, c"_dl_get_tls_static_info".as_ptr());
@@ -824,10 +826,33 @@ extern "C" fn start() {
 #[link_section = ".init_array"]
 static START: extern "C" fn() = start;
 
+/// For the runtime's own tests: one backtrace of the caller with either
+/// unwinder (the cached one may decline: `None`).
+#[doc(hidden)]
+pub mod testing {
+    /// The caller's return addresses with the caching unwinder, starting
+    /// with the one into the caller's caller.
+    #[inline(never)]
+    pub fn backtrace_cached(frames: &mut [u64]) -> Option<usize> {
+        crate::unwind::capture(frames, 1)
+    }
+    /// The same with libgcc's `_Unwind_Backtrace`.
+    #[inline(never)]
+    pub fn backtrace_libgcc(frames: &mut [u64]) -> usize {
+        crate::sites::capture_libgcc(frames, 1)
+    }
+}
+
 /// The tracker's entry points for allocators that are not a `GlobalAlloc`:
 /// the `LD_PRELOAD` library's C functions. Not part of the Rust API.
 #[doc(hidden)]
 pub mod hooks {
+    /// Code was unloaded (`dlclose`): forget the unwind rules cached for
+    /// addresses other code may now occupy.
+    pub fn code_unloaded() {
+        crate::unwind::forget();
+    }
+
     use super::*;
 
     /// One call into the tracker, from entry to return.

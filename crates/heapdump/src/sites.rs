@@ -1,10 +1,13 @@
 //! Allocation sites: backtrace capture and the deduplicating site table.
 //!
-//! Capture uses the system unwinder (`_Unwind_Backtrace` from libgcc),
-//! which reads `.eh_frame` and so works on code built without frame
-//! pointers, such as Rust's standard library; with glibc 2.35 and later it
-//! finds unwind tables through `_dl_find_object` without locks or
-//! allocation. BENCHMARKS.md has its cost per allocation.
+//! Capture reads `.eh_frame`, so it works on code built without frame
+//! pointers, such as Rust's standard library and most C libraries: by
+//! default with the caching unwinder of [`crate::unwind`], which falls
+//! back to the system unwinder (`_Unwind_Backtrace` from libgcc) on any
+//! frame it does not model; `HEAPDUMP_UNWINDER=libgcc` uses the latter
+//! throughout. With glibc 2.35 and later both find unwind tables through
+//! `_dl_find_object` without locks or allocation. BENCHMARKS.md has the
+//! cost of each per allocation.
 //!
 //! The site table is 16 shards of open-addressing tables keyed by a hash of
 //! the frames, with the frames in an append-only arena; all memory comes
@@ -61,7 +64,18 @@ extern "C" fn trace_one(ctx: *mut UnwindContext, arg: *mut c_void) -> i32 {
 /// Does not allocate through the tracked heap (an allocation by the
 /// unwinder re-enters the tracker, which records it without a site).
 #[inline(never)]
-pub fn capture(frames: &mut [u64], skip: usize) -> usize {
+pub fn capture(frames: &mut [u64], skip: usize, cached: bool) -> usize {
+    if cached {
+        if let Some(n) = crate::unwind::capture(frames, skip + 1) {
+            return n;
+        }
+    }
+    capture_libgcc(frames, skip + 1)
+}
+
+/// [`capture`] with `_Unwind_Backtrace` only (`skip` counts this frame).
+#[inline(never)]
+pub fn capture_libgcc(frames: &mut [u64], skip: usize) -> usize {
     let mut c = Collect { frames, n: 0, skip: skip + 1 };
     // SAFETY: `trace_one` matches the callback ABI and `c` outlives the call.
     unsafe { _Unwind_Backtrace(trace_one, (&mut c as *mut Collect<'_>).cast()) };

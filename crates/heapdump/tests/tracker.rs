@@ -48,6 +48,7 @@ fn main() {
         ("child_null", child_null),
         ("zero_size_and_over_aligned", zero_size_and_over_aligned),
         ("sites_are_captured_and_deduplicated", sites_are_captured_and_deduplicated),
+        ("the_cached_unwinder_agrees_with_libgcc", the_cached_unwinder_agrees_with_libgcc),
         ("bad_configuration_is_reported_once", bad_configuration_is_reported_once),
         ("child_bad_config", child_bad_config),
     ]);
@@ -343,5 +344,68 @@ struct Cleanup(std::path::PathBuf);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// (cached unwinder's frames if it walked, libgcc's frames)
+type Pair = (Option<Vec<u64>>, Vec<u64>);
+
+/// Both unwinders from the same frame: the frames above it must be equal
+/// (the first differs: it is the return address into this function).
+#[inline(never)]
+fn both_unwinders() -> Pair {
+    let mut a = [0u64; 64];
+    let mut b = [0u64; 64];
+    let n = heapdump::testing::backtrace_cached(&mut a);
+    let m = heapdump::testing::backtrace_libgcc(&mut b);
+    (n.map(|n| a[1..n].to_vec()), b[1..m].to_vec())
+}
+
+#[inline(never)]
+fn recurse(depth: usize, out: &mut Vec<Pair>) -> usize {
+    if depth == 0 {
+        out.push(both_unwinders());
+        return 1;
+    }
+    // Different frame sizes on the way down (an array that must be kept).
+    let pad = [depth as u8; 200];
+    let r = if depth % 3 == 0 { recurse(depth - 1, out) } else { std::hint::black_box(|| recurse(depth - 1, out))() };
+    r + std::hint::black_box(pad)[depth % 200] as usize
+}
+
+extern "C" fn compare(a: *const std::ffi::c_void, b: *const std::ffi::c_void) -> i32 {
+    SORTED.with(|v| v.borrow_mut().push(both_unwinders()));
+    // SAFETY: qsort passes pointers to elements of the u32 array below.
+    unsafe { (*(a as *const u32)).cmp(&*(b as *const u32)) as i32 }
+}
+
+thread_local! {
+    static SORTED: std::cell::RefCell<Vec<Pair>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn the_cached_unwinder_agrees_with_libgcc() {
+    let mut got = Vec::new();
+    for depth in [0, 1, 5, 17, 40, 80] {
+        recurse(depth, &mut got);
+    }
+    // Through a thread's start and through glibc (qsort calls back into us).
+    got.extend(
+        std::thread::spawn(|| {
+            let mut v = Vec::new();
+            recurse(9, &mut v);
+            let mut xs = [5u32, 3, 9, 1];
+            // SAFETY: qsort over a live array of four u32 with a matching comparator.
+            unsafe { libc::qsort(xs.as_mut_ptr().cast(), 4, 4, Some(compare)) };
+            v.extend(SORTED.with(|s| s.take()));
+            v
+        })
+        .join()
+        .unwrap(),
+    );
+    assert!(got.len() >= 8);
+    for (cached, libgcc) in &got {
+        let cached = cached.as_ref().expect("the cached unwinder declined an ordinary stack");
+        assert!(libgcc.len() >= 2, "{libgcc:x?}");
+        assert_eq!(cached, libgcc, "frames differ");
     }
 }

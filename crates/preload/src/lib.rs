@@ -205,6 +205,31 @@ fn set_errno(e: i32) {
 
 // --- the C entry points ------------------------------------------------------------
 
+/// `dlclose(3)`, forwarded; then the unwinder forgets the rules it cached,
+/// since the unloaded object's addresses may be reused by other code.
+///
+/// # Safety
+/// As the C function.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> i32 {
+    static REAL_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    let mut f = REAL_DLCLOSE.load(Ordering::Acquire);
+    if f.is_null() {
+        // SAFETY: dlsym with a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
+        REAL_DLCLOSE.store(f, Ordering::Release);
+    }
+    if f.is_null() {
+        return -1;
+    }
+    // SAFETY: the next `dlclose` in the lookup order has this signature.
+    let real: unsafe extern "C" fn(*mut c_void) -> i32 = unsafe { core::mem::transmute(f) };
+    // SAFETY: forwarded with the caller's argument.
+    let r = unsafe { real(handle) };
+    hooks::code_unloaded();
+    r
+}
+
 /// `malloc(3)`.
 ///
 /// # Safety

@@ -143,3 +143,70 @@ fn libraries_loaded_later_are_in_the_module_map_and_symbolized() {
     assert!(row["key"].as_str().unwrap().starts_with("late_alloc"), "{row}");
     assert!(row["key"].as_str().unwrap().contains("late.c"), "file and line from the library's debug info: {row}");
 }
+
+/// The caching unwinder gives the same sites as libgcc's `_Unwind_Backtrace`
+/// on C and C++ built without frame pointers, through libc, libstdc++ and
+/// thread start: the folded stacks of both dumps are identical.
+#[test]
+fn the_cached_unwinder_gives_libgccs_sites() {
+    let d = Scratch::new("unwinders");
+    ensure_preload();
+    for (source, flags) in [("cxx.cpp", &["-O2"][..]), ("threads.c", &["-O2", "-pthread"][..]), ("leaks_tree.c", &["-O2"][..])] {
+        let prog = compile(&d, source, flags);
+        let folded = |unwinder: &str| {
+            let out = d.path(&format!("{source}.{unwinder}.hdump"));
+            let o = heapdump().env("HEAPDUMP_UNWINDER", unwinder).arg("run").arg("-o").arg(&out).arg("--").arg(&prog).output().unwrap();
+            ok(&o);
+            let f = d.path(&format!("{source}.{unwinder}.folded"));
+            ok(&heapdump().arg("export").arg(&out).args(["--format", "folded", "-o"]).arg(&f).output().unwrap());
+            let mut lines: Vec<String> = std::fs::read_to_string(&f).unwrap().lines().map(str::to_string).collect();
+            lines.sort();
+            lines
+        };
+        let (cached, libgcc) = (folded("cached"), folded("libgcc"));
+        assert!(cached.iter().any(|l| l.contains("main")), "{source}: symbolized stacks expected: {cached:#?}");
+        assert_eq!(cached, libgcc, "{source}: sites differ between the unwinders");
+    }
+}
+
+/// A library unloaded and another loaded at its address: the cached unwind
+/// rules of the first are forgotten (`dlclose` is interposed), so the
+/// second's allocation has the same stack as libgcc finds.
+#[test]
+fn unloading_code_forgets_its_unwind_rules() {
+    let d = Scratch::new("reloads");
+    ensure_preload();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/plugin.c");
+    let (a, b) = (d.path("libplugin_a.so"), d.path("libplugin_b.so"));
+    for (lib, def) in [(&a, "-DFRAME=20000"), (&b, "-DFRAME=30000")] {
+        let o = std::process::Command::new("gcc").args(["-O2", "-g", "-shared", "-fPIC", def, "-o"]).arg(lib).arg(&src).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let prog = compile(&d, "reloads.c", &["-O1", "-g", "-ldl"]);
+    let stack = |unwinder: &str| {
+        let out = d.path(&format!("r.{unwinder}.hdump"));
+        let o = heapdump()
+            .env("HEAPDUMP_UNWINDER", unwinder)
+            .arg("run")
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(&prog)
+            .arg(&a)
+            .arg(&b)
+            .output()
+            .unwrap();
+        ok(&o);
+        let f = d.path(&format!("r.{unwinder}.folded"));
+        ok(&heapdump().arg("export").arg(&out).args(["--format", "folded", "-o"]).arg(&f).output().unwrap());
+        let text = std::fs::read_to_string(&f).unwrap();
+        // Plugin B's block: n = 5000 plus a (negative) byte of the frame,
+        // allocated in plugin_alloc (B is loaded at the dump; A is not).
+        let b_block =
+            |l: &&str| l.contains("plugin_alloc") && l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 1000);
+        text.lines().find(b_block).map(str::to_string).unwrap_or_else(|| panic!("no block from plugin B in {text}"))
+    };
+    let cached = stack("cached");
+    assert!(cached.contains("plugin_alloc") && cached.contains("from_main"), "{cached}");
+    assert_eq!(cached, stack("libgcc"));
+}

@@ -1,0 +1,373 @@
+//! A caching `.eh_frame` unwinder for allocation sites (framehop's
+//! approach): the unwind rule of each return address is computed once,
+//! with gimli, from the module's `.eh_frame_hdr` search table, and kept in
+//! a process-wide cache; a backtrace is then a walk of a few loads per
+//! frame instead of libgcc's lookup and CFI interpretation per frame.
+//!
+//! The walk itself is hand-written because it runs inside the allocator:
+//! no allocation (gimli's unwind context lives on the stack), no lock
+//! (modules are found with glibc's lock-free `_dl_find_object`, the cache
+//! is a seqlocked table in mapped memory), no panic. Anything it does not
+//! model (a CFA computed by a DWARF expression, a return address not at
+//! CFA-8, a signal frame) makes it give up, and the caller falls back to
+//! `_Unwind_Backtrace` for that capture: the sites are the same either
+//! way, which the tests check frame by frame.
+
+use crate::sys;
+use core::ffi::c_void;
+use core::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameHdr, NativeEndian, Pointer, Register, RegisterRule, UnwindContext, UnwindSection};
+
+/// glibc's `struct dl_find_object` (2.35 and later).
+#[repr(C)]
+struct DlFindObject {
+    flags: u64,
+    map_start: *mut c_void,
+    map_end: *mut c_void,
+    link_map: *mut c_void,
+    eh_frame: *mut c_void,
+    reserved: [u64; 7],
+}
+
+type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> i32;
+
+static FIND_OBJECT: AtomicUsize = AtomicUsize::new(0);
+/// `__libc_stack_end`: the top of the main thread's stack.
+static MAIN_STACK_END: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The top of this thread's stack, once known (0: not yet).
+    static STACK_TOP: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// The highest address the walk may read for a thread whose stack pointer
+/// is `sp`: glibc puts a thread's descriptor just above its stack (also
+/// for stacks the program supplies), and the main thread's stack ends at
+/// `__libc_stack_end`. Other stacks (coroutines, raw clones) are unknown:
+/// the walk then declines and libgcc's unwinder is used.
+fn stack_top(sp: u64) -> Option<u64> {
+    const MAX_STACK: u64 = 1 << 30;
+    let near = |top: u64| top > sp && top - sp < MAX_STACK;
+    let known = STACK_TOP.try_with(|t| t.get()).ok()?;
+    if known != 0 && near(known) {
+        return Some(known);
+    }
+    // SAFETY: pthread_self only returns this thread's descriptor address.
+    let me = unsafe { libc::pthread_self() } as u64;
+    let main = MAIN_STACK_END.load(Ordering::Relaxed);
+    let top = if near(me) {
+        me
+    } else if near(main) {
+        main
+    } else {
+        return None;
+    };
+    let _ = STACK_TOP.try_with(|t| t.set(top));
+    Some(top)
+}
+static CACHE: AtomicPtr<Entry> = AtomicPtr::new(core::ptr::null_mut());
+const CACHE_ENTRIES: usize = 1 << 16;
+
+/// One cached rule, under a sequence lock (odd = being written).
+#[repr(C, align(32))]
+struct Entry {
+    seq: AtomicU64,
+    pc: AtomicU64,
+    rule: AtomicU64,
+}
+
+/// How to find the caller's frame from a frame at a given address.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Rule {
+    /// CFA = (rbp if `from_rbp` else rsp) + `cfa`; return address at CFA-8;
+    /// the caller's rbp at CFA+`rbp` when `rbp` is `Some`, else unchanged.
+    Step { from_rbp: bool, cfa: i32, rbp: Option<i32> },
+    /// The outermost frame (no unwind information, or the return address
+    /// is undefined): the backtrace ends here.
+    End,
+    /// Something this unwinder does not model.
+    Unsupported,
+}
+
+impl Rule {
+    // Packed in one word: bits 0-1 the kind (1 step, 2 end, 3 unsupported;
+    // 0 never stored), bit 2 from_rbp, bits 3-33 the CFA offset biased by
+    // 2^30, bit 34 whether rbp is restored, bits 35-63 its offset (29-bit
+    // two's complement).
+    fn pack(self) -> u64 {
+        match self {
+            Rule::Step { from_rbp, cfa, rbp } => {
+                let cfa = u64::from((cfa + (1 << 30)) as u32 & 0x7fff_ffff);
+                let rbp = rbp.map_or(0, |o| (1 << 34) | (u64::from(o as u32 & 0x1fff_ffff) << 35));
+                1 | (u64::from(from_rbp) << 2) | (cfa << 3) | rbp
+            }
+            Rule::End => 2,
+            Rule::Unsupported => 3,
+        }
+    }
+
+    fn unpack(v: u64) -> Rule {
+        match v & 3 {
+            2 => Rule::End,
+            3 => Rule::Unsupported,
+            _ => Rule::Step {
+                from_rbp: v & 4 != 0,
+                cfa: ((v >> 3) as u32 & 0x7fff_ffff) as i32 - (1 << 30),
+                rbp: (v & (1 << 34) != 0).then_some((((v >> 35) as u32) << 3) as i32 >> 3),
+            },
+        }
+    }
+}
+
+/// Resolves `_dl_find_object` (glibc 2.35+) and maps the cache; without
+/// either, [`capture`] always declines and `_Unwind_Backtrace` is used.
+pub fn init() {
+    // SAFETY: dlsym with a NUL-terminated name; the result is only called
+    // through the signature glibc documents for it.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
+    if f.is_null() {
+        return;
+    }
+    // SAFETY: as above; `__libc_stack_end` is a pointer-sized variable.
+    let end = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_stack_end".as_ptr()) };
+    if !end.is_null() {
+        // SAFETY: the loader's variable, set before any user code runs.
+        MAIN_STACK_END.store(unsafe { *(end as *const u64) }, Ordering::Relaxed);
+    }
+    let Ok(mem) = sys::mmap_anon(CACHE_ENTRIES * core::mem::size_of::<Entry>()) else { return };
+    CACHE.store(mem.cast(), Ordering::Release);
+    FIND_OBJECT.store(f as usize, Ordering::Release);
+}
+
+fn slot(pc: u64) -> Option<&'static Entry> {
+    let cache = CACHE.load(Ordering::Acquire);
+    if cache.is_null() {
+        return None;
+    }
+    let i = (pc.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as usize & (CACHE_ENTRIES - 1);
+    // SAFETY: the cache is a zeroed mapping of CACHE_ENTRIES entries that
+    // lives as long as the process; entries are only touched atomically.
+    Some(unsafe { &*cache.add(i) })
+}
+
+fn cached(pc: u64) -> Option<Rule> {
+    let e = slot(pc)?;
+    let s1 = e.seq.load(Ordering::Acquire);
+    if s1 & 1 != 0 {
+        return None;
+    }
+    let k = e.pc.load(Ordering::Relaxed);
+    let r = e.rule.load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    let s2 = e.seq.load(Ordering::Relaxed);
+    (s1 == s2 && k == pc && r != 0).then(|| Rule::unpack(r))
+}
+
+fn remember(pc: u64, rule: Rule) {
+    let Some(e) = slot(pc) else { return };
+    let s = e.seq.load(Ordering::Relaxed);
+    if s & 1 != 0 || e.seq.compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        return; // another writer: skip caching this time
+    }
+    fence(Ordering::Release);
+    e.pc.store(pc, Ordering::Relaxed);
+    e.rule.store(rule.pack(), Ordering::Relaxed);
+    e.seq.store(s + 2, Ordering::Release);
+}
+
+/// Forgets every cached rule (code was unloaded: its addresses may be
+/// reused by other code).
+pub fn forget() {
+    let cache = CACHE.load(Ordering::Acquire);
+    if cache.is_null() {
+        return;
+    }
+    for i in 0..CACHE_ENTRIES {
+        // SAFETY: as in `slot`.
+        let e = unsafe { &*cache.add(i) };
+        let s = loop {
+            let s = e.seq.load(Ordering::Relaxed);
+            if s & 1 == 0 && e.seq.compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                break s;
+            }
+            core::hint::spin_loop();
+        };
+        fence(Ordering::Release);
+        e.pc.store(0, Ordering::Relaxed);
+        e.rule.store(0, Ordering::Relaxed);
+        e.seq.store(s + 2, Ordering::Release);
+    }
+}
+
+/// Storage for gimli's unwind context on the stack.
+struct OnStack;
+
+impl gimli::UnwindContextStorage<usize> for OnStack {
+    type Rules = [(Register, RegisterRule<usize>); 32];
+    type Stack = [gimli::UnwindTableRow<usize, Self>; 2];
+}
+
+/// Computes the rule at `pc` from the module's unwind tables.
+fn compute(pc: u64) -> Rule {
+    let f = FIND_OBJECT.load(Ordering::Acquire);
+    if f == 0 {
+        return Rule::Unsupported;
+    }
+    // SAFETY: FIND_OBJECT holds `_dl_find_object`, whose type is FindObject.
+    let find: FindObject = unsafe { core::mem::transmute::<usize, FindObject>(f) };
+    // SAFETY: an all-zero DlFindObject is a valid value of the plain struct.
+    let mut obj: DlFindObject = unsafe { core::mem::zeroed() };
+    // SAFETY: `obj` is writable; `_dl_find_object` neither locks nor allocates.
+    if unsafe { find(pc as *mut c_void, &mut obj) } != 0 || obj.eh_frame.is_null() {
+        return Rule::End;
+    }
+    let hdr = obj.eh_frame as usize;
+    let end = obj.map_end as usize;
+    if end <= hdr {
+        return Rule::Unsupported;
+    }
+    // SAFETY: the loader maps the object from map_start to map_end and the
+    // PT_GNU_EH_FRAME segment lies inside it; gimli reads only the header,
+    // its search table and the FDE/CIE those point to, all inside the
+    // object's own (loaded, read-only) unwind data.
+    let hdr_bytes = unsafe { core::slice::from_raw_parts(hdr as *const u8, end - hdr) };
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr as u64);
+    let Ok(parsed) = EhFrameHdr::new(hdr_bytes, NativeEndian).parse(&bases, 8) else { return Rule::Unsupported };
+    let Pointer::Direct(eh_frame) = parsed.eh_frame_ptr() else { return Rule::Unsupported };
+    let eh_frame = eh_frame as usize;
+    if eh_frame >= end {
+        return Rule::Unsupported;
+    }
+    // SAFETY: as above: `.eh_frame` is part of the loaded object.
+    let frame_bytes = unsafe { core::slice::from_raw_parts(eh_frame as *const u8, end - eh_frame) };
+    let section = EhFrame::new(frame_bytes, NativeEndian);
+    let bases = bases.set_eh_frame(eh_frame as u64);
+    let Some(table) = parsed.table() else { return Rule::Unsupported };
+    let Ok(fde) = table.fde_for_address(&section, &bases, pc, EhFrame::cie_from_offset) else { return Rule::End };
+    let mut ctx = UnwindContext::<usize, OnStack>::new_in();
+    let Ok(row) = fde.unwind_info_for_address(&section, &bases, &mut ctx, pc) else { return Rule::Unsupported };
+    let (from_rbp, cfa) = match *row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let Ok(off) = i32::try_from(offset) else { return Rule::Unsupported };
+            if off.unsigned_abs() >= 1 << 29 {
+                return Rule::Unsupported;
+            }
+            match register {
+                gimli::X86_64::RSP => (false, off),
+                gimli::X86_64::RBP => (true, off),
+                _ => return Rule::Unsupported,
+            }
+        }
+        CfaRule::Expression(_) => return Rule::Unsupported,
+    };
+    match row.register(gimli::X86_64::RA) {
+        Some(RegisterRule::Offset(-8)) => {}
+        Some(RegisterRule::Undefined) => return Rule::End,
+        _ => return Rule::Unsupported,
+    }
+    let rbp = match row.register(gimli::X86_64::RBP) {
+        // No rule: the register is preserved (callee-saved).
+        None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => None,
+        Some(RegisterRule::Offset(o)) => match i32::try_from(o) {
+            Ok(o) if o.unsigned_abs() < 1 << 27 => Some(o),
+            _ => return Rule::Unsupported,
+        },
+        _ => return Rule::Unsupported,
+    };
+    Rule::Step { from_rbp, cfa, rbp }
+}
+
+fn rule_at(pc: u64) -> Rule {
+    if let Some(r) = cached(pc) {
+        return r;
+    }
+    let r = compute(pc);
+    remember(pc, r);
+    r
+}
+
+/// Captures return addresses into `frames`, skipping the first `skip`
+/// (the first is the return address into this function's caller).
+/// `None` when this unwinder cannot walk the stack: use libgcc's.
+///
+/// Every read is between the stack pointer and the top of the thread's
+/// stack, so even a stale rule (code unloaded and other code loaded at
+/// its address) gives wrong frames, never a fault.
+#[inline(never)]
+pub fn capture(frames: &mut [u64], mut skip: usize) -> Option<usize> {
+    if FIND_OBJECT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let (mut pc, mut sp, mut bp): (u64, u64, u64);
+    // SAFETY: reads three registers; touches no memory and no flags.
+    unsafe {
+        core::arch::asm!("lea {0}, [rip]", "mov {1}, rsp", "mov {2}, rbp", out(reg) pc, out(reg) sp, out(reg) bp,
+            options(nomem, nostack, preserves_flags));
+    }
+    let top = stack_top(sp)?;
+    let mut n = 0;
+    // The first lookup is at the current instruction; later ones at the
+    // call instruction, one byte before the return address.
+    let mut probe = pc;
+    loop {
+        let (from_rbp, cfa, rbp) = match rule_at(probe) {
+            Rule::Step { from_rbp, cfa, rbp } => (from_rbp, cfa, rbp),
+            Rule::End => return Some(n),
+            Rule::Unsupported => return None,
+        };
+        let cfa = (if from_rbp { bp } else { sp }).wrapping_add(cfa as i64 as u64);
+        // The stack grows down: a caller's frame is above. Anything else
+        // means the rules do not describe this stack; let libgcc decide.
+        if cfa <= sp || cfa > top || cfa % 8 != 0 {
+            return None;
+        }
+        let saved_bp = rbp.map(|o| cfa.wrapping_add(o as i64 as u64));
+        if saved_bp.is_some_and(|a| a < sp || a.saturating_add(8) > top) {
+            return None;
+        }
+        // SAFETY: sp < cfa <= top: the return address at CFA-8 lies on this
+        // thread's stack, mapped from the stack pointer up to its top (the
+        // walk started on it and only moves up). So does the saved rbp,
+        // checked just above. Correct unwind rules put both in the frame.
+        let ra = unsafe { ((cfa - 8) as *const u64).read() };
+        if let Some(a) = saved_bp {
+            // SAFETY: as above.
+            bp = unsafe { (a as *const u64).read() };
+        }
+        sp = cfa;
+        pc = ra;
+        if pc == 0 {
+            return Some(n);
+        }
+        if skip > 0 {
+            skip -= 1;
+        } else {
+            if n >= frames.len() {
+                return Some(n);
+            }
+            frames[n] = pc;
+            n += 1;
+        }
+        probe = pc - 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_pack_losslessly() {
+        for r in [
+            Rule::Step { from_rbp: false, cfa: 8, rbp: None },
+            Rule::Step { from_rbp: true, cfa: 16, rbp: Some(-16) },
+            Rule::Step { from_rbp: false, cfa: 1 << 20, rbp: Some(-(1 << 20)) },
+            Rule::Step { from_rbp: false, cfa: -(1 << 29) + 1, rbp: Some((1 << 27) - 8) },
+            Rule::Step { from_rbp: true, cfa: (1 << 29) - 1, rbp: Some(-(1 << 27) + 8) },
+            Rule::End,
+            Rule::Unsupported,
+        ] {
+            assert_eq!(Rule::unpack(r.pack()), r, "{r:?}");
+        }
+    }
+}
