@@ -76,7 +76,14 @@ fn main() {
     let c = t1.join().unwrap() + t2.join().unwrap();
     drop((boxes, maps, vecs));
     #[cfg(feature = "tracked")]
-    println!("live_at_peak={} tracker_bytes={} peak_live_count={} sites={}", live_at_peak, s.tracker_bytes, s.live_count, s.sites);
+    println!(
+        "live_at_peak={} tracker_bytes={} peak_live_count={} sites={} total_allocations={}",
+        live_at_peak,
+        s.tracker_bytes,
+        s.live_count,
+        s.sites,
+        heapdump::stats().total_allocs
+    );
     #[cfg(not(feature = "tracked"))]
     println!("live_at_peak={live_at_peak}");
     std::hint::black_box(c);

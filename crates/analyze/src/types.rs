@@ -334,9 +334,11 @@ fn scan_vtables(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> HashM
     let mut scan = |bytes: &[u8], base: u64| {
         let skip = ((8 - (base % 8)) % 8) as usize;
         let Some(bytes) = bytes.get(skip..) else { return };
-        let words: Vec<u64> = bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))).collect();
-        for pair in words.windows(2) {
-            let (data, vt) = (pair[0], pair[1]);
+        let mut prev: Option<u64> = None;
+        for w in bytes.chunks_exact(8) {
+            let vt = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+            let data = prev.replace(vt);
+            let Some(data) = data else { continue };
             if vt < lo || vt > hi {
                 continue;
             }
