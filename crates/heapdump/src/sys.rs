@@ -62,6 +62,14 @@ pub fn mmap_anon(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_PRIVATE)
 }
 
+/// [`mmap_anon`] with its pages allocated at once (`MAP_POPULATE`): for
+/// tables that are written all over right away. Faulting them in one by
+/// one costs, for each page, a read fault mapping the shared zero page and
+/// then a copy-on-write fault with a TLB shootdown on every core.
+pub fn mmap_anon_populated(len: usize) -> Result<*mut u8, i32> {
+    map(len, libc::MAP_PRIVATE | libc::MAP_POPULATE)
+}
+
 /// Anonymous mapping shared with forked children (results come back through it).
 pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_SHARED)

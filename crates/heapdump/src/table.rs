@@ -184,7 +184,7 @@ impl Shard {
 
     fn grow(&mut self) -> bool {
         let new_cap = if self.slots.is_null() { INITIAL } else { self.capacity() * 2 };
-        let Ok(p) = sys::mmap_anon(new_cap * core::mem::size_of::<Slot>()) else {
+        let Ok(p) = sys::mmap_anon_populated(new_cap * core::mem::size_of::<Slot>()) else {
             return false;
         };
         let old = self.slots;
