@@ -224,8 +224,12 @@ impl Heap {
         let total = file.bytes().len() as u64 * 2;
         let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
         let mut heap = Heap::empty(*dump.header());
-        // Pass 1: everything but edges.
+        // Pass 1: everything but edges. It also picks where pass 2 splits
+        // the records between two threads: the first ALLOC record past the
+        // middle of the file.
         let mut end_of_valid = file.bytes().len();
+        let middle = file.bytes().len() as u64 / 2;
+        let mut split: Option<(u64, usize)> = None;
         for r in dump.records() {
             let (off, rec) = match r {
                 Ok(x) => x,
@@ -263,6 +267,9 @@ impl Heap {
                     heap.sites.insert(s.id, s.frames().collect());
                 }
                 Record::Alloc(a) => {
+                    if split.is_none() && off >= middle {
+                        split = Some((off, heap.blocks.len()));
+                    }
                     if heap.blocks.len() >= MAX_BLOCKS {
                         return Err(AnalyzeError::TooLarge {
                             path: file.path().to_path_buf(),
@@ -296,98 +303,30 @@ impl Heap {
         for t in &heap.threads {
             thread_names.insert(t.tid, t.name.clone());
         }
-        // Pass 2: edges in record order, and roots.
-        let mut start: Vec<u32> = Vec::with_capacity(n + 1);
-        let too_many = || AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() };
-        let mut target: Vec<u32> = Vec::new();
-        let mut offset: Vec<u32> = Vec::new();
-        let find = |v: u64| dir.find(&heap.blocks, v);
-        for r in dump.records() {
-            let Ok((off, rec)) = r else { break };
-            if off % (1 << 22) < 64 {
-                progress(file.bytes().len() as u64 + off, total);
-            }
-            match rec {
-                Record::Alloc(a) => {
-                    if start.len() >= n {
-                        break;
-                    }
-                    start.push(u32::try_from(target.len()).map_err(|_| too_many())?);
-                    for (o, v) in a.contents.words(a.address) {
-                        if let Some((b, interior)) = find(v) {
-                            if interior {
-                                heap.interior_into.insert(target.len() as u32, v - heap.blocks[b.index()].addr);
-                            }
-                            target.push(b.0 | if interior { INTERIOR } else { 0 });
-                            offset.push(u32::try_from(o).unwrap_or(u32::MAX));
-                        }
-                    }
-                    if target.len() >= INTERIOR as usize {
-                        return Err(too_many());
-                    }
-                }
-                Record::Thread(t) => {
-                    let name = thread_names.get(&t.tid).cloned().unwrap_or_default();
-                    let region = heap.root_regions.len() as u32;
-                    heap.root_regions.push(RootRegion {
-                        kind: RootKind::Stack,
-                        address: t.stack_start,
-                        tid: t.tid,
-                        owner: name.clone(),
-                        name: String::new(),
-                        libc: false,
-                    });
-                    for (o, v) in t.contents.words(t.stack_start) {
-                        if let Some((b, interior)) = find(v) {
-                            heap.roots.push(Root { region, offset: o, target: b, interior, into: v - heap.blocks[b.index()].addr });
-                        }
-                    }
-                    let region = heap.root_regions.len() as u32;
-                    heap.root_regions.push(RootRegion {
-                        kind: RootKind::Registers,
-                        address: 0,
-                        tid: t.tid,
-                        owner: name,
-                        name: String::new(),
-                        libc: false,
-                    });
-                    for (i, v) in t.regs().enumerate() {
-                        if let Some((b, interior)) = find(v) {
-                            heap.roots.push(Root { region, offset: i as u64, target: b, interior, into: v - heap.blocks[b.index()].addr });
-                        }
-                    }
-                    if let Some((b, interior)) = find(t.tls) {
-                        heap.roots.push(Root { region, offset: u64::MAX, target: b, interior, into: t.tls - heap.blocks[b.index()].addr });
-                    }
-                }
-                Record::Static(s) => {
-                    let libc = libc_modules.get(s.module as usize).copied().unwrap_or(false);
-                    let module = if s.module == raw::NO_MODULE {
-                        String::from_utf8_lossy(s.name).into_owned()
-                    } else {
-                        heap.modules.get(s.module as usize).map(|m| m.path.clone()).unwrap_or_default()
-                    };
-                    let region = heap.root_regions.len() as u32;
-                    heap.root_regions.push(RootRegion {
-                        kind: RootKind::Static,
-                        address: s.address,
-                        tid: 0,
-                        owner: module,
-                        name: String::from_utf8_lossy(s.name).into_owned(),
-                        libc,
-                    });
-                    for (o, v) in s.contents.words(s.address) {
-                        if let Some((b, interior)) = find(v) {
-                            if libc && interior {
-                                continue;
-                            }
-                            heap.roots.push(Root { region, offset: o, target: b, interior, into: v - heap.blocks[b.index()].addr });
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
+        // Pass 2: edges in record order, and roots; the two halves of the
+        // records on two threads, then joined.
+        let ctx = Pass2 {
+            blocks: &heap.blocks,
+            dir: &dir,
+            libc_modules: &libc_modules,
+            modules: &heap.modules,
+            thread_names: &thread_names,
+            path: file.path(),
+            bytes: file.bytes().len() as u64,
+            total,
+        };
+        let header_end = raw::FILE_HEADER_SIZE as u64;
+        let (split_off, split_n) = split.unwrap_or((end_of_valid as u64, n));
+        let (first, second) = std::thread::scope(|sc| {
+            let second = sc.spawn(|| ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, &mut |_, _| {}));
+            let first = ctx.run(dump.records_between(header_end, split_off), split_n, progress);
+            (first, second.join())
+        });
+        let mut part = first?;
+        let second = second.map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "pass 2 failed".into() })??;
+        part.append(second)
+            .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() })?;
+        let Part { mut start, mut target, mut offset, interior_into, roots, root_regions } = part;
         while start.len() <= n {
             start.push(target.len() as u32);
         }
@@ -397,6 +336,9 @@ impl Heap {
         heap.edge_start = start;
         heap.edge_target = target;
         heap.edge_offset = offset;
+        heap.interior_into = interior_into;
+        heap.roots = roots;
+        heap.root_regions = root_regions;
         Ok(heap)
     }
 
@@ -560,6 +502,151 @@ impl Heap {
         } else {
             b.size as f64
         }
+    }
+}
+
+/// What pass 2 of [`Heap::load`] reads, shared by its threads.
+struct Pass2<'a> {
+    blocks: &'a [Block],
+    dir: &'a Directory,
+    libc_modules: &'a [bool],
+    modules: &'a [ModuleInfo],
+    thread_names: &'a HashMap<u32, String>,
+    path: &'a std::path::Path,
+    bytes: u64,
+    total: u64,
+}
+
+/// Edges and roots of a run of records.
+struct Part {
+    /// Start of each ALLOC record's edges.
+    start: Vec<u32>,
+    target: Vec<u32>,
+    offset: Vec<u32>,
+    interior_into: HashMap<u32, u64>,
+    roots: Vec<Root>,
+    root_regions: Vec<RootRegion>,
+}
+
+impl Part {
+    /// Appends the part that follows this one in the file.
+    fn append(&mut self, next: Part) -> std::result::Result<(), ()> {
+        let base = u32::try_from(self.target.len()).map_err(|_| ())?;
+        if self.target.len() + next.target.len() >= INTERIOR as usize {
+            return Err(());
+        }
+        let regions = self.root_regions.len() as u32;
+        self.start.extend(next.start.into_iter().map(|s| s + base));
+        self.target.extend(next.target);
+        self.offset.extend(next.offset);
+        self.interior_into.extend(next.interior_into.into_iter().map(|(k, v)| (k + base, v)));
+        self.roots.extend(next.roots.into_iter().map(|r| Root { region: r.region + regions, ..r }));
+        self.root_regions.extend(next.root_regions);
+        Ok(())
+    }
+}
+
+impl Pass2<'_> {
+    /// Resolves the pointers of `records` (at most `allocs` ALLOC records).
+    fn run(&self, records: heapdump_format::Records<'_>, allocs: usize, progress: &mut dyn FnMut(u64, u64)) -> Result<Part> {
+        let too_many = || AnalyzeError::TooLarge { path: self.path.to_path_buf(), what: "more than 2^31 pointers".into() };
+        let mut p = Part {
+            start: Vec::with_capacity(allocs + 1),
+            target: Vec::new(),
+            offset: Vec::new(),
+            interior_into: HashMap::new(),
+            roots: Vec::new(),
+            root_regions: Vec::new(),
+        };
+        let blocks = self.blocks;
+        let find = |v: u64| self.dir.find(blocks, v);
+        for r in records {
+            let Ok((off, rec)) = r else { break };
+            if off % (1 << 22) < 64 {
+                progress(self.bytes + off, self.total);
+            }
+            match rec {
+                Record::Alloc(a) => {
+                    if p.start.len() >= allocs {
+                        break;
+                    }
+                    p.start.push(u32::try_from(p.target.len()).map_err(|_| too_many())?);
+                    for (o, v) in a.contents.words(a.address) {
+                        if let Some((b, interior)) = find(v) {
+                            if interior {
+                                p.interior_into.insert(p.target.len() as u32, v - blocks[b.index()].addr);
+                            }
+                            p.target.push(b.0 | if interior { INTERIOR } else { 0 });
+                            p.offset.push(u32::try_from(o).unwrap_or(u32::MAX));
+                        }
+                    }
+                    if p.target.len() >= INTERIOR as usize {
+                        return Err(too_many());
+                    }
+                }
+                Record::Thread(t) => {
+                    let name = self.thread_names.get(&t.tid).cloned().unwrap_or_default();
+                    let region = p.root_regions.len() as u32;
+                    p.root_regions.push(RootRegion {
+                        kind: RootKind::Stack,
+                        address: t.stack_start,
+                        tid: t.tid,
+                        owner: name.clone(),
+                        name: String::new(),
+                        libc: false,
+                    });
+                    for (o, v) in t.contents.words(t.stack_start) {
+                        if let Some((b, interior)) = find(v) {
+                            p.roots.push(Root { region, offset: o, target: b, interior, into: v - blocks[b.index()].addr });
+                        }
+                    }
+                    let region = p.root_regions.len() as u32;
+                    p.root_regions.push(RootRegion {
+                        kind: RootKind::Registers,
+                        address: 0,
+                        tid: t.tid,
+                        owner: name,
+                        name: String::new(),
+                        libc: false,
+                    });
+                    for (i, v) in t.regs().enumerate() {
+                        if let Some((b, interior)) = find(v) {
+                            p.roots.push(Root { region, offset: i as u64, target: b, interior, into: v - blocks[b.index()].addr });
+                        }
+                    }
+                    if let Some((b, interior)) = find(t.tls) {
+                        p.roots.push(Root { region, offset: u64::MAX, target: b, interior, into: t.tls - blocks[b.index()].addr });
+                    }
+                }
+                Record::Static(s) => {
+                    let libc = self.libc_modules.get(s.module as usize).copied().unwrap_or(false);
+                    let module = if s.module == raw::NO_MODULE {
+                        String::from_utf8_lossy(s.name).into_owned()
+                    } else {
+                        self.modules.get(s.module as usize).map(|m| m.path.clone()).unwrap_or_default()
+                    };
+                    let region = p.root_regions.len() as u32;
+                    p.root_regions.push(RootRegion {
+                        kind: RootKind::Static,
+                        address: s.address,
+                        tid: 0,
+                        owner: module,
+                        name: String::from_utf8_lossy(s.name).into_owned(),
+                        libc,
+                    });
+                    for (o, v) in s.contents.words(s.address) {
+                        if let Some((b, interior)) = find(v) {
+                            if libc && interior {
+                                continue;
+                            }
+                            p.roots.push(Root { region, offset: o, target: b, interior, into: v - blocks[b.index()].addr });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(p)
     }
 }
 

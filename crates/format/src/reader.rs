@@ -134,7 +134,34 @@ impl<'a> Dump<'a> {
     pub fn records(&self) -> Records<'a> {
         let mut crc = crc32fast::Hasher::new();
         crc.update(self.data.get(..raw::FILE_HEADER_SIZE).unwrap_or(&[]));
-        Records { data: self.data, pos: raw::FILE_HEADER_SIZE, mode: self.header.mode, counted: Trailer::default(), crc, done: false }
+        Records {
+            data: self.data,
+            pos: raw::FILE_HEADER_SIZE,
+            mode: self.header.mode,
+            counted: Trailer::default(),
+            crc,
+            done: false,
+            limit: None,
+        }
+    }
+
+    /// The records from file offset `from` up to (not including) `to`, for
+    /// a reader that already walked the whole file with [`Dump::records`]
+    /// and so knows both are record boundaries (say, to split the records
+    /// between threads). Each record is still checked; the checksum and
+    /// the trailer's counts are not (they cover the whole file).
+    pub fn records_between(&self, from: u64, to: u64) -> Records<'a> {
+        let to = usize::try_from(to).unwrap_or(usize::MAX).min(self.data.len());
+        let from = usize::try_from(from).unwrap_or(usize::MAX).clamp(raw::FILE_HEADER_SIZE, to);
+        Records {
+            data: self.data,
+            pos: from,
+            mode: self.header.mode,
+            counted: Trailer::default(),
+            crc: crc32fast::Hasher::new(),
+            done: false,
+            limit: Some(to),
+        }
     }
 }
 
@@ -375,6 +402,8 @@ pub struct Records<'a> {
     counted: Trailer,
     crc: crc32fast::Hasher,
     done: bool,
+    /// Where a [`Dump::records_between`] walk stops.
+    limit: Option<usize>,
 }
 
 impl<'a> Records<'a> {
@@ -510,7 +539,7 @@ impl<'a> Records<'a> {
 impl<'a> Iterator for Records<'a> {
     type Item = Result<(u64, Record<'a>), Error>;
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
+        if self.done || self.limit.is_some_and(|l| self.pos >= l) {
             return None;
         }
         match self.step() {

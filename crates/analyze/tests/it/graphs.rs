@@ -156,3 +156,44 @@ fn ten_million_long_chain_does_not_overflow_the_stack() {
     let p = paths::shortest(&h, BlockId(n - 1), None).unwrap();
     assert_eq!(p.steps.len(), n as usize);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(40))]
+    /// Loading resolves every pointer to its block, start or interior, in
+    /// both halves of the file (pass 2 splits the records between threads).
+    #[test]
+    fn every_pointer_is_resolved_to_its_block(
+        n in 2usize..400,
+        ptrs in proptest::collection::vec((0usize..400, 0u64..8, 0usize..400, 0u64..64), 0..1500),
+        stack in proptest::collection::vec((0usize..400, 0u64..64), 0..20),
+    ) {
+        let addr = |i: usize| 0x10_0000 + (i % n) as u64 * 0x100;
+        let mut spec = Spec::default();
+        for i in 0..n {
+            spec.block(addr(i), 64);
+        }
+        let mut want: std::collections::BTreeMap<u64, std::collections::BTreeSet<(u64, u64)>> = Default::default();
+        for &(from, slot, to, into) in &ptrs {
+            // One pointer per slot of a block.
+            if want.entry(addr(from)).or_default().iter().any(|p| p.0 == slot * 8) {
+                continue;
+            }
+            want.get_mut(&addr(from)).unwrap().insert((slot * 8, addr(to) + into));
+            spec.ptr(addr(from), slot * 8, addr(to) + into);
+        }
+        spec.stack = stack.iter().map(|&(to, into)| addr(to) + into).collect();
+        let (_p, h) = spec.load();
+        proptest::prop_assert_eq!(h.len(), n);
+        for i in 0..n {
+            let b = h.find_start(addr(i)).unwrap();
+            let got: std::collections::BTreeSet<(u64, u64)> =
+                h.edges(b).map(|e| (e.offset, h.block(e.target).addr + e.into)).collect();
+            proptest::prop_assert_eq!(&got, &want.get(&addr(i)).cloned().unwrap_or_default());
+            for e in h.edges(b) {
+                proptest::prop_assert_eq!(e.interior, e.into != 0);
+            }
+        }
+        let roots: Vec<u64> = h.roots.iter().filter(|r| r.offset != u64::MAX).map(|r| h.block(r.target).addr + r.into).collect();
+        proptest::prop_assert_eq!(roots, spec.stack.clone());
+    }
+}
