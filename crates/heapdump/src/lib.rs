@@ -209,6 +209,10 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter)
     }
     let nested = g.nested();
     let c = st.config();
+    if !nested && c.backtrace == config::Backtrace::All {
+        // The unwinder's work hides the table's cache miss.
+        st.table.prefetch(ptr as u64);
+    }
     let (site, sampled) = match c.backtrace {
         _ if nested => (0, false),
         config::Backtrace::Off => (0, false),

@@ -16,7 +16,7 @@
 
 use crate::lock::SpinLock;
 use crate::sys;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Number of shards (a power of two).
 pub const SHARDS: usize = 64;
@@ -226,9 +226,18 @@ impl Shard {
     }
 }
 
+/// Where a shard's slots are, for prefetching without its lock.
+struct Hint {
+    slots: AtomicPtr<Slot>,
+    mask: AtomicUsize,
+}
+
 /// The live table.
 pub struct Table {
     shards: [SpinLock<Shard>; SHARDS],
+    /// Each shard's slots and mask as of its last growth (read racily, only
+    /// to prefetch: a prefetch of a stale address never faults).
+    hints: [Hint; SHARDS],
     /// Live bytes over all shards, for the peak and the threshold.
     pub live: AtomicU64,
     /// Highest `live` seen.
@@ -257,6 +266,7 @@ impl Table {
     pub const fn new() -> Table {
         Table {
             shards: [const { SpinLock::new(Shard::empty()) }; SHARDS],
+            hints: [const { Hint { slots: AtomicPtr::new(core::ptr::null_mut()), mask: AtomicUsize::new(0) } }; SHARDS],
             live: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             untracked: AtomicU64::new(0),
@@ -268,6 +278,23 @@ impl Table {
         &self.shards[(hash(addr) >> 58) as usize]
     }
 
+    /// Starts loading the cache line where `addr`'s entry will go, so that
+    /// work done meanwhile (capturing its site) hides the cache miss.
+    #[inline]
+    pub fn prefetch(&self, addr: u64) {
+        let i = (hash(addr) >> 58) as usize;
+        let h = &self.hints[i];
+        let slots = h.slots.load(Ordering::Relaxed);
+        let mask = h.mask.load(Ordering::Relaxed);
+        if slots.is_null() || mask == 0 {
+            return;
+        }
+        let home = ((hash(addr) << 6) >> (64 - mask.count_ones())) as usize & mask;
+        // SAFETY: a prefetch is a hint: it never faults and reads nothing
+        // the program observes, even if the address is stale.
+        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(slots.wrapping_add(home).cast()) };
+    }
+
     /// Records a new allocation. Returns live bytes after it.
     #[inline]
     pub fn insert(&self, e: &Entry) -> u64 {
@@ -275,7 +302,17 @@ impl Table {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return self.live.load(Ordering::Relaxed);
         }
-        let ok = self.shard(e.addr).lock().insert(e);
+        let ok = {
+            let mut shard = self.shard(e.addr).lock();
+            let cap = shard.capacity();
+            let ok = shard.insert(e);
+            if shard.capacity() != cap {
+                let h = &self.hints[(hash(e.addr) >> 58) as usize];
+                h.slots.store(shard.slots, Ordering::Relaxed);
+                h.mask.store(shard.mask, Ordering::Relaxed);
+            }
+            ok
+        };
         if !ok {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return self.live.load(Ordering::Relaxed);
