@@ -403,11 +403,13 @@ fn exit_threshold_and_allocation_failure_triggers() {
 fn child_triggers() {
     let v: Vec<Vec<u8>> = (0..20).map(|_| vec![0u8; 1 << 20]).collect();
     let l = Layout::from_size_align(FAIL_SIZE, 8).unwrap();
+    // black_box: an optimised build may otherwise drop an allocation whose
+    // result is only compared with null, and assume it succeeded.
     // SAFETY: valid layout; null is expected.
-    assert!(unsafe { std::alloc::alloc(l) }.is_null());
+    assert!(std::hint::black_box(unsafe { std::alloc::alloc(l) }).is_null());
     // A second failure does not dump again.
     // SAFETY: as above.
-    assert!(unsafe { std::alloc::alloc(l) }.is_null());
+    assert!(std::hint::black_box(unsafe { std::alloc::alloc(l) }).is_null());
     std::hint::black_box(v);
 }
 

@@ -40,6 +40,7 @@ static ALLOC: heapdump::Tracked<Failing> = heapdump::Tracked::new(Failing);
 fn main() {
     common::run(&[
         ("churn_from_four_threads_is_exact", churn_from_four_threads_is_exact),
+        ("blocks_freed_by_other_threads_at_once_are_exact", blocks_freed_by_other_threads_at_once_are_exact),
         ("realloc_in_every_direction", realloc_in_every_direction),
         ("fork_while_threads_allocate", fork_while_threads_allocate),
         ("child_fork", child_fork),
@@ -269,14 +270,15 @@ fn null_from_the_inner_allocator() {
 fn child_null() {
     let before = heapdump::stats();
     let l = Layout::from_size_align(FAIL_SIZE, 8).unwrap();
-    // SAFETY: a valid layout; null is an allowed answer.
-    let p = unsafe { std::alloc::alloc(l) };
+    // SAFETY: a valid layout; null is an allowed answer. (black_box: an
+    // optimised build may drop allocations it can see are unused.)
+    let p = std::hint::black_box(unsafe { std::alloc::alloc(l) });
     assert!(p.is_null());
     // A failing realloc keeps the old block live and tracked.
     // SAFETY: valid alloc/realloc/dealloc sequence.
     unsafe {
-        let q = std::alloc::alloc(Layout::from_size_align(64, 8).unwrap());
-        let r = std::alloc::realloc(q, Layout::from_size_align(64, 8).unwrap(), FAIL_SIZE);
+        let q = std::hint::black_box(std::alloc::alloc(Layout::from_size_align(64, 8).unwrap()));
+        let r = std::hint::black_box(std::alloc::realloc(q, Layout::from_size_align(64, 8).unwrap(), FAIL_SIZE));
         assert!(r.is_null());
         assert_eq!(heapdump::stats().live_count, before.live_count + 1);
         std::alloc::dealloc(q, Layout::from_size_align(64, 8).unwrap());
@@ -288,8 +290,8 @@ fn zero_size_and_over_aligned() {
     let base = heapdump::stats();
     for align in [1usize, 64, 4096, 1 << 16] {
         let l = Layout::from_size_align(24, align).unwrap();
-        // SAFETY: valid layout.
-        let p = unsafe { std::alloc::alloc(l) };
+        // SAFETY: valid layout. (black_box: kept even by an optimised build.)
+        let p = std::hint::black_box(unsafe { std::alloc::alloc(l) });
         assert_eq!(p as usize % align, 0);
         let s = heapdump::stats();
         assert_eq!(s.live_bytes, base.live_bytes + 24);
@@ -408,4 +410,93 @@ fn the_cached_unwinder_agrees_with_libgcc() {
         assert!(libgcc.len() >= 2, "{libgcc:x?}");
         assert_eq!(cached, libgcc, "frames differ");
     }
+}
+
+/// A producer hands each block to one of two consumers through 4-deep
+/// rings, so most are freed by another thread within a few allocations of
+/// being made (while their insert may still be pending in the producer's
+/// lane); every tenth block is kept. The table ends up exact: the kept
+/// blocks are in a dump, no freed one is, and the live count adds up.
+fn blocks_freed_by_other_threads_at_once_are_exact() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    const RING: usize = 4;
+    const N: usize = 120_000;
+    let before = heapdump::stats();
+    let rings: Arc<Vec<Vec<AtomicUsize>>> = Arc::new((0..2).map(|_| (0..RING).map(|_| AtomicUsize::new(0)).collect()).collect());
+    let consumers: Vec<_> = (0..2)
+        .map(|c| {
+            let rings = rings.clone();
+            std::thread::spawn(move || {
+                let mut freed = Vec::with_capacity(N / 2);
+                let mut i = 0;
+                loop {
+                    let slot = &rings[c][i % RING];
+                    let v = slot.swap(0, Ordering::Acquire);
+                    if v == usize::MAX {
+                        break;
+                    }
+                    if v == 0 {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    // SAFETY: the producer allocated it with (64, 8) and handed it over.
+                    unsafe { std::alloc::dealloc(v as *mut u8, Layout::from_size_align(64, 8).unwrap()) };
+                    freed.push(v);
+                    i += 1;
+                }
+                freed
+            })
+        })
+        .collect();
+    let mut kept = Vec::with_capacity(N / 10);
+    let mut next = [0usize; 2];
+    for k in 0..N {
+        // SAFETY: non-zero size.
+        let p = unsafe { std::alloc::alloc(Layout::from_size_align(64, 8).unwrap()) } as usize;
+        assert_ne!(p, 0);
+        if k % 10 == 0 {
+            kept.push(p);
+            continue;
+        }
+        let c = k % 2;
+        let slot = &rings[c][next[c] % RING];
+        while slot.compare_exchange(0, p, Ordering::Release, Ordering::Relaxed).is_err() {
+            std::hint::spin_loop();
+        }
+        next[c] += 1;
+    }
+    for c in 0..2 {
+        let slot = &rings[c][next[c] % RING];
+        while slot.compare_exchange(0, usize::MAX, Ordering::Release, Ordering::Relaxed).is_err() {
+            std::hint::spin_loop();
+        }
+    }
+    let freed: Vec<Vec<usize>> = consumers.into_iter().map(|h| h.join().unwrap()).collect();
+    let freed_n: usize = freed.iter().map(|f| f.len()).sum();
+    assert_eq!(freed_n + kept.len(), N);
+    // Live now: the kept blocks, the Vec holding them, the freed-address
+    // Vecs (two and the one of them), and the rings (the Arc and three Vecs).
+    let mid = heapdump::stats();
+    assert_eq!(mid.live_count, before.live_count + kept.len() as u64 + 1 + 3 + 4, "live count");
+    let dir = common::scratch("handoff");
+    let cleanup = Cleanup(dir.clone());
+    let path = dir.join("handoff.hdump");
+    heapdump::dump(&path, heapdump::Mode::Compact).unwrap();
+    let d = common::parse(&std::fs::read(&path).unwrap());
+    for p in &kept {
+        assert_eq!(d.allocs.get(&(*p as u64)).map(|a| a.0), Some(64), "kept block {p:#x} missing");
+    }
+    let kept_set: std::collections::HashSet<usize> = kept.iter().copied().collect();
+    for p in freed.iter().flatten() {
+        if !kept_set.contains(p) {
+            assert!(!d.allocs.get(&(*p as u64)).is_some_and(|a| a.0 == 64), "freed block {p:#x} still in the dump");
+        }
+    }
+    drop(d);
+    for p in kept {
+        // SAFETY: allocated above with (64, 8).
+        unsafe { std::alloc::dealloc(p as *mut u8, Layout::from_size_align(64, 8).unwrap()) };
+    }
+    drop((freed, path, dir, cleanup));
 }
