@@ -236,7 +236,12 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
             push(&mut state, &mut heur, &mut stack, e.target, e.interior, e.into, definite);
         }
     }
-    // Cliques of lost blocks, in address order.
+    // Cliques of lost blocks, in address order. A leader reached from a
+    // later one joins it: `leader` then points from the old leader to the
+    // new one, and each block's final leader is found by following those
+    // links once at the end (union by reference with path compression;
+    // relabelling the old clique in place would be quadratic on a long
+    // lost list laid out backwards).
     let mut leader = vec![NO_LEADER; n];
     for i in 0..n {
         if state[i] != UNREACHED {
@@ -262,16 +267,28 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
                         // A previous leader reached from this one: its whole
                         // clique joins this one.
                         state[t] = INDIRECT;
-                        let old = t as u32;
-                        for l in leader.iter_mut() {
-                            if *l == old {
-                                *l = i as u32;
-                            }
-                        }
+                        leader[t] = i as u32;
                     }
                     _ => {}
                 }
             }
+        }
+    }
+    // Resolve the links: a block's leader is the end of its chain.
+    let mut path: Vec<u32> = Vec::new();
+    for i in 0..n {
+        let mut l = leader[i];
+        if l == NO_LEADER || leader[l as usize] == l {
+            continue;
+        }
+        path.clear();
+        path.push(i as u32);
+        while leader[l as usize] != l {
+            path.push(l);
+            l = leader[l as usize];
+        }
+        for &p in &path {
+            leader[p as usize] = l;
         }
     }
     let mut out = Leaks {

@@ -51,8 +51,12 @@ impl Spec {
         let st: Vec<(u64, u64)> = self.statics.iter().enumerate().map(|(i, &v)| (i as u64 * 8, v)).collect();
         let s = StaticInfo { address: 0x60_0000, size: 8 * 64, module: raw::NO_MODULE, name: b".data" };
         w.static_root(&s, Contents::Compact { count: st.len() as u64, pointers: st.iter().copied() }).unwrap();
+        let mut by_block: std::collections::HashMap<u64, Vec<(u64, u64)>> = std::collections::HashMap::new();
+        for &(from, offset, to) in &self.ptrs {
+            by_block.entry(from).or_default().push((offset, to));
+        }
         for &(addr, size) in &self.blocks {
-            let mut p: Vec<(u64, u64)> = self.ptrs.iter().filter(|x| x.0 == addr).map(|x| (x.1, x.2)).collect();
+            let mut p = by_block.remove(&addr).unwrap_or_default();
             p.sort();
             let first_word = self.first_words.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
             let info = AllocInfo { address: addr, size, site: 0, align_log2: 4, flags: 0, first_word };

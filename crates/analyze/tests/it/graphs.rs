@@ -50,6 +50,27 @@ fn a_lost_cycle_has_one_definitely_lost_block() {
 }
 
 #[test]
+fn a_long_lost_list_laid_out_backwards_has_one_head() {
+    // Each block points to the one below it: walking in address order, every
+    // block first leads its own clique and is then taken in by the next.
+    // (Relabelling each absorbed clique in place made this quadratic.)
+    const N: u64 = 300_000;
+    let mut s = Spec::default();
+    for i in 0..N {
+        s.block(0x10_0000 + i * 64, 32);
+        if i > 0 {
+            s.ptr(0x10_0000 + i * 64, 0, 0x10_0000 + (i - 1) * 64);
+        }
+    }
+    let (_f, h) = s.load();
+    let l = leaks::analyze(&h, &NoContents);
+    let head = id(&h, 0x10_0000 + (N - 1) * 64);
+    assert_eq!((l.definitely_lost.blocks, l.indirectly_lost.blocks), (1, N - 1));
+    assert_eq!(l.kind[head.index()], LeakKind::DefinitelyLost);
+    assert!(l.leader.iter().all(|&x| x == head.0), "every block's clique is led by the list's head");
+}
+
+#[test]
 fn a_lost_pointer_into_a_lost_cycle_leads_the_clique() {
     // C (highest address) points into the cycle A <-> B: C is the head,
     // A (a former clique leader) is demoted.
