@@ -52,8 +52,8 @@ compact_nofork = [c for c in big if c[1] == "compact" and c[2] == "nofork"][0]
 fork_pauses = [float(c[8]) for c in big if c[2] == "fork"]
 thp = [float(c[3]) for c in rows(lambda c: c[2] == "fork, THP heap")]
 an = {c[0]: c for c in rows(lambda c: c[0] in ("1,000,000", "3,000,000", "10,000,000"))}
-t10, b10 = float(an["10,000,000"][4]), float(an["10,000,000"][6])
-t1, t3 = float(an["1,000,000"][4]), float(an["3,000,000"][4])
+t10, b10 = float(an["10,000,000"][3]), float(an["10,000,000"][5])
+t1, t3 = float(an["1,000,000"][3]), float(an["3,000,000"][3])
 
 lines = [
     "",

@@ -41,30 +41,48 @@ impl Dominators {
 /// Computes dominators from the roots, then from `extra_roots` (in order)
 /// for whatever the roots do not reach.
 pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
+    compute_with(heap, || extra_roots.to_vec())
+}
+
+/// Leak classes and the dominator tree headed by the lost structures'
+/// leaders, the leaks computed on a second thread while the dominator walk
+/// from the roots runs (it needs the leaders only after that walk).
+pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -> (crate::leaks::Leaks, Dominators) {
+    std::thread::scope(|s| {
+        let job = s.spawn(|| crate::leaks::analyze(heap, contents));
+        let mut leaks = None;
+        let d = compute_with(heap, || {
+            let l = job.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            let heads = l.heads();
+            leaks = Some(l);
+            heads
+        });
+        let leaks = leaks.unwrap_or_else(|| crate::leaks::analyze(heap, contents));
+        (leaks, d)
+    })
+}
+
+/// [`with_leaks`] over a loaded dump, the heuristics reading its contents.
+pub fn of_dump(file: &crate::DumpFile, heap: &Heap) -> (crate::leaks::Leaks, Dominators) {
+    with_leaks(heap, &crate::DumpContents::build(file, heap))
+}
+
+/// [`compute`], asking for the extra roots only once the walk from the
+/// roots is done (the same tree: the extra roots come after the roots
+/// among the virtual root's children).
+pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> Dominators {
     const MASK: u32 = !(1 << 31);
     let n = heap.len() + 1;
     // Children of the virtual root, deduplicated, in order.
     let mut root_children: Vec<u32> = Vec::new();
-    let mut dfn = vec![0u32; n];
-    {
-        for r in &heap.roots {
-            let v = r.target.0 + 1;
-            if dfn[v as usize] == 0 {
-                dfn[v as usize] = 1;
-                root_children.push(v);
-            }
-        }
-        for b in extra_roots {
-            let v = b.0 + 1;
-            if dfn[v as usize] == 0 {
-                dfn[v as usize] = 1;
-                root_children.push(v);
-            }
-        }
-        for &v in &root_children {
-            dfn[v as usize] = 0;
+    let mut is_child = std::collections::HashSet::new();
+    for r in &heap.roots {
+        let v = r.target.0 + 1;
+        if is_child.insert(v) {
+            root_children.push(v);
         }
     }
+    let mut dfn = vec![0u32; n];
     // Successors of node v (node = block + 1; 0 = the virtual root).
     let succ = |root_children: &[u32], v: u32, k: usize| -> Option<u32> {
         if v == 0 {
@@ -104,6 +122,17 @@ pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
             }
         };
     dfs_from(0, NONE, &root_children, &mut dfn, &mut vertex, &mut parent);
+    // Then the extra roots, as the virtual root's next children.
+    for b in extra_roots() {
+        let v = b.0 + 1;
+        if is_child.insert(v) {
+            root_children.push(v);
+            if dfn[v as usize] == 0 {
+                dfs_from(v, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
+            }
+        }
+    }
+    drop(is_child);
     // Whatever the roots and leaders do not reach hangs off the root too.
     for start in 1..n as u32 {
         if dfn[start as usize] == 0 {

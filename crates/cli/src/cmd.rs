@@ -326,11 +326,11 @@ fn demo() -> Result<ExitCode> {
     let mut types = heapdump_analyze::types::Types::new(Some(&file), &heap);
     writeln!(stdout, "\n== leaks")?;
     // One leak classification serves both views.
-    let leaks = heapdump_analyze::leaks::of_dump(&file, &heap);
+    let (leaks, doms) = heapdump_analyze::dominators::of_dump(&file, &heap);
     let report = views::leak_report(&heap, &leaks, &mut sym, &mut types);
     views::print_leaks(&mut stdout, &report, 3)?;
     writeln!(stdout, "\n== top retainers")?;
-    let rows = views::retainers(&heap, &leaks, &mut sym, &mut types, 8);
+    let rows = views::retainers(&heap, &leaks, &doms, &mut sym, &mut types, 8);
     views::print_retainers(&mut stdout, &rows, heap.total_bytes())?;
     let abs = std::fs::canonicalize(&out).unwrap_or(out.clone());
     writeln!(stdout, "\nThe dump is {}. Go on with:", abs.display())?;

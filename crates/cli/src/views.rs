@@ -235,8 +235,14 @@ pub struct Retainer {
     class: LeakKind,
 }
 
-pub fn retainers(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, n: usize) -> Vec<Retainer> {
-    let d = dominators::compute(heap, &l.heads());
+pub fn retainers(
+    heap: &Heap,
+    l: &Leaks,
+    d: &dominators::Dominators,
+    sym: &mut Symbolizer<'_>,
+    types: &mut Types<'_>,
+    n: usize,
+) -> Vec<Retainer> {
     let mut ids: Vec<usize> = (0..heap.len()).collect();
     ids.sort_by(|&a, &b| d.retained[b].cmp(&d.retained[a]).then(a.cmp(&b)));
     ids.truncate(n);
@@ -260,7 +266,8 @@ pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
     let mut types = Types::new(Some(&file), &heap);
-    let rows = retainers(&heap, &leaks::of_dump(&file, &heap), &mut sym, &mut types, n);
+    let (l, d) = dominators::of_dump(&file, &heap);
+    let rows = retainers(&heap, &l, &d, &mut sym, &mut types, n);
     if json {
         return output::json(&rows);
     }

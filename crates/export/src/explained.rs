@@ -1,7 +1,7 @@
 //! A dump with its analysis, computed once and shared by every export.
 
 use heapdump_analyze::dominators::{self, Dominators};
-use heapdump_analyze::leaks::{self, Leaks};
+use heapdump_analyze::leaks::Leaks;
 use heapdump_analyze::symbols::{Frame, Symbolizer};
 use heapdump_analyze::types::{Types, UNKNOWN};
 use heapdump_analyze::{BlockId, DumpFile, Heap};
@@ -26,8 +26,7 @@ pub struct Explained<'h> {
 impl<'h> Explained<'h> {
     /// Analyses `heap` (loaded from `file`).
     pub fn new(file: &'h DumpFile, heap: &'h Heap) -> Explained<'h> {
-        let leaks = leaks::of_dump(file, heap);
-        let dominators = dominators::compute(heap, &leaks.heads());
+        let (leaks, dominators) = dominators::of_dump(file, heap);
         // Children lists of the dominator tree (index n = the virtual root).
         let n = heap.len();
         let parent = |i: usize| dominators.idom(BlockId(i as u32)).map_or(n, |b| b.index());
