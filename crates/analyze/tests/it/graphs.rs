@@ -227,7 +227,7 @@ fn naive_idoms(n: usize, edges: &[(usize, usize)], roots: &[usize], heads: &[usi
     let succ: Vec<Vec<usize>> = (0..n).map(|i| edges.iter().filter(|e| e.0 == i).map(|e| e.1).collect()).collect();
     let mut children: Vec<usize> = Vec::new();
     let mut reached = vec![false; n];
-    let mut mark = |s: usize, reached: &mut Vec<bool>| {
+    let mark = |s: usize, reached: &mut Vec<bool>| {
         let mut st = vec![s];
         while let Some(v) = st.pop() {
             if !reached[v] {
