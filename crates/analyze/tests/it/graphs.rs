@@ -321,9 +321,9 @@ proptest::proptest! {
         let (l, d) = dominators::with_leaks(&h, &NoContents);
         let heads: Vec<usize> = l.heads().iter().map(|b| (h.block(*b).addr - 0x10_0000) as usize / 0x100).collect();
         let want = naive_idoms(n, &es, &roots, &heads);
-        for i in 0..n {
+        for (i, want) in want.iter().enumerate() {
             let got = d.idom(id(&h, addr(i))).map(|b| (h.block(b).addr - 0x10_0000) as usize / 0x100);
-            proptest::prop_assert_eq!(got, want[i], "idom of block {}", i);
+            proptest::prop_assert_eq!(got, *want, "idom of block {}", i);
         }
     }
 }
