@@ -191,6 +191,32 @@ impl<'h> Symbolizer<'h> {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(n: &str) -> Frame {
+        Frame { address: 0, function: Some(n.to_string()), file: None, line: None, module: None, debug: Default::default() }
+    }
+
+    #[test]
+    fn cxx_standard_library_frames_are_machinery() {
+        for n in [
+            "void std::vector<Point, std::allocator<Point> >::_M_realloc_insert<Point>(__gnu_cxx::__normal_iterator<Point*>, Point&&)",
+            "Point& std::vector<Point, std::allocator<Point> >::emplace_back<Point>(Point&&)",
+            "std::__new_allocator<Point>::allocate(unsigned long, void const*)",
+            "_ZSt11make_sharedI4NodeJEESt10shared_ptrINSt9enable_ifIXntsrSt8is_arrayIT_E5valueES4_E4typeEEDpOT0_",
+            "operator new(unsigned long)",
+            "alloc::raw_vec::finish_grow",
+        ] {
+            assert!(is_machinery(&named(n)), "{n}");
+        }
+        for n in ["main", "Point make_point(int)", "app::Cache<std::string>::insert(int)", "types::main"] {
+            assert!(!is_machinery(&named(n)), "{n}");
+        }
+    }
+}
+
 fn demangle(s: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(s) {
         return format!("{d:#}");
@@ -205,13 +231,40 @@ fn demangle(s: &str) -> String {
     s.to_string()
 }
 
+/// The qualified name of a demangled C++ function, without the return
+/// type a template's demangling starts with (`void std::vector<P>::f(P)`
+/// → `std::vector<P>::f(P)`); other names are returned as they are.
+fn cxx_qualified_name(name: &str) -> &str {
+    let mut depth = 0i32;
+    let mut last_space = None;
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' | '[' => depth += 1,
+            '>' | ']' => depth -= 1,
+            '(' => break,
+            ' ' if depth == 0 => last_space = Some(i),
+            _ => {}
+        }
+    }
+    match last_space {
+        Some(i) => &name[i + 1..],
+        None => name,
+    }
+}
+
 /// Whether a frame belongs to allocation machinery rather than the program.
 pub fn is_machinery(f: &Frame) -> bool {
     let Some(name) = f.function.as_deref() else {
         // Unnamed frames inside the preload library or libc are machinery.
         return f.module.as_deref().is_some_and(|m| m.contains("libheapdump_preload") || m.contains("/libc.so"));
     };
-    let name = name.trim_start_matches('<');
+    // A mangled C++ name of the standard library (demangling can fail on
+    // some templates) is machinery too.
+    if ["_ZSt", "_ZNSt", "_ZNKSt", "_ZN9__gnu_cxx", "_ZNK9__gnu_cxx"].iter().any(|p| name.starts_with(p)) {
+        return true;
+    }
+    let full = name.trim_start_matches('<');
+    let name = cxx_qualified_name(name).trim_start_matches('<');
     const PREFIXES: [&str; 21] = [
         "heapdump::",
         "__rustc::",
@@ -235,7 +288,7 @@ pub fn is_machinery(f: &Frame) -> bool {
         "aligned_alloc",
         "memalign",
     ];
-    if PREFIXES.iter().any(|p| name.starts_with(p)) || name.starts_with("strdup") || name.starts_with("__GI_") {
+    if PREFIXES.iter().any(|p| name.starts_with(p) || full.starts_with(p)) || name.starts_with("strdup") || name.starts_with("__GI_") {
         return true;
     }
     // Inlined frames carry short names (`alloc_impl`, `record`): judge them
