@@ -191,32 +191,6 @@ impl<'h> Symbolizer<'h> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn named(n: &str) -> Frame {
-        Frame { address: 0, function: Some(n.to_string()), file: None, line: None, module: None, debug: Default::default() }
-    }
-
-    #[test]
-    fn cxx_standard_library_frames_are_machinery() {
-        for n in [
-            "void std::vector<Point, std::allocator<Point> >::_M_realloc_insert<Point>(__gnu_cxx::__normal_iterator<Point*>, Point&&)",
-            "Point& std::vector<Point, std::allocator<Point> >::emplace_back<Point>(Point&&)",
-            "std::__new_allocator<Point>::allocate(unsigned long, void const*)",
-            "_ZSt11make_sharedI4NodeJEESt10shared_ptrINSt9enable_ifIXntsrSt8is_arrayIT_E5valueES4_E4typeEEDpOT0_",
-            "operator new(unsigned long)",
-            "alloc::raw_vec::finish_grow",
-        ] {
-            assert!(is_machinery(&named(n)), "{n}");
-        }
-        for n in ["main", "Point make_point(int)", "app::Cache<std::string>::insert(int)", "types::main"] {
-            assert!(!is_machinery(&named(n)), "{n}");
-        }
-    }
-}
-
 fn demangle(s: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(s) {
         return format!("{d:#}");
@@ -309,4 +283,30 @@ pub fn is_machinery(f: &Frame) -> bool {
     }) || name == "__rust_alloc"
         || name == "__rust_alloc_zeroed"
         || name == "__rust_realloc"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(n: &str) -> Frame {
+        Frame { address: 0, function: Some(n.to_string()), file: None, line: None, module: None, debug: Default::default() }
+    }
+
+    #[test]
+    fn cxx_standard_library_frames_are_machinery() {
+        for n in [
+            "void std::vector<Point, std::allocator<Point> >::_M_realloc_insert<Point>(__gnu_cxx::__normal_iterator<Point*>, Point&&)",
+            "Point& std::vector<Point, std::allocator<Point> >::emplace_back<Point>(Point&&)",
+            "std::__new_allocator<Point>::allocate(unsigned long, void const*)",
+            "_ZSt11make_sharedI4NodeJEESt10shared_ptrINSt9enable_ifIXntsrSt8is_arrayIT_E5valueES4_E4typeEEDpOT0_",
+            "operator new(unsigned long)",
+            "alloc::raw_vec::finish_grow",
+        ] {
+            assert!(is_machinery(&named(n)), "{n}");
+        }
+        for n in ["main", "Point make_point(int)", "app::Cache<std::string>::insert(int)", "types::main"] {
+            assert!(!is_machinery(&named(n)), "{n}");
+        }
+    }
 }
