@@ -208,7 +208,7 @@ fn demangle(s: &str) -> String {
 /// The qualified name of a demangled C++ function, without the return
 /// type a template's demangling starts with (`void std::vector<P>::f(P)`
 /// → `std::vector<P>::f(P)`); other names are returned as they are.
-fn cxx_qualified_name(name: &str) -> &str {
+pub(crate) fn cxx_qualified_name(name: &str) -> &str {
     let mut depth = 0i32;
     let mut last_space = None;
     for (i, c) in name.char_indices() {

@@ -110,9 +110,63 @@ pub fn of_frames(frames: &[Frame]) -> Option<String> {
     best
 }
 
+/// C++ standard containers (libstdc++'s demangled names), and how many
+/// of their template arguments the name shows.
+const CXX: &[(&str, &str, usize)] = &[
+    ("std::vector<", "std::vector", 1),
+    ("std::deque<", "std::deque", 1),
+    ("std::__cxx11::list<", "std::list", 1),
+    ("std::list<", "std::list", 1),
+    ("std::map<", "std::map", 2),
+    ("std::multimap<", "std::multimap", 2),
+    ("std::set<", "std::set", 1),
+    ("std::multiset<", "std::multiset", 1),
+    ("std::unordered_map<", "std::unordered_map", 2),
+    ("std::unordered_set<", "std::unordered_set", 1),
+    ("std::shared_ptr<", "std::shared_ptr", 1),
+    ("std::__shared_ptr<", "std::shared_ptr", 1),
+    ("std::make_shared<", "std::shared_ptr", 1),
+    ("std::allocate_shared<", "std::shared_ptr", 1),
+    ("std::make_unique<", "std::unique_ptr", 1),
+];
+
+/// The type a libstdc++ frame allocates for, from its demangled name.
+fn cxx_frame_type(name: &str) -> Option<String> {
+    let q = crate::symbols::cxx_qualified_name(name);
+    if q.starts_with("std::__cxx11::basic_string<char,") || q.starts_with("std::basic_string<char,") {
+        return Some("std::string".to_string());
+    }
+    let (prefix, shown, arity) = CXX.iter().find(|(p, ..)| q.starts_with(p))?;
+    let args = generic_args(&q[prefix.len()..])?;
+    if args.len() < *arity {
+        return None;
+    }
+    Some(format!("{shown}<{}>", args[..*arity].iter().map(|a| pretty_cxx(a)).collect::<Vec<_>>().join(", ")))
+}
+
+/// A C++ type as people write it: `std::__cxx11::basic_string<char, …>`
+/// is `std::string`, `> >` is `>>`.
+fn pretty_cxx(t: &str) -> String {
+    let mut out = t.to_string();
+    for s in [
+        "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >",
+        "std::basic_string<char, std::char_traits<char>, std::allocator<char> >",
+    ] {
+        out = out.replace(s, "std::string");
+    }
+    out = out.replace("std::__cxx11::", "std::");
+    while out.contains("> >") {
+        out = out.replace("> >", ">>");
+    }
+    out.trim().to_string()
+}
+
 /// The container a frame's function belongs to and the type it allocates.
 fn frame_type(f: &Frame) -> Option<String> {
     let name = f.function.as_deref().unwrap_or("");
+    if let Some(t) = cxx_frame_type(name) {
+        return Some(t);
+    }
     let self_ty = self_type(name);
     let c = CONTAINERS.iter().find(|c| c.paths.iter().any(|p| self_ty.starts_with(p))).or_else(|| {
         // Files of the standard library (`…/library/alloc/src/…`) or
@@ -451,6 +505,32 @@ mod tests {
         // A v0 symbol carries the argument.
         let frames = [frame("alloc::boxed::Box<app::Bar>::new", "", None, &[]), frame("app::main", "", None, &[])];
         assert_eq!(of_frames(&frames).as_deref(), Some("Box<app::Bar>"));
+    }
+
+    #[test]
+    fn libstdcxx_containers_are_named() {
+        let f = |n: &str| frame(n, "/usr/include/c++/12/bits/stl_vector.h", None, &[]);
+        let user = frame("main", "/src/t.cpp", None, &[]);
+        let frames = [
+            f("std::__new_allocator<Point>::allocate(unsigned long, void const*)"),
+            f("void std::vector<Point, std::allocator<Point> >::_M_realloc_insert<Point>(__gnu_cxx::__normal_iterator<Point*, std::vector<Point, std::allocator<Point> > >, Point&&)"),
+            f("Point& std::vector<Point, std::allocator<Point> >::emplace_back<Point>(Point&&)"),
+            user.clone(),
+        ];
+        assert_eq!(of_frames(&frames).as_deref(), Some("std::vector<Point>"));
+        let frames = [
+            f("std::_Rb_tree<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >, std::pair<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const, int>, std::_Select1st<std::pair<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const, int> >, std::less<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > >, std::allocator<std::pair<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const, int> > >::_M_get_node()"),
+            f("std::map<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >, int, std::less<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > >, std::allocator<std::pair<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const, int> > >::operator[](std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >&&)"),
+            user.clone(),
+        ];
+        assert_eq!(of_frames(&frames).as_deref(), Some("std::map<std::string, int>"));
+        let frames = [
+            f("std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_create(unsigned long&, unsigned long)"),
+            user.clone(),
+        ];
+        assert_eq!(of_frames(&frames).as_deref(), Some("std::string"));
+        let frames = [f("std::shared_ptr<Node>::shared_ptr<std::allocator<void>>(std::_Sp_alloc_shared_tag<std::allocator<void> >)"), user];
+        assert_eq!(of_frames(&frames).as_deref(), Some("std::shared_ptr<Node>"));
     }
 
     #[test]

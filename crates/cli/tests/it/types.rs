@@ -188,3 +188,32 @@ fn trait_objects_are_named_by_their_vtables_without_sites() {
     // pprof splits the one "no site" sample by these names.
     assert_eq!(pprof_types(&dir, &dump), rows);
 }
+
+/// C++: libstdc++'s frames name what the standard containers allocate, in
+/// an optimised and an unoptimised build.
+#[test]
+fn cxx_standard_containers_are_named() {
+    let d = Scratch::new("cxx-types");
+    for flags in [&["-O2", "-g"][..], &["-O0", "-g"][..]] {
+        let prog = compile(&d, "cxx_types.cpp", flags);
+        let out = d.path(&format!("cxx{}.hdump", flags[0]));
+        let (o, dumps) = run_traced(&out, &prog, &[], &[]);
+        ok(&o);
+        let rows = by_type(&dumps[0]);
+        let sizeof_point = 24;
+        for (name, blocks, bytes) in [
+            ("std::vector<Point>", 1, Some(1024 * sizeof_point)),
+            ("std::map<std::string, int>", 300, None),
+            ("std::unordered_map<int, Point>", 301, None),
+            ("std::string", 300, None),
+            ("std::shared_ptr<Node>", 101, None),
+            ("std::unique_ptr<Point>", 1, Some(sizeof_point)),
+        ] {
+            let got = rows.get(name).copied();
+            assert_eq!(got.map(|r| r.0), Some(blocks), "{name} ({flags:?}) in {rows:#?}");
+            if let Some(b) = bytes {
+                assert_eq!(got.map(|r| r.1), Some(b), "{name} bytes ({flags:?})");
+            }
+        }
+    }
+}
