@@ -57,6 +57,13 @@ impl ModuleDebug {
     /// the dump has one). Debug info may also come from
     /// `/usr/lib/debug/.build-id/xx/yyyy.debug` when the file has none.
     pub fn load(path: &str, build_id: &[u8]) -> Result<ModuleDebug, String> {
+        // The path comes from the dump: a device or a pipe (`/dev/zero`)
+        // would never finish reading.
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Err(format!("{path}: not a regular file; its frames stay as addresses")),
+            Err(e) => return Err(format!("{path}: {e}; its frames stay as addresses")),
+        }
         let bytes: Rc<[u8]> = std::fs::read(path).map_err(|e| format!("{path}: {e}; its frames stay as addresses"))?.into();
         let file = object::File::parse(&*bytes).map_err(|e| format!("{path}: {e}"))?;
         if !build_id.is_empty() {

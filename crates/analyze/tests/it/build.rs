@@ -20,6 +20,10 @@ pub struct Spec {
     pub stack: Vec<u64>,
     pub statics: Vec<u64>,
     pub first_words: Vec<(u64, u64)>,
+    /// A module (path, start, length of its executable segment) and the
+    /// frames of site 1, which every block then has.
+    pub module: Option<(&'static str, u64, u64)>,
+    pub site: Vec<u64>,
 }
 
 impl Spec {
@@ -37,6 +41,13 @@ impl Spec {
         let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
         w.process(&ProcessInfo { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/test", cmdline: b"test\0" })
             .unwrap();
+        if let Some((path, start, len)) = self.module {
+            let seg = [Segment { vaddr: start, memsz: len, file_offset: 0, flags: raw::SEG_X | raw::SEG_R }];
+            w.module(&ModuleInfo { bias: 0, path: path.as_bytes(), build_id: &[], segments: &seg }).unwrap();
+        }
+        if !self.site.is_empty() {
+            w.site(1, &self.site).unwrap();
+        }
         let stack: Vec<(u64, u64)> = self.stack.iter().enumerate().map(|(i, &v)| (i as u64 * 8, v)).collect();
         let t = ThreadInfo {
             tid: 7,
@@ -59,7 +70,8 @@ impl Spec {
             let mut p = by_block.remove(&addr).unwrap_or_default();
             p.sort();
             let first_word = self.first_words.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
-            let info = AllocInfo { address: addr, size, site: 0, align_log2: 4, flags: 0, first_word };
+            let site = if self.site.is_empty() { 0 } else { 1 };
+            let info = AllocInfo { address: addr, size, site, align_log2: 4, flags: 0, first_word };
             w.alloc(&info, Contents::Compact { count: p.len() as u64, pointers: p.into_iter() }).unwrap();
         }
         w.finish(0).unwrap().0 .0

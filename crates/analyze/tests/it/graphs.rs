@@ -327,3 +327,19 @@ proptest::proptest! {
         }
     }
 }
+
+/// A hostile dump naming a device as a module: symbolizing its frames
+/// gives up on it (one problem line) instead of reading forever.
+#[test]
+fn a_module_that_is_not_a_file_is_refused() {
+    let mut s = Spec::default();
+    s.block(A, 16);
+    s.module = Some(("/dev/zero", 0x40_0000, 0x1000));
+    s.site = vec![0x40_0100, 0x40_0200];
+    let (_f, h) = s.load();
+    let mut sym = heapdump_analyze::symbols::Symbolizer::new(&h);
+    let label = sym.site_label(1);
+    assert!(label.contains("zero"), "{label}");
+    let problems = sym.problems();
+    assert!(problems.iter().any(|p| p.contains("/dev/zero") && p.contains("not a regular file")), "{problems:?}");
+}
