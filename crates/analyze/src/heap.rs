@@ -728,14 +728,21 @@ impl crate::leaks::Contents for DumpContents<'_> {
 /// where no block starts (the inside of a large block, or no block at all)
 /// fall back to a binary search.
 struct Directory {
-    keys: Vec<u64>,
-    first: Vec<u32>,
+    /// Page and index of its first block, side by side: one cache line
+    /// per probe.
+    slots: Vec<DirSlot>,
     mask: usize,
     lo: u64,
     hi: u64,
 }
 
 const EMPTY_PAGE: u64 = u64::MAX;
+
+#[derive(Clone, Copy)]
+struct DirSlot {
+    page: u64,
+    first: u32,
+}
 
 impl Directory {
     fn new(blocks: &[Block]) -> Directory {
@@ -748,18 +755,17 @@ impl Directory {
             }
         }
         let cap = (npages * 2).next_power_of_two().max(16);
-        let mut d = Directory { keys: vec![EMPTY_PAGE; cap], first: vec![0; cap], mask: cap - 1, lo: u64::MAX, hi: 0 };
+        let mut d = Directory { slots: vec![DirSlot { page: EMPTY_PAGE, first: 0 }; cap], mask: cap - 1, lo: u64::MAX, hi: 0 };
         let mut last = EMPTY_PAGE;
         for (i, b) in blocks.iter().enumerate() {
             let p = b.addr >> 12;
             if p != last {
                 last = p;
                 let mut k = d.slot(p);
-                while d.keys[k] != EMPTY_PAGE {
+                while d.slots[k].page != EMPTY_PAGE {
                     k = (k + 1) & d.mask;
                 }
-                d.keys[k] = p;
-                d.first[k] = i as u32;
+                d.slots[k] = DirSlot { page: p, first: i as u32 };
             }
         }
         d.lo = blocks.first().map_or(u64::MAX, |b| b.addr);
@@ -776,11 +782,11 @@ impl Directory {
     fn first_in(&self, page: u64) -> Option<usize> {
         let mut k = self.slot(page);
         loop {
-            let key = self.keys[k];
-            if key == page {
-                return Some(self.first[k] as usize);
+            let slot = self.slots[k];
+            if slot.page == page {
+                return Some(slot.first as usize);
             }
-            if key == EMPTY_PAGE {
+            if slot.page == EMPTY_PAGE {
                 return None;
             }
             k = (k + 1) & self.mask;
