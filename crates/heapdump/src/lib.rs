@@ -593,7 +593,16 @@ fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError
 /// A dump the runtime takes by itself (exit, signal, threshold, allocation
 /// failure): named automatically, reported on stderr and to
 /// `HEAPDUMP_REPORT` (a file `heapdump run` reads), never fatal.
+/// Automatic dumps between opening their file and reporting it.
+static AUTO_DUMPS: AtomicU64 = AtomicU64::new(0);
+
 fn auto_dump(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bool) {
+    AUTO_DUMPS.fetch_add(1, Ordering::AcqRel);
+    auto_dump_counted(st, reason, regs, on_helper);
+    AUTO_DUMPS.fetch_sub(1, Ordering::AcqRel);
+}
+
+fn auto_dump_counted(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bool) {
     let mut path = [0u8; 1100];
     let (fd, len) = match open_next(st, &mut path) {
         Ok(x) => x,
@@ -731,6 +740,14 @@ extern "C" fn after_fork() {
 }
 
 extern "C" fn at_exit() {
+    // A dump the signal thread is finishing (it resumed the program, which
+    // went on to exit) is reported before this one, not cut off by exit.
+    for _ in 0..5000 {
+        if AUTO_DUMPS.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        sys::sleep_ms(1);
+    }
     let regs = stw::current_regs();
     auto_dump(&STATE, Reason::Exit, &regs, false);
 }
@@ -844,6 +861,10 @@ pub mod testing {
     #[inline(never)]
     pub fn backtrace_libgcc(frames: &mut [u64]) -> usize {
         crate::sites::capture_libgcc(frames, 1)
+    }
+    /// Unwind rules in the cached unwinder's cache.
+    pub fn cached_rules() -> usize {
+        crate::unwind::cached_rules()
     }
 }
 

@@ -121,6 +121,17 @@ pub fn tgkill(tid: u32, sig: i32) -> Result<(), i32> {
     }
 }
 
+/// Sleeps `ms` milliseconds (nanosleep, restarted on signals).
+pub fn sleep_ms(ms: u64) {
+    let mut ts = libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long };
+    let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: both timespecs are valid for the call; on EINTR the rest of
+    // the interval is in `rem`.
+    while unsafe { libc::nanosleep(&ts, &mut rem) } != 0 && errno() == libc::EINTR {
+        ts = rem;
+    }
+}
+
 /// Monotonic clock in nanoseconds.
 pub fn monotonic_ns() -> u64 {
     clock(libc::CLOCK_MONOTONIC)

@@ -199,6 +199,18 @@ pub fn forget() {
     }
 }
 
+/// Rules in the cache now (for tests).
+pub fn cached_rules() -> usize {
+    let cache = CACHE.load(Ordering::Acquire);
+    if cache.is_null() {
+        return 0;
+    }
+    (0..CACHE_ENTRIES)
+        // SAFETY: as in `slot`.
+        .filter(|&i| unsafe { &*cache.add(i) }.rule.load(Ordering::Relaxed) != 0)
+        .count()
+}
+
 /// Storage for gimli's unwind context on the stack.
 struct OnStack;
 

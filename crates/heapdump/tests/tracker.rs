@@ -50,6 +50,7 @@ fn main() {
         ("zero_size_and_over_aligned", zero_size_and_over_aligned),
         ("sites_are_captured_and_deduplicated", sites_are_captured_and_deduplicated),
         ("the_cached_unwinder_agrees_with_libgcc", the_cached_unwinder_agrees_with_libgcc),
+        ("unloading_code_empties_the_rule_cache", unloading_code_empties_the_rule_cache),
         ("bad_configuration_is_reported_once", bad_configuration_is_reported_once),
         ("child_bad_config", child_bad_config),
     ]);
@@ -499,4 +500,16 @@ fn blocks_freed_by_other_threads_at_once_are_exact() {
         unsafe { std::alloc::dealloc(p as *mut u8, Layout::from_size_align(64, 8).unwrap()) };
     }
     drop((freed, path, dir, cleanup));
+}
+
+/// What the preload library's `dlclose` calls: every cached unwind rule
+/// goes (code may be reloaded at the same addresses), and walks refill it.
+fn unloading_code_empties_the_rule_cache() {
+    let mut frames = [0u64; 64];
+    assert!(heapdump::testing::backtrace_cached(&mut frames).is_some());
+    assert!(heapdump::testing::cached_rules() > 0, "a walk caches the rules it used");
+    heapdump::hooks::code_unloaded();
+    assert_eq!(heapdump::testing::cached_rules(), 0);
+    let n = heapdump::testing::backtrace_cached(&mut frames);
+    assert!(n.is_some_and(|n| n > 1) && heapdump::testing::cached_rules() > 0);
 }

@@ -144,6 +144,16 @@ fn libraries_loaded_later_are_in_the_module_map_and_symbolized() {
     assert!(row["key"].as_str().unwrap().contains("late.c"), "file and line from the library's debug info: {row}");
 }
 
+/// Traces `prog args` with `HEAPDUMP_UNWINDER=unwinder`; returns the
+/// folded stacks of its dump at exit.
+fn folded_with(d: &Scratch, tag: &str, unwinder: &str, prog: &std::path::Path, args: &[&std::ffi::OsStr]) -> String {
+    let out = d.path(&format!("{tag}.{unwinder}.hdump"));
+    ok(&heapdump().env("HEAPDUMP_UNWINDER", unwinder).arg("run").arg("-o").arg(&out).arg("--").arg(prog).args(args).output().unwrap());
+    let f = d.path(&format!("{tag}.{unwinder}.folded"));
+    ok(&heapdump().arg("export").arg(&out).args(["--format", "folded", "-o"]).arg(&f).output().unwrap());
+    std::fs::read_to_string(&f).unwrap()
+}
+
 /// The caching unwinder gives the same sites as libgcc's `_Unwind_Backtrace`
 /// on C and C++ built without frame pointers, through libc, libstdc++ and
 /// thread start: the folded stacks of both dumps are identical.
@@ -154,12 +164,7 @@ fn the_cached_unwinder_gives_libgccs_sites() {
     for (source, flags) in [("cxx.cpp", &["-O2"][..]), ("threads.c", &["-O2", "-pthread"][..]), ("leaks_tree.c", &["-O2"][..])] {
         let prog = compile(&d, source, flags);
         let folded = |unwinder: &str| {
-            let out = d.path(&format!("{source}.{unwinder}.hdump"));
-            let o = heapdump().env("HEAPDUMP_UNWINDER", unwinder).arg("run").arg("-o").arg(&out).arg("--").arg(&prog).output().unwrap();
-            ok(&o);
-            let f = d.path(&format!("{source}.{unwinder}.folded"));
-            ok(&heapdump().arg("export").arg(&out).args(["--format", "folded", "-o"]).arg(&f).output().unwrap());
-            let mut lines: Vec<String> = std::fs::read_to_string(&f).unwrap().lines().map(str::to_string).collect();
+            let mut lines: Vec<String> = folded_with(&d, source, unwinder, &prog, &[]).lines().map(str::to_string).collect();
             lines.sort();
             lines
         };
@@ -169,9 +174,10 @@ fn the_cached_unwinder_gives_libgccs_sites() {
     }
 }
 
-/// A library unloaded and another loaded at its address: the cached unwind
-/// rules of the first are forgotten (`dlclose` is interposed), so the
-/// second's allocation has the same stack as libgcc finds.
+/// A library unloaded and another loaded, often at its address (where the
+/// kernel places it is not ours to choose): the second's allocation has the
+/// same stack with the cached unwinder as with libgcc's. That `dlclose`
+/// empties the rule cache is checked directly by the runtime's tests.
 #[test]
 fn unloading_code_forgets_its_unwind_rules() {
     let d = Scratch::new("reloads");
@@ -184,22 +190,7 @@ fn unloading_code_forgets_its_unwind_rules() {
     }
     let prog = compile(&d, "reloads.c", &["-O1", "-g", "-ldl"]);
     let stack = |unwinder: &str| {
-        let out = d.path(&format!("r.{unwinder}.hdump"));
-        let o = heapdump()
-            .env("HEAPDUMP_UNWINDER", unwinder)
-            .arg("run")
-            .arg("-o")
-            .arg(&out)
-            .arg("--")
-            .arg(&prog)
-            .arg(&a)
-            .arg(&b)
-            .output()
-            .unwrap();
-        ok(&o);
-        let f = d.path(&format!("r.{unwinder}.folded"));
-        ok(&heapdump().arg("export").arg(&out).args(["--format", "folded", "-o"]).arg(&f).output().unwrap());
-        let text = std::fs::read_to_string(&f).unwrap();
+        let text = folded_with(&d, "r", unwinder, &prog, &[a.as_os_str(), b.as_os_str()]);
         // Plugin B's block: n = 5000 plus a (negative) byte of the frame,
         // allocated in plugin_alloc (B is loaded at the dump; A is not).
         let b_block =
