@@ -121,6 +121,103 @@ fn heapsnapshot_retained_sizes_equal_memlab() {
     assert_eq!(memlab["1"].as_u64(), Some(total_bytes(&dump)), "the root retains the whole heap");
 }
 
+/// The heapsnapshot loads in Chromium's own DevTools, Memory panel: the
+/// DevTools front-end bundled in Chromium is opened headless (through
+/// puppeteer-core, which memlab brings), the file is loaded with the
+/// panel's "Load" action, and the snapshot DevTools built is queried: its
+/// node count and total size, and per class (our node names: the blocks'
+/// types) the count, self size and retained size it computed (a class's
+/// retained size in DevTools sums its objects not held by another object of
+/// the class: ours for a class of one object, and between our largest and
+/// our sum otherwise).
+#[test]
+fn heapsnapshot_loads_in_the_devtools_memory_panel() {
+    let d = Scratch::new("devtools");
+    let dump = demo_dump(&d);
+    let out = d.path("heap.heapsnapshot");
+    export(&dump, "heapsnapshot", &out, &[]);
+    let node_modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/node/node_modules");
+    assert!(
+        node_modules.join("puppeteer-core").exists(),
+        "puppeteer-core missing: scripts/test.sh installs memlab (which brings it) into target/node"
+    );
+    let chromium = Command::new("sh").arg("-c").arg("command -v chromium").output().unwrap();
+    let chromium = ok(&chromium).trim().to_string();
+    let script = d.path("devtools.js");
+    std::fs::write(
+        &script,
+        r#"const fs = require('fs');
+const puppeteer = require('puppeteer-core');
+(async () => {
+  const [chromium, file, profile] = process.argv.slice(2);
+  const text = fs.readFileSync(file, 'utf8');
+  const browser = await puppeteer.launch({executablePath: chromium, headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--user-data-dir=' + profile]});
+  try {
+    const page = await browser.newPage();
+    await page.goto('devtools://devtools/bundled/devtools_app.html', {timeout: 60000});
+    const out = await page.evaluate(async (text) => {
+      const UI = await import('./ui/legacy/legacy.js');
+      const Profiler = await import('./panels/profiler/profiler.js');
+      await UI.ViewManager.ViewManager.instance().showView('heap-profiler');
+      const panel = Profiler.HeapProfilerPanel.HeapProfilerPanel.instance();
+      await panel.loadFromFile(new File([text], 'heap.heapsnapshot'));
+      const type = panel.profileTypes.find(t => t.getProfiles().length > 0);
+      if (!type) return {error: 'no profile loaded'};
+      const header = type.getProfiles()[0];
+      for (let i = 0; i < 600 && !header.snapshotProxy; i++) await new Promise(r => setTimeout(r, 100));
+      const s = header.snapshotProxy;
+      if (!s) return {error: 'the snapshot did not load'};
+      const aggs = await s.aggregatesWithFilter({});
+      const classes = {};
+      for (const a of Object.values(aggs)) classes[a.name] = [a.count, a.self, a.maxRet];
+      return {nodeCount: s.nodeCount, totalSize: s.totalSize, classes};
+    }, text);
+    process.stdout.write(JSON.stringify(out));
+  } finally {
+    await browser.close();
+  }
+})().catch(e => { console.error(e); process.exit(1); });
+"#,
+    )
+    .unwrap();
+    let o = tool("node").arg(&script).arg(&chromium).arg(&out).arg(d.path("profile")).env("NODE_PATH", &node_modules).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert!(v.get("error").is_none(), "{v}");
+    let s = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    assert_eq!(v["nodeCount"].as_u64(), s["allocations"].as_u64().map(|n| n + 4), "a node per block, the root and three groups");
+    assert_eq!(v["totalSize"], s["bytes"]);
+    // Per type: DevTools' count, self size and retained size against ours.
+    let top =
+        json(&["top".as_ref(), "--by".as_ref(), "type".as_ref(), "-n".as_ref(), "1000".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    let retained = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "100000000".as_ref(), dump.as_os_str()]);
+    // (largest, sum) of our retained sizes per type.
+    let mut ours: std::collections::HashMap<String, (u64, u64)> = std::collections::HashMap::new();
+    for r in retained.as_array().unwrap() {
+        let e = ours.entry(r["type"].as_str().unwrap().to_string()).or_default();
+        let x = r["retained"].as_u64().unwrap();
+        *e = (e.0.max(x), e.1 + x);
+    }
+    let rows = top.as_array().unwrap();
+    assert!(rows.len() >= 5);
+    for r in rows {
+        let name = r["key"].as_str().unwrap();
+        if name == "unknown" {
+            continue; // such blocks are named by their site instead
+        }
+        let c = &v["classes"][name];
+        assert_eq!(c[0], r["allocations"], "{name}: count in DevTools");
+        assert_eq!(c[1], r["bytes"], "{name}: self size in DevTools");
+        let theirs = c[2].as_u64().unwrap();
+        let (largest, sum) = ours[name];
+        if r["allocations"] == 1 {
+            assert_eq!(theirs, largest, "{name}: retained size in DevTools");
+        } else {
+            assert!(largest <= theirs && theirs <= sum, "{name}: DevTools' retained {theirs} outside [{largest}, {sum}]");
+        }
+    }
+}
+
 #[test]
 fn folded_stacks_and_flamegraph_account_for_every_byte() {
     let d = Scratch::new("flame");
