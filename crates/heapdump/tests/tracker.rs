@@ -422,6 +422,9 @@ fn blocks_freed_by_other_threads_at_once_are_exact() {
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
     const RING: usize = 4;
+    // An odd size nothing else here allocates: a freed address that comes
+    // back in the dump at this size can only be a kept block.
+    const SIZE: usize = 777;
     const N: usize = 120_000;
     let before = heapdump::stats();
     let rings: Arc<Vec<Vec<AtomicUsize>>> = Arc::new((0..2).map(|_| (0..RING).map(|_| AtomicUsize::new(0)).collect()).collect());
@@ -441,8 +444,8 @@ fn blocks_freed_by_other_threads_at_once_are_exact() {
                         std::hint::spin_loop();
                         continue;
                     }
-                    // SAFETY: the producer allocated it with (64, 8) and handed it over.
-                    unsafe { std::alloc::dealloc(v as *mut u8, Layout::from_size_align(64, 8).unwrap()) };
+                    // SAFETY: the producer allocated it with (SIZE, 8) and handed it over.
+                    unsafe { std::alloc::dealloc(v as *mut u8, Layout::from_size_align(SIZE, 8).unwrap()) };
                     freed.push(v);
                     i += 1;
                 }
@@ -454,7 +457,7 @@ fn blocks_freed_by_other_threads_at_once_are_exact() {
     let mut next = [0usize; 2];
     for k in 0..N {
         // SAFETY: non-zero size.
-        let p = unsafe { std::alloc::alloc(Layout::from_size_align(64, 8).unwrap()) } as usize;
+        let p = unsafe { std::alloc::alloc(Layout::from_size_align(SIZE, 8).unwrap()) } as usize;
         assert_ne!(p, 0);
         if k % 10 == 0 {
             kept.push(p);
@@ -486,18 +489,18 @@ fn blocks_freed_by_other_threads_at_once_are_exact() {
     heapdump::dump(&path, heapdump::Mode::Compact).unwrap();
     let d = common::parse(&std::fs::read(&path).unwrap());
     for p in &kept {
-        assert_eq!(d.allocs.get(&(*p as u64)).map(|a| a.0), Some(64), "kept block {p:#x} missing");
+        assert_eq!(d.allocs.get(&(*p as u64)).map(|a| a.0), Some(SIZE as u64), "kept block {p:#x} missing");
     }
     let kept_set: std::collections::HashSet<usize> = kept.iter().copied().collect();
     for p in freed.iter().flatten() {
         if !kept_set.contains(p) {
-            assert!(d.allocs.get(&(*p as u64)).is_none_or(|a| a.0 != 64), "freed block {p:#x} still in the dump");
+            assert!(d.allocs.get(&(*p as u64)).is_none_or(|a| a.0 != SIZE as u64), "freed block {p:#x} still in the dump");
         }
     }
     drop(d);
     for p in kept {
-        // SAFETY: allocated above with (64, 8).
-        unsafe { std::alloc::dealloc(p as *mut u8, Layout::from_size_align(64, 8).unwrap()) };
+        // SAFETY: allocated above with (SIZE, 8).
+        unsafe { std::alloc::dealloc(p as *mut u8, Layout::from_size_align(SIZE, 8).unwrap()) };
     }
     drop((freed, path, dir, cleanup));
 }
