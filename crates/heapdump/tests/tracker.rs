@@ -413,6 +413,17 @@ fn the_cached_unwinder_agrees_with_libgcc() {
     }
 }
 
+/// Spins a little, then yields: three threads hand blocks to each other on
+/// two cores, and pure spinning could keep the one that must move off them.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 /// A producer hands each block to one of two consumers through 4-deep
 /// rings, so most are freed by another thread within a few allocations of
 /// being made (while their insert may still be pending in the producer's
@@ -434,6 +445,7 @@ fn blocks_freed_by_other_threads_at_once_are_exact() {
             std::thread::spawn(move || {
                 let mut freed = Vec::with_capacity(N / 2);
                 let mut i = 0;
+                let mut spins = 0u32;
                 loop {
                     let slot = &rings[c][i % RING];
                     let v = slot.swap(0, Ordering::Acquire);
@@ -441,9 +453,10 @@ fn blocks_freed_by_other_threads_at_once_are_exact() {
                         break;
                     }
                     if v == 0 {
-                        std::hint::spin_loop();
+                        backoff(&mut spins);
                         continue;
                     }
+                    spins = 0;
                     // SAFETY: the producer allocated it with (SIZE, 8) and handed it over.
                     unsafe { std::alloc::dealloc(v as *mut u8, Layout::from_size_align(SIZE, 8).unwrap()) };
                     freed.push(v);
@@ -465,15 +478,17 @@ fn blocks_freed_by_other_threads_at_once_are_exact() {
         }
         let c = k % 2;
         let slot = &rings[c][next[c] % RING];
+        let mut spins = 0u32;
         while slot.compare_exchange(0, p, Ordering::Release, Ordering::Relaxed).is_err() {
-            std::hint::spin_loop();
+            backoff(&mut spins);
         }
         next[c] += 1;
     }
     for c in 0..2 {
         let slot = &rings[c][next[c] % RING];
+        let mut spins = 0u32;
         while slot.compare_exchange(0, usize::MAX, Ordering::Release, Ordering::Relaxed).is_err() {
-            std::hint::spin_loop();
+            backoff(&mut spins);
         }
     }
     let freed: Vec<Vec<usize>> = consumers.into_iter().map(|h| h.join().unwrap()).collect();
