@@ -590,12 +590,13 @@ fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError
     Err(DumpError::Os { what: "finding a free dump file name", errno: libc::EEXIST })
 }
 
+/// Automatic dumps between opening their file and reporting it (the exit
+/// dump waits for them).
+static AUTO_DUMPS: AtomicU64 = AtomicU64::new(0);
+
 /// A dump the runtime takes by itself (exit, signal, threshold, allocation
 /// failure): named automatically, reported on stderr and to
 /// `HEAPDUMP_REPORT` (a file `heapdump run` reads), never fatal.
-/// Automatic dumps between opening their file and reporting it.
-static AUTO_DUMPS: AtomicU64 = AtomicU64::new(0);
-
 fn auto_dump(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bool) {
     AUTO_DUMPS.fetch_add(1, Ordering::AcqRel);
     auto_dump_counted(st, reason, regs, on_helper);
@@ -872,13 +873,13 @@ pub mod testing {
 /// the `LD_PRELOAD` library's C functions. Not part of the Rust API.
 #[doc(hidden)]
 pub mod hooks {
+    use super::*;
+
     /// Code was unloaded (`dlclose`): forget the unwind rules cached for
     /// addresses other code may now occupy.
     pub fn code_unloaded() {
         crate::unwind::forget();
     }
-
-    use super::*;
 
     /// One call into the tracker, from entry to return.
     pub struct Call {

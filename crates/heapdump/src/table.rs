@@ -82,6 +82,19 @@ fn hash(addr: u64) -> u64 {
     (addr >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// The shard `addr` belongs to: the top 6 bits of its hash.
+#[inline]
+fn shard_index(addr: u64) -> usize {
+    (hash(addr) >> 58) as usize
+}
+
+/// `addr`'s home slot in a shard of `mask + 1` slots: the hash bits below
+/// the 6 that chose the shard.
+#[inline]
+fn home_in(addr: u64, mask: usize) -> usize {
+    ((hash(addr) << 6) >> (64 - mask.count_ones())) as usize
+}
+
 impl Shard {
     const fn empty() -> Shard {
         Shard { slots: core::ptr::null_mut(), mask: 0, len: 0, live_bytes: 0, total_allocs: 0, total_bytes: 0 }
@@ -90,7 +103,7 @@ impl Shard {
     /// Home slot: the hash bits below the 6 that chose the shard.
     #[inline]
     fn home(&self, addr: u64) -> usize {
-        ((hash(addr) << 6) >> (64 - self.mask.count_ones())) as usize
+        home_in(addr, self.mask)
     }
 
     fn capacity(&self) -> usize {
@@ -275,21 +288,20 @@ impl Table {
 
     #[inline]
     fn shard(&self, addr: u64) -> &SpinLock<Shard> {
-        &self.shards[(hash(addr) >> 58) as usize]
+        &self.shards[shard_index(addr)]
     }
 
     /// Starts loading the cache line where `addr`'s entry will go, so that
     /// work done meanwhile (capturing its site) hides the cache miss.
     #[inline]
     pub fn prefetch(&self, addr: u64) {
-        let i = (hash(addr) >> 58) as usize;
-        let h = &self.hints[i];
+        let h = &self.hints[shard_index(addr)];
         let slots = h.slots.load(Ordering::Relaxed);
         let mask = h.mask.load(Ordering::Relaxed);
         if slots.is_null() || mask == 0 {
             return;
         }
-        let home = ((hash(addr) << 6) >> (64 - mask.count_ones())) as usize & mask;
+        let home = home_in(addr, mask);
         // SAFETY: a prefetch is a hint: it never faults and reads nothing
         // the program observes, even if the address is stale.
         unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(slots.wrapping_add(home).cast()) };
@@ -307,7 +319,7 @@ impl Table {
             let cap = shard.capacity();
             let ok = shard.insert(e);
             if shard.capacity() != cap {
-                let h = &self.hints[(hash(e.addr) >> 58) as usize];
+                let h = &self.hints[shard_index(e.addr)];
                 h.slots.store(shard.slots, Ordering::Relaxed);
                 h.mask.store(shard.mask, Ordering::Relaxed);
             }
