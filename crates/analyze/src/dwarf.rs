@@ -190,9 +190,7 @@ impl ModuleDebug {
             let unit = self.unit(u_off)?;
             let entry = unit.entry(at).ok()?;
             if out.name.is_none() {
-                if let Some(n) = entry.attr_value(gimli::DW_AT_name) {
-                    out.name = self.dwarf.attr_string(&unit, n).ok().and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()));
-                }
+                out.name = die_name(&self.dwarf, &unit, &entry);
             }
             if out.params.is_empty() && entry.has_children() {
                 out.params = self.template_params(u_off, &unit, at);
@@ -216,10 +214,7 @@ impl ModuleDebug {
             if e.tag() != gimli::DW_TAG_template_type_parameter {
                 continue;
             }
-            let name = e
-                .attr_value(gimli::DW_AT_name)
-                .and_then(|n| self.dwarf.attr_string(unit, n).ok())
-                .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()));
+            let name = die_name(&self.dwarf, unit, e);
             let ty = e.attr_value(gimli::DW_AT_type);
             if let (Some(name), Some(ty)) = (name, ty) {
                 found.push((name, ty));
@@ -261,10 +256,7 @@ impl ModuleDebug {
             if !named && !e.has_children() {
                 continue;
             }
-            let name = e
-                .attr_value(gimli::DW_AT_name)
-                .and_then(|n| dwarf.attr_string(&unit, n).ok())
-                .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()));
+            let name = die_name(&dwarf, &unit, e);
             if let (true, Some(n)) = (named, &name) {
                 let mut q = String::new();
                 for (_, p) in &scope {
@@ -306,13 +298,7 @@ impl ModuleDebug {
                 if e.tag() != gimli::DW_TAG_variable {
                     continue;
                 }
-                let Some(name) = e
-                    .attr_value(gimli::DW_AT_name)
-                    .and_then(|n| dwarf.attr_string(&unit, n).ok())
-                    .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()))
-                else {
-                    continue;
-                };
+                let Some(name) = die_name(&dwarf, &unit, e) else { continue };
                 let Some((ty, tr)) = parse_vtable_name(&name) else { continue };
                 let Some(gimli::AttributeValue::Exprloc(expr)) = e.attr_value(gimli::DW_AT_location) else { continue };
                 let mut ops = expr.operations(unit.encoding());
@@ -325,6 +311,12 @@ impl ModuleDebug {
         self.vtables = Some(v.clone());
         v
     }
+}
+
+/// A DIE's `DW_AT_name`, wherever the string lives.
+fn die_name(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Option<String> {
+    let s = dwarf.attr_string(unit, e.attr_value(gimli::DW_AT_name)?).ok()?;
+    s.to_string_lossy().ok().map(|c| c.into_owned())
 }
 
 /// `<types::Circle as types::Shape>::{vtable}` → (`types::Circle`, `types::Shape`).
