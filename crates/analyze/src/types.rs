@@ -335,12 +335,12 @@ pub struct Types<'f> {
 }
 
 impl<'f> Types<'f> {
-    /// Type names for `heap`'s blocks. With the dump `file` of a full dump,
+    /// Type names for `heap`'s blocks, loaded from `file`. In a full dump,
     /// blocks whose site says nothing are also named by fat pointers to
     /// them (a pointer to the block's start followed by a vtable the debug
     /// info names): the scan runs once, when first needed.
-    pub fn new(file: Option<&'f DumpFile>, heap: &Heap) -> Types<'f> {
-        let file = file.filter(|_| heap.header.mode == heapdump_format::Mode::Full);
+    pub fn new(file: &'f DumpFile, heap: &Heap) -> Types<'f> {
+        let file = (heap.header.mode == heapdump_format::Mode::Full).then_some(file);
         Types { sites: HashMap::new(), file, blocks: HashMap::new() }
     }
 
@@ -359,19 +359,21 @@ impl<'f> Types<'f> {
         if t != UNKNOWN {
             return t;
         }
-        if let Some(file) = self.file.take() {
-            self.blocks = scan_vtables(file, heap, sym);
-        }
-        self.blocks.get(&b.0).cloned().unwrap_or(t)
+        self.by_vtable(sym, heap).get(&b.0).cloned().unwrap_or(t)
     }
 
     /// Whether blocks of one site may have different names (some were
     /// named by vtables). Runs the vtable scan if it has not run.
     pub fn has_block_names(&mut self, sym: &mut Symbolizer<'_>, heap: &Heap) -> bool {
+        !self.by_vtable(sym, heap).is_empty()
+    }
+
+    /// The blocks named by vtables, scanning the dump the first time.
+    fn by_vtable(&mut self, sym: &mut Symbolizer<'_>, heap: &Heap) -> &HashMap<u32, String> {
         if let Some(file) = self.file.take() {
             self.blocks = scan_vtables(file, heap, sym);
         }
-        !self.blocks.is_empty()
+        &self.blocks
     }
 }
 

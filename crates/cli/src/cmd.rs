@@ -323,7 +323,7 @@ fn demo() -> Result<ExitCode> {
     print_summary(&mut stdout, &out, &Summary::of(&file)?)?;
     let (file, heap) = views::load(&out)?;
     let mut sym = heapdump_analyze::symbols::Symbolizer::new(&heap);
-    let mut types = heapdump_analyze::types::Types::new(Some(&file), &heap);
+    let mut types = heapdump_analyze::types::Types::new(&file, &heap);
     writeln!(stdout, "\n== leaks")?;
     // One leak classification serves both views.
     let (leaks, doms) = heapdump_analyze::dominators::of_dump(&file, &heap);

@@ -54,7 +54,7 @@ fn hex(a: u64) -> String {
 pub fn top(path: &Path, by: GroupBy, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
-    let mut types = Types::new(Some(&file), &heap);
+    let mut types = Types::new(&file, &heap);
     let mut rows = group::top(&heap, &mut sym, &mut types, by);
     rows.truncate(n);
     if json {
@@ -156,7 +156,7 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut
 pub fn leaks(path: &Path, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
-    let mut types = Types::new(Some(&file), &heap);
+    let mut types = Types::new(&file, &heap);
     let r = leak_report(&heap, &leaks::of_dump(&file, &heap), &mut sym, &mut types);
     if json {
         return output::json(&r);
@@ -265,7 +265,7 @@ pub fn retainers(
 pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
-    let mut types = Types::new(Some(&file), &heap);
+    let mut types = Types::new(&file, &heap);
     let (l, d) = dominators::of_dump(&file, &heap);
     let rows = retainers(&heap, &l, &d, &mut sym, &mut types, n);
     if json {

@@ -49,7 +49,7 @@ impl<'h> Explained<'h> {
             let s = &mut children[child_start[p] as usize..child_start[p + 1] as usize];
             s.sort_by(|&a, &b| dominators.retained[b as usize].cmp(&dominators.retained[a as usize]).then(a.cmp(&b)));
         }
-        let types = RefCell::new(Types::new(Some(file), heap));
+        let types = RefCell::new(Types::new(file, heap));
         Explained { heap, leaks, dominators, sym: RefCell::new(Symbolizer::new(heap)), types, children, child_start }
     }
 
