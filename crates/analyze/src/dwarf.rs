@@ -322,19 +322,11 @@ fn die_name(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::Debugging
 /// `<types::Circle as types::Shape>::{vtable}` → (`types::Circle`, `types::Shape`).
 pub fn parse_vtable_name(name: &str) -> Option<(&str, &str)> {
     let inner = name.strip_prefix('<')?.strip_suffix(">::{vtable}")?;
-    // The last " as " at nesting depth 0 separates the type from the trait.
-    let mut depth = 0i32;
-    let bytes = inner.as_bytes();
-    let mut split = None;
-    for i in 0..bytes.len() {
-        match bytes[i] {
-            b'<' | b'(' | b'[' => depth += 1,
-            b'>' if i > 0 && bytes[i - 1] == b'-' => {} // `fn() -> T`
-            b'>' | b')' | b']' => depth -= 1,
-            b' ' if depth == 0 && inner[i..].starts_with(" as ") => split = Some(i),
-            _ => {}
-        }
-    }
+    // The last " as " at level 0 separates the type from the trait.
+    let split = crate::types::levels(inner)
+        .filter(|&(i, c, level)| c == b' ' && level == 0 && inner[i..].starts_with(" as "))
+        .map(|(i, ..)| i)
+        .last();
     let i = split?;
     Some((&inner[..i], &inner[i + 4..]))
 }

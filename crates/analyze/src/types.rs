@@ -221,57 +221,58 @@ fn is_concrete(a: &str) -> bool {
 /// `alloc::vec::Vec<T>`; a free function gives its module path.
 fn self_type(name: &str) -> &str {
     if let Some(rest) = name.strip_prefix('<') {
-        let mut depth = 0i32;
-        for (i, ch) in rest.char_indices() {
-            match ch {
-                '<' | '(' | '[' => depth += 1,
-                '>' if depth == 0 => return &rest[..i],
-                '>' | ')' | ']' => depth -= 1,
-                ' ' if depth == 0 && rest[i..].starts_with(" as ") => return &rest[..i],
-                _ => {}
+        for (i, c, level) in levels(rest) {
+            if (c == b'>' && level == -1) || (c == b' ' && level == 0 && rest[i..].starts_with(" as ")) {
+                return &rest[..i];
             }
         }
         return rest;
     }
-    // Drop the last path segment at depth 0.
-    let mut depth = 0i32;
-    let mut cut = 0;
-    let b = name.as_bytes();
-    for i in 0..b.len() {
-        match b[i] {
-            b'<' | b'(' | b'[' => depth += 1,
-            b'>' | b')' | b']' => depth -= 1,
-            b':' if depth == 0 && b.get(i + 1) == Some(&b':') => cut = i,
-            _ => {}
-        }
-    }
-    &name[..cut]
+    // Drop the last path segment at level 0.
+    let cut = levels(name).filter(|&(i, c, level)| c == b':' && level == 0 && name[i + 1..].starts_with(':')).map(|(i, ..)| i).last();
+    &name[..cut.unwrap_or(0)]
 }
 
 /// The comma-separated arguments of a generic list, `rest` following its
 /// opening `<` (what comes after the closing `>` is ignored).
 fn generic_args(rest: &str) -> Option<Vec<String>> {
     let mut out = Vec::new();
-    let mut depth = 0i32;
     let mut start = 0;
-    let b = rest.as_bytes();
-    for i in 0..b.len() {
-        match b[i] {
-            b'<' | b'(' | b'[' => depth += 1,
-            b'>' if i > 0 && b[i - 1] == b'-' => {}
-            b'>' if depth == 0 => {
-                out.push(rest[start..i].trim().to_string());
-                return Some(out);
-            }
-            b'>' | b')' | b']' => depth -= 1,
-            b',' if depth == 0 => {
+    for (i, c, level) in levels(rest) {
+        match (c, level) {
+            (b',', 0) => {
                 out.push(rest[start..i].trim().to_string());
                 start = i + 1;
+            }
+            (b'>', -1) => {
+                out.push(rest[start..i].trim().to_string());
+                return Some(out);
             }
             _ => {}
         }
     }
     None
+}
+
+/// Each byte of `s` with its bracket level: `<`, `(` and `[` open, `>`,
+/// `)` and `]` close, a bracket itself standing at the outer level; the
+/// `>` of `->` (`fn() -> T`) is no bracket. An unbalanced closer takes the
+/// level below zero.
+pub(crate) fn levels(s: &str) -> impl Iterator<Item = (usize, u8, i32)> + '_ {
+    let b = s.as_bytes();
+    let mut depth = 0i32;
+    b.iter().enumerate().map(move |(i, &c)| match c {
+        b'<' | b'(' | b'[' => {
+            depth += 1;
+            (i, c, depth - 1)
+        }
+        b'>' if i > 0 && b[i - 1] == b'-' => (i, c, depth),
+        b'>' | b')' | b']' => {
+            depth -= 1;
+            (i, c, depth)
+        }
+        _ => (i, c, depth),
+    })
 }
 
 /// `(A, B)` → `[A, B]`.
