@@ -58,6 +58,7 @@ pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: Gro
     rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
     rows
 }
+
 /// One row of a diff. Field names are the `diff --json` keys.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct DiffRow {

@@ -130,7 +130,10 @@ impl<'h> Symbolizer<'h> {
         if out.is_empty() || out.iter().all(|f| f.function.is_none()) {
             let name = debug.symbol(probe).map(|(n, _)| demangle(n));
             match out.last_mut() {
-                None => out = bare(module).into_iter().map(|f| Frame { function: name.clone(), ..f }).collect(),
+                None => {
+                    out = bare(module);
+                    out[0].function = name;
+                }
                 Some(f) => f.function = name.or(f.function.take()),
             }
         }
