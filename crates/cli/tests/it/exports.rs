@@ -22,6 +22,18 @@ fn total_bytes(dump: &Path) -> u64 {
     json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()])["bytes"].as_u64().unwrap()
 }
 
+/// Runs a node `script` with target/node's modules (where scripts/test.sh
+/// installs memlab, which brings puppeteer-core) and parses the JSON it
+/// prints.
+fn node_json(d: &Scratch, needs: &str, script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let node_modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/node/node_modules");
+    assert!(node_modules.join(needs).exists(), "{needs} missing: scripts/test.sh installs memlab (and what it brings) into target/node");
+    let path = d.path("script.js");
+    std::fs::write(&path, script).unwrap();
+    let o = tool("node").arg(&path).args(args).env("NODE_PATH", &node_modules).output().unwrap();
+    serde_json::from_str(&ok(&o)).unwrap()
+}
+
 fn tool(name: &str) -> Command {
     assert!(
         Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().unwrap().status.success(),
@@ -77,11 +89,9 @@ fn heapsnapshot_retained_sizes_equal_memlab() {
     let dump = demo_dump(&d);
     let out = d.path("heap.heapsnapshot");
     export(&dump, "heapsnapshot", &out, &[]);
-    let node_modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/node/node_modules");
-    assert!(node_modules.join("@memlab/heap-analysis").exists(), "memlab missing: scripts/test.sh installs it into target/node");
-    let script = d.path("memlab.js");
-    std::fs::write(
-        &script,
+    let memlab = node_json(
+        &d,
+        "@memlab/heap-analysis",
         r#"const {getFullHeapFromFile} = require('@memlab/heap-analysis');
 (async () => {
   const heap = await getFullHeapFromFile(process.argv[2]);
@@ -90,10 +100,9 @@ fn heapsnapshot_retained_sizes_equal_memlab() {
   process.stdout.write(JSON.stringify(out));
 })().catch(e => { console.error(e); process.exit(1); });
 "#,
-    )
-    .unwrap();
-    let o = tool("node").arg(&script).arg(&out).env("NODE_PATH", &node_modules).output().unwrap();
-    let memlab: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&ok(&o)).unwrap();
+        &[out.as_os_str()],
+    );
+    let memlab = memlab.as_object().unwrap();
     // Ours: every block's retained size, by address order (= node order).
     let ours = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "100000000".as_ref(), dump.as_os_str()]);
     let mut rows: Vec<(u64, u64)> = ours
@@ -136,16 +145,12 @@ fn heapsnapshot_loads_in_the_devtools_memory_panel() {
     let dump = demo_dump(&d);
     let out = d.path("heap.heapsnapshot");
     export(&dump, "heapsnapshot", &out, &[]);
-    let node_modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/node/node_modules");
-    assert!(
-        node_modules.join("puppeteer-core").exists(),
-        "puppeteer-core missing: scripts/test.sh installs memlab (which brings it) into target/node"
-    );
     let chromium = Command::new("sh").arg("-c").arg("command -v chromium").output().unwrap();
     let chromium = ok(&chromium).trim().to_string();
-    let script = d.path("devtools.js");
-    std::fs::write(
-        &script,
+    let profile = d.path("profile");
+    let v = node_json(
+        &d,
+        "puppeteer-core",
         r#"const fs = require('fs');
 const puppeteer = require('puppeteer-core');
 (async () => {
@@ -179,10 +184,8 @@ const puppeteer = require('puppeteer-core');
   }
 })().catch(e => { console.error(e); process.exit(1); });
 "#,
-    )
-    .unwrap();
-    let o = tool("node").arg(&script).arg(&chromium).arg(&out).arg(d.path("profile")).env("NODE_PATH", &node_modules).output().unwrap();
-    let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+        &[chromium.as_ref(), out.as_os_str(), profile.as_os_str()],
+    );
     assert!(v.get("error").is_none(), "{v}");
     let s = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()]);
     assert_eq!(v["nodeCount"].as_u64(), s["allocations"].as_u64().map(|n| n + 4), "a node per block, the root and three groups");
