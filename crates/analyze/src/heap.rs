@@ -296,8 +296,6 @@ impl Heap {
             }
         }
         let dir = Directory::new(&heap.blocks);
-        let valid = &file.bytes()[..end_of_valid];
-        let dump = heapdump_format::Dump::parse(valid).map_err(fmt_err)?;
         let libc_modules: Vec<bool> = heap.modules.iter().map(|m| is_libc(&m.path)).collect();
         let mut thread_names: HashMap<u32, String> = HashMap::new();
         for t in &heap.threads {
