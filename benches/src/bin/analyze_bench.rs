@@ -94,6 +94,7 @@ fn main() {
     .unwrap();
     eprintln!("pass 1 (records, sort) ended at {:.3} s", pass2_at.unwrap_or(0.0));
     let t_load = t0.elapsed().as_secs_f64();
+    let (heap_bytes, load_peak) = (CUR.load(Ordering::Relaxed) - before, PEAK.load(Ordering::Relaxed) - before);
     // Leaks and dominators as the tool computes them: the leaks on a second
     // thread while the dominator walk from the roots runs.
     let t1 = std::time::Instant::now();
@@ -103,7 +104,7 @@ fn main() {
     let peak = PEAK.load(Ordering::Relaxed) - before;
     let _ = std::fs::remove_file(&path);
     println!(
-        "n={n} edges={} load_s={t_load:.3} leaks_dominators_s={t_both:.3} total_s={total:.3} peak_heap_bytes={peak} bytes_per_alloc={:.1} reachable={} definitely_lost={} max_retained={}",
+        "n={n} edges={} load_s={t_load:.3} loaded_heap_bytes={heap_bytes} load_peak_bytes={load_peak} leaks_dominators_s={t_both:.3} total_s={total:.3} peak_heap_bytes={peak} bytes_per_alloc={:.1} reachable={} definitely_lost={} max_retained={}",
         heap.edge_count(),
         peak as f64 / n as f64,
         l.still_reachable.blocks,

@@ -140,44 +140,49 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
             dfs_from(start, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
         }
     }
+    drop(stack);
     let count = vertex.len();
 
-    // Predecessors in dfn space (CSR).
+    // Predecessors in dfn space (CSR), walking the edges in block order
+    // (sequential reads of the heap's tables; every node was visited).
     let mut pred_start = vec![0u32; count + 1];
-    let for_succ = |v: u32, f: &mut dyn FnMut(u32)| {
-        if v == 0 {
-            for &w in &root_children {
-                f(w);
-            }
-        } else {
-            for &t in heap.raw_targets(v - 1) {
-                f((t & MASK) + 1);
+    let for_edges = |f: &mut dyn FnMut(usize, u32)| {
+        for &w in &root_children {
+            f(0, w);
+        }
+        for b in 0..heap.len() as u32 {
+            for &t in heap.raw_targets(b) {
+                f(b as usize + 1, (t & MASK) + 1);
             }
         }
     };
-    for &v in &vertex {
-        for_succ(v, &mut |w| pred_start[dfn[w as usize] as usize] += 1);
-    }
+    for_edges(&mut |_, w| pred_start[dfn[w as usize] as usize] += 1);
     for i in 0..count {
         pred_start[i + 1] += pred_start[i];
     }
     let mut preds = vec![0u32; pred_start[count] as usize];
-    {
-        // Fill from the end of each range backwards, reusing pred_start's
-        // shifted values as cursors (no second array).
-        for (vi, &v) in vertex.iter().enumerate() {
-            for_succ(v, &mut |w| {
-                let wi = dfn[w as usize] as usize;
-                pred_start[wi] -= 1;
-                preds[pred_start[wi] as usize] = vi as u32;
-            });
-        }
-        // pred_start[wi] now is the start of w's range, for wi in 1..=count:
-        // shift down by one so that index wi-1 (0-based dfn) starts there.
-        pred_start.remove(0);
-        pred_start.push(preds.len() as u32);
-    }
+    // Fill from the end of each range backwards, reusing pred_start's
+    // shifted values as cursors (no second array).
+    for_edges(&mut |v, w| {
+        let wi = dfn[w as usize] as usize;
+        pred_start[wi] -= 1;
+        preds[pred_start[wi] as usize] = dfn[v] - 1;
+    });
+    // pred_start[wi] now is the start of w's range, for wi in 1..=count:
+    // shift down by one so that index wi-1 (0-based dfn) starts there.
+    pred_start.remove(0);
+    pred_start.push(preds.len() as u32);
     drop(dfn);
+    // The DFS parent is one of each node's predecessors: moved to the front
+    // of its range, it is kept there instead of in an array of its own.
+    for w in 1..count {
+        let range = &mut preds[pred_start[w] as usize..pred_start[w + 1] as usize];
+        if let Some(i) = range.iter().position(|&p| p == parent[w]) {
+            range.swap(0, i);
+        }
+    }
+    drop(parent);
+    let parent = |w: usize| preds[pred_start[w] as usize];
 
     // Semi-NCA in dfn space (0-based).
     let mut semi: Vec<u32> = (0..count as u32).collect();
@@ -192,22 +197,21 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
                 s = s.min(semi[u as usize]);
             }
             semi[w] = s;
-            ancestor[w] = parent[w];
+            ancestor[w] = parent(w);
         }
     }
-    drop((preds, pred_start));
     // Immediate dominators, in place over `semi` (idom[w] needs only
     // idom of smaller numbers and semi[w] itself).
     let idom_d = &mut semi;
     for w in 1..count {
         let s = idom_d[w];
-        let mut d = parent[w];
+        let mut d = parent(w);
         while d > s {
             d = idom_d[d as usize];
         }
         idom_d[w] = d;
     }
-    drop(parent);
+    drop((preds, pred_start));
 
     // Back to block ids; retained sizes bottom-up in reverse preorder,
     // directly in block space.

@@ -181,10 +181,7 @@ pub struct Heap {
     pub sites: HashMap<u32, Vec<u64>>,
     /// Blocks sorted by address.
     pub blocks: Vec<Block>,
-    /// For each block, its position among the dump's ALLOC records: edges
-    /// are stored in record order (one pass, no permutation).
-    rec_of: Vec<u32>,
-    /// Start of each record's edges, in record order (n + 1 entries).
+    /// Start of each block's edges (n + 1 entries).
     edge_start: Vec<u32>,
     edge_target: Vec<u32>,
     edge_offset: Vec<u32>,
@@ -224,6 +221,16 @@ impl Heap {
         let total = file.bytes().len() as u64 * 2;
         let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
         let mut heap = Heap::empty(*dump.header());
+        // Sized from the count the trailer claims (bounded by what the file
+        // could hold), so the table is not grown by doubling.
+        let claimed_allocs = dump.claimed_counts().map_or(0, |c| c.0);
+        let fits = |count: u64, bytes_each: usize| count.min((file.bytes().len() / bytes_each) as u64) as usize;
+        heap.blocks.reserve_exact(fits(claimed_allocs, raw::RECORD_HEADER_SIZE + raw::ALLOC_FIXED).min(MAX_BLOCKS));
+        // Writers emit ALLOC records in address order; when a dump's are
+        // not, the blocks are sorted and the edges permuted after pass 2.
+        let mut sorted = true;
+        // Pointers before and from the split (compact dumps), to size pass 2's tables.
+        let mut pointers = [0usize; 2];
         // Pass 1: everything but edges. It also picks where pass 2 splits
         // the records between two threads: the first ALLOC record past the
         // middle of the file.
@@ -276,18 +283,27 @@ impl Heap {
                             what: format!("more than {MAX_BLOCKS} allocations"),
                         });
                     }
+                    if let Some(last) = heap.blocks.last() {
+                        sorted &= last.addr < a.address;
+                    }
+                    if let heapdump_format::ContentsRef::Compact(p) = a.contents {
+                        pointers[usize::from(split.is_some())] += p.len();
+                    }
                     heap.blocks.push(Block { addr: a.address, size: a.size, site: a.site, flags: a.flags });
                 }
                 Record::End(t) => heap.trailer = Some(t),
                 Record::Static(_) | Record::Unknown { .. } => {}
             }
         }
-        // Sort by address, remembering each block's record position.
+        // Sort by address when needed, remembering each block's record.
         let n = heap.blocks.len();
-        let mut order: Vec<(u64, u32)> = heap.blocks.iter().enumerate().map(|(i, b)| (b.addr, i as u32)).collect();
-        order.sort_unstable_by_key(|p| p.0);
-        heap.blocks = order.iter().map(|&(_, i)| heap.blocks[i as usize]).collect();
-        heap.rec_of = order.into_iter().map(|(_, i)| i).collect();
+        let rec_of: Option<Vec<u32>> = (!sorted).then(|| {
+            let mut order: Vec<(u64, u32)> = heap.blocks.iter().enumerate().map(|(i, b)| (b.addr, i as u32)).collect();
+            order.sort_unstable_by_key(|p| p.0);
+            heap.blocks = order.iter().map(|&(_, i)| heap.blocks[i as usize]).collect();
+            order.into_iter().map(|(_, i)| i).collect()
+        });
+        heap.blocks.shrink_to_fit();
         // Overlapping or duplicate blocks would make lookups ambiguous: a
         // writer never produces them, so they mean a damaged dump.
         for w in heap.blocks.windows(2) {
@@ -316,17 +332,21 @@ impl Heap {
         let header_end = raw::FILE_HEADER_SIZE as u64;
         let (split_off, split_n) = split.unwrap_or((end_of_valid as u64, n));
         let (first, second) = std::thread::scope(|sc| {
-            let second = sc.spawn(|| ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, &mut |_, _| {}));
-            let first = ctx.run(dump.records_between(header_end, split_off), split_n, progress);
+            let second =
+                sc.spawn(|| ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, pointers[1], &mut |_, _| {}));
+            let first = ctx.run(dump.records_between(header_end, split_off), split_n, pointers[0] + pointers[1], progress);
             (first, second.join())
         });
         let mut part = first?;
         let second = second.map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "pass 2 failed".into() })??;
         part.append(second)
             .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() })?;
-        let Part { mut start, mut target, mut offset, interior_into, roots, root_regions } = part;
+        let Part { mut start, mut target, mut offset, mut interior_into, roots, root_regions } = part;
         while start.len() <= n {
             start.push(target.len() as u32);
+        }
+        if let Some(rec_of) = rec_of {
+            (start, target, offset, interior_into) = to_block_order(&rec_of, &start, &target, &offset, &interior_into);
         }
         target.shrink_to_fit();
         offset.shrink_to_fit();
@@ -374,7 +394,6 @@ impl Heap {
             }
         }
         Heap {
-            rec_of: (0..n as u32).collect(),
             blocks,
             edge_start: counts,
             edge_target: target,
@@ -397,7 +416,6 @@ impl Heap {
             threads: vec![],
             sites: HashMap::new(),
             blocks: vec![],
-            rec_of: vec![],
             edge_start: vec![],
             edge_target: vec![],
             edge_offset: vec![],
@@ -449,9 +467,8 @@ impl Heap {
 
     /// The pointers out of a block.
     pub fn edges(&self, id: BlockId) -> impl ExactSizeIterator<Item = Edge> + '_ {
-        let r = self.rec_of[id.index()] as usize;
-        let s = self.edge_start[r] as usize;
-        let e = self.edge_start[r + 1] as usize;
+        let s = self.edge_start[id.index()] as usize;
+        let e = self.edge_start[id.index() + 1] as usize;
         (s..e).map(move |k| {
             let t = self.edge_target[k];
             let interior = t & INTERIOR != 0;
@@ -463,8 +480,7 @@ impl Heap {
     /// The raw targets of a block's edges (block index, interior bit 31).
     #[inline]
     pub(crate) fn raw_targets(&self, id: u32) -> &[u32] {
-        let r = self.rec_of[id as usize] as usize;
-        &self.edge_target[self.edge_start[r] as usize..self.edge_start[r + 1] as usize]
+        &self.edge_target[self.edge_start[id as usize] as usize..self.edge_start[id as usize + 1] as usize]
     }
 
     /// Number of edges.
@@ -546,12 +562,19 @@ impl Part {
 
 impl Pass2<'_> {
     /// Resolves the pointers of `records` (at most `allocs` ALLOC records).
-    fn run(&self, records: heapdump_format::Records<'_>, allocs: usize, progress: &mut dyn FnMut(u64, u64)) -> Result<Part> {
+    /// `pointers` sizes the edge tables (the compact records' counts).
+    fn run(
+        &self,
+        records: heapdump_format::Records<'_>,
+        allocs: usize,
+        pointers: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Part> {
         let too_many = || AnalyzeError::TooLarge { path: self.path.to_path_buf(), what: "more than 2^31 pointers".into() };
         let mut p = Part {
             start: Vec::with_capacity(allocs + 1),
-            target: Vec::new(),
-            offset: Vec::new(),
+            target: Vec::with_capacity(pointers),
+            offset: Vec::with_capacity(pointers),
             interior_into: HashMap::new(),
             roots: Vec::new(),
             root_regions: Vec::new(),
@@ -646,6 +669,36 @@ impl Pass2<'_> {
         }
         Ok(p)
     }
+}
+
+/// The edge tables of a dump whose ALLOC records were not in address
+/// order, from record order (`start`, …) to block order; `rec_of[b]` is
+/// block `b`'s record.
+fn to_block_order(
+    rec_of: &[u32],
+    start: &[u32],
+    target: &[u32],
+    offset: &[u32],
+    interior_into: &HashMap<u32, u64>,
+) -> (Vec<u32>, Vec<u32>, Vec<u32>, HashMap<u32, u64>) {
+    let mut new_start = Vec::with_capacity(rec_of.len() + 1);
+    let mut new_target = Vec::with_capacity(target.len());
+    let mut new_offset = Vec::with_capacity(offset.len());
+    let mut new_into = HashMap::with_capacity(interior_into.len());
+    for &r in rec_of {
+        new_start.push(new_target.len() as u32);
+        for k in start[r as usize] as usize..start[r as usize + 1] as usize {
+            if target[k] & INTERIOR != 0 {
+                if let Some(&into) = interior_into.get(&(k as u32)) {
+                    new_into.insert(new_target.len() as u32, into);
+                }
+            }
+            new_target.push(target[k]);
+            new_offset.push(offset[k]);
+        }
+    }
+    new_start.push(new_target.len() as u32);
+    (new_start, new_target, new_offset, new_into)
 }
 
 fn is_libc(path: &str) -> bool {

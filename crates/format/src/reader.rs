@@ -130,6 +130,18 @@ impl<'a> Dump<'a> {
         self.data
     }
 
+    /// The numbers of ALLOC records and of their pointers that the END
+    /// record at the end of the file claims, unverified (a reader's hint
+    /// for sizing its tables; the walk of [`Dump::records`] checks them).
+    /// `None` when the file does not end with a whole END record.
+    pub fn claimed_counts(&self) -> Option<(u64, u64)> {
+        if !ends_with_trailer(self.data) {
+            return None;
+        }
+        let payload = &self.data[self.data.len() - raw::END_SIZE..];
+        Some((le64(payload, 8), le64(payload, 32)))
+    }
+
     /// The records, in file order, ending with the trailer.
     pub fn records(&self) -> Records<'a> {
         let mut crc = crc32fast::Hasher::new();

@@ -181,16 +181,19 @@ fn ten_million_long_chain_does_not_overflow_the_stack() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(40))]
     /// Loading resolves every pointer to its block, start or interior, in
-    /// both halves of the file (pass 2 splits the records between threads).
+    /// both halves of the file (pass 2 splits the records between threads),
+    /// whether the ALLOC records come in address order (as the writer
+    /// emits them) or not.
     #[test]
     fn every_pointer_is_resolved_to_its_block(
         n in 2usize..400,
         ptrs in proptest::collection::vec((0usize..400, 0u64..8, 0usize..400, 0u64..64), 0..1500),
         stack in proptest::collection::vec((0usize..400, 0u64..64), 0..20),
+        (reverse, rotate) in (proptest::bool::ANY, 0usize..400),
     ) {
         let addr = |i: usize| 0x10_0000 + (i % n) as u64 * 0x100;
         let mut spec = Spec::default();
-        for i in 0..n {
+        for i in record_order(n, reverse, rotate) {
             spec.block(addr(i), 64);
         }
         let mut want: std::collections::BTreeMap<u64, std::collections::BTreeSet<(u64, u64)>> = Default::default();
@@ -217,6 +220,17 @@ proptest::proptest! {
         let roots: Vec<u64> = h.roots.iter().filter(|r| r.offset != u64::MAX).map(|r| h.block(r.target).addr + r.into).collect();
         proptest::prop_assert_eq!(roots, spec.stack.clone());
     }
+}
+
+/// The order ALLOC records are written in: address order, or reversed
+/// and/or rotated (a dump from some other writer).
+fn record_order(n: usize, reverse: bool, rotate: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    if reverse {
+        order.reverse();
+    }
+    order.rotate_left(rotate % n);
+    order
 }
 
 /// Dominators the slow way (Cooper–Harvey–Kennedy's data flow over
@@ -300,10 +314,11 @@ proptest::proptest! {
         n in 1usize..24,
         edges in proptest::collection::vec((0usize..24, 0usize..24), 0..60),
         roots in proptest::collection::vec(0usize..24, 0..4),
+        (reverse, rotate) in (proptest::bool::ANY, 0usize..24),
     ) {
         let addr = |i: usize| 0x10_0000 + i as u64 * 0x100;
         let mut spec = Spec::default();
-        for i in 0..n {
+        for i in record_order(n, reverse, rotate) {
             spec.block(addr(i), 64);
         }
         let mut es: Vec<(usize, usize)> = Vec::new();
