@@ -11,8 +11,10 @@
 //! `i` is node `i + 1`.
 
 use crate::heap::{BlockId, Heap};
+use crate::prefetch::prefetch;
 
 const NONE: u32 = u32::MAX;
+const INTERIOR_BIT: u32 = 1 << 31;
 
 /// The dominator tree.
 pub struct Dominators {
@@ -146,24 +148,14 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     // Predecessors in dfn space (CSR), walking the edges in block order
     // (sequential reads of the heap's tables; every node was visited).
     let mut pred_start = vec![0u32; count + 1];
-    let for_edges = |f: &mut dyn FnMut(usize, u32)| {
-        for &w in &root_children {
-            f(0, w);
-        }
-        for b in 0..heap.len() as u32 {
-            for &t in heap.raw_targets(b) {
-                f(b as usize + 1, (t & MASK) + 1);
-            }
-        }
-    };
-    for_edges(&mut |_, w| pred_start[dfn[w as usize] as usize] += 1);
+    for_edges(heap, &root_children, &dfn, &mut pred_start, |pred_start, _, w| pred_start[dfn[w as usize] as usize] += 1);
     for i in 0..count {
         pred_start[i + 1] += pred_start[i];
     }
     let mut preds = vec![0u32; pred_start[count] as usize];
     // Fill from the end of each range backwards, reusing pred_start's
     // shifted values as cursors (no second array).
-    for_edges(&mut |v, w| {
+    for_edges(heap, &root_children, &dfn, &mut pred_start, |pred_start, v, w| {
         let wi = dfn[w as usize] as usize;
         pred_start[wi] -= 1;
         preds[pred_start[wi] as usize] = dfn[v] - 1;
@@ -184,34 +176,52 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     drop(parent);
     let parent = |w: usize| preds[pred_start[w] as usize];
 
-    // Semi-NCA in dfn space (0-based).
-    let mut semi: Vec<u32> = (0..count as u32).collect();
+    // Semi-NCA in dfn space (0-based). Each node's record holds, side by
+    // side so that one cache miss fetches them: its ancestor in the
+    // linked forest (its DFS parent until path compression shortens it; a
+    // node is linked once its number is past the one being processed), the
+    // smallest semidominator number on its compressed path (`best`, what
+    // Lengauer–Tarjan's `eval` returns the label of), and its own
+    // semidominator number.
+    let mut info: Vec<Info> =
+        (0..count).map(|w| Info { ancestor: if w == 0 { 0 } else { parent(w) }, best: w as u32, semi: w as u32 }).collect();
     {
-        let mut label: Vec<u32> = (0..count as u32).collect();
-        let mut ancestor = vec![NONE; count];
         let mut path: Vec<u32> = Vec::new();
         for w in (1..count).rev() {
-            let mut s = semi[w];
-            for &v in &preds[pred_start[w] as usize..pred_start[w + 1] as usize] {
-                let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
-                s = s.min(semi[u as usize]);
+            let mut s = info[w].semi;
+            // The nodes this loop reads a few steps on, prefetched in two
+            // stages: a predecessor, then (once it has arrived) its ancestor.
+            const AHEAD: usize = 8;
+            if let Some(ahead) = w.checked_sub(2 * AHEAD) {
+                for &v in &preds[pred_start[ahead] as usize..pred_start[ahead + 1] as usize] {
+                    prefetch(&info, v as usize);
+                }
             }
-            semi[w] = s;
-            ancestor[w] = parent(w);
+            if let Some(ahead) = w.checked_sub(AHEAD) {
+                for &v in &preds[pred_start[ahead] as usize..pred_start[ahead + 1] as usize] {
+                    prefetch(&info, info[v as usize].ancestor as usize);
+                }
+            }
+            for &v in &preds[pred_start[w] as usize..pred_start[w + 1] as usize] {
+                s = s.min(eval(v, w as u32 + 1, &mut info, &mut path));
+            }
+            info[w].semi = s;
+            info[w].best = s;
         }
     }
-    // Immediate dominators, in place over `semi` (idom[w] needs only
-    // idom of smaller numbers and semi[w] itself).
-    let idom_d = &mut semi;
+    // Immediate dominators, in place over the ancestors (idom[w] needs
+    // only idom of smaller numbers and semi[w] itself).
     for w in 1..count {
-        let s = idom_d[w];
+        let s = info[w].semi;
         let mut d = parent(w);
         while d > s {
-            d = idom_d[d as usize];
+            d = info[d as usize].ancestor;
         }
-        idom_d[w] = d;
+        info[w].ancestor = d;
     }
     drop((preds, pred_start));
+    let idom_d: Vec<u32> = info.iter().map(|i| i.ancestor).collect();
+    drop(info);
 
     // Back to block ids; retained sizes bottom-up in reverse preorder,
     // directly in block space.
@@ -234,25 +244,64 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     Dominators { idom, retained, dominated }
 }
 
-/// Lengauer–Tarjan `eval` with path compression, iterative.
-fn eval(v: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32], path: &mut Vec<u32>) -> u32 {
-    if ancestor[v as usize] == NONE {
-        return v;
+/// Calls `f(slots, v, w)` for every edge v -> w of the graph (nodes: the
+/// virtual root 0, block b as b + 1), in block order, where `slots` is
+/// indexed by the target's number `dfn[w]`. Reading the heap's edges in
+/// order, it prefetches two stages ahead: a target's number, then (once
+/// that has arrived) its slot.
+fn for_edges(heap: &Heap, root_children: &[u32], dfn: &[u32], slots: &mut [u32], mut f: impl FnMut(&mut [u32], usize, u32)) {
+    const AHEAD: usize = 16;
+    let (starts, targets) = heap.raw_edges();
+    let node_at = |k: usize| targets.get(k).map_or(0, |&t| (t & !INTERIOR_BIT) as usize + 1);
+    for &w in root_children {
+        f(slots, 0, w);
     }
-    // Collect the path up to the node whose ancestor is a tree root.
-    path.clear();
-    let mut x = v;
-    while ancestor[ancestor[x as usize] as usize] != NONE {
-        path.push(x);
-        x = ancestor[x as usize];
-    }
-    // Compress from the top down.
-    while let Some(y) = path.pop() {
-        let a = ancestor[y as usize];
-        if semi[label[a as usize] as usize] < semi[label[y as usize] as usize] {
-            label[y as usize] = label[a as usize];
+    for b in 0..heap.len() {
+        for k in starts[b] as usize..starts[b + 1] as usize {
+            prefetch(dfn, node_at(k + 2 * AHEAD));
+            if let Some(&d) = dfn.get(node_at(k + AHEAD)) {
+                prefetch(slots, d as usize);
+            }
+            f(slots, b + 1, node_at(k) as u32);
         }
-        ancestor[y as usize] = ancestor[a as usize];
     }
-    label[v as usize]
+}
+
+/// A node's state in the semi-NCA computation (see [`compute_with`]).
+struct Info {
+    ancestor: u32,
+    best: u32,
+    semi: u32,
+}
+
+/// Lengauer–Tarjan's `eval` with path compression, iterative: the smallest
+/// semidominator number on the path from `v` up to (not including) the
+/// root of its tree in the forest of nodes numbered `linked` and above.
+fn eval(v: u32, linked: u32, info: &mut [Info], path: &mut Vec<u32>) -> u32 {
+    let mut x = v;
+    if info[x as usize].ancestor < linked {
+        // Unlinked (its best is its own number), or a root's child.
+        return info[x as usize].best;
+    }
+    path.clear();
+    loop {
+        path.push(x);
+        x = info[x as usize].ancestor;
+        if info[x as usize].ancestor < linked {
+            break;
+        }
+    }
+    // x is the path's top (its ancestor is the root): compress from there
+    // down, each node pointing at the root and keeping the smallest best.
+    let (root, mut best) = (info[x as usize].ancestor, info[x as usize].best);
+    while let Some(y) = path.pop() {
+        let node = &mut info[y as usize];
+        node.ancestor = root;
+        if best < node.best {
+            node.best = best;
+        } else {
+            best = node.best;
+        }
+    }
+    best
 }

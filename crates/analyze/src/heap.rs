@@ -10,6 +10,7 @@
 
 use crate::error::{AnalyzeError, Result};
 use crate::file::DumpFile;
+use crate::prefetch::prefetch;
 use heapdump_format::{raw, Header, Record, Trailer};
 use std::collections::HashMap;
 
@@ -466,7 +467,7 @@ impl Heap {
     }
 
     /// The pointers out of a block.
-    pub fn edges(&self, id: BlockId) -> impl ExactSizeIterator<Item = Edge> + '_ {
+    pub fn edges(&self, id: BlockId) -> impl DoubleEndedIterator<Item = Edge> + ExactSizeIterator + '_ {
         let s = self.edge_start[id.index()] as usize;
         let e = self.edge_start[id.index() + 1] as usize;
         (s..e).map(move |k| {
@@ -481,6 +482,13 @@ impl Heap {
     #[inline]
     pub(crate) fn raw_targets(&self, id: u32) -> &[u32] {
         &self.edge_target[self.edge_start[id as usize] as usize..self.edge_start[id as usize + 1] as usize]
+    }
+
+    /// The edge tables: block `b`'s edges are `targets[starts[b]..starts[b + 1]]`
+    /// (block index, interior bit 31).
+    #[inline]
+    pub(crate) fn raw_edges(&self) -> (&[u32], &[u32]) {
+        (&self.edge_start, &self.edge_target)
     }
 
     /// Number of edges.
@@ -581,6 +589,8 @@ impl Pass2<'_> {
         };
         let blocks = self.blocks;
         let find = |v: u64| self.dir.find(blocks, v);
+        let mut pipe = Pipeline::new(self.dir, blocks);
+        let mut records_seen = 0usize;
         for r in records {
             let Ok((off, rec)) = r else { break };
             if off % (1 << 22) < 64 {
@@ -588,21 +598,15 @@ impl Pass2<'_> {
             }
             match rec {
                 Record::Alloc(a) => {
-                    if p.start.len() >= allocs {
+                    if records_seen >= allocs {
                         break;
                     }
-                    p.start.push(u32::try_from(p.target.len()).map_err(|_| too_many())?);
+                    records_seen += 1;
+                    pipe.push(Pending::Start, &mut p).map_err(|_| too_many())?;
                     for (o, v) in a.contents.words(a.address) {
-                        if let Some((b, interior)) = find(v) {
-                            if interior {
-                                p.interior_into.insert(p.target.len() as u32, v - blocks[b.index()].addr);
-                            }
-                            p.target.push(b.0 | if interior { INTERIOR } else { 0 });
-                            p.offset.push(u32::try_from(o).unwrap_or(u32::MAX));
+                        if let Some(located) = self.dir.in_range(v).then(|| self.dir.locate(v)).flatten() {
+                            pipe.push(Pending::Word { v, o, located }, &mut p).map_err(|_| too_many())?;
                         }
-                    }
-                    if p.target.len() >= INTERIOR as usize {
-                        return Err(too_many());
                     }
                 }
                 Record::Thread(t) => {
@@ -667,7 +671,90 @@ impl Pass2<'_> {
                 _ => {}
             }
         }
+        pipe.drain(&mut p).map_err(|_| too_many())?;
         Ok(p)
+    }
+}
+
+/// Pass 2's lookups of the ALLOC records' words, pipelined so that the
+/// cache misses of many lookups overlap: a word's granule entry is
+/// prefetched as it enters, the block it names [`LAG`] words later, and
+/// the lookup finished [`LAG`] words after that, in record order.
+struct Pipeline<'a> {
+    dir: &'a Directory,
+    blocks: &'a [Block],
+    ring: std::collections::VecDeque<Pending>,
+}
+
+const LAG: usize = 12;
+
+/// A step of pass 2 waiting in the [`Pipeline`].
+#[derive(Clone, Copy)]
+enum Pending {
+    /// The start of an ALLOC record's edges.
+    Start,
+    /// A word (offset, value) that may point into a block, located.
+    Word { v: u64, o: u64, located: (u32, Option<u32>) },
+}
+
+impl<'a> Pipeline<'a> {
+    fn new(dir: &'a Directory, blocks: &'a [Block]) -> Pipeline<'a> {
+        Pipeline { dir, blocks, ring: std::collections::VecDeque::with_capacity(2 * LAG + 1) }
+    }
+
+    /// Queues a step, finishing the oldest one when the pipeline is full.
+    /// `Err` when the edges outgrow 2^31.
+    #[inline]
+    fn push(&mut self, step: Pending, p: &mut Part) -> std::result::Result<(), ()> {
+        if let Pending::Word { located: (_, Some(e)), .. } = step {
+            prefetch(self.dir.table(), e as usize);
+        }
+        self.ring.push_back(step);
+        let n = self.ring.len();
+        if n > LAG {
+            if let Pending::Word { located, .. } = self.ring[n - 1 - LAG] {
+                prefetch(self.blocks, self.dir.first_block(located));
+            }
+        }
+        if n > 2 * LAG {
+            if let Some(step) = self.ring.pop_front() {
+                self.finish(step, p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes every queued step.
+    fn drain(&mut self, p: &mut Part) -> std::result::Result<(), ()> {
+        while let Some(step) = self.ring.pop_front() {
+            self.finish(step, p)?;
+        }
+        if p.target.len() >= INTERIOR as usize {
+            return Err(());
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn finish(&self, step: Pending, p: &mut Part) -> std::result::Result<(), ()> {
+        match step {
+            Pending::Start => {
+                if p.target.len() >= INTERIOR as usize {
+                    return Err(());
+                }
+                p.start.push(p.target.len() as u32);
+            }
+            Pending::Word { v, o, located } => {
+                if let Some((b, interior)) = self.dir.finish(self.blocks, v, located) {
+                    if interior {
+                        p.interior_into.insert(p.target.len() as u32, v - self.blocks[b.index()].addr);
+                    }
+                    p.target.push(b.0 | if interior { INTERIOR } else { 0 });
+                    p.offset.push(u32::try_from(o).unwrap_or(u32::MAX));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -772,95 +859,120 @@ impl crate::leaks::Contents for DumpContents<'_> {
     }
 }
 
-/// A page directory over the sorted blocks, for fast "which block holds
-/// this address" during loading: an open-addressing hash table from each
-/// 4 KiB page where blocks start to its first block, so a lookup is one or
-/// two probes and a short forward scan through that page's blocks. Pages
-/// where no block starts (the inside of a large block, or no block at all)
-/// fall back to a binary search.
+/// An index over the sorted blocks for "which block holds this address"
+/// during loading. The blocks are cut into regions wherever two
+/// consecutive blocks start more than [`REGION_GAP`] bytes apart (a heap
+/// arena, a thread's arena, a large mapped block); each region has a dense
+/// table with, for every granule of its address range, the first block
+/// starting at or after the granule. A lookup is a binary search over the
+/// few regions, one read of that table (a few bytes per granule: small
+/// enough to stay in cache), and a search among the blocks starting in the
+/// granule. The granule grows from 512 bytes until the tables hold at most
+/// a few entries per block, whatever the layout.
 struct Directory {
-    /// Page and index of its first block, side by side: one cache line
-    /// per probe.
-    slots: Vec<DirSlot>,
-    mask: usize,
+    regions: Vec<Region>,
+    /// Every region's table, one after the other.
+    firsts: Vec<u32>,
+    /// log2 of the granule size.
+    shift: u32,
     lo: u64,
     hi: u64,
 }
 
-const EMPTY_PAGE: u64 = u64::MAX;
+/// Blocks starting further apart than this begin a new region.
+const REGION_GAP: u64 = 1 << 20;
 
 #[derive(Clone, Copy)]
-struct DirSlot {
-    page: u64,
-    first: u32,
+struct Region {
+    /// Address of the region's first block.
+    start: u64,
+    /// One past its last block.
+    end: u32,
+    /// Its table: `firsts[table..table + granules]`, granule 0 being the
+    /// one `start` is in.
+    table: u32,
+    granules: u32,
 }
 
 impl Directory {
     fn new(blocks: &[Block]) -> Directory {
-        let mut npages = 0usize;
-        let mut last = EMPTY_PAGE;
-        for b in blocks {
-            if b.addr >> 12 != last {
-                last = b.addr >> 12;
-                npages += 1;
+        let mut shift = 9;
+        loop {
+            // Table entries this granule needs; a coarser one when too many.
+            let mut total = 0u64;
+            for_each_region(blocks, |first, last| {
+                total += ((blocks[last].addr >> shift) - (blocks[first].addr >> shift)) + 1;
+            });
+            if total <= 4 * blocks.len() as u64 + 4096 || shift >= 40 {
+                break;
             }
+            shift += 1;
         }
-        let cap = (npages * 2).next_power_of_two().max(16);
-        let mut d = Directory { slots: vec![DirSlot { page: EMPTY_PAGE, first: 0 }; cap], mask: cap - 1, lo: u64::MAX, hi: 0 };
-        let mut last = EMPTY_PAGE;
-        for (i, b) in blocks.iter().enumerate() {
-            let p = b.addr >> 12;
-            if p != last {
-                last = p;
-                let mut k = d.slot(p);
-                while d.slots[k].page != EMPTY_PAGE {
-                    k = (k + 1) & d.mask;
+        let mut d = Directory { regions: Vec::new(), firsts: Vec::new(), shift, lo: u64::MAX, hi: 0 };
+        for_each_region(blocks, |first, last| {
+            let g0 = blocks[first].addr >> shift;
+            let granules = (blocks[last].addr >> shift) - g0 + 1;
+            let table = d.firsts.len() as u32;
+            let mut i = first;
+            for g in 0..granules {
+                // First block at or after the granule's start.
+                while i <= last && blocks[i].addr >> shift < g0 + g {
+                    i += 1;
                 }
-                d.slots[k] = DirSlot { page: p, first: i as u32 };
+                d.firsts.push(i as u32);
             }
-        }
+            d.regions.push(Region { start: blocks[first].addr, end: last as u32 + 1, table, granules: granules as u32 });
+        });
         d.lo = blocks.first().map_or(u64::MAX, |b| b.addr);
         d.hi = blocks.iter().map(|b| b.addr.saturating_add(b.size.max(1))).max().unwrap_or(0);
         d
     }
 
+    /// Whether `v` may point into a block at all (a quick filter).
     #[inline]
-    fn slot(&self, page: u64) -> usize {
-        (page.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.mask
+    fn in_range(&self, v: u64) -> bool {
+        v >= self.lo && v < self.hi
     }
 
+    /// First step of a lookup: the region holding `v` and the entry of its
+    /// granule (`None`: past the region's last block start).
     #[inline]
-    fn first_in(&self, page: u64) -> Option<usize> {
-        let mut k = self.slot(page);
-        loop {
-            let slot = self.slots[k];
-            if slot.page == page {
-                return Some(slot.first as usize);
-            }
-            if slot.page == EMPTY_PAGE {
-                return None;
-            }
-            k = (k + 1) & self.mask;
+    fn locate(&self, v: u64) -> Option<(u32, Option<u32>)> {
+        let r = self.regions.partition_point(|r| r.start <= v).checked_sub(1)?;
+        let reg = &self.regions[r];
+        let g = (v >> self.shift) - (reg.start >> self.shift);
+        Some((r as u32, (g < u64::from(reg.granules)).then(|| reg.table + g as u32)))
+    }
+
+    /// Where [`Directory::finish`] will read the table, for prefetching.
+    #[inline]
+    fn table(&self) -> &[u32] {
+        &self.firsts
+    }
+
+    /// The first block a lookup of `v` reads, once located.
+    #[inline]
+    fn first_block(&self, located: (u32, Option<u32>)) -> usize {
+        let reg = &self.regions[located.0 as usize];
+        match located.1 {
+            Some(e) => self.firsts[e as usize] as usize,
+            None => reg.end as usize - 1,
         }
     }
 
+    /// Second step: the block holding `v`, and whether `v` is interior.
     #[inline]
-    fn find(&self, blocks: &[Block], v: u64) -> Option<(BlockId, bool)> {
-        if v < self.lo || v >= self.hi {
-            return None;
-        }
-        let cand = match self.first_in(v >> 12) {
-            Some(s) if blocks[s].addr <= v => {
-                // Forward through the page's blocks (sorted) to the last one <= v.
-                let mut j = s;
-                while j + 1 < blocks.len() && blocks[j + 1].addr <= v {
-                    j += 1;
-                }
-                j
+    fn finish(&self, blocks: &[Block], v: u64, located: (u32, Option<u32>)) -> Option<(BlockId, bool)> {
+        let reg = &self.regions[located.0 as usize];
+        let cand = match located.1 {
+            Some(e) => {
+                // Blocks starting in v's granule: lo..hi; the holder is the
+                // last block starting at or before v (maybe before lo).
+                let lo = self.firsts[e as usize] as usize;
+                let hi = if e + 1 < reg.table + reg.granules { self.firsts[e as usize + 1] as usize } else { reg.end as usize };
+                lo + blocks[lo..hi].partition_point(|b| b.addr <= v) - 1
             }
-            // v precedes the page's first block, or no block starts in its
-            // page: the holder, if any, starts before.
-            _ => blocks.partition_point(|b| b.addr <= v).checked_sub(1)?,
+            None => reg.end as usize - 1,
         };
         let b = &blocks[cand];
         if v == b.addr {
@@ -869,6 +981,29 @@ impl Directory {
             Some((BlockId(cand as u32), true))
         } else {
             None
+        }
+    }
+
+    /// The block holding `v`, in one go.
+    #[inline]
+    fn find(&self, blocks: &[Block], v: u64) -> Option<(BlockId, bool)> {
+        if !self.in_range(v) {
+            return None;
+        }
+        self.finish(blocks, v, self.locate(v)?)
+    }
+}
+
+/// Calls `f(first, last)` for each region of `blocks` (indices of its
+/// first and last block), in order.
+fn for_each_region(blocks: &[Block], mut f: impl FnMut(usize, usize)) {
+    let mut first = 0;
+    for i in 1..=blocks.len() {
+        if i == blocks.len() || blocks[i].addr - blocks[i - 1].addr > REGION_GAP {
+            if i > first {
+                f(first, i - 1);
+            }
+            first = i;
         }
     }
 }

@@ -232,7 +232,10 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
     }
     while let Some(b) = stack.pop() {
         let definite = state[b as usize] == REACHABLE;
-        for e in heap.edges(BlockId(b)) {
+        // Pushed last to first, so that the first pointer is followed
+        // first: the walk then runs along lists in address order, which
+        // the cache likes (the classes do not depend on the order).
+        for e in heap.edges(BlockId(b)).rev() {
             push(&mut state, &mut heur, &mut stack, e.target, e.interior, e.into, definite);
         }
     }

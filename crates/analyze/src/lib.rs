@@ -18,6 +18,7 @@ pub mod group;
 mod heap;
 pub mod leaks;
 pub mod paths;
+mod prefetch;
 mod summary;
 pub mod symbols;
 pub mod types;

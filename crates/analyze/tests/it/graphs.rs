@@ -358,3 +358,63 @@ fn a_module_that_is_not_a_file_is_refused() {
     let problems = sym.problems();
     assert!(problems.iter().any(|p| p.contains("/dev/zero") && p.contains("not a regular file")), "{problems:?}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(60))]
+    /// Whatever the layout (blocks close together or far apart, in one
+    /// arena or scattered over the address space, tiny or huge, empty), a
+    /// word resolves to the block holding it, and to nothing between
+    /// blocks, before the first or past the last: checked against a scan
+    /// of every block.
+    #[test]
+    fn a_word_resolves_to_its_holder_in_any_layout(
+        layout in proptest::collection::vec((0usize..6, 0usize..5), 1..300),
+        probes in proptest::collection::vec((0usize..300, 0usize..4, 0u64..1 << 20), 1..200),
+    ) {
+        // Gaps before each block, and sizes.
+        const GAPS: [u64; 6] = [0, 16, 4096, (1 << 20) - 16, 3 << 20, 1 << 40];
+        const SIZES: [u64; 5] = [0, 8, 48, 1 << 16, 3 << 20];
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        let mut at = 0x10_0000u64;
+        for &(gap, size) in &layout {
+            at += GAPS[gap];
+            blocks.push((at, SIZES[size]));
+            at += SIZES[size].max(8);
+        }
+        // One source block at a low address holds every probe word: a
+        // block's start, its inside, just past its end, or far before it.
+        let values: Vec<u64> = probes
+            .iter()
+            .map(|&(b, how, d)| {
+                let (addr, size) = blocks[b % blocks.len()];
+                match how {
+                    0 => addr,
+                    1 => addr + d % size.max(1),
+                    2 => addr + size + d % 8,
+                    _ => addr.saturating_sub(1 + d),
+                }
+            })
+            .collect();
+        let source = 0x1000u64;
+        let mut spec = Spec::default();
+        spec.block(source, 8 * values.len() as u64);
+        for &(addr, size) in &blocks {
+            spec.block(addr, size);
+        }
+        for (i, &v) in values.iter().enumerate() {
+            spec.ptr(source, 8 * i as u64, v);
+        }
+        // The stack holds 64 words: the first probes are roots too.
+        spec.stack = values.iter().take(64).copied().collect();
+        let (_p, h) = spec.load();
+        let all: Vec<(u64, u64)> = std::iter::once((source, 8 * values.len() as u64)).chain(blocks.iter().copied()).collect();
+        let holder = |v: u64| all.iter().find(|&&(a, s)| v == a || (v > a && v < a + s)).map(|&(a, _)| (a, v - a));
+        let want: Vec<(u64, u64, u64)> =
+            values.iter().enumerate().filter_map(|(i, &v)| holder(v).map(|(a, into)| (8 * i as u64, a, into))).collect();
+        let got: Vec<(u64, u64, u64)> = h.edges(id(&h, source)).map(|e| (e.offset, h.block(e.target).addr, e.into)).collect();
+        proptest::prop_assert_eq!(&got, &want);
+        let roots: Vec<(u64, u64)> = h.roots.iter().filter(|r| r.offset != u64::MAX).map(|r| (h.block(r.target).addr, r.into)).collect();
+        let want_roots: Vec<(u64, u64)> = spec.stack.iter().filter_map(|&v| holder(v)).collect();
+        proptest::prop_assert_eq!(roots, want_roots);
+    }
+}
