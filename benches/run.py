@@ -163,15 +163,20 @@ def main():
 
     # --- dumps ---
     md.append("## Dumps (issue 4)\n")
-    # This machine is a VM whose host backs guest memory on first touch: a
-    # tmpfs write onto never-touched pages ran at about 600 MiB/s against
-    # 2700 MiB/s onto pages touched before. Touch enough memory for the
-    # largest heap and its dump first, so that neither the baselines nor
-    # the dumps measure the hypervisor.
-    sh(["dd", "if=/dev/zero", "of=/dev/shm/hd-warm", "bs=1M", "count=6144", "status=none"])
-    os.remove("/dev/shm/hd-warm")
+    # This machine is a VM whose host takes back guest memory a few seconds
+    # after the guest frees it, and backs it again on the next touch: a
+    # tmpfs write onto such pages ran at about 600 MiB/s against 2700 MiB/s
+    # onto pages in use a moment before. Every run of this section (the
+    # baselines and the dumps) is preceded by touching 3 GiB, enough for
+    # the largest heap and its dump, so that none of them measures the
+    # hypervisor.
+    def warm():
+        sh(["dd", "if=/dev/zero", "of=/dev/shm/hd-warm", "bs=1M", "count=3072", "status=none"])
+        os.remove("/dev/shm/hd-warm")
+
     dd_t = []
     for _ in range(3):
+        warm()
         t0 = time.perf_counter()
         sh(["dd", "if=/dev/zero", "of=/dev/shm/hd-dd", "bs=1M", "count=1024", "status=none"])
         dd_t.append(time.perf_counter() - t0)
@@ -181,14 +186,16 @@ def main():
     sh(["dd", "if=/dev/urandom", "of=/dev/shm/hd-src", "bs=1M", "count=1024", "status=none"])
     cp_t = []
     for _ in range(3):
+        warm()
         t0 = time.perf_counter()
         sh(["cp", "/dev/shm/hd-src", "/dev/shm/hd-dst"])
         cp_t.append(time.perf_counter() - t0)
         os.remove("/dev/shm/hd-dst")
     os.remove("/dev/shm/hd-src")
     cp_rate = 1024 / statistics.median(cp_t)
-    md.append("Memory is touched first (a 6 GiB tmpfs file written and removed): on this VM a first touch of guest memory costs "
-              "about 1.6 ms per MiB, which would otherwise land on whichever of the baselines or the dumps gets fresh pages.\n")
+    md.append("Each run of this section, baselines and dumps alike, comes right after 3 GiB of memory is touched (a tmpfs file written "
+              "and removed): this VM's host takes back memory the guest freed a few seconds before, and a first touch then costs about "
+              "1.6 ms per MiB, which would otherwise land on whichever run gets such pages.\n")
     md.append(f"Baselines on the same tmpfs: `dd if=/dev/zero of=/dev/shm/x bs=1M count=1024` writes {dd_rate:.0f} MiB/s "
               f"(its source stays in the CPU cache); `cp` of a 1 GiB tmpfs file copies {cp_rate:.0f} MiB/s (a cold source, as a heap is).\n")
     md.append("Heaps of mixed objects (`benches/src/bin/dump_bench.rs`: lists of 8 B–4 KiB payloads pointing at each other), dumped to tmpfs. "
@@ -200,6 +207,7 @@ def main():
             for fork in ["nofork", "fork"]:
                 runs = []
                 for _ in range(3):
+                    warm()
                     _, _, o = timed([os.path.join(BIN, "dump_bench"), str(mib), mode, fork, "0"], {"HEAPDUMP_FORK": "1" if fork == "fork" else "0", "HEAPDUMP_BACKTRACE": "off", "HEAPDUMP_SIGNAL": "0"})
                     runs.append(kv(o))
                 wall = statistics.median(float(r["wall_s"]) for r in runs)
@@ -213,6 +221,7 @@ def main():
     for mode in ["compact", "full"]:
         runs = []
         for _ in range(3):
+            warm()
             _, _, o = timed([os.path.join(BIN, "dump_bench"), str(sizes[-1]), mode, "fork", "0"],
                             {"HEAPDUMP_FORK": "1", "HEAPDUMP_BACKTRACE": "off", "HEAPDUMP_SIGNAL": "0", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})
             runs.append(kv(o))
@@ -223,6 +232,7 @@ def main():
     for th in [0, 2, 8, 32]:
         runs = []
         for _ in range(3):
+            warm()
             _, _, o = timed([os.path.join(BIN, "dump_bench"), "100", "compact", "nofork", str(th)], {"HEAPDUMP_FORK": "0", "HEAPDUMP_BACKTRACE": "off", "HEAPDUMP_SIGNAL": "0"})
             runs.append(int(kv(o)["pause_us"]) / 1000)
         md.append(f"| {th + 1} | {statistics.median(runs):.1f} |")

@@ -694,7 +694,7 @@ enum Pending {
     /// The start of an ALLOC record's edges.
     Start,
     /// A word (offset, value) that may point into a block, located.
-    Word { v: u64, o: u64, located: (u32, Option<u32>) },
+    Word { v: u64, o: u64, located: (u32, Option<usize>) },
 }
 
 impl<'a> Pipeline<'a> {
@@ -707,7 +707,7 @@ impl<'a> Pipeline<'a> {
     #[inline]
     fn push(&mut self, step: Pending, p: &mut Part) -> std::result::Result<(), ()> {
         if let Pending::Word { located: (_, Some(e)), .. } = step {
-            prefetch(self.dir.table(), e as usize);
+            prefetch(self.dir.table(), e);
         }
         self.ring.push_back(step);
         let n = self.ring.len();
@@ -890,8 +890,8 @@ struct Region {
     end: u32,
     /// Its table: `firsts[table..table + granules]`, granule 0 being the
     /// one `start` is in.
-    table: u32,
-    granules: u32,
+    table: usize,
+    granules: usize,
 }
 
 impl Directory {
@@ -911,17 +911,17 @@ impl Directory {
         let mut d = Directory { regions: Vec::new(), firsts: Vec::new(), shift, lo: u64::MAX, hi: 0 };
         for_each_region(blocks, |first, last| {
             let g0 = blocks[first].addr >> shift;
-            let granules = (blocks[last].addr >> shift) - g0 + 1;
-            let table = d.firsts.len() as u32;
+            let granules = ((blocks[last].addr >> shift) - g0 + 1) as usize;
+            let table = d.firsts.len();
             let mut i = first;
-            for g in 0..granules {
+            for g in 0..granules as u64 {
                 // First block at or after the granule's start.
                 while i <= last && blocks[i].addr >> shift < g0 + g {
                     i += 1;
                 }
                 d.firsts.push(i as u32);
             }
-            d.regions.push(Region { start: blocks[first].addr, end: last as u32 + 1, table, granules: granules as u32 });
+            d.regions.push(Region { start: blocks[first].addr, end: last as u32 + 1, table, granules });
         });
         d.lo = blocks.first().map_or(u64::MAX, |b| b.addr);
         d.hi = blocks.iter().map(|b| b.addr.saturating_add(b.size.max(1))).max().unwrap_or(0);
@@ -937,11 +937,11 @@ impl Directory {
     /// First step of a lookup: the region holding `v` and the entry of its
     /// granule (`None`: past the region's last block start).
     #[inline]
-    fn locate(&self, v: u64) -> Option<(u32, Option<u32>)> {
+    fn locate(&self, v: u64) -> Option<(u32, Option<usize>)> {
         let r = self.regions.partition_point(|r| r.start <= v).checked_sub(1)?;
         let reg = &self.regions[r];
         let g = (v >> self.shift) - (reg.start >> self.shift);
-        Some((r as u32, (g < u64::from(reg.granules)).then(|| reg.table + g as u32)))
+        Some((r as u32, (g < reg.granules as u64).then(|| reg.table + g as usize)))
     }
 
     /// Where [`Directory::finish`] will read the table, for prefetching.
@@ -952,24 +952,24 @@ impl Directory {
 
     /// The first block a lookup of `v` reads, once located.
     #[inline]
-    fn first_block(&self, located: (u32, Option<u32>)) -> usize {
+    fn first_block(&self, located: (u32, Option<usize>)) -> usize {
         let reg = &self.regions[located.0 as usize];
         match located.1 {
-            Some(e) => self.firsts[e as usize] as usize,
+            Some(e) => self.firsts[e] as usize,
             None => reg.end as usize - 1,
         }
     }
 
     /// Second step: the block holding `v`, and whether `v` is interior.
     #[inline]
-    fn finish(&self, blocks: &[Block], v: u64, located: (u32, Option<u32>)) -> Option<(BlockId, bool)> {
+    fn finish(&self, blocks: &[Block], v: u64, located: (u32, Option<usize>)) -> Option<(BlockId, bool)> {
         let reg = &self.regions[located.0 as usize];
         let cand = match located.1 {
             Some(e) => {
                 // Blocks starting in v's granule: lo..hi; the holder is the
                 // last block starting at or before v (maybe before lo).
-                let lo = self.firsts[e as usize] as usize;
-                let hi = if e + 1 < reg.table + reg.granules { self.firsts[e as usize + 1] as usize } else { reg.end as usize };
+                let lo = self.firsts[e] as usize;
+                let hi = if e + 1 < reg.table + reg.granules { self.firsts[e + 1] as usize } else { reg.end as usize };
                 lo + blocks[lo..hi].partition_point(|b| b.addr <= v) - 1
             }
             None => reg.end as usize - 1,
