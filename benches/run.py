@@ -51,7 +51,9 @@ def timed(cmd, env=None):
     return wall, rss, p.stdout
 
 
-def interleaved(variants, runs):
+def interleaved(variants, runs, rounds=None):
+    """Medians (wall, max RSS) by variant, and each variant's last stdout.
+    `rounds`, when given, receives each variant's wall times by round."""
     res = {k: [] for k, _ in variants}
     out = {}
     for _ in range(runs):
@@ -59,6 +61,8 @@ def interleaved(variants, runs):
             w, r, o = timed(cmd, env)
             res[name].append((w, r))
             out[name] = o
+    if rounds is not None:
+        rounds.update({k: [x[0] for x in v] for k, v in res.items()})
     return {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}, out
 
 
@@ -101,7 +105,8 @@ def main():
     ]
     if heaptrack:
         variants.append(("heaptrack (every allocation)", (["heaptrack", "-o", os.path.join(tmp, "ht"), w("plain")], {})))
-    med, outs = interleaved(variants, a.runs)
+    by_round = {}
+    med, outs = interleaved(variants, a.runs, by_round)
     base = med["untracked (System)"][0]
     md.append("## In-process tracking (issue 3)\n")
     md.append("The Rust workload (`benches/src/bin/alloc_workload.rs`): 1.5 M small boxes, 500 maps of 1000 strings, "
@@ -117,15 +122,18 @@ def main():
     if ht:
         md.append(f"heapdump with a site for every allocation is {compare(allsite, ht[0])} than heaptrack and "
                   f"{compare(allsite, dh)} than dhat-rs on this workload.\n")
-    off_t = med["heapdump, addresses only"][0]
-    lg = med["heapdump, every site, libgcc unwinder"][0]
     nalloc = int(kv(outs["heapdump, addresses only"]).get("total_allocations", "0"))
     md.append("Unwinders for sites (`HEAPDUMP_UNWINDER`): the caching `.eh_frame` walker (the default) against libgcc's "
-              "`_Unwind_Backtrace` on every capture. The cost of sites is the time above addresses only"
+              "`_Unwind_Backtrace` on every capture. The cost of sites is the time above addresses only "
+              "(the median over rounds of the difference within a round)"
               + (f", per allocation over the workload's {nalloc:,} allocations" if nalloc else "") + ":\n")
     md.append("| unwinder | sites cost (s) |" + (" per allocation (ns) |" if nalloc else "") + "\n|---|---:|" + ("---:|" if nalloc else ""))
-    for name, t in [("cached (default)", allsite), ("libgcc", lg)]:
-        md.append(f"| {name} | {t - off_t:.3f} |" + (f" {(t - off_t) * 1e9 / nalloc:.0f} |" if nalloc else ""))
+    # Each round runs the variants back to back: the median of the
+    # per-round differences is steadier than the difference of medians
+    # on this noisy machine.
+    for name, variant in [("cached (default)", "heapdump, a site for every allocation"), ("libgcc", "heapdump, every site, libgcc unwinder")]:
+        cost = statistics.median(t - o for t, o in zip(by_round[variant], by_round["heapdump, addresses only"]))
+        md.append(f"| {name} | {cost:.3f} |" + (f" {cost * 1e9 / nalloc:.0f} |" if nalloc else ""))
     md.append("\nFrame pointers were not measured as a third unwinder: Rust's standard library and Debian's C libraries are "
               "built without them, so a frame-pointer walk would drop frames in exactly the allocation paths; the cached "
               "walker reads the same `.eh_frame` rules libgcc does (the tests compare their frames one by one).\n")
@@ -193,11 +201,22 @@ def main():
         os.remove("/dev/shm/hd-dst")
     os.remove("/dev/shm/hd-src")
     cp_rate = 1024 / statistics.median(cp_t)
+    # dd's work done by the dump's own process, after building the same
+    # 1 GiB heap: the like-for-like baseline of a full dump.
+    wr = []
+    for _ in range(3):
+        warm()
+        _, _, o = timed([os.path.join(BIN, "dump_bench"), "1024", "write", "nofork", "0"], {"HEAPDUMP_FORK": "0", "HEAPDUMP_BACKTRACE": "off", "HEAPDUMP_SIGNAL": "0"})
+        r = kv(o)
+        wr.append(int(r["file_bytes"]) / 2**20 / float(r["wall_s"]))
+    write_rate = statistics.median(wr)
     md.append("Each run of this section, baselines and dumps alike, comes right after 3 GiB of memory is touched (a tmpfs file written "
               "and removed): this VM's host takes back memory the guest freed a few seconds before, and a first touch then costs about "
               "1.6 ms per MiB, which would otherwise land on whichever run gets such pages.\n")
     md.append(f"Baselines on the same tmpfs: `dd if=/dev/zero of=/dev/shm/x bs=1M count=1024` writes {dd_rate:.0f} MiB/s "
-              f"(its source stays in the CPU cache); `cp` of a 1 GiB tmpfs file copies {cp_rate:.0f} MiB/s (a cold source, as a heap is).\n")
+              f"(its source stays in the CPU cache); `cp` of a 1 GiB tmpfs file copies {cp_rate:.0f} MiB/s (a cold source, as a heap is); "
+              f"and `dump_bench 1024 write`, which builds the same 1 GiB heap as the dumps below and then writes as many bytes from a 1 MiB "
+              f"buffer as the heap holds, in-process writes {write_rate:.0f} MiB/s.\n")
     md.append("Heaps of mixed objects (`benches/src/bin/dump_bench.rs`: lists of 8 B–4 KiB payloads pointing at each other), dumped to tmpfs. "
               "Pause is how long the program's threads were held stopped; with fork, until the child is forked.\n")
     md.append("| heap | mode | fork | allocations | file (MiB) | wall (s) | throughput (MiB/s) | heap scanned (MiB/s) | pause (ms) |\n|---:|---|---|---:|---:|---:|---:|---:|---:|")

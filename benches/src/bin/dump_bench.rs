@@ -2,12 +2,16 @@
 //! requested size (MiB), optionally with extra churning threads, then takes
 //! a dump to tmpfs and prints wall time, stopped-world pause and bytes.
 //!
-//! Usage: dump_bench HEAP_MIB full|compact fork|nofork THREADS
-//! (build with `--features tracked`).
+//! Usage: dump_bench HEAP_MIB full|compact|write fork|nofork THREADS
+//! (build with `--features tracked`). `write` is the baseline of full
+//! dumps: instead of dumping, the same process, with the same heap, writes
+//! as many bytes as the heap holds from a 1 MiB buffer with write(2), as
+//! `dd` would, so that both meet the kernel and memory in the same state.
 
 #[global_allocator]
 static ALLOC: heapdump::Tracked<std::alloc::System> = heapdump::Tracked::new(std::alloc::System);
 
+#[allow(dead_code)] // `next` keeps the lists alive.
 struct Node {
     next: Option<Box<Node>>,
     payload: Vec<u64>,
@@ -60,6 +64,25 @@ fn main() {
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(50));
     let path = format!("/dev/shm/hdbench-{}.hdump", std::process::id());
+    if args.get(2).map(String::as_str) == Some("write") {
+        use std::io::Write;
+        let bytes = heapdump::stats().live_bytes;
+        let buf = vec![0u8; 1 << 20];
+        let t0 = std::time::Instant::now();
+        let mut f = std::fs::File::create(&path).expect("create");
+        let mut left = bytes as usize;
+        while left > 0 {
+            let n = left.min(buf.len());
+            f.write_all(&buf[..n]).expect("write");
+            left -= n;
+        }
+        drop(f);
+        let wall = t0.elapsed().as_secs_f64();
+        let _ = std::fs::remove_file(&path);
+        println!("file_bytes={bytes} wall_s={wall:.6}");
+        std::hint::black_box(&lists);
+        return;
+    }
     let t0 = std::time::Instant::now();
     let info = heapdump::dump(&path, mode).expect("dump");
     let wall = t0.elapsed().as_secs_f64();
