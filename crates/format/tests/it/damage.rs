@@ -181,3 +181,23 @@ fn a_damaged_length_in_a_complete_dump_is_not_taken_for_truncation() {
     let (_, e) = read_all(&base[..base.len() - 1]);
     assert!(e.unwrap().is_truncation());
 }
+
+/// The counts a reader may size its tables from before walking the file:
+/// those of the trailer when the file ends with one, nothing when it is
+/// cut short (a cut that leaves a whole trailer's worth of bytes at the
+/// end does not end with an END record).
+#[test]
+fn claimed_counts_are_the_trailers_or_nothing() {
+    let full = sample();
+    let d = Dump::parse(&full).unwrap();
+    let trailer = d.records().filter_map(|r| match r {
+        Ok((_, Record::End(t))) => Some(t),
+        _ => None,
+    });
+    let t = trailer.last().unwrap();
+    assert_eq!(d.claimed_counts(), Some((t.allocations, t.pointers)));
+    assert!(t.allocations >= 5);
+    for cut in [full.len() - 1, full.len() - 40, full.len() / 2] {
+        assert_eq!(Dump::parse(&full[..cut]).unwrap().claimed_counts(), None, "cut at {cut}");
+    }
+}
