@@ -356,15 +356,16 @@ impl<'b, S: Sink> Writer<'b, S> {
             Contents::Full(_) => 0,
         };
         self.begin(tag::ALLOC, len)?;
-        self.u64(a.address)?;
-        self.u64(a.size)?;
-        self.u32(a.site)?;
-        self.u8(a.align_log2)?;
-        self.u8(a.flags)?;
-        self.u16(0)?;
-        if self.mode == Mode::Compact {
-            self.u64(a.first_word)?;
-        }
+        // The fixed part in one piece: this runs once per allocation.
+        let mut fixed = [0u8; raw::ALLOC_FIXED + 8];
+        fixed[0..8].copy_from_slice(&a.address.to_le_bytes());
+        fixed[8..16].copy_from_slice(&a.size.to_le_bytes());
+        fixed[16..20].copy_from_slice(&a.site.to_le_bytes());
+        fixed[20] = a.align_log2;
+        fixed[21] = a.flags;
+        fixed[24..32].copy_from_slice(&a.first_word.to_le_bytes());
+        let n = if self.mode == Mode::Compact { raw::ALLOC_FIXED + 8 } else { raw::ALLOC_FIXED };
+        self.put(&fixed[..n])?;
         self.contents(contents)?;
         self.totals.allocations += 1;
         self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(a.size);
@@ -432,8 +433,10 @@ impl<'b, S: Sink> Writer<'b, S> {
                     if n > count {
                         return self.poison(WriteError::LengthMismatch { what: "more pointers than declared" });
                     }
-                    self.u64(off)?;
-                    self.u64(val)?;
+                    let mut pair = [0u8; 16];
+                    pair[..8].copy_from_slice(&off.to_le_bytes());
+                    pair[8..].copy_from_slice(&val.to_le_bytes());
+                    self.put(&pair)?;
                 }
                 if n != count {
                     return self.poison(WriteError::LengthMismatch { what: "fewer pointers than declared" });
@@ -450,8 +453,10 @@ impl<'b, S: Sink> Writer<'b, S> {
         if self.open {
             return self.poison(WriteError::LengthMismatch { what: "record started before the previous one ended" });
         }
-        self.u32(tag)?;
-        self.u64(len)?;
+        let mut head = [0u8; raw::RECORD_HEADER_SIZE];
+        head[..4].copy_from_slice(&tag.to_le_bytes());
+        head[4..].copy_from_slice(&len.to_le_bytes());
+        self.put(&head)?;
         self.open = true;
         self.owed = len;
         if tag != tag::END {
