@@ -88,11 +88,11 @@ lines = [
     "checksum.",
     "",
     "The analyser's peak is in the semidominator pass: the loaded graph",
-    "(48 B per allocation here: 24 B of block, 4 B of edge index and 2 × 8 B",
+    "(44 B per allocation here: 24 B of block, 4 B of edge index and 2 × 8 B",
     "of edges with their offsets), the leak classes (5 B), and the",
     "dominator computation's own 28 B (predecessor lists, preorder, and",
     "ancestor, best and semidominator numbers side by side). The results",
-    "alone (graph, leak classes, idom, retained bytes and counts) take 69 B",
+    "alone (graph, leak classes, idom, retained bytes and counts) take 65 B",
     "per allocation, so 64 B would need a smaller graph, not a leaner",
     "algorithm.",
 ]

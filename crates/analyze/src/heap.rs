@@ -343,6 +343,7 @@ impl Heap {
         part.append(second)
             .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() })?;
         let Part { mut start, mut target, mut offset, mut interior_into, roots, root_regions } = part;
+        start.reserve_exact(n + 1 - start.len().min(n + 1));
         while start.len() <= n {
             start.push(target.len() as u32);
         }
@@ -558,6 +559,9 @@ impl Part {
             return Err(());
         }
         let regions = self.root_regions.len() as u32;
+        // Room for the final entry too: a doubling for that one push would
+        // cost 4 bytes per block.
+        self.start.reserve_exact(next.start.len() + 1);
         self.start.extend(next.start.into_iter().map(|s| s + base));
         self.target.extend(next.target);
         self.offset.extend(next.offset);
