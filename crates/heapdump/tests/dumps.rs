@@ -268,8 +268,21 @@ fn the_no_allocation_check_can_fail() {
 /// process; a sleeping thread makes sure the stop-the-world path runs.
 fn child_no_alloc() {
     let dir = std::path::PathBuf::from(std::env::var("HEAPDUMP_OUT_DIR").unwrap());
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let h = std::thread::spawn(move || rx.recv().unwrap());
+    // The other thread must be parked before anything is forbidden: a
+    // thread still starting, or blocking on a channel for the first time,
+    // allocates (std's per-thread wait context), which would abort a
+    // correct dump. `park` allocates nothing.
+    static H_READY: AtomicBool = AtomicBool::new(false);
+    static H_GO: AtomicBool = AtomicBool::new(false);
+    let h = std::thread::spawn(|| {
+        H_READY.store(true, Ordering::SeqCst);
+        while !H_GO.load(Ordering::SeqCst) {
+            std::thread::park();
+        }
+    });
+    while !H_READY.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
     let keep: Vec<Box<u64>> = (0..1000).map(Box::new).collect();
     let paths: Vec<_> = ["c", "f"].iter().map(|m| dir.join(format!("{m}.hdump"))).collect();
     // Warm up once (the first dump maps its buffers), then forbid.
@@ -293,7 +306,8 @@ fn child_no_alloc() {
             false
         }
     );
-    tx.send(()).unwrap();
+    H_GO.store(true, Ordering::SeqCst);
+    h.thread().unpark();
     h.join().unwrap();
     for p in &paths {
         let d = common::parse(&std::fs::read(p).unwrap());
