@@ -94,6 +94,10 @@ pub struct LeakGroup {
     indirect_bytes: u64,
     example: String,
     stack: Vec<String>,
+    /// The example's address, to order groups that tie on bytes and site
+    /// (two sites can print alike) the same way on every run.
+    #[serde(skip)]
+    example_addr: u64,
 }
 
 #[derive(Serialize)]
@@ -132,6 +136,7 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut
             indirect_bytes: 0,
             example: hex(b.addr),
             stack: user_frames(sym, b.site, 12),
+            example_addr: b.addr,
         });
         g.blocks += 1;
         g.bytes += b.size;
@@ -141,7 +146,12 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut
         }
     }
     let mut groups: Vec<LeakGroup> = groups.into_values().collect();
-    groups.sort_by(|a, b| (b.bytes + b.indirect_bytes).cmp(&(a.bytes + a.indirect_bytes)).then_with(|| a.site.cmp(&b.site)));
+    groups.sort_by(|a, b| {
+        (b.bytes + b.indirect_bytes)
+            .cmp(&(a.bytes + a.indirect_bytes))
+            .then_with(|| a.site.cmp(&b.site))
+            .then_with(|| a.example_addr.cmp(&b.example_addr))
+    });
     let report = LeakReport {
         definitely_lost: l.definitely_lost,
         indirectly_lost: l.indirectly_lost,
