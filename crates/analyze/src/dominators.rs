@@ -10,11 +10,10 @@
 //! has a dominator tree too, headed by its definitely lost block). Block
 //! `i` is node `i + 1`.
 
-use crate::heap::{BlockId, Heap};
+use crate::heap::{BlockId, Heap, INTERIOR};
 use crate::prefetch::prefetch;
 
 const NONE: u32 = u32::MAX;
-const INTERIOR_BIT: u32 = 1 << 31;
 
 /// The dominator tree.
 pub struct Dominators {
@@ -73,7 +72,6 @@ pub fn of_dump(file: &crate::DumpFile, heap: &Heap) -> (crate::leaks::Leaks, Dom
 /// roots is done (the same tree: the extra roots come after the roots
 /// among the virtual root's children).
 pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> Dominators {
-    const MASK: u32 = !(1 << 31);
     let n = heap.len() + 1;
     // Children of the virtual root, deduplicated, in order.
     let mut root_children: Vec<u32> = Vec::new();
@@ -90,7 +88,7 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
         if v == 0 {
             root_children.get(k).copied()
         } else {
-            heap.raw_targets(v - 1).get(k).map(|&t| (t & MASK) + 1)
+            heap.raw_targets(v - 1).get(k).map(|&t| (t & !INTERIOR) + 1)
         }
     };
 
@@ -252,7 +250,7 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
 fn for_edges(heap: &Heap, root_children: &[u32], dfn: &[u32], slots: &mut [u32], mut f: impl FnMut(&mut [u32], usize, u32)) {
     const AHEAD: usize = 16;
     let (starts, targets) = heap.raw_edges();
-    let node_at = |k: usize| targets.get(k).map_or(0, |&t| (t & !INTERIOR_BIT) as usize + 1);
+    let node_at = |k: usize| targets.get(k).map_or(0, |&t| (t & !INTERIOR) as usize + 1);
     for &w in root_children {
         f(slots, 0, w);
     }

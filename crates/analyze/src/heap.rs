@@ -198,7 +198,8 @@ pub struct Heap {
     pub truncated: Option<String>,
 }
 
-const INTERIOR: u32 = 1 << 31;
+/// Bit 31 of an edge target: the pointer is interior.
+pub(crate) const INTERIOR: u32 = 1 << 31;
 
 /// Largest number of blocks a dump may hold for this analyser.
 pub const MAX_BLOCKS: usize = (1 << 31) - 1;
