@@ -226,8 +226,8 @@ impl Heap {
         // Sized from the count the trailer claims (bounded by what the file
         // could hold), so the table is not grown by doubling.
         let claimed_allocs = dump.claimed_counts().map_or(0, |c| c.0);
-        let fits = |count: u64, bytes_each: usize| count.min((file.bytes().len() / bytes_each) as u64) as usize;
-        heap.blocks.reserve_exact(fits(claimed_allocs, raw::RECORD_HEADER_SIZE + raw::ALLOC_FIXED).min(MAX_BLOCKS));
+        let fit = (file.bytes().len() / (raw::RECORD_HEADER_SIZE + raw::ALLOC_FIXED)).min(MAX_BLOCKS);
+        heap.blocks.reserve_exact((claimed_allocs as usize).min(fit));
         // Writers emit ALLOC records in address order; when a dump's are
         // not, the blocks are sorted and the edges permuted after pass 2.
         let mut sorted = true;
@@ -344,7 +344,7 @@ impl Heap {
         part.append(second)
             .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() })?;
         let Part { mut start, mut target, mut offset, mut interior_into, roots, root_regions } = part;
-        start.reserve_exact(n + 1 - start.len().min(n + 1));
+        start.reserve_exact((n + 1).saturating_sub(start.len()));
         while start.len() <= n {
             start.push(target.len() as u32);
         }
@@ -449,18 +449,8 @@ impl Heap {
     /// `addr` is interior.
     #[inline]
     pub fn find(&self, addr: u64) -> Option<(BlockId, bool)> {
-        let i = self.blocks.partition_point(|b| b.addr <= addr);
-        if i == 0 {
-            return None;
-        }
-        let b = &self.blocks[i - 1];
-        if addr == b.addr {
-            Some((BlockId(i as u32 - 1), false))
-        } else if addr < b.addr + b.size {
-            Some((BlockId(i as u32 - 1), true))
-        } else {
-            None
-        }
+        let i = self.blocks.partition_point(|b| b.addr <= addr).checked_sub(1)?;
+        holder(&self.blocks, i, addr)
     }
 
     /// The block starting exactly at `addr`.
@@ -968,25 +958,18 @@ impl Directory {
     /// Second step: the block holding `v`, and whether `v` is interior.
     #[inline]
     fn finish(&self, blocks: &[Block], v: u64, located: (u32, Option<usize>)) -> Option<(BlockId, bool)> {
-        let reg = &self.regions[located.0 as usize];
+        let lo = self.first_block(located);
         let cand = match located.1 {
             Some(e) => {
                 // Blocks starting in v's granule: lo..hi; the holder is the
                 // last block starting at or before v (maybe before lo).
-                let lo = self.firsts[e] as usize;
+                let reg = &self.regions[located.0 as usize];
                 let hi = if e + 1 < reg.table + reg.granules { self.firsts[e + 1] as usize } else { reg.end as usize };
                 lo + blocks[lo..hi].partition_point(|b| b.addr <= v) - 1
             }
-            None => reg.end as usize - 1,
+            None => lo,
         };
-        let b = &blocks[cand];
-        if v == b.addr {
-            Some((BlockId(cand as u32), false))
-        } else if v > b.addr && v < b.addr + b.size {
-            Some((BlockId(cand as u32), true))
-        } else {
-            None
-        }
+        holder(blocks, cand, v)
     }
 
     /// The block holding `v`, in one go.
@@ -996,6 +979,20 @@ impl Directory {
             return None;
         }
         self.finish(blocks, v, self.locate(v)?)
+    }
+}
+
+/// Whether block `i`, the last one starting at or before `v`, holds `v`:
+/// its id, and whether `v` points inside it rather than at its start.
+#[inline]
+fn holder(blocks: &[Block], i: usize, v: u64) -> Option<(BlockId, bool)> {
+    let b = &blocks[i];
+    if v == b.addr {
+        Some((BlockId(i as u32), false))
+    } else if v > b.addr && v < b.addr + b.size {
+        Some((BlockId(i as u32), true))
+    } else {
+        None
     }
 }
 
