@@ -46,7 +46,6 @@ mem = float(row("off", 3))
 r_run, r_ht = float(row("heapdump run, a site for every allocation", 1)), float(row("heaptrack", 1))
 dd = float(re.search(r"writes (\d+) MiB/s", md).group(1))
 cp = float(re.search(r"copies (\d+) MiB/s", md).group(1))
-wr = float(re.search(r"in-process writes (\d+) MiB/s", md).group(1))
 paired = float(re.search(r"reached a median of ([\d.]+) of its throughput", md).group(1))
 big = rows(lambda c: c[0] == "1024 MiB")
 full_nofork = [c for c in big if c[1] == "full" and c[2] == "nofork"][0]
