@@ -540,31 +540,74 @@ fn read_maps(sc: &mut Scratch) -> Maps<'static> {
 }
 
 fn build_index(state: &State) -> Result<Index, DumpError> {
-    let mut n = 0usize;
-    // SAFETY: world stopped or forked child.
-    for s in unsafe { state.table.shards_unlocked() } {
-        n += s.len();
-    }
-    let map_len = (n.max(1) * core::mem::size_of::<Entry>()).next_multiple_of(4096);
+    let table = &state.table;
+    let (mut small, mut large) = (0usize, 0usize);
+    // SAFETY (these four calls): world stopped or forked child.
+    unsafe { table.for_each_small_unlocked(|_| small += 1) };
+    unsafe { table.for_each_overflow_unlocked(|_| large += 1) };
+    let n = small + large;
+    let size = core::mem::size_of::<Entry>();
+    let map_len = (n.max(1) * size).next_multiple_of(4096);
     let ptr: *mut Entry = sys::mmap_anon(map_len).map_err(|errno| DumpError::Os { what: "mapping the address index", errno })?.cast();
-    let mut i = 0;
-    // SAFETY: as above.
-    for s in unsafe { state.table.shards_unlocked() } {
-        s.for_each(|e| {
-            if i < n {
-                // SAFETY: i < n entries fit in the mapping.
-                unsafe { ptr.add(i).write(e) };
+    let tmp_len = (large.max(1) * size).next_multiple_of(4096);
+    let tmp: *mut Entry = match sys::mmap_anon(tmp_len) {
+        Ok(p) => p.cast(),
+        Err(errno) => {
+            // SAFETY: our mapping, not referenced.
+            unsafe { sys::munmap(ptr.cast(), map_len) };
+            return Err(DumpError::Os { what: "mapping the address index", errno });
+        }
+    };
+    // The small blocks come in address order: put them at the end of the
+    // index, the others (sorted) beside it, and merge from the front. The
+    // merge never writes over a small entry it has yet to read.
+    let fill = |base: *mut Entry, cap: usize| {
+        let mut i = 0;
+        move |e: Entry| {
+            if i < cap {
+                // SAFETY: i < cap entries fit in the mapping.
+                unsafe { base.add(i).write(e) };
                 i += 1;
             }
-        });
+        }
+    };
+    unsafe { table.for_each_small_unlocked(fill(ptr.wrapping_add(large), small)) };
+    unsafe { table.for_each_overflow_unlocked(fill(tmp, large)) };
+    // SAFETY: `large` entries written to tmp; sort_unstable is in core and
+    // does not allocate.
+    let others = unsafe { core::slice::from_raw_parts_mut(tmp, large) };
+    others.sort_unstable_by_key(|e| e.addr);
+    let (mut a, mut b) = (large, 0);
+    let mut out = 0;
+    while a < n || b < large {
+        // SAFETY: a < n and b < large index written entries; out never
+        // passes a (out <= (a - large) + b <= a).
+        unsafe {
+            let take_small = b == large || (a < n && (*ptr.add(a)).addr <= others[b].addr);
+            let e = if take_small {
+                a += 1;
+                *ptr.add(a - 1)
+            } else {
+                b += 1;
+                others[b - 1]
+            };
+            // A large entry at a small block's address is stale (a free the
+            // tracker never saw; see table.rs): the small one is newer.
+            if out > 0 && (*ptr.add(out - 1)).addr == e.addr {
+                continue;
+            }
+            ptr.add(out).write(e);
+            out += 1;
+        }
     }
-    // SAFETY: i entries initialised.
-    let s = unsafe { core::slice::from_raw_parts_mut(ptr, i) };
-    // sort_unstable is in core and does not allocate.
-    s.sort_unstable_by_key(|e| e.addr);
+    let n = out;
+    // SAFETY: our mapping, no longer referenced.
+    unsafe { sys::munmap(tmp.cast(), tmp_len) };
+    // SAFETY: n entries initialised.
+    let s = unsafe { core::slice::from_raw_parts(ptr, n) };
     let lo = s.first().map_or(0, |e| e.addr);
     let hi = s.iter().map(|e| (e.addr + e.size).max(e.addr + 1)).max().unwrap_or(0);
-    Ok(Index { ptr, len: i, map_len, lo, hi })
+    Ok(Index { ptr, len: n, map_len, lo, hi })
 }
 
 /// Scans `[start, start+len)` for words pointing into live allocations.

@@ -282,7 +282,8 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
             guard::Deferred::Free(addr, size, align) => {
                 {
                     let _l = guard::Locked::new();
-                    st.table.remove(addr);
+                    // Layout unknown here: the preload library defers frees without one.
+                    st.table.remove(addr, None);
                 }
                 free(addr as *mut u8, size, align);
             }
@@ -292,10 +293,17 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
 
 /// Before a realloc of `p`: takes its entry out of the table, since once
 /// the underlying realloc returns another thread may receive the address.
+/// `layout` is its (size, alignment) when the caller knows it.
 #[inline]
-fn realloc_begin(st: &State, p: *mut u8) -> Option<Entry> {
+fn realloc_begin(st: &State, p: *mut u8, layout: Option<Layout>) -> Option<Entry> {
     let _l = guard::Locked::new();
-    st.table.remove(p as u64)
+    st.table.remove(p as u64, layout.map(table_layout))
+}
+
+/// A layout as the table's removal hint: size and log2 of the alignment.
+#[inline]
+fn table_layout(l: Layout) -> (u64, u8) {
+    (l.size() as u64, l.align().trailing_zeros() as u8)
 }
 
 /// After a realloc from `p` to `q` (null on failure): a failed realloc
@@ -374,7 +382,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
             }
         } else {
             let _l = guard::Locked::new();
-            st.table.remove(ptr as u64);
+            st.table.remove(ptr as u64, Some(table_layout(layout)));
         }
         // SAFETY: forwarded.
         unsafe { self.inner.dealloc(ptr, layout) };
@@ -406,7 +414,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
             }
             return q;
         }
-        let old = realloc_begin(st, ptr);
+        let old = realloc_begin(st, ptr, Some(layout));
         // SAFETY: forwarded.
         let q = unsafe { self.inner.realloc(ptr, layout, new_size) };
         realloc_end(st, &g, old, ptr, q, new_size, layout.align());
@@ -927,7 +935,7 @@ pub mod hooks {
                 return !guard::defer(guard::Deferred::Free(p as u64, 0, 1));
             }
             let _l = guard::Locked::new();
-            self.st.table.remove(p as u64);
+            self.st.table.remove(p as u64, None);
             true
         }
 
@@ -935,7 +943,7 @@ pub mod hooks {
         /// (another thread may receive the address once realloc returns).
         #[inline]
         pub fn realloc_begin(&self, p: *mut u8) -> Option<OldBlock> {
-            super::realloc_begin(self.st, p).map(OldBlock)
+            super::realloc_begin(self.st, p, None).map(OldBlock)
         }
 
         /// After realloc: `q` is the result (null on failure).

@@ -75,6 +75,50 @@ pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_SHARED)
 }
 
+/// Address space reserved for later use (`PROT_NONE`, no memory and no
+/// commit charge), recorded as the runtime's own; parts are made usable by
+/// [`commit`].
+pub fn reserve(len: usize) -> Result<*mut u8, i32> {
+    // SAFETY: an anonymous mapping with no address hint touches no existing
+    // memory; failure is reported as MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(core::ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+    };
+    if p == libc::MAP_FAILED {
+        Err(errno())
+    } else {
+        register(p.cast(), len);
+        Ok(p.cast())
+    }
+}
+
+/// Makes `[p, p+len)` of a [`reserve`]d region readable and writable.
+/// Neighbouring committed parts merge into one mapping.
+///
+/// # Safety
+/// The range must lie inside a region returned by [`reserve`].
+pub unsafe fn commit(p: *mut u8, len: usize) -> Result<(), i32> {
+    // SAFETY: the caller guarantees the range is our own reservation, which
+    // nothing else uses.
+    if unsafe { libc::mprotect(p.cast(), len, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// Which pages of `[p, p + 4096 * out.len())` are in memory (`mincore`):
+/// bit 0 of each byte of `out`.
+pub fn resident(p: *const u8, out: &mut [u8]) -> Result<(), i32> {
+    // SAFETY: mincore only writes `out`, one byte per page of the range;
+    // an unmapped range fails with ENOMEM.
+    if unsafe { libc::mincore(p as *mut libc::c_void, out.len() * 4096, out.as_mut_ptr()) } != 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
 /// An anonymous read-write mapping, recorded as the runtime's own.
 fn map(len: usize, sharing: i32) -> Result<*mut u8, i32> {
     // SAFETY: an anonymous mapping with no address hint touches no existing

@@ -1,25 +1,59 @@
 //! The live table: every live allocation, in memory mapped straight from
 //! the kernel.
 //!
-//! 64 shards, chosen by a hash of the address, each an open-addressing
-//! table with linear probing and backward-shift deletion (no tombstones),
-//! behind its own spin lock. A shard grows (doubling, at 3/4 load) under
-//! its own lock only, so there is no global pause and no entry is lost.
+//! Small blocks (at most [`SMALL_MAX`] bytes, 16-byte aligned, alignment
+//! at most 16) are indexed by address, as a page table indexes pages: a
+//! 4 KiB top array and 4096-entry middle tables lead to a leaf for each
+//! 16 MiB of address space, which holds one 32-bit slot per 16-byte granule
+//! (the block's size, alignment and whether it has a site) and, beside it,
+//! one 32-bit site per granule, touched only when a site is recorded.
 //!
-//! An entry is 16 bytes:
+//! Why by address: a hash table scatters neighbouring blocks over the whole
+//! table, so every allocation and every free missed the cache on a slot of
+//! its own (that was most of the tracker's cost). A block's slot here is
+//! next to its neighbours' slots, so it follows the allocator's own
+//! locality: blocks made or freed together share slot cache lines.
+//! An address belongs to one thread between its allocation and its free,
+//! so a slot has one writer at a time and is read and written without a
+//! lock. Leaves come from one reserved region, committed 8 MiB at a time,
+//! so neighbouring leaves are one mapping; only pages of slots that were
+//! written use memory.
+//!
+//! The cost of a slot per granule is memory in proportion to the address
+//! span of small blocks (4 bytes per 16, one page of slots per 16 KiB), so
+//! larger blocks, over-aligned ones, odd addresses and addresses at or
+//! above 2^48 go to the overflow table instead: 64 shards, chosen by a hash
+//! of the address, each an open-addressing table with linear probing and
+//! backward-shift deletion (no tombstones), behind its own spin lock. A
+//! shard grows (doubling, at 3/4 load) under its own lock only, so there is
+//! no global pause and no entry is lost.
+//!
+//! A shard entry is 16 bytes:
 //! - `key`: address in bits 0..48, log2(alignment) in 48..54, the sampled
 //!   flag in bit 54, bits 40.. of the size in 55..64;
 //! - `meta`: bits 0..40 of the size in 0..40, the site id in 40..64.
 //!
 //! So sizes up to 2^49 bytes and 2^24 sites are exact. Addresses at or
 //! above 2^48 (5-level paging only) are counted, not tracked.
+//!
+//! An address live twice means a free the tracker never saw (a path that
+//! bypassed it): the newer entry replaces the older, except that a small
+//! block does not look for a stale large one at its address (that would
+//! cost a hash lookup per allocation); the dump keeps the small one.
+//!
+//! Counts are kept per thread (a stripe of counters each thread picks at
+//! its first allocation) so that threads do not share a counter's cache
+//! line; live bytes are also summed in one global counter for the peak and
+//! the threshold trigger.
 
 use crate::lock::SpinLock;
 use crate::sys;
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-/// Number of shards (a power of two).
+/// Number of overflow shards (a power of two).
 pub const SHARDS: usize = 64;
+/// Largest block kept in the address-indexed slots.
+pub const SMALL_MAX: u64 = 512;
 const INITIAL: usize = 1024;
 const ADDR_MASK: u64 = (1 << 48) - 1;
 const SIZE_LO: u64 = (1 << 40) - 1;
@@ -64,14 +98,11 @@ impl Slot {
     }
 }
 
-/// One shard's table.
+/// One overflow shard's table.
 pub struct Shard {
     slots: *mut Slot,
     mask: usize,
     len: usize,
-    live_bytes: u64,
-    total_allocs: u64,
-    total_bytes: u64,
 }
 
 // SAFETY: the raw pointer is owned by the shard and only used under its lock.
@@ -97,7 +128,7 @@ fn home_in(addr: u64, mask: usize) -> usize {
 
 impl Shard {
     const fn empty() -> Shard {
-        Shard { slots: core::ptr::null_mut(), mask: 0, len: 0, live_bytes: 0, total_allocs: 0, total_bytes: 0 }
+        Shard { slots: core::ptr::null_mut(), mask: 0, len: 0 }
     }
 
     /// Home slot: the hash bits below the 6 that chose the shard.
@@ -124,10 +155,12 @@ impl Shard {
         unsafe { &mut *self.slots.add(i) }
     }
 
-    /// Inserts; returns false if the table could not grow (out of memory).
-    fn insert(&mut self, e: &Entry) -> bool {
+    /// Inserts; returns the entry it replaced (the same address live twice
+    /// means a free we never saw, e.g. by a path that bypassed us), or `Err`
+    /// if the table could not grow (out of memory).
+    fn insert(&mut self, e: &Entry) -> Result<Option<Entry>, ()> {
         if (self.len + 1) * 4 > self.capacity() * 3 && !self.grow() {
-            return false;
+            return Err(());
         }
         let s = Slot::pack(e);
         let mut i = self.home(e.addr);
@@ -136,21 +169,14 @@ impl Shard {
             if cur.key == 0 {
                 *self.slot_mut(i) = s;
                 self.len += 1;
-                break;
+                return Ok(None);
             }
             if cur.key & ADDR_MASK == e.addr {
-                // The same address live twice means a free we never saw
-                // (e.g. freed by a path that bypassed us): replace.
-                self.live_bytes -= cur.unpack().size;
                 *self.slot_mut(i) = s;
-                break;
+                return Ok(Some(cur.unpack()));
             }
             i = (i + 1) & self.mask;
         }
-        self.live_bytes += e.size;
-        self.total_allocs += 1;
-        self.total_bytes += e.size;
-        true
     }
 
     fn find(&self, addr: u64) -> Option<usize> {
@@ -191,7 +217,6 @@ impl Shard {
         }
         *self.slot_mut(i) = Slot { key: 0, meta: 0 };
         self.len -= 1;
-        self.live_bytes -= e.size;
         Some(e)
     }
 
@@ -234,24 +259,100 @@ impl Shard {
     }
 
     /// Number of entries.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.len
     }
 }
 
-/// Where a shard's slots are, for prefetching without its lock.
-struct Hint {
-    slots: AtomicPtr<Slot>,
-    mask: AtomicUsize,
+// --- the address-indexed slots -------------------------------------------------
+
+const GRANULE_BITS: u32 = 4;
+const LEAF_BITS: u32 = 24;
+const MID_BITS: u32 = 12;
+const TOP_BITS: u32 = 48 - LEAF_BITS - MID_BITS;
+/// Slots in a leaf (one per granule of its 16 MiB).
+const LEAF_SLOTS: usize = 1 << (LEAF_BITS - GRANULE_BITS);
+/// A leaf's mapping: the slots, then the sites.
+const LEAF_BYTES: usize = 2 * LEAF_SLOTS * 4;
+const MID_LEN: usize = 1 << MID_BITS;
+const TOP_LEN: usize = 1 << TOP_BITS;
+/// Leaves in the reserved region (64 GiB of address space, for 128 GiB of
+/// small-block address span); later leaves are mapped one by one.
+const ARENA_LEAVES: usize = 8192;
+
+/// A slot: 0 when empty, else `size + 1` in bits 0..10, log2 of the
+/// alignment in 10..13, and whether the granule's site is set in bit 13.
+const SLOT_SIZE: u32 = (1 << 10) - 1;
+const SLOT_HAS_SITE: u32 = 1 << 13;
+/// A site word: the site id, and the sampled flag in bit 31.
+const SITE_SAMPLED: u32 = 1 << 31;
+
+const _: () = assert!(SMALL_MAX + 1 <= SLOT_SIZE as u64);
+
+/// A middle table: the leaves of 64 GiB of address space.
+struct Mid {
+    leaves: [AtomicPtr<AtomicU32>; MID_LEN],
+}
+
+/// Whether an entry goes to the slots rather than the overflow table.
+#[inline]
+fn is_small(addr: u64, size: u64, align_log2: u8) -> bool {
+    size <= SMALL_MAX && addr & 15 == 0 && addr <= ADDR_MASK && align_log2 <= 4
+}
+
+#[inline]
+fn slot_index(addr: u64) -> usize {
+    ((addr >> GRANULE_BITS) as usize) & (LEAF_SLOTS - 1)
+}
+
+#[inline]
+fn encode(e: &Entry) -> u32 {
+    (e.size as u32 + 1) | (u32::from(e.align_log2) << 10) | if e.site != 0 { SLOT_HAS_SITE } else { 0 }
+}
+
+/// The entry of slot `i` of `leaf`, whose value is `v` (not 0).
+///
+/// # Safety
+/// `leaf` is a leaf mapping and `i < LEAF_SLOTS`.
+#[inline]
+unsafe fn decode(leaf: *mut AtomicU32, i: usize, addr: u64, v: u32) -> Entry {
+    let (site, sampled) = if v & SLOT_HAS_SITE != 0 {
+        // SAFETY: the sites follow the slots in the leaf (caller's bounds).
+        let w = unsafe { &*leaf.add(LEAF_SLOTS + i) }.load(Ordering::Relaxed);
+        (w & !SITE_SAMPLED, w & SITE_SAMPLED != 0)
+    } else {
+        (0, false)
+    };
+    Entry { addr, size: u64::from(v & SLOT_SIZE) - 1, align_log2: ((v >> 10) & 7) as u8, site, sampled }
+}
+
+/// One thread's counters, on a cache line of their own.
+#[repr(align(64))]
+struct Stripe {
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+const STRIPES: usize = 64;
+
+thread_local! {
+    /// This thread's stripe (`u8::MAX` until its first allocation).
+    static STRIPE: core::cell::Cell<u8> = const { core::cell::Cell::new(u8::MAX) };
 }
 
 /// The live table.
 pub struct Table {
-    shards: [SpinLock<Shard>; SHARDS],
-    /// Each shard's slots and mask as of its last growth (read racily, only
-    /// to prefetch: a prefetch of a stale address never faults).
-    hints: [Hint; SHARDS],
-    /// Live bytes over all shards, for the peak and the threshold.
+    top: [AtomicPtr<Mid>; TOP_LEN],
+    /// The reserved region leaves are committed from, and how many it gave.
+    arena: AtomicPtr<u8>,
+    arena_used: AtomicUsize,
+    overflow: [SpinLock<Shard>; SHARDS],
+    stripes: [Stripe; STRIPES],
+    next_stripe: AtomicUsize,
+    /// Live bytes over all threads, for the peak and the threshold.
     pub live: AtomicU64,
     /// Highest `live` seen.
     pub peak: AtomicU64,
@@ -278,99 +379,312 @@ impl Table {
     /// An empty table; memory is mapped on first use.
     pub const fn new() -> Table {
         Table {
-            shards: [const { SpinLock::new(Shard::empty()) }; SHARDS],
-            hints: [const { Hint { slots: AtomicPtr::new(core::ptr::null_mut()), mask: AtomicUsize::new(0) } }; SHARDS],
+            top: [const { AtomicPtr::new(core::ptr::null_mut()) }; TOP_LEN],
+            arena: AtomicPtr::new(core::ptr::null_mut()),
+            arena_used: AtomicUsize::new(0),
+            overflow: [const { SpinLock::new(Shard::empty()) }; SHARDS],
+            stripes: [const {
+                Stripe { allocs: AtomicU64::new(0), frees: AtomicU64::new(0), bytes_in: AtomicU64::new(0), bytes_out: AtomicU64::new(0) }
+            }; STRIPES],
+            next_stripe: AtomicUsize::new(0),
             live: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             untracked: AtomicU64::new(0),
         }
     }
 
+    /// The leaf holding `addr`'s slot, if it exists.
     #[inline]
-    fn shard(&self, addr: u64) -> &SpinLock<Shard> {
-        &self.shards[shard_index(addr)]
+    fn leaf(&self, addr: u64) -> Option<*mut AtomicU32> {
+        let mid = self.top[(addr >> (LEAF_BITS + MID_BITS)) as usize & (TOP_LEN - 1)].load(Ordering::Acquire);
+        if mid.is_null() {
+            return None;
+        }
+        // SAFETY: a published middle table stays mapped for the process's life.
+        let leaf = unsafe { &*mid }.leaves[(addr >> LEAF_BITS) as usize & (MID_LEN - 1)].load(Ordering::Acquire);
+        (!leaf.is_null()).then_some(leaf)
     }
 
-    /// Starts loading the cache line where `addr`'s entry will go, so that
-    /// work done meanwhile (capturing its site) hides the cache miss.
+    /// The leaf holding `addr`'s slot, made if needed; `None` when out of memory.
     #[inline]
-    pub fn prefetch(&self, addr: u64) {
-        let h = &self.hints[shard_index(addr)];
-        let slots = h.slots.load(Ordering::Relaxed);
-        let mask = h.mask.load(Ordering::Relaxed);
-        if slots.is_null() || mask == 0 {
-            return;
+    fn leaf_or_new(&self, addr: u64) -> Option<*mut AtomicU32> {
+        match self.leaf(addr) {
+            Some(l) => Some(l),
+            None => self.new_leaf(addr),
         }
-        let home = home_in(addr, mask);
-        // SAFETY: a prefetch is a hint: it never faults and reads nothing
-        // the program observes, even if the address is stale.
-        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(slots.wrapping_add(home).cast()) };
     }
 
-    /// Records a new allocation. Returns live bytes after it.
-    #[inline]
-    pub fn insert(&self, e: &Entry) -> u64 {
-        if e.addr > ADDR_MASK || e.size >> 49 != 0 {
-            self.untracked.fetch_add(1, Ordering::Relaxed);
-            return self.live.load(Ordering::Relaxed);
-        }
-        let ok = {
-            let mut shard = self.shard(e.addr).lock();
-            let cap = shard.capacity();
-            let ok = shard.insert(e);
-            if shard.capacity() != cap {
-                let h = &self.hints[shard_index(e.addr)];
-                h.slots.store(shard.slots, Ordering::Relaxed);
-                h.mask.store(shard.mask, Ordering::Relaxed);
+    #[cold]
+    fn new_leaf(&self, addr: u64) -> Option<*mut AtomicU32> {
+        let top = &self.top[(addr >> (LEAF_BITS + MID_BITS)) as usize & (TOP_LEN - 1)];
+        let mut mid = top.load(Ordering::Acquire);
+        if mid.is_null() {
+            let m: *mut Mid = sys::mmap_anon(core::mem::size_of::<Mid>()).ok()?.cast();
+            // A zero-filled mapping is a middle table of null pointers.
+            match top.compare_exchange(core::ptr::null_mut(), m, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => mid = m,
+                Err(winner) => {
+                    // SAFETY: our mapping, never published.
+                    unsafe { sys::munmap(m.cast(), core::mem::size_of::<Mid>()) };
+                    mid = winner;
+                }
             }
-            ok
-        };
-        if !ok {
-            self.untracked.fetch_add(1, Ordering::Relaxed);
-            return self.live.load(Ordering::Relaxed);
         }
-        let live = self.live.fetch_add(e.size, Ordering::Relaxed) + e.size;
+        // SAFETY: published middle tables stay mapped.
+        let slot = &unsafe { &*mid }.leaves[(addr >> LEAF_BITS) as usize & (MID_LEN - 1)];
+        let cur = slot.load(Ordering::Acquire);
+        if !cur.is_null() {
+            return Some(cur);
+        }
+        let leaf = self.map_leaf()?;
+        match slot.compare_exchange(core::ptr::null_mut(), leaf, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(leaf),
+            // The loser's leaf stays committed but untouched (no memory).
+            Err(winner) => Some(winner),
+        }
+    }
+
+    /// A zero-filled leaf: the next part of the reserved region, or a
+    /// mapping of its own once that is used up.
+    fn map_leaf(&self) -> Option<*mut AtomicU32> {
+        let mut base = self.arena.load(Ordering::Acquire);
+        if base.is_null() {
+            if let Ok(p) = sys::reserve(ARENA_LEAVES * LEAF_BYTES) {
+                match self.arena.compare_exchange(core::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => base = p,
+                    Err(winner) => {
+                        // SAFETY: our reservation, never published.
+                        unsafe { sys::munmap(p, ARENA_LEAVES * LEAF_BYTES) };
+                        base = winner;
+                    }
+                }
+            }
+        }
+        if !base.is_null() {
+            let k = self.arena_used.fetch_add(1, Ordering::Relaxed);
+            if k < ARENA_LEAVES {
+                let p = base.wrapping_add(k * LEAF_BYTES);
+                // SAFETY: leaf k of the reservation, handed to us alone by the fetch_add.
+                if unsafe { sys::commit(p, LEAF_BYTES) }.is_ok() {
+                    return Some(p.cast());
+                }
+                return None;
+            }
+        }
+        sys::mmap_anon(LEAF_BYTES).ok().map(|p| p.cast())
+    }
+
+    /// This thread's counters.
+    #[inline]
+    fn stripe(&self) -> &Stripe {
+        let k = STRIPE
+            .try_with(|c| {
+                let k = c.get();
+                if k != u8::MAX {
+                    return k;
+                }
+                let k = (self.next_stripe.fetch_add(1, Ordering::Relaxed) % STRIPES) as u8;
+                c.set(k);
+                k
+            })
+            .unwrap_or(0);
+        &self.stripes[k as usize]
+    }
+
+    #[inline]
+    fn count_alloc(&self, size: u64) -> u64 {
+        let s = self.stripe();
+        s.allocs.fetch_add(1, Ordering::Relaxed);
+        s.bytes_in.fetch_add(size, Ordering::Relaxed);
+        let live = self.live.fetch_add(size, Ordering::Relaxed) + size;
         if live > self.peak.load(Ordering::Relaxed) {
             self.peak.fetch_max(live, Ordering::Relaxed);
         }
         live
     }
 
-    /// Forgets an allocation; returns its entry if it was known.
     #[inline]
-    pub fn remove(&self, addr: u64) -> Option<Entry> {
-        let e = self.shard(addr).lock().remove(addr)?;
-        self.live.fetch_sub(e.size, Ordering::Relaxed);
+    fn count_free(&self, size: u64) {
+        let s = self.stripe();
+        s.frees.fetch_add(1, Ordering::Relaxed);
+        s.bytes_out.fetch_add(size, Ordering::Relaxed);
+        self.live.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    /// Starts loading the cache line where `addr`'s entry will go, so that
+    /// work done meanwhile (capturing its site) hides a cache miss.
+    #[inline]
+    pub fn prefetch(&self, addr: u64) {
+        if let Some(leaf) = self.leaf(addr) {
+            // SAFETY: a prefetch is a hint: it never faults and reads nothing
+            // the program observes.
+            unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(leaf.wrapping_add(slot_index(addr)).cast()) };
+        }
+    }
+
+    /// Records a new allocation. Returns live bytes after it.
+    #[inline]
+    pub fn insert(&self, e: &Entry) -> u64 {
+        if is_small(e.addr, e.size, e.align_log2) {
+            let Some(leaf) = self.leaf_or_new(e.addr) else { return self.untracked_one() };
+            let i = slot_index(e.addr);
+            // SAFETY: i < LEAF_SLOTS; the sites follow the slots.
+            let (slot, site) = unsafe { (&*leaf.add(i), &*leaf.add(LEAF_SLOTS + i)) };
+            if e.site != 0 {
+                // Before the slot, so a slot that says "has a site" has it.
+                site.store(e.site | if e.sampled { SITE_SAMPLED } else { 0 }, Ordering::Relaxed);
+            }
+            // The address is ours until it is freed: no other writer.
+            let old = slot.load(Ordering::Relaxed);
+            slot.store(encode(e), Ordering::Release);
+            if old != 0 {
+                self.count_free(u64::from(old & SLOT_SIZE) - 1);
+            }
+        } else {
+            if e.addr > ADDR_MASK || e.size >> 49 != 0 {
+                return self.untracked_one();
+            }
+            // A small block at this address whose free we never saw.
+            if e.addr & 15 == 0 {
+                if let Some(leaf) = self.leaf(e.addr) {
+                    // SAFETY: slot_index < LEAF_SLOTS.
+                    let slot = unsafe { &*leaf.add(slot_index(e.addr)) };
+                    let old = slot.load(Ordering::Relaxed);
+                    if old != 0 {
+                        slot.store(0, Ordering::Relaxed);
+                        self.count_free(u64::from(old & SLOT_SIZE) - 1);
+                    }
+                }
+            }
+            match self.overflow[shard_index(e.addr)].lock().insert(e) {
+                Ok(None) => {}
+                Ok(Some(old)) => self.count_free(old.size),
+                Err(()) => return self.untracked_one(),
+            }
+        }
+        self.count_alloc(e.size)
+    }
+
+    #[cold]
+    fn untracked_one(&self) -> u64 {
+        self.untracked.fetch_add(1, Ordering::Relaxed);
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// Forgets an allocation; returns its entry if it was known. `layout`,
+    /// when the caller knows it (size, log2 of the alignment), says which
+    /// part of the table holds it; otherwise both are looked at.
+    #[inline]
+    pub fn remove(&self, addr: u64, layout: Option<(u64, u8)>) -> Option<Entry> {
+        let small = layout.map(|(size, align_log2)| is_small(addr, size, align_log2));
+        if small != Some(false) && addr & 15 == 0 && addr <= ADDR_MASK {
+            if let Some(leaf) = self.leaf(addr) {
+                let i = slot_index(addr);
+                // SAFETY: i < LEAF_SLOTS.
+                let slot = unsafe { &*leaf.add(i) };
+                let v = slot.load(Ordering::Acquire);
+                if v != 0 {
+                    slot.store(0, Ordering::Relaxed);
+                    // SAFETY: leaf and i as above.
+                    let e = unsafe { decode(leaf, i, addr, v) };
+                    self.count_free(e.size);
+                    return Some(e);
+                }
+            }
+            if small == Some(true) {
+                return None;
+            }
+        }
+        let e = self.overflow[shard_index(addr)].lock().remove(addr)?;
+        self.count_free(e.size);
         Some(e)
     }
 
-    /// Sums the shards (each under its lock).
+    /// Sums the counters, and measures the table's memory.
     pub fn totals(&self) -> Totals {
         let mut t = Totals::default();
-        for s in &self.shards {
-            let s = s.lock();
-            t.live_count += s.len as u64;
-            t.live_bytes += s.live_bytes;
-            t.total_allocs += s.total_allocs;
-            t.total_bytes += s.total_bytes;
-            t.table_bytes += (s.capacity() * core::mem::size_of::<Slot>()) as u64;
+        let (mut allocs, mut frees, mut bytes_in, mut bytes_out) = (0u64, 0u64, 0u64, 0u64);
+        for s in &self.stripes {
+            allocs = allocs.wrapping_add(s.allocs.load(Ordering::Relaxed));
+            frees = frees.wrapping_add(s.frees.load(Ordering::Relaxed));
+            bytes_in = bytes_in.wrapping_add(s.bytes_in.load(Ordering::Relaxed));
+            bytes_out = bytes_out.wrapping_add(s.bytes_out.load(Ordering::Relaxed));
         }
+        t.live_count = allocs.wrapping_sub(frees);
+        t.live_bytes = bytes_in.wrapping_sub(bytes_out);
+        t.total_allocs = allocs;
+        t.total_bytes = bytes_in;
+        self.peak.fetch_max(t.live_bytes, Ordering::Relaxed);
+        for s in &self.overflow {
+            t.table_bytes += (s.lock().capacity() * core::mem::size_of::<Slot>()) as u64;
+        }
+        let mids = self.top.iter().filter(|m| !m.load(Ordering::Relaxed).is_null()).count();
+        t.table_bytes += (mids * core::mem::size_of::<Mid>()) as u64;
+        self.for_each_leaf(|_, leaf| {
+            let mut pages = [0u8; LEAF_BYTES / 4096];
+            if sys::resident(leaf.cast(), &mut pages).is_ok() {
+                t.table_bytes += pages.iter().filter(|&&p| p & 1 != 0).count() as u64 * 4096;
+            }
+        });
         t
     }
 
-    /// The shards, read without locks.
+    /// Calls `f(base address, leaf)` for every leaf, in address order.
+    fn for_each_leaf(&self, mut f: impl FnMut(u64, *mut AtomicU32)) {
+        for (t, mid) in self.top.iter().enumerate() {
+            let mid = mid.load(Ordering::Acquire);
+            if mid.is_null() {
+                continue;
+            }
+            // SAFETY: published middle tables stay mapped.
+            for (m, leaf) in unsafe { &*mid }.leaves.iter().enumerate() {
+                let leaf = leaf.load(Ordering::Acquire);
+                if !leaf.is_null() {
+                    f(((t << MID_BITS | m) as u64) << LEAF_BITS, leaf);
+                }
+            }
+        }
+    }
+
+    /// Visits the entries of the address-indexed slots, in address order.
     ///
     /// # Safety
     /// Only with the world stopped (no other thread inside the tracker) or
     /// in a forked child.
-    pub unsafe fn shards_unlocked(&self) -> impl Iterator<Item = &Shard> {
-        // SAFETY: forwarded to the caller.
-        self.shards.iter().map(|s| unsafe { s.get_unlocked() })
+    pub unsafe fn for_each_small_unlocked(&self, mut f: impl FnMut(Entry)) {
+        const PER_PAGE: usize = 4096 / 4;
+        self.for_each_leaf(|base, leaf| {
+            // Pages of slots never written are not in memory: skip them
+            // rather than read (and map) them.
+            let mut pages = [1u8; LEAF_SLOTS / PER_PAGE];
+            let _ = sys::resident(leaf.cast(), &mut pages);
+            for (p, _) in pages.iter().enumerate().filter(|(_, &r)| r & 1 != 0) {
+                for i in p * PER_PAGE..(p + 1) * PER_PAGE {
+                    // SAFETY: i < LEAF_SLOTS.
+                    let v = unsafe { &*leaf.add(i) }.load(Ordering::Relaxed);
+                    if v != 0 {
+                        // SAFETY: as above.
+                        f(unsafe { decode(leaf, i, base | (i as u64) << GRANULE_BITS, v) });
+                    }
+                }
+            }
+        });
+    }
+
+    /// Visits the entries of the overflow table, in no particular order.
+    ///
+    /// # Safety
+    /// As for [`Table::for_each_small_unlocked`].
+    pub unsafe fn for_each_overflow_unlocked(&self, mut f: impl FnMut(Entry)) {
+        for s in &self.overflow {
+            // SAFETY: forwarded to the caller.
+            unsafe { s.get_unlocked() }.for_each(&mut f);
+        }
     }
 
     /// Takes every lock (before fork).
     pub fn lock_all(&self) {
-        crate::lock::lock_all_for_fork(&self.shards);
+        crate::lock::lock_all_for_fork(&self.overflow);
     }
 
     /// Releases every lock (after fork).
@@ -379,7 +693,7 @@ impl Table {
     /// Only after [`Table::lock_all`].
     pub unsafe fn unlock_all(&self) {
         // SAFETY: forwarded to the caller.
-        unsafe { crate::lock::unlock_all_after_fork(&self.shards) }
+        unsafe { crate::lock::unlock_all_after_fork(&self.overflow) }
     }
 }
 
@@ -414,7 +728,7 @@ mod tests {
                 assert_eq!(Some(e.size), model.remove(&addr));
             } else if let std::collections::btree_map::Entry::Vacant(v) = model.entry(addr) {
                 let e = Entry { addr, size: x % 1000, align_log2: 3, site: (x % 7) as u32, sampled: false };
-                assert!(s.insert(&e));
+                assert_eq!(s.insert(&e), Ok(None));
                 v.insert(e.size);
             }
         }
@@ -424,6 +738,76 @@ mod tests {
             seen.insert(e.addr, e.size);
         });
         assert_eq!(seen, model);
-        assert_eq!(s.live_bytes, model.values().sum::<u64>());
+    }
+
+    /// Random operations on a table against a map: small and large blocks,
+    /// odd addresses, over-aligned ones, blocks in far-apart leaves,
+    /// replacement of an address never freed, and removal with and without
+    /// the layout. The table must hold exactly the model's entries, the
+    /// small ones in address order, and count them exactly.
+    #[test]
+    fn table_matches_a_model() {
+        let t = Box::new(Table::new());
+        let mut model = std::collections::BTreeMap::<u64, Entry>::new();
+        let (mut allocs, mut bytes) = (0u64, 0u64);
+        let mut x = 0x9e37_79b9u64;
+        for step in 0..300_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let region = [0x5555_0000_0000u64, 0x7fff_f000_0000, 0x1000_0000, 0x5555_00ff_f000][(x >> 60) as usize % 4];
+            let addr = region + (x % 40_000) * [16, 8, 48][(x >> 50) as usize % 3];
+            let old = model.get(&addr).copied();
+            if let Some(old) = old.filter(|_| step % 5 != 0) {
+                let layout = (x >> 33) & 1 == 0;
+                let got = t.remove(addr, layout.then_some((old.size, old.align_log2)));
+                assert_eq!(got, Some(old));
+                model.remove(&addr);
+            } else {
+                let size = match (x >> 20) % 10 {
+                    0 => 0,
+                    1 => SMALL_MAX,
+                    2 => SMALL_MAX + 1,
+                    3 => 5 << 30,
+                    _ => (x >> 24) % 300,
+                };
+                let mut align_log2 = [0u8, 3, 4, 6][(x >> 40) as usize % 4];
+                let mut size = size;
+                if old.is_some_and(|o| !is_small(addr, o.size, o.align_log2)) {
+                    // A stale large entry is not looked for by a small one
+                    // (see the module's documentation): replace large by large.
+                    (size, align_log2) = (SMALL_MAX + 16, 6);
+                }
+                let site = if x & 1 == 0 { 0 } else { (x >> 8) as u32 & 0xff_ffff };
+                let e = Entry { addr, size, align_log2, site, sampled: site != 0 && x & 2 != 0 };
+                t.insert(&e);
+                allocs += 1;
+                bytes += size;
+                model.insert(addr, e);
+            }
+        }
+        let live: Vec<Entry> = model.values().copied().collect();
+        let mut small = Vec::new();
+        let mut all = Vec::new();
+        // SAFETY: no other thread uses this table.
+        unsafe {
+            t.for_each_small_unlocked(|e| small.push(e));
+            t.for_each_overflow_unlocked(|e| all.push(e));
+        }
+        assert!(small.windows(2).all(|w| w[0].addr < w[1].addr), "small blocks in address order");
+        assert!(small.iter().all(|e| is_small(e.addr, e.size, e.align_log2)));
+        all.extend(small);
+        all.sort_by_key(|e| e.addr);
+        assert_eq!(all, live);
+        let tot = t.totals();
+        assert_eq!(tot.live_count, live.len() as u64);
+        assert_eq!(tot.live_bytes, live.iter().map(|e| e.size).sum::<u64>());
+        assert_eq!(tot.live_bytes, t.live.load(Ordering::Relaxed));
+        assert_eq!((tot.total_allocs, tot.total_bytes), (allocs, bytes));
+        assert!(tot.table_bytes > 0);
+        // Removing what is not there finds nothing and changes no count.
+        assert_eq!(t.remove(0x1234_5670, None), None);
+        assert_eq!(t.remove(0x1234_5670, Some((8, 3))), None);
+        assert_eq!(t.totals().live_count, live.len() as u64);
     }
 }
