@@ -542,8 +542,9 @@ fn read_maps(sc: &mut Scratch) -> Maps<'static> {
 fn build_index(state: &State) -> Result<Index, DumpError> {
     let table = &state.table;
     let (mut small, mut large) = (0usize, 0usize);
-    // SAFETY (these four calls): world stopped or forked child.
+    // SAFETY: world stopped or forked child (so for the calls below).
     unsafe { table.for_each_small_unlocked(|_| small += 1) };
+    // SAFETY: as above.
     unsafe { table.for_each_overflow_unlocked(|_| large += 1) };
     let n = small + large;
     let size = core::mem::size_of::<Entry>();
@@ -571,7 +572,9 @@ fn build_index(state: &State) -> Result<Index, DumpError> {
             }
         }
     };
+    // SAFETY: as above.
     unsafe { table.for_each_small_unlocked(fill(ptr.wrapping_add(large), small)) };
+    // SAFETY: as above.
     unsafe { table.for_each_overflow_unlocked(fill(tmp, large)) };
     // SAFETY: `large` entries written to tmp; sort_unstable is in core and
     // does not allocate.

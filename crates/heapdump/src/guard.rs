@@ -12,11 +12,37 @@ const STOP_PENDING: u8 = 2;
 const IN_LOCK: u8 = 4;
 const INTERNAL: u8 = 8;
 
-// Every read-modify-write of the state is one atomic instruction: a signal
+// Every read-modify-write of the state is one instruction: a signal
 // handler running on the same thread (the suspend handler sets
-// STOP_PENDING) can never fall between a read and a write.
+// STOP_PENDING) can never fall between a read and a write. No other thread
+// touches it, so the instruction needs no bus lock (`lock or` and a
+// `lock cmpxchg` loop cost more than the rest of the tracker on a free).
 thread_local! {
     static STATE: AtomicU8 = const { AtomicU8::new(0) };
+}
+
+/// Sets `bits` in this thread's state.
+#[inline(always)]
+fn set(bits: u8) {
+    let _ = STATE.try_with(|s| {
+        // SAFETY: one `or` to this thread's own, valid state byte; flags are
+        // clobbered (declared by omitting preserves_flags).
+        unsafe { core::arch::asm!("or byte ptr [{p}], {b}", p = in(reg) s.as_ptr(), b = in(reg_byte) bits, options(nostack)) }
+    });
+}
+
+/// Clears `bits` in this thread's state.
+#[inline(always)]
+fn clear(bits: u8) {
+    let _ = STATE.try_with(|s| {
+        // SAFETY: as in `set`, with `and`.
+        unsafe { core::arch::asm!("and byte ptr [{p}], {b}", p = in(reg) s.as_ptr(), b = in(reg_byte) !bits, options(nostack)) }
+    });
+}
+
+#[inline(always)]
+fn get() -> Option<u8> {
+    STATE.try_with(|s| s.load(Relaxed)).ok()
 }
 
 /// Marks the thread as inside the tracker for the guard's life. A stop
@@ -32,7 +58,10 @@ impl Enter {
     pub fn new() -> Enter {
         // Without thread-local storage (very late in thread teardown) treat
         // the call as nested: record, but capture no backtrace.
-        let prev = STATE.try_with(|s| s.fetch_or(IN_TRACKER, Relaxed)).unwrap_or(IN_TRACKER);
+        // A signal handler between the read and the `or` leaves the state
+        // as it found it (its own guard drops before it returns).
+        let prev = get().unwrap_or(IN_TRACKER);
+        set(IN_TRACKER);
         Enter { prev }
     }
 
@@ -56,8 +85,13 @@ impl Drop for Enter {
         if self.nested() {
             return;
         }
-        let pending = STATE.try_with(|s| s.fetch_and(IN_LOCK | INTERNAL, Relaxed) & STOP_PENDING != 0);
-        if pending == Ok(true) {
+        // Leave first: a stop requested from here on parks in the signal
+        // handler. One requested before is pending: honour it. (A second
+        // stop between the read and the clear parks in the handler; the
+        // park below then finds no stop under way and returns.)
+        clear(IN_TRACKER);
+        if get().is_some_and(|s| s & STOP_PENDING != 0) {
+            clear(STOP_PENDING);
             crate::stw::park(&crate::stw::current_regs());
         }
     }
@@ -69,7 +103,7 @@ pub fn defer_stop() -> bool {
     STATE
         .try_with(|s| {
             if s.load(Relaxed) & IN_TRACKER != 0 {
-                s.fetch_or(STOP_PENDING, Relaxed);
+                set(STOP_PENDING);
                 true
             } else {
                 false
@@ -87,7 +121,7 @@ impl Locked {
     /// Enters a locked section.
     #[inline]
     pub fn new() -> Locked {
-        let _ = STATE.try_with(|s| s.fetch_or(IN_LOCK, Relaxed));
+        set(IN_LOCK);
         Locked(())
     }
 }
@@ -95,7 +129,7 @@ impl Locked {
 impl Drop for Locked {
     #[inline]
     fn drop(&mut self) {
-        let _ = STATE.try_with(|s| s.fetch_and(!IN_LOCK, Relaxed));
+        clear(IN_LOCK);
     }
 }
 
@@ -197,7 +231,8 @@ pub struct Internal(bool);
 impl Internal {
     /// Enters an internal section.
     pub fn new() -> Internal {
-        let was = STATE.try_with(|s| s.fetch_or(INTERNAL, Relaxed) & INTERNAL != 0);
+        let was = get().map(|s| s & INTERNAL != 0);
+        set(INTERNAL);
         Internal(was.unwrap_or(true))
     }
 }
@@ -205,7 +240,7 @@ impl Internal {
 impl Drop for Internal {
     fn drop(&mut self) {
         if !self.0 {
-            let _ = STATE.try_with(|s| s.fetch_and(!INTERNAL, Relaxed));
+            clear(INTERNAL);
         }
     }
 }

@@ -232,10 +232,7 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter)
         }
         return;
     }
-    let live = {
-        let _l = guard::Locked::new();
-        st.table.insert(&e)
-    };
+    let live = { st.table.insert(&e) };
     if live >= st.next_threshold.load(Ordering::Relaxed) {
         threshold_crossed(st, live);
     }
@@ -276,12 +273,10 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
         match op {
             guard::Deferred::None => {}
             guard::Deferred::Insert(e) => {
-                let _l = guard::Locked::new();
                 st.table.insert(&e);
             }
             guard::Deferred::Free(addr, size, align) => {
                 {
-                    let _l = guard::Locked::new();
                     // Layout unknown here: the preload library defers frees without one.
                     st.table.remove(addr, None);
                 }
@@ -296,7 +291,6 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
 /// `layout` is its (size, alignment) when the caller knows it.
 #[inline]
 fn realloc_begin(st: &State, p: *mut u8, layout: Option<Layout>) -> Option<Entry> {
-    let _l = guard::Locked::new();
     st.table.remove(p as u64, layout.map(table_layout))
 }
 
@@ -313,7 +307,6 @@ fn table_layout(l: Layout) -> (u64, u8) {
 fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: *mut u8, new_size: usize, align: usize) {
     if q.is_null() {
         if let Some(e) = old {
-            let _l = guard::Locked::new();
             st.table.insert(&e);
         }
         return;
@@ -321,10 +314,7 @@ fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: 
     match old {
         Some(mut e) if q == p => {
             e.size = new_size as u64;
-            let live = {
-                let _l = guard::Locked::new();
-                st.table.insert(&e)
-            };
+            let live = { st.table.insert(&e) };
             if live >= st.next_threshold.load(Ordering::Relaxed) {
                 threshold_crossed(st, live);
             }
@@ -381,7 +371,6 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
                 return;
             }
         } else {
-            let _l = guard::Locked::new();
             st.table.remove(ptr as u64, Some(table_layout(layout)));
         }
         // SAFETY: forwarded.
@@ -446,7 +435,9 @@ pub struct Stats {
     pub live_count: u64,
     /// Their requested bytes.
     pub live_bytes: u64,
-    /// Highest live bytes seen.
+    /// Highest live bytes seen. Each thread adds its allocations to the
+    /// global count in steps of 64 KiB, so the peak can be short of the true
+    /// one by that much per thread (never more than the true one).
     pub peak_bytes: u64,
     /// Allocations made since start.
     pub total_allocs: u64,
@@ -465,10 +456,7 @@ pub struct Stats {
 pub fn stats() -> Stats {
     let st = state();
     let _g = guard::Enter::new();
-    let t = {
-        let _l = guard::Locked::new();
-        st.table.totals()
-    };
+    let t = { st.table.totals() };
     let (sites, site_bytes) = {
         let _l = guard::Locked::new();
         st.sites.usage()
@@ -934,7 +922,6 @@ pub mod hooks {
                 }
                 return !guard::defer(guard::Deferred::Free(p as u64, 0, 1));
             }
-            let _l = guard::Locked::new();
             self.st.table.remove(p as u64, None);
             true
         }

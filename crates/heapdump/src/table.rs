@@ -41,6 +41,10 @@
 //! block does not look for a stale large one at its address (that would
 //! cost a hash lookup per allocation); the dump keeps the small one.
 //!
+//! The slots take no lock. The overflow shards' locks are taken under
+//! [`crate::guard::Locked`], so that a signal handler allocating on a thread
+//! that holds one defers its update instead of spinning on it.
+//!
 //! Counts are kept per thread (a stripe of counters each thread picks at
 //! its first allocation) so that threads do not share a counter's cache
 //! line; live bytes are also summed in one global counter for the peak and
@@ -48,7 +52,7 @@
 
 use crate::lock::SpinLock;
 use crate::sys;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Number of overflow shards (a power of two).
 pub const SHARDS: usize = 64;
@@ -288,7 +292,7 @@ const SLOT_HAS_SITE: u32 = 1 << 13;
 /// A site word: the site id, and the sampled flag in bit 31.
 const SITE_SAMPLED: u32 = 1 << 31;
 
-const _: () = assert!(SMALL_MAX + 1 <= SLOT_SIZE as u64);
+const _: () = assert!(SMALL_MAX < SLOT_SIZE as u64);
 
 /// A middle table: the leaves of 64 GiB of address space.
 struct Mid {
@@ -327,20 +331,58 @@ unsafe fn decode(leaf: *mut AtomicU32, i: usize, addr: u64, v: u32) -> Entry {
     Entry { addr, size: u64::from(v & SLOT_SIZE) - 1, align_log2: ((v >> 10) & 7) as u8, site, sampled }
 }
 
-/// One thread's counters, on a cache line of their own.
+/// One thread's counters, on a cache line of their own. Live bytes are
+/// `bytes_in - bytes_out`; `flushed` is what the global `live` already has
+/// of them.
 #[repr(align(64))]
 struct Stripe {
     allocs: AtomicU64,
     frees: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    flushed: AtomicU64,
 }
 
-const STRIPES: usize = 64;
+impl Stripe {
+    const fn new() -> Stripe {
+        Stripe {
+            allocs: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Stripes owned by one thread each; threads after these share the last one.
+const STRIPES: usize = 256;
+const SHARED: usize = STRIPES;
+/// A thread's change of live bytes is added to the global `live` once it
+/// reaches this much either way, so that threads do not contend on one
+/// cache line at every allocation. The peak and the threshold trigger are
+/// therefore exact to within this much per thread.
+pub const FLUSH: u64 = 64 << 10;
 
 thread_local! {
-    /// This thread's stripe (`u8::MAX` until its first allocation).
-    static STRIPE: core::cell::Cell<u8> = const { core::cell::Cell::new(u8::MAX) };
+    /// This thread's stripe (`u16::MAX` until its first allocation).
+    static STRIPE: core::cell::Cell<u16> = const { core::cell::Cell::new(u16::MAX) };
+}
+
+/// Adds `v` to a counter of stripe `k`.
+#[inline(always)]
+fn bump(k: usize, c: &AtomicU64, v: u64) {
+    if k == SHARED {
+        c.fetch_add(v, Ordering::Relaxed);
+    } else {
+        // A single `add` to memory, without a bus lock: only this thread
+        // writes its own stripe, and a signal handler that interrupts it
+        // runs between two instructions, never inside one, so no update
+        // is lost. Other threads only read (stats, dumps).
+        // SAFETY: `c` is a valid, aligned u64 for the duration; the
+        // instruction touches nothing else (flags are clobbered, declared).
+        unsafe { core::arch::asm!("add qword ptr [{p}], {v}", p = in(reg) c.as_ptr(), v = in(reg) v, options(nostack)) };
+    }
 }
 
 /// The live table.
@@ -350,10 +392,12 @@ pub struct Table {
     arena: AtomicPtr<u8>,
     arena_used: AtomicUsize,
     overflow: [SpinLock<Shard>; SHARDS],
-    stripes: [Stripe; STRIPES],
+    stripes: [Stripe; STRIPES + 1],
     next_stripe: AtomicUsize,
-    /// Live bytes over all threads, for the peak and the threshold.
-    pub live: AtomicU64,
+    /// Live bytes over all threads as flushed from the stripes (see
+    /// [`FLUSH`]), for the peak and the threshold; may dip below zero when
+    /// one thread frees what another allocated before either flushed.
+    live: AtomicI64,
     /// Highest `live` seen.
     pub peak: AtomicU64,
     /// Allocations at addresses the table cannot hold, or lost for lack of memory.
@@ -383,11 +427,9 @@ impl Table {
             arena: AtomicPtr::new(core::ptr::null_mut()),
             arena_used: AtomicUsize::new(0),
             overflow: [const { SpinLock::new(Shard::empty()) }; SHARDS],
-            stripes: [const {
-                Stripe { allocs: AtomicU64::new(0), frees: AtomicU64::new(0), bytes_in: AtomicU64::new(0), bytes_out: AtomicU64::new(0) }
-            }; STRIPES],
+            stripes: [const { Stripe::new() }; STRIPES + 1],
             next_stripe: AtomicUsize::new(0),
-            live: AtomicU64::new(0),
+            live: AtomicI64::new(0),
             peak: AtomicU64::new(0),
             untracked: AtomicU64::new(0),
         }
@@ -474,41 +516,65 @@ impl Table {
         sys::mmap_anon(LEAF_BYTES).ok().map(|p| p.cast())
     }
 
-    /// This thread's counters.
+    /// This thread's stripe.
     #[inline]
-    fn stripe(&self) -> &Stripe {
-        let k = STRIPE
+    fn stripe(&self) -> usize {
+        STRIPE
             .try_with(|c| {
                 let k = c.get();
-                if k != u8::MAX {
-                    return k;
+                if k != u16::MAX {
+                    return k as usize;
                 }
-                let k = (self.next_stripe.fetch_add(1, Ordering::Relaxed) % STRIPES) as u8;
-                c.set(k);
+                let k = self.next_stripe.fetch_add(1, Ordering::Relaxed).min(SHARED);
+                c.set(k as u16);
                 k
             })
-            .unwrap_or(0);
-        &self.stripes[k as usize]
+            .unwrap_or(SHARED)
     }
 
+    /// Counts an allocation; returns the global live bytes when this
+    /// thread's share was just added to them, else 0.
     #[inline]
     fn count_alloc(&self, size: u64) -> u64 {
-        let s = self.stripe();
-        s.allocs.fetch_add(1, Ordering::Relaxed);
-        s.bytes_in.fetch_add(size, Ordering::Relaxed);
-        let live = self.live.fetch_add(size, Ordering::Relaxed) + size;
-        if live > self.peak.load(Ordering::Relaxed) {
-            self.peak.fetch_max(live, Ordering::Relaxed);
-        }
-        live
+        let k = self.stripe();
+        let s = &self.stripes[k];
+        bump(k, &s.allocs, 1);
+        bump(k, &s.bytes_in, size);
+        self.maybe_flush(s)
     }
 
     #[inline]
     fn count_free(&self, size: u64) {
-        let s = self.stripe();
-        s.frees.fetch_add(1, Ordering::Relaxed);
-        s.bytes_out.fetch_add(size, Ordering::Relaxed);
-        self.live.fetch_sub(size, Ordering::Relaxed);
+        let k = self.stripe();
+        let s = &self.stripes[k];
+        bump(k, &s.frees, 1);
+        bump(k, &s.bytes_out, size);
+        self.maybe_flush(s);
+    }
+
+    #[inline]
+    fn maybe_flush(&self, s: &Stripe) -> u64 {
+        let cur = s.bytes_in.load(Ordering::Relaxed).wrapping_sub(s.bytes_out.load(Ordering::Relaxed));
+        let old = s.flushed.load(Ordering::Relaxed);
+        if cur.wrapping_sub(old).wrapping_add(FLUSH) <= 2 * FLUSH {
+            return 0;
+        }
+        self.flush(s, old, cur)
+    }
+
+    #[cold]
+    fn flush(&self, s: &Stripe, old: u64, cur: u64) -> u64 {
+        // A signal handler on this thread may flush in between: then this
+        // one gives way rather than add the same bytes twice.
+        if s.flushed.compare_exchange(old, cur, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return 0;
+        }
+        let d = cur.wrapping_sub(old) as i64;
+        let live = self.live.fetch_add(d, Ordering::Relaxed).wrapping_add(d).max(0) as u64;
+        if live > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(live, Ordering::Relaxed);
+        }
+        live
     }
 
     /// Starts loading the cache line where `addr`'s entry will go, so that
@@ -522,7 +588,8 @@ impl Table {
         }
     }
 
-    /// Records a new allocation. Returns live bytes after it.
+    /// Records a new allocation. Returns the live bytes after it when they
+    /// were brought up to date (at least every [`FLUSH`] bytes), else 0.
     #[inline]
     pub fn insert(&self, e: &Entry) -> u64 {
         if is_small(e.addr, e.size, e.align_log2) {
@@ -534,9 +601,10 @@ impl Table {
                 // Before the slot, so a slot that says "has a site" has it.
                 site.store(e.site | if e.sampled { SITE_SAMPLED } else { 0 }, Ordering::Relaxed);
             }
-            // The address is ours until it is freed: no other writer.
-            let old = slot.load(Ordering::Relaxed);
-            slot.store(encode(e), Ordering::Release);
+            // Written without reading first: a read of a page of slots
+            // never touched would map the zero page, and the write after it
+            // would fault again and flush that page from every core's TLB.
+            let old = slot.swap(encode(e), Ordering::AcqRel);
             if old != 0 {
                 self.count_free(u64::from(old & SLOT_SIZE) - 1);
             }
@@ -556,7 +624,11 @@ impl Table {
                     }
                 }
             }
-            match self.overflow[shard_index(e.addr)].lock().insert(e) {
+            let r = {
+                let _l = crate::guard::Locked::new();
+                self.overflow[shard_index(e.addr)].lock().insert(e)
+            };
+            match r {
                 Ok(None) => {}
                 Ok(Some(old)) => self.count_free(old.size),
                 Err(()) => return self.untracked_one(),
@@ -568,7 +640,7 @@ impl Table {
     #[cold]
     fn untracked_one(&self) -> u64 {
         self.untracked.fetch_add(1, Ordering::Relaxed);
-        self.live.load(Ordering::Relaxed)
+        0
     }
 
     /// Forgets an allocation; returns its entry if it was known. `layout`,
@@ -595,7 +667,10 @@ impl Table {
                 return None;
             }
         }
-        let e = self.overflow[shard_index(addr)].lock().remove(addr)?;
+        let e = {
+            let _l = crate::guard::Locked::new();
+            self.overflow[shard_index(addr)].lock().remove(addr)?
+        };
         self.count_free(e.size);
         Some(e)
     }
@@ -616,6 +691,7 @@ impl Table {
         t.total_bytes = bytes_in;
         self.peak.fetch_max(t.live_bytes, Ordering::Relaxed);
         for s in &self.overflow {
+            let _l = crate::guard::Locked::new();
             t.table_bytes += (s.lock().capacity() * core::mem::size_of::<Slot>()) as u64;
         }
         let mids = self.top.iter().filter(|m| !m.load(Ordering::Relaxed).is_null()).count();
@@ -802,7 +878,8 @@ mod tests {
         let tot = t.totals();
         assert_eq!(tot.live_count, live.len() as u64);
         assert_eq!(tot.live_bytes, live.iter().map(|e| e.size).sum::<u64>());
-        assert_eq!(tot.live_bytes, t.live.load(Ordering::Relaxed));
+        let flushed = t.live.load(Ordering::Relaxed);
+        assert!(flushed.abs_diff(tot.live_bytes as i64) <= FLUSH, "the global count lags by less than FLUSH");
         assert_eq!((tot.total_allocs, tot.total_bytes), (allocs, bytes));
         assert!(tot.table_bytes > 0);
         // Removing what is not there finds nothing and changes no count.
