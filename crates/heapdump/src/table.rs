@@ -3,30 +3,35 @@
 //!
 //! Small blocks (at most [`SMALL_MAX`] bytes, 16-byte aligned, alignment
 //! at most 16) are indexed by address, as a page table indexes pages: a
-//! 4 KiB top array and 4096-entry middle tables lead to a leaf for each
-//! 16 MiB of address space, which holds one 32-bit slot per 16-byte granule
-//! (the block's size, alignment and whether it has a site) and, beside it,
-//! one 32-bit site per granule, touched only when a site is recorded.
+//! top array and 4096-entry middle tables lead to a leaf for each 16 MiB of
+//! address space, which gives each 256-byte window a bucket: sixteen
+//! 32-bit slots, one per 16-byte granule, that hold a block's size,
+//! alignment and whether it has a site. Sites sit in a parallel pool,
+//! touched only when one is recorded.
 //!
 //! Why by address: a hash table scatters neighbouring blocks over the whole
 //! table, so every allocation and every free missed the cache on a slot of
-//! its own (that was most of the tracker's cost). A block's slot here is
-//! next to its neighbours' slots, so it follows the allocator's own
-//! locality: blocks made or freed together share slot cache lines.
-//! An address belongs to one thread between its allocation and its free,
-//! so a slot has one writer at a time and is read and written without a
-//! lock. Leaves come from one reserved region, committed 8 MiB at a time,
-//! so neighbouring leaves are one mapping; only pages of slots that were
-//! written use memory.
+//! its own (that was most of the tracker's cost). A bucket is one cache
+//! line that follows the allocator's own locality: blocks made or freed
+//! together share it. An address belongs to one thread between its
+//! allocation and its free, so a slot has one writer at a time and is read
+//! and written without a lock; buckets are handed out from a reserved
+//! region with an atomic counter and published with a compare-and-swap.
 //!
-//! The cost of a slot per granule is memory in proportion to the address
-//! span of small blocks (4 bytes per 16, one page of slots per 16 KiB), so
-//! larger blocks, over-aligned ones, odd addresses and addresses at or
-//! above 2^48 go to the overflow table instead: 64 shards, chosen by a hash
-//! of the address, each an open-addressing table with linear probing and
-//! backward-shift deletion (no tombstones), behind its own spin lock. A
-//! shard grows (doubling, at 3/4 load) under its own lock only, so there is
-//! no global pause and no entry is lost.
+//! Memory: a window that ever held a small block keeps its 64-byte bucket
+//! (a quarter of the window; 8 bytes per block where 32-byte blocks are
+//! dense), plus 4 bytes per 256 bytes of address span for the leaves. A
+//! page of slots per 16-byte granule instead would cost a page for every
+//! 16 KiB that holds one small block, which in a heap of small nodes
+//! interleaved with kilobyte buffers is a kilobyte per node.
+//!
+//! Larger blocks, over-aligned ones, odd addresses and addresses at or
+//! above 2^48 go to the overflow table instead (as do small blocks when no
+//! bucket can be had): 64 shards, chosen by a hash of the address, each an
+//! open-addressing table with linear probing and backward-shift deletion
+//! (no tombstones), behind its own spin lock. A shard grows (doubling, at
+//! 3/4 load) under its own lock only, so there is no global pause and no
+//! entry is lost.
 //!
 //! A shard entry is 16 bytes:
 //! - `key`: address in bits 0..48, log2(alignment) in 48..54, the sampled
@@ -47,8 +52,8 @@
 //!
 //! Counts are kept per thread (a stripe of counters each thread picks at
 //! its first allocation) so that threads do not share a counter's cache
-//! line; live bytes are also summed in one global counter for the peak and
-//! the threshold trigger.
+//! line; each thread adds its change of live bytes to one global counter,
+//! for the peak and the threshold trigger, every [`FLUSH`] bytes.
 
 use crate::lock::SpinLock;
 use crate::sys;
@@ -272,18 +277,26 @@ impl Shard {
 // --- the address-indexed slots -------------------------------------------------
 
 const GRANULE_BITS: u32 = 4;
+/// A bucket holds the slots of a 256-byte window of address space.
+const WINDOW_BITS: u32 = 8;
+const BUCKET_SLOTS: usize = 1 << (WINDOW_BITS - GRANULE_BITS);
+const BUCKET_BYTES: usize = BUCKET_SLOTS * 4;
 const LEAF_BITS: u32 = 24;
 const MID_BITS: u32 = 12;
 const TOP_BITS: u32 = 48 - LEAF_BITS - MID_BITS;
-/// Slots in a leaf (one per granule of its 16 MiB).
-const LEAF_SLOTS: usize = 1 << (LEAF_BITS - GRANULE_BITS);
-/// A leaf's mapping: the slots, then the sites.
-const LEAF_BYTES: usize = 2 * LEAF_SLOTS * 4;
+/// Windows in a leaf (16 MiB of address space); the leaf maps each to a
+/// bucket index (0: none yet).
+const LEAF_WINDOWS: usize = 1 << (LEAF_BITS - WINDOW_BITS);
+const LEAF_BYTES: usize = LEAF_WINDOWS * 4;
 const MID_LEN: usize = 1 << MID_BITS;
 const TOP_LEN: usize = 1 << TOP_BITS;
-/// Leaves in the reserved region (64 GiB of address space, for 128 GiB of
-/// small-block address span); later leaves are mapped one by one.
-const ARENA_LEAVES: usize = 8192;
+/// Leaves in their reserved region (16 GiB of address space, for 1 TiB
+/// of small-block address span); later leaves are mapped one by one.
+const ARENA_LEAVES: usize = 1 << 16;
+/// The reserved regions of buckets and of their sites: 2^31 buckets each.
+const POOL_BYTES: usize = BUCKET_BYTES << 31;
+/// A pool is committed this much at a time.
+const COMMIT_STEP: usize = 8 << 20;
 
 /// A slot: 0 when empty, else `size + 1` in bits 0..10, log2 of the
 /// alignment in 10..13, and whether the granule's site is set in bit 13.
@@ -306,8 +319,13 @@ fn is_small(addr: u64, size: u64, align_log2: u8) -> bool {
 }
 
 #[inline]
-fn slot_index(addr: u64) -> usize {
-    ((addr >> GRANULE_BITS) as usize) & (LEAF_SLOTS - 1)
+fn window_index(addr: u64) -> usize {
+    ((addr >> WINDOW_BITS) as usize) & (LEAF_WINDOWS - 1)
+}
+
+#[inline]
+fn slot_in_bucket(addr: u64) -> usize {
+    ((addr >> GRANULE_BITS) as usize) & (BUCKET_SLOTS - 1)
 }
 
 #[inline]
@@ -315,20 +333,80 @@ fn encode(e: &Entry) -> u32 {
     (e.size as u32 + 1) | (u32::from(e.align_log2) << 10) | if e.site != 0 { SLOT_HAS_SITE } else { 0 }
 }
 
-/// The entry of slot `i` of `leaf`, whose value is `v` (not 0).
-///
-/// # Safety
-/// `leaf` is a leaf mapping and `i < LEAF_SLOTS`.
-#[inline]
-unsafe fn decode(leaf: *mut AtomicU32, i: usize, addr: u64, v: u32) -> Entry {
-    let (site, sampled) = if v & SLOT_HAS_SITE != 0 {
-        // SAFETY: the sites follow the slots in the leaf (caller's bounds).
-        let w = unsafe { &*leaf.add(LEAF_SLOTS + i) }.load(Ordering::Relaxed);
-        (w & !SITE_SAMPLED, w & SITE_SAMPLED != 0)
-    } else {
-        (0, false)
-    };
-    Entry { addr, size: u64::from(v & SLOT_SIZE) - 1, align_log2: ((v >> 10) & 7) as u8, site, sampled }
+/// Bytes of `[p, p + len)` in memory, counted with `mincore` a chunk of
+/// `pages` at a time.
+fn resident_bytes(p: *mut u8, len: usize, pages: &mut [u8]) -> u64 {
+    let mut total = 0;
+    let mut off = 0;
+    while off < len {
+        let n = ((len - off).div_ceil(4096)).min(pages.len());
+        if sys::resident(p.wrapping_add(off), &mut pages[..n]).is_ok() {
+            total += pages[..n].iter().filter(|&&r| r & 1 != 0).count() as u64 * 4096;
+        }
+        off += n * 4096;
+    }
+    total
+}
+
+/// A region reserved once and committed in steps as it is handed out.
+struct Pool {
+    base: AtomicPtr<u8>,
+    committed: AtomicUsize,
+}
+
+impl Pool {
+    const fn new() -> Pool {
+        Pool { base: AtomicPtr::new(core::ptr::null_mut()), committed: AtomicUsize::new(0) }
+    }
+
+    /// The region's start, with its first `end` bytes usable; `None` when
+    /// it cannot be reserved or committed (out of memory).
+    #[inline]
+    fn upto(&self, end: usize) -> Option<*mut u8> {
+        let base = self.base.load(Ordering::Acquire);
+        if !base.is_null() && end <= self.committed.load(Ordering::Acquire) {
+            return Some(base);
+        }
+        self.grow(end)
+    }
+
+    #[cold]
+    fn grow(&self, end: usize) -> Option<*mut u8> {
+        if end > POOL_BYTES {
+            return None;
+        }
+        let mut base = self.base.load(Ordering::Acquire);
+        if base.is_null() {
+            let p = sys::reserve(POOL_BYTES).ok()?;
+            match self.base.compare_exchange(core::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => base = p,
+                Err(winner) => {
+                    // SAFETY: our reservation, never published.
+                    unsafe { sys::munmap(p, POOL_BYTES) };
+                    base = winner;
+                }
+            }
+        }
+        loop {
+            let c = self.committed.load(Ordering::Acquire);
+            if end <= c {
+                return Some(base);
+            }
+            let to = end.next_multiple_of(COMMIT_STEP).min(POOL_BYTES);
+            // Threads racing here commit overlapping ranges: harmless.
+            // SAFETY: [c, to) lies inside the reservation.
+            unsafe { sys::commit(base.wrapping_add(c), to - c) }.ok()?;
+            let _ = self.committed.compare_exchange(c, to.max(c), Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// Word `i` of the region, which must be committed.
+    #[inline]
+    fn word(base: *mut u8, i: usize) -> &'static AtomicU32 {
+        // SAFETY: callers pass a base from `upto` whose commitment covers i
+        // (the region is never unmapped).
+        unsafe { &*base.cast::<AtomicU32>().add(i) }
+    }
 }
 
 /// One thread's counters, on a cache line of their own. Live bytes are
@@ -391,6 +469,12 @@ pub struct Table {
     /// The reserved region leaves are committed from, and how many it gave.
     arena: AtomicPtr<u8>,
     arena_used: AtomicUsize,
+    /// Buckets of slots, their sites, and the next bucket index (from 1).
+    buckets: Pool,
+    sites: Pool,
+    next_bucket: AtomicU64,
+    /// Small blocks put in the overflow table for want of a bucket.
+    small_overflow: AtomicU64,
     overflow: [SpinLock<Shard>; SHARDS],
     stripes: [Stripe; STRIPES + 1],
     next_stripe: AtomicUsize,
@@ -426,6 +510,10 @@ impl Table {
             top: [const { AtomicPtr::new(core::ptr::null_mut()) }; TOP_LEN],
             arena: AtomicPtr::new(core::ptr::null_mut()),
             arena_used: AtomicUsize::new(0),
+            buckets: Pool::new(),
+            sites: Pool::new(),
+            next_bucket: AtomicU64::new(1),
+            small_overflow: AtomicU64::new(0),
             overflow: [const { SpinLock::new(Shard::empty()) }; SHARDS],
             stripes: [const { Stripe::new() }; STRIPES + 1],
             next_stripe: AtomicUsize::new(0),
@@ -577,14 +665,70 @@ impl Table {
         live
     }
 
+    /// The bucket holding `addr`'s slot, if there is one.
+    #[inline]
+    fn bucket(&self, addr: u64) -> Option<u32> {
+        let dir = self.leaf(addr)?;
+        // SAFETY: window_index < LEAF_WINDOWS, the leaf's length.
+        let k = unsafe { &*dir.add(window_index(addr)) }.load(Ordering::Acquire);
+        (k != 0).then_some(k)
+    }
+
+    /// The bucket for `addr`'s slot, made if needed; `None` when out of memory.
+    #[inline]
+    fn bucket_or_new(&self, addr: u64) -> Option<u32> {
+        let dir = self.leaf_or_new(addr)?;
+        // SAFETY: as in `bucket`.
+        let d = unsafe { &*dir.add(window_index(addr)) };
+        match d.load(Ordering::Acquire) {
+            0 => self.new_bucket(d),
+            k => Some(k),
+        }
+    }
+
+    #[cold]
+    fn new_bucket(&self, d: &AtomicU32) -> Option<u32> {
+        let k = self.next_bucket.fetch_add(1, Ordering::Relaxed);
+        if k >= (POOL_BYTES / BUCKET_BYTES) as u64 {
+            return None;
+        }
+        self.buckets.upto((k as usize + 1) * BUCKET_BYTES)?;
+        // A thread that loses the race leaves its bucket unused (and untouched).
+        match d.compare_exchange(0, k as u32, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(k as u32),
+            Err(winner) => Some(winner),
+        }
+    }
+
+    /// Slot `j` of bucket `k` (an index `bucket` or `bucket_or_new` gave).
+    #[inline]
+    fn slot(&self, k: u32, j: usize) -> &AtomicU32 {
+        Pool::word(self.buckets.base.load(Ordering::Relaxed), k as usize * BUCKET_SLOTS + j)
+    }
+
+    /// The entry of slot `j` of bucket `k`, whose value is `v` (not 0).
+    #[inline]
+    fn decode(&self, k: u32, j: usize, addr: u64, v: u32) -> Entry {
+        let (site, sampled) = if v & SLOT_HAS_SITE != 0 {
+            // The site was stored (so its part of the pool committed)
+            // before the slot said so.
+            let w = Pool::word(self.sites.base.load(Ordering::Acquire), k as usize * BUCKET_SLOTS + j).load(Ordering::Relaxed);
+            (w & !SITE_SAMPLED, w & SITE_SAMPLED != 0)
+        } else {
+            (0, false)
+        };
+        Entry { addr, size: u64::from(v & SLOT_SIZE) - 1, align_log2: ((v >> 10) & 7) as u8, site, sampled }
+    }
+
     /// Starts loading the cache line where `addr`'s entry will go, so that
     /// work done meanwhile (capturing its site) hides a cache miss.
     #[inline]
     pub fn prefetch(&self, addr: u64) {
-        if let Some(leaf) = self.leaf(addr) {
+        if let Some(k) = self.bucket(addr) {
+            let p: *const AtomicU32 = self.slot(k, 0);
             // SAFETY: a prefetch is a hint: it never faults and reads nothing
             // the program observes.
-            unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(leaf.wrapping_add(slot_index(addr)).cast()) };
+            unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast()) };
         }
     }
 
@@ -592,41 +736,27 @@ impl Table {
     /// were brought up to date (at least every [`FLUSH`] bytes), else 0.
     #[inline]
     pub fn insert(&self, e: &Entry) -> u64 {
-        if is_small(e.addr, e.size, e.align_log2) {
-            let Some(leaf) = self.leaf_or_new(e.addr) else { return self.untracked_one() };
-            let i = slot_index(e.addr);
-            // SAFETY: i < LEAF_SLOTS; the sites follow the slots.
-            let (slot, site) = unsafe { (&*leaf.add(i), &*leaf.add(LEAF_SLOTS + i)) };
-            if e.site != 0 {
-                // Before the slot, so a slot that says "has a site" has it.
-                site.store(e.site | if e.sampled { SITE_SAMPLED } else { 0 }, Ordering::Relaxed);
-            }
-            // Written without reading first: a read of a page of slots
-            // never touched would map the zero page, and the write after it
-            // would fault again and flush that page from every core's TLB.
-            let old = slot.swap(encode(e), Ordering::AcqRel);
-            if old != 0 {
-                self.count_free(u64::from(old & SLOT_SIZE) - 1);
-            }
-        } else {
+        if !(is_small(e.addr, e.size, e.align_log2) && self.insert_small(e)) {
             if e.addr > ADDR_MASK || e.size >> 49 != 0 {
                 return self.untracked_one();
             }
-            // A small block at this address whose free we never saw.
-            if e.addr & 15 == 0 {
-                if let Some(leaf) = self.leaf(e.addr) {
-                    // SAFETY: slot_index < LEAF_SLOTS.
-                    let slot = unsafe { &*leaf.add(slot_index(e.addr)) };
-                    let old = slot.load(Ordering::Relaxed);
-                    if old != 0 {
-                        slot.store(0, Ordering::Relaxed);
-                        self.count_free(u64::from(old & SLOT_SIZE) - 1);
-                    }
+            if is_small(e.addr, e.size, e.align_log2) {
+                self.small_overflow.fetch_add(1, Ordering::Relaxed);
+            } else if let Some(k) = self.bucket(e.addr).filter(|_| e.addr & 15 == 0) {
+                // A small block at this address whose free we never saw.
+                let slot = self.slot(k, slot_in_bucket(e.addr));
+                let old = slot.load(Ordering::Relaxed);
+                if old != 0 {
+                    slot.store(0, Ordering::Relaxed);
+                    self.count_free(u64::from(old & SLOT_SIZE) - 1);
                 }
             }
             let r = {
                 let _l = crate::guard::Locked::new();
-                self.overflow[shard_index(e.addr)].lock().insert(e)
+                // Bound, so that the lock is released before `_l` says so
+                // (a tail expression's temporaries would outlive `_l`).
+                let mut shard = self.overflow[shard_index(e.addr)].lock();
+                shard.insert(e)
             };
             match r {
                 Ok(None) => {}
@@ -635,6 +765,31 @@ impl Table {
             }
         }
         self.count_alloc(e.size)
+    }
+
+    /// Puts a small block in its slot; false when it has no bucket (out of
+    /// memory), for the overflow table to take it.
+    #[inline]
+    fn insert_small(&self, e: &Entry) -> bool {
+        let Some(k) = self.bucket_or_new(e.addr) else { return false };
+        let j = slot_in_bucket(e.addr);
+        let mut e = *e;
+        if e.site != 0 {
+            let i = k as usize * BUCKET_SLOTS + j;
+            match self.sites.upto((i + 1) * 4) {
+                // Before the slot, so a slot that says "has a site" has it.
+                Some(base) => Pool::word(base, i).store(e.site | if e.sampled { SITE_SAMPLED } else { 0 }, Ordering::Relaxed),
+                None => e.site = 0,
+            }
+        }
+        // Written without reading first: a read of a page never touched
+        // would map the zero page, and the write after it would fault again
+        // and flush that page from every core's TLB.
+        let old = self.slot(k, j).swap(encode(&e), Ordering::AcqRel);
+        if old != 0 {
+            self.count_free(u64::from(old & SLOT_SIZE) - 1);
+        }
+        true
     }
 
     #[cold]
@@ -650,27 +805,26 @@ impl Table {
     pub fn remove(&self, addr: u64, layout: Option<(u64, u8)>) -> Option<Entry> {
         let small = layout.map(|(size, align_log2)| is_small(addr, size, align_log2));
         if small != Some(false) && addr & 15 == 0 && addr <= ADDR_MASK {
-            if let Some(leaf) = self.leaf(addr) {
-                let i = slot_index(addr);
-                // SAFETY: i < LEAF_SLOTS.
-                let slot = unsafe { &*leaf.add(i) };
+            if let Some(k) = self.bucket(addr) {
+                let j = slot_in_bucket(addr);
+                let slot = self.slot(k, j);
                 let v = slot.load(Ordering::Acquire);
                 if v != 0 {
                     slot.store(0, Ordering::Relaxed);
-                    // SAFETY: leaf and i as above.
-                    let e = unsafe { decode(leaf, i, addr, v) };
+                    let e = self.decode(k, j, addr, v);
                     self.count_free(e.size);
                     return Some(e);
                 }
             }
-            if small == Some(true) {
+            if small == Some(true) && self.small_overflow.load(Ordering::Relaxed) == 0 {
                 return None;
             }
         }
         let e = {
             let _l = crate::guard::Locked::new();
-            self.overflow[shard_index(addr)].lock().remove(addr)?
-        };
+            let mut shard = self.overflow[shard_index(addr)].lock();
+            shard.remove(addr)
+        }?;
         self.count_free(e.size);
         Some(e)
     }
@@ -696,12 +850,14 @@ impl Table {
         }
         let mids = self.top.iter().filter(|m| !m.load(Ordering::Relaxed).is_null()).count();
         t.table_bytes += (mids * core::mem::size_of::<Mid>()) as u64;
-        self.for_each_leaf(|_, leaf| {
-            let mut pages = [0u8; LEAF_BYTES / 4096];
-            if sys::resident(leaf.cast(), &mut pages).is_ok() {
-                t.table_bytes += pages.iter().filter(|&&p| p & 1 != 0).count() as u64 * 4096;
-            }
-        });
+        let mut pages = [0u8; 1024];
+        self.for_each_leaf(|_, leaf| t.table_bytes += resident_bytes(leaf.cast(), LEAF_BYTES, &mut pages));
+        let buckets = (self.next_bucket.load(Ordering::Relaxed) - 1).min((POOL_BYTES / BUCKET_BYTES) as u64);
+        t.table_bytes += buckets * BUCKET_BYTES as u64;
+        let sites = self.sites.base.load(Ordering::Acquire);
+        if !sites.is_null() {
+            t.table_bytes += resident_bytes(sites, self.sites.committed.load(Ordering::Acquire), &mut pages);
+        }
         t
     }
 
@@ -730,17 +886,22 @@ impl Table {
     pub unsafe fn for_each_small_unlocked(&self, mut f: impl FnMut(Entry)) {
         const PER_PAGE: usize = 4096 / 4;
         self.for_each_leaf(|base, leaf| {
-            // Pages of slots never written are not in memory: skip them
+            // Pages of a leaf never written are not in memory: skip them
             // rather than read (and map) them.
-            let mut pages = [1u8; LEAF_SLOTS / PER_PAGE];
+            let mut pages = [1u8; LEAF_BYTES / 4096];
             let _ = sys::resident(leaf.cast(), &mut pages);
             for (p, _) in pages.iter().enumerate().filter(|(_, &r)| r & 1 != 0) {
-                for i in p * PER_PAGE..(p + 1) * PER_PAGE {
-                    // SAFETY: i < LEAF_SLOTS.
-                    let v = unsafe { &*leaf.add(i) }.load(Ordering::Relaxed);
-                    if v != 0 {
-                        // SAFETY: as above.
-                        f(unsafe { decode(leaf, i, base | (i as u64) << GRANULE_BITS, v) });
+                for w in p * PER_PAGE..(p + 1) * PER_PAGE {
+                    // SAFETY: w < LEAF_WINDOWS.
+                    let k = unsafe { &*leaf.add(w) }.load(Ordering::Relaxed);
+                    if k == 0 {
+                        continue;
+                    }
+                    for j in 0..BUCKET_SLOTS {
+                        let v = self.slot(k, j).load(Ordering::Relaxed);
+                        if v != 0 {
+                            f(self.decode(k, j, base | (w as u64) << WINDOW_BITS | (j as u64) << GRANULE_BITS, v));
+                        }
                     }
                 }
             }
