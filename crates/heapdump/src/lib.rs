@@ -371,7 +371,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
                 return;
             }
         } else {
-            st.table.remove(ptr as u64, Some(table_layout(layout)));
+            st.table.forget(ptr as u64, table_layout(layout));
         }
         // SAFETY: forwarded.
         unsafe { self.inner.dealloc(ptr, layout) };

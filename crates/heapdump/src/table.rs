@@ -57,7 +57,7 @@
 
 use crate::lock::SpinLock;
 use crate::sys;
-use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Number of overflow shards (a power of two).
 pub const SHARDS: usize = 64;
@@ -277,10 +277,11 @@ impl Shard {
 // --- the address-indexed slots -------------------------------------------------
 
 const GRANULE_BITS: u32 = 4;
-/// A bucket holds the slots of a 256-byte window of address space.
-const WINDOW_BITS: u32 = 8;
+/// A bucket holds the slots of a 512-byte window of address space: 32
+/// slots of 16 bits, one cache line.
+const WINDOW_BITS: u32 = 9;
 const BUCKET_SLOTS: usize = 1 << (WINDOW_BITS - GRANULE_BITS);
-const BUCKET_BYTES: usize = BUCKET_SLOTS * 4;
+const BUCKET_BYTES: usize = BUCKET_SLOTS * 2;
 const LEAF_BITS: u32 = 24;
 const MID_BITS: u32 = 12;
 const TOP_BITS: u32 = 48 - LEAF_BITS - MID_BITS;
@@ -293,15 +294,18 @@ const TOP_LEN: usize = 1 << TOP_BITS;
 /// Leaves in their reserved region (16 GiB of address space, for 1 TiB
 /// of small-block address span); later leaves are mapped one by one.
 const ARENA_LEAVES: usize = 1 << 16;
-/// The reserved regions of buckets and of their sites: 2^31 buckets each.
-const POOL_BYTES: usize = BUCKET_BYTES << 31;
+/// The most buckets, and the reserved regions of buckets and of their
+/// sites (32 bits per slot).
+const MAX_BUCKETS: usize = 1 << 31;
+const POOL_BYTES: usize = BUCKET_BYTES * MAX_BUCKETS;
+const SITE_POOL_BYTES: usize = BUCKET_SLOTS * 4 * MAX_BUCKETS;
 /// A pool is committed this much at a time.
 const COMMIT_STEP: usize = 8 << 20;
 
 /// A slot: 0 when empty, else `size + 1` in bits 0..10, log2 of the
 /// alignment in 10..13, and whether the granule's site is set in bit 13.
-const SLOT_SIZE: u32 = (1 << 10) - 1;
-const SLOT_HAS_SITE: u32 = 1 << 13;
+const SLOT_SIZE: u16 = (1 << 10) - 1;
+const SLOT_HAS_SITE: u16 = 1 << 13;
 /// A site word: the site id, and the sampled flag in bit 31.
 const SITE_SAMPLED: u32 = 1 << 31;
 
@@ -329,8 +333,8 @@ fn slot_in_bucket(addr: u64) -> usize {
 }
 
 #[inline]
-fn encode(e: &Entry) -> u32 {
-    (e.size as u32 + 1) | (u32::from(e.align_log2) << 10) | if e.site != 0 { SLOT_HAS_SITE } else { 0 }
+fn encode(e: &Entry) -> u16 {
+    (e.size as u16 + 1) | (u16::from(e.align_log2) << 10) | if e.site != 0 { SLOT_HAS_SITE } else { 0 }
 }
 
 /// Bytes of `[p, p + len)` in memory, counted with `mincore` a chunk of
@@ -349,50 +353,85 @@ fn resident_bytes(p: *mut u8, len: usize, pages: &mut [u8]) -> u64 {
 }
 
 /// A region reserved once and committed in steps as it is handed out.
+///
+/// The reservation asks for the largest size first and halves it down to
+/// 16 MiB when the kernel refuses (a limit on address space, or a tool
+/// such as valgrind that maps less); if even that fails, the pool is marked
+/// failed for good, so that callers fall back at once instead of asking
+/// the kernel again on every allocation.
 struct Pool {
-    base: AtomicPtr<u8>,
+    /// The region's start with log2 of its length in the low bits; 0
+    /// before the reservation, [`Pool::FAILED`] after a refused one.
+    region: AtomicUsize,
     committed: AtomicUsize,
+    max_log2: u32,
 }
 
 impl Pool {
-    const fn new() -> Pool {
-        Pool { base: AtomicPtr::new(core::ptr::null_mut()), committed: AtomicUsize::new(0) }
+    const FAILED: usize = 1;
+    const MIN_LOG2: u32 = 24;
+
+    const fn new(max_len: usize) -> Pool {
+        Pool { region: AtomicUsize::new(0), committed: AtomicUsize::new(0), max_log2: max_len.trailing_zeros() }
+    }
+
+    /// The region's start (null before the reservation or after a refusal).
+    #[inline]
+    fn base(&self) -> *mut u8 {
+        let r = self.region.load(Ordering::Acquire);
+        if r <= Self::FAILED {
+            core::ptr::null_mut()
+        } else {
+            (r & !4095) as *mut u8
+        }
     }
 
     /// The region's start, with its first `end` bytes usable; `None` when
     /// it cannot be reserved or committed (out of memory).
     #[inline]
     fn upto(&self, end: usize) -> Option<*mut u8> {
-        let base = self.base.load(Ordering::Acquire);
-        if !base.is_null() && end <= self.committed.load(Ordering::Acquire) {
-            return Some(base);
+        let r = self.region.load(Ordering::Acquire);
+        if r > Self::FAILED && end <= self.committed.load(Ordering::Acquire) {
+            return Some((r & !4095) as *mut u8);
         }
         self.grow(end)
     }
 
     #[cold]
     fn grow(&self, end: usize) -> Option<*mut u8> {
-        if end > POOL_BYTES {
-            return None;
-        }
-        let mut base = self.base.load(Ordering::Acquire);
-        if base.is_null() {
-            let p = sys::reserve(POOL_BYTES).ok()?;
-            match self.base.compare_exchange(core::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => base = p,
-                Err(winner) => {
-                    // SAFETY: our reservation, never published.
-                    unsafe { sys::munmap(p, POOL_BYTES) };
-                    base = winner;
+        let mut r = self.region.load(Ordering::Acquire);
+        if r == 0 {
+            let mut mine = Self::FAILED;
+            for l in (Self::MIN_LOG2..=self.max_log2).rev() {
+                if let Ok(p) = sys::reserve(1 << l) {
+                    mine = p as usize | l as usize;
+                    break;
                 }
             }
+            r = match self.region.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => mine,
+                Err(winner) => {
+                    if mine != Self::FAILED {
+                        // SAFETY: our reservation, never published.
+                        unsafe { sys::munmap((mine & !4095) as *mut u8, 1 << (mine & 4095)) };
+                    }
+                    winner
+                }
+            };
+        }
+        if r == Self::FAILED {
+            return None;
+        }
+        let (base, len) = ((r & !4095) as *mut u8, 1usize << (r & 4095));
+        if end > len {
+            return None;
         }
         loop {
             let c = self.committed.load(Ordering::Acquire);
             if end <= c {
                 return Some(base);
             }
-            let to = end.next_multiple_of(COMMIT_STEP).min(POOL_BYTES);
+            let to = end.next_multiple_of(COMMIT_STEP).min(len);
             // Threads racing here commit overlapping ranges: harmless.
             // SAFETY: [c, to) lies inside the reservation.
             unsafe { sys::commit(base.wrapping_add(c), to - c) }.ok()?;
@@ -400,12 +439,26 @@ impl Pool {
         }
     }
 
-    /// Word `i` of the region, which must be committed.
+    /// The region's start, once it is known to be reserved (a bucket
+    /// index was handed out from it).
+    #[inline(always)]
+    fn reserved_base(&self) -> *mut u8 {
+        (self.region.load(Ordering::Acquire) & !4095) as *mut u8
+    }
+
+    /// 32-bit word `i` of the region, which must be committed.
     #[inline]
     fn word(base: *mut u8, i: usize) -> &'static AtomicU32 {
         // SAFETY: callers pass a base from `upto` whose commitment covers i
         // (the region is never unmapped).
         unsafe { &*base.cast::<AtomicU32>().add(i) }
+    }
+
+    /// 16-bit half-word `i` of the region, which must be committed.
+    #[inline]
+    fn half(base: *mut u8, i: usize) -> &'static AtomicU16 {
+        // SAFETY: as in `word`.
+        unsafe { &*base.cast::<AtomicU16>().add(i) }
     }
 }
 
@@ -433,9 +486,10 @@ impl Stripe {
     }
 }
 
-/// Stripes owned by one thread each; threads after these share the last one.
+/// Stripes: the first 255 are owned by one thread each; threads after
+/// those share the last one.
 const STRIPES: usize = 256;
-const SHARED: usize = STRIPES;
+const SHARED: usize = STRIPES - 1;
 /// A thread's change of live bytes is added to the global `live` once it
 /// reaches this much either way, so that threads do not contend on one
 /// cache line at every allocation. The peak and the threshold trigger are
@@ -466,9 +520,9 @@ fn bump(k: usize, c: &AtomicU64, v: u64) {
 /// The live table.
 pub struct Table {
     top: [AtomicPtr<Mid>; TOP_LEN],
-    /// The reserved region leaves are committed from, and how many it gave.
-    arena: AtomicPtr<u8>,
-    arena_used: AtomicUsize,
+    /// The pool leaves are committed from, and how many it gave.
+    leaves: Pool,
+    leaves_used: AtomicUsize,
     /// Buckets of slots, their sites, and the next bucket index (from 1).
     buckets: Pool,
     sites: Pool,
@@ -476,7 +530,7 @@ pub struct Table {
     /// Small blocks put in the overflow table for want of a bucket.
     small_overflow: AtomicU64,
     overflow: [SpinLock<Shard>; SHARDS],
-    stripes: [Stripe; STRIPES + 1],
+    stripes: [Stripe; STRIPES],
     next_stripe: AtomicUsize,
     /// Live bytes over all threads as flushed from the stripes (see
     /// [`FLUSH`]), for the peak and the threshold; may dip below zero when
@@ -508,14 +562,14 @@ impl Table {
     pub const fn new() -> Table {
         Table {
             top: [const { AtomicPtr::new(core::ptr::null_mut()) }; TOP_LEN],
-            arena: AtomicPtr::new(core::ptr::null_mut()),
-            arena_used: AtomicUsize::new(0),
-            buckets: Pool::new(),
-            sites: Pool::new(),
+            leaves: Pool::new(ARENA_LEAVES * LEAF_BYTES),
+            leaves_used: AtomicUsize::new(0),
+            buckets: Pool::new(POOL_BYTES),
+            sites: Pool::new(SITE_POOL_BYTES),
             next_bucket: AtomicU64::new(1),
             small_overflow: AtomicU64::new(0),
             overflow: [const { SpinLock::new(Shard::empty()) }; SHARDS],
-            stripes: [const { Stripe::new() }; STRIPES + 1],
+            stripes: [const { Stripe::new() }; STRIPES],
             next_stripe: AtomicUsize::new(0),
             live: AtomicI64::new(0),
             peak: AtomicU64::new(0),
@@ -574,57 +628,37 @@ impl Table {
         }
     }
 
-    /// A zero-filled leaf: the next part of the reserved region, or a
-    /// mapping of its own once that is used up.
+    /// A zero-filled leaf: the next part of the leaves' pool, or a mapping
+    /// of its own once that is used up or refused.
     fn map_leaf(&self) -> Option<*mut AtomicU32> {
-        let mut base = self.arena.load(Ordering::Acquire);
-        if base.is_null() {
-            if let Ok(p) = sys::reserve(ARENA_LEAVES * LEAF_BYTES) {
-                match self.arena.compare_exchange(core::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => base = p,
-                    Err(winner) => {
-                        // SAFETY: our reservation, never published.
-                        unsafe { sys::munmap(p, ARENA_LEAVES * LEAF_BYTES) };
-                        base = winner;
-                    }
-                }
-            }
-        }
-        if !base.is_null() {
-            let k = self.arena_used.fetch_add(1, Ordering::Relaxed);
-            if k < ARENA_LEAVES {
-                let p = base.wrapping_add(k * LEAF_BYTES);
-                // SAFETY: leaf k of the reservation, handed to us alone by the fetch_add.
-                if unsafe { sys::commit(p, LEAF_BYTES) }.is_ok() {
-                    return Some(p.cast());
-                }
-                return None;
-            }
+        let k = self.leaves_used.fetch_add(1, Ordering::Relaxed);
+        if let Some(base) = self.leaves.upto((k + 1) * LEAF_BYTES) {
+            return Some(base.wrapping_add(k * LEAF_BYTES).cast());
         }
         sys::mmap_anon(LEAF_BYTES).ok().map(|p| p.cast())
     }
 
-    /// This thread's stripe.
+    /// This thread's stripe (a `u8`, so that indexing needs no bounds check).
     #[inline]
-    fn stripe(&self) -> usize {
+    fn stripe(&self) -> u8 {
         STRIPE
             .try_with(|c| {
                 let k = c.get();
                 if k != u16::MAX {
-                    return k as usize;
+                    return k as u8;
                 }
-                let k = self.next_stripe.fetch_add(1, Ordering::Relaxed).min(SHARED);
-                c.set(k as u16);
+                let k = self.next_stripe.fetch_add(1, Ordering::Relaxed).min(SHARED) as u8;
+                c.set(k.into());
                 k
             })
-            .unwrap_or(SHARED)
+            .unwrap_or(SHARED as u8)
     }
 
     /// Counts an allocation; returns the global live bytes when this
     /// thread's share was just added to them, else 0.
     #[inline]
     fn count_alloc(&self, size: u64) -> u64 {
-        let k = self.stripe();
+        let k = self.stripe() as usize;
         let s = &self.stripes[k];
         bump(k, &s.allocs, 1);
         bump(k, &s.bytes_in, size);
@@ -633,7 +667,7 @@ impl Table {
 
     #[inline]
     fn count_free(&self, size: u64) {
-        let k = self.stripe();
+        let k = self.stripe() as usize;
         let s = &self.stripes[k];
         bump(k, &s.frees, 1);
         bump(k, &s.bytes_out, size);
@@ -689,7 +723,7 @@ impl Table {
     #[cold]
     fn new_bucket(&self, d: &AtomicU32) -> Option<u32> {
         let k = self.next_bucket.fetch_add(1, Ordering::Relaxed);
-        if k >= (POOL_BYTES / BUCKET_BYTES) as u64 {
+        if k >= MAX_BUCKETS as u64 {
             return None;
         }
         self.buckets.upto((k as usize + 1) * BUCKET_BYTES)?;
@@ -702,17 +736,17 @@ impl Table {
 
     /// Slot `j` of bucket `k` (an index `bucket` or `bucket_or_new` gave).
     #[inline]
-    fn slot(&self, k: u32, j: usize) -> &AtomicU32 {
-        Pool::word(self.buckets.base.load(Ordering::Relaxed), k as usize * BUCKET_SLOTS + j)
+    fn slot(&self, k: u32, j: usize) -> &AtomicU16 {
+        Pool::half(self.buckets.reserved_base(), k as usize * BUCKET_SLOTS + j)
     }
 
     /// The entry of slot `j` of bucket `k`, whose value is `v` (not 0).
     #[inline]
-    fn decode(&self, k: u32, j: usize, addr: u64, v: u32) -> Entry {
+    fn decode(&self, k: u32, j: usize, addr: u64, v: u16) -> Entry {
         let (site, sampled) = if v & SLOT_HAS_SITE != 0 {
             // The site was stored (so its part of the pool committed)
             // before the slot said so.
-            let w = Pool::word(self.sites.base.load(Ordering::Acquire), k as usize * BUCKET_SLOTS + j).load(Ordering::Relaxed);
+            let w = Pool::word(self.sites.reserved_base(), k as usize * BUCKET_SLOTS + j).load(Ordering::Relaxed);
             (w & !SITE_SAMPLED, w & SITE_SAMPLED != 0)
         } else {
             (0, false)
@@ -725,7 +759,7 @@ impl Table {
     #[inline]
     pub fn prefetch(&self, addr: u64) {
         if let Some(k) = self.bucket(addr) {
-            let p: *const AtomicU32 = self.slot(k, 0);
+            let p: *const AtomicU16 = self.slot(k, 0);
             // SAFETY: a prefetch is a hint: it never faults and reads nothing
             // the program observes.
             unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast()) };
@@ -734,8 +768,26 @@ impl Table {
 
     /// Records a new allocation. Returns the live bytes after it when they
     /// were brought up to date (at least every [`FLUSH`] bytes), else 0.
-    #[inline]
+    #[inline(always)]
     pub fn insert(&self, e: &Entry) -> u64 {
+        // The common case inline: a small block without a site, in a
+        // window that already has a bucket.
+        if is_small(e.addr, e.size, e.align_log2) && e.site == 0 {
+            if let Some(k) = self.bucket(e.addr) {
+                // A swap, not a plain store: the old value says whether a
+                // free was missed (a block the tracker never saw freed).
+                let old = self.slot(k, slot_in_bucket(e.addr)).swap(encode(e), Ordering::AcqRel);
+                if old != 0 {
+                    self.count_free(u64::from(old & SLOT_SIZE) - 1);
+                }
+                return self.count_alloc(e.size);
+            }
+        }
+        self.insert_slow(e)
+    }
+
+    #[inline(never)]
+    fn insert_slow(&self, e: &Entry) -> u64 {
         if !(is_small(e.addr, e.size, e.align_log2) && self.insert_small(e)) {
             if e.addr > ADDR_MASK || e.size >> 49 != 0 {
                 return self.untracked_one();
@@ -798,6 +850,29 @@ impl Table {
         0
     }
 
+    /// Forgets an allocation of a known layout (size, log2 of the
+    /// alignment): [`Table::remove`] without building the entry.
+    #[inline(always)]
+    pub fn forget(&self, addr: u64, layout: (u64, u8)) {
+        if is_small(addr, layout.0, layout.1) {
+            if let Some(k) = self.bucket(addr) {
+                let slot = self.slot(k, slot_in_bucket(addr));
+                let v = slot.load(Ordering::Acquire);
+                if v != 0 {
+                    slot.store(0, Ordering::Relaxed);
+                    self.count_free(u64::from(v & SLOT_SIZE) - 1);
+                    return;
+                }
+            }
+        }
+        self.remove_slow(addr, Some(layout));
+    }
+
+    #[inline(never)]
+    fn remove_slow(&self, addr: u64, layout: Option<(u64, u8)>) -> Option<Entry> {
+        self.remove(addr, layout)
+    }
+
     /// Forgets an allocation; returns its entry if it was known. `layout`,
     /// when the caller knows it (size, log2 of the alignment), says which
     /// part of the table holds it; otherwise both are looked at.
@@ -852,9 +927,9 @@ impl Table {
         t.table_bytes += (mids * core::mem::size_of::<Mid>()) as u64;
         let mut pages = [0u8; 1024];
         self.for_each_leaf(|_, leaf| t.table_bytes += resident_bytes(leaf.cast(), LEAF_BYTES, &mut pages));
-        let buckets = (self.next_bucket.load(Ordering::Relaxed) - 1).min((POOL_BYTES / BUCKET_BYTES) as u64);
+        let buckets = (self.next_bucket.load(Ordering::Relaxed) - 1).min(MAX_BUCKETS as u64);
         t.table_bytes += buckets * BUCKET_BYTES as u64;
-        let sites = self.sites.base.load(Ordering::Acquire);
+        let sites = self.sites.base();
         if !sites.is_null() {
             t.table_bytes += resident_bytes(sites, self.sites.committed.load(Ordering::Acquire), &mut pages);
         }
