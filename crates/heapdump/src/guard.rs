@@ -77,6 +77,13 @@ impl Enter {
     pub fn internal(&self) -> bool {
         self.prev & INTERNAL != 0
     }
+
+    /// Whether this is the common case: the outermost entry, not internal,
+    /// and no tracker lock held on this thread.
+    #[inline]
+    pub fn plain(&self) -> bool {
+        self.prev & (IN_TRACKER | INTERNAL | IN_LOCK) == 0
+    }
 }
 
 impl Drop for Enter {
@@ -91,10 +98,18 @@ impl Drop for Enter {
         // park below then finds no stop under way and returns.)
         clear(IN_TRACKER);
         if get().is_some_and(|s| s & STOP_PENDING != 0) {
-            clear(STOP_PENDING);
-            crate::stw::park(&crate::stw::current_regs());
+            park_now();
         }
     }
+}
+
+/// Honours a stop that came while the thread was inside the tracker (out
+/// of line: it saves every register).
+#[cold]
+#[inline(never)]
+fn park_now() {
+    clear(STOP_PENDING);
+    crate::stw::park(&crate::stw::current_regs());
 }
 
 /// Called by the suspend handler: if the thread is inside the tracker,

@@ -137,24 +137,33 @@ thread_local! {
 fn sample(size: u64, mean: u64) -> bool {
     SAMPLE
         .try_with(|c| {
-            let (mut left, mut rng) = c.get();
-            left -= size as i64;
-            let hit = left <= 0;
-            if hit || rng == 0 {
-                if rng == 0 {
-                    rng = (c as *const _ as u64) ^ sys::monotonic_ns() | 1;
-                }
-                // xorshift64*
-                rng ^= rng >> 12;
-                rng ^= rng << 25;
-                rng ^= rng >> 27;
-                let u = ((rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-                left = (-(u.ln()) * mean as f64) as i64 + 1;
+            let (left, rng) = c.get();
+            let left = left - size as i64;
+            if left > 0 && rng != 0 {
+                c.set((left, rng));
+                return false;
             }
-            c.set((left, rng));
-            hit
+            draw(c, left, rng, mean)
         })
         .unwrap_or(false)
+}
+
+/// The countdown ran out (or was never started): draws the next one.
+#[cold]
+#[inline(never)]
+fn draw(c: &core::cell::Cell<(i64, u64)>, left: i64, mut rng: u64, mean: u64) -> bool {
+    if rng == 0 {
+        rng = (c as *const _ as u64) ^ sys::monotonic_ns() | 1;
+    }
+    // xorshift64*
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    let u = ((rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let hit = left <= 0;
+    let next = (-(u.ln()) * mean as f64) as i64 + 1;
+    c.set((if hit { next } else { left }, rng));
+    hit
 }
 
 // --- the allocator ------------------------------------------------------------
@@ -204,6 +213,22 @@ impl<A> Tracked<A> {
 /// holds one (those updates are deferred).
 #[inline]
 fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter) {
+    if g.plain() && st.config().backtrace == config::Backtrace::Off {
+        // The common case of address-only tracking, kept short.
+        let e = Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site: 0, sampled: false };
+        let live = st.table.insert(&e);
+        if live >= st.next_threshold.load(Ordering::Relaxed) {
+            threshold_crossed(st, live);
+        }
+        return;
+    }
+    record_sites(st, ptr, size, align, g);
+}
+
+/// [`record`] for the other cases: sites to capture, or a nested or
+/// internal call.
+#[inline]
+fn record_sites(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter) {
     if g.internal() {
         return;
     }
