@@ -268,11 +268,46 @@ fn capture_site(st: &State, max_frames: usize) -> u32 {
     let mut frames = [0u64; sites::MAX_FRAMES];
     // Skip capture_site and record (usually inlined into alloc).
     let n = sites::capture(&mut frames[..max_frames.min(sites::MAX_FRAMES)], 1, st.config().cached_unwinder);
+    let frames = &frames[..n];
+    // A loop allocating from one place gets the same backtrace again and
+    // again: its site is this thread's last one, without the site table's
+    // hash, lock and probe.
+    let last =
+        LAST_SITE.try_with(|l| if l.n.get() == n && l.frames[..n].iter().zip(frames).all(|(a, b)| a.get() == *b) { l.id.get() } else { 0 });
+    if let Ok(id @ 1..) = last {
+        return id;
+    }
     if guard::in_lock() {
         return 0;
     }
-    let _l = guard::Locked::new();
-    st.sites.intern(&frames[..n])
+    let id = {
+        let _l = guard::Locked::new();
+        st.sites.intern(frames)
+    };
+    if id != 0 {
+        let _ = LAST_SITE.try_with(|l| {
+            for (a, b) in l.frames.iter().zip(frames) {
+                a.set(*b);
+            }
+            l.n.set(n);
+            l.id.set(id);
+        });
+    }
+    id
+}
+
+/// A thread's last site and its frames (site ids are never reused, so the
+/// pair stays true).
+struct LastSite {
+    n: core::cell::Cell<usize>,
+    frames: [core::cell::Cell<u64>; sites::MAX_FRAMES],
+    id: core::cell::Cell<u32>,
+}
+
+thread_local! {
+    static LAST_SITE: LastSite = const {
+        LastSite { n: core::cell::Cell::new(0), frames: [const { core::cell::Cell::new(0) }; sites::MAX_FRAMES], id: core::cell::Cell::new(0) }
+    };
 }
 
 #[cold]

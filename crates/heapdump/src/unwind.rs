@@ -2,7 +2,9 @@
 //! approach): the unwind rule of each return address is computed once,
 //! with gimli, from the module's `.eh_frame_hdr` search table, and kept in
 //! a process-wide cache; a backtrace is then a walk of a few loads per
-//! frame instead of libgcc's lookup and CFI interpretation per frame.
+//! frame instead of libgcc's lookup and CFI interpretation per frame. Each
+//! thread also keeps its last walk: the outer frames a new walk shares with
+//! it are checked word by word on the stack and copied (see [`Memo`]).
 //!
 //! The walk itself is hand-written because it runs inside the allocator:
 //! no allocation (gimli's unwind context lives on the stack), no lock
@@ -178,6 +180,7 @@ fn remember(pc: u64, rule: Rule) {
 /// Forgets every cached rule (code was unloaded: its addresses may be
 /// reused by other code).
 pub fn forget() {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     let cache = CACHE.load(Ordering::Acquire);
     if cache.is_null() {
         return;
@@ -298,6 +301,77 @@ fn rule_at(pc: u64) -> Rule {
     r
 }
 
+/// The walk's state after a step: the caller's stack pointer (the CFA),
+/// frame pointer and return address, and where that frame pointer was
+/// read from (0: carried over unchanged).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Step {
+    sp: u64,
+    bp: u64,
+    pc: u64,
+    bp_slot: u64,
+}
+
+/// Steps a thread's last complete walk ended with, outermost first.
+const MEMO_STEPS: usize = 128;
+
+/// The thread's last complete walk, outermost step first.
+///
+/// Most allocations of a thread share the outer part of their stack with
+/// the previous one (the same `main`, thread start and loop). Once the walk
+/// reaches a state (stack pointer, frame pointer, return address) that the
+/// previous walk also passed through, the rest of the walk is a function
+/// of that state and of the stack words it reads: if every return address
+/// and saved frame pointer above is still the word the previous walk read,
+/// the rest of the frames are the same, and are copied instead of being
+/// walked (a load and a compare per frame instead of a rule lookup).
+struct Memo {
+    /// [`GENERATION`] when it was written: rules forgotten since (code
+    /// unloaded) void it.
+    generation: core::cell::Cell<u64>,
+    len: core::cell::Cell<usize>,
+    /// The memo in `0..len`; the walk in progress writes its own steps,
+    /// innermost first, from `MEMO_STEPS` up.
+    steps: [core::cell::Cell<Step>; 2 * MEMO_STEPS],
+}
+
+/// Counts [`forget`] calls.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static MEMO: Memo = const {
+        Memo {
+            generation: core::cell::Cell::new(0),
+            len: core::cell::Cell::new(0),
+            steps: [const { core::cell::Cell::new(Step { sp: 0, bp: 0, pc: 0, bp_slot: 0 }) }; 2 * MEMO_STEPS],
+        }
+    };
+}
+
+/// Where a walk stands: frames written so far and frames still to skip.
+struct Out<'a> {
+    frames: &'a mut [u64],
+    n: usize,
+    skip: usize,
+}
+
+impl Out<'_> {
+    /// Takes one return address; false once `frames` is full.
+    #[inline]
+    fn push(&mut self, pc: u64) -> bool {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return true;
+        }
+        if self.n >= self.frames.len() {
+            return false;
+        }
+        self.frames[self.n] = pc;
+        self.n += 1;
+        true
+    }
+}
+
 /// Captures return addresses into `frames`, skipping the first `skip`
 /// (the first is the return address into this function's caller).
 /// `None` when this unwinder cannot walk the stack: use libgcc's.
@@ -305,36 +379,69 @@ fn rule_at(pc: u64) -> Rule {
 /// Every read is between the stack pointer and the top of the thread's
 /// stack, so even a stale rule (code unloaded and other code loaded at
 /// its address) gives wrong frames, never a fault.
+///
+/// # Signal safety
+/// Uses the thread's [`Memo`]; a signal handler that interrupts a capture
+/// and allocates is inside the tracker already and captures nothing.
 #[inline(never)]
-pub fn capture(frames: &mut [u64], mut skip: usize) -> Option<usize> {
+pub fn capture(frames: &mut [u64], skip: usize) -> Option<usize> {
     if FIND_OBJECT.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let (mut pc, mut sp, mut bp): (u64, u64, u64);
+    let (pc, sp, bp): (u64, u64, u64);
     // SAFETY: reads three registers; touches no memory and no flags.
     unsafe {
         core::arch::asm!("lea {0}, [rip]", "mov {1}, rsp", "mov {2}, rbp", out(reg) pc, out(reg) sp, out(reg) bp,
             options(nomem, nostack, preserves_flags));
     }
     let top = stack_top(sp)?;
-    let mut n = 0;
+    let mut out = Out { frames, n: 0, skip };
+    MEMO.try_with(|m| walk(m, &mut out, Step { sp, bp, pc, bp_slot: 0 }, top)).ok().flatten().map(|_| out.n)
+}
+
+/// The walk from `first`, using and then updating the thread's memo.
+fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
+    let generation = GENERATION.load(Ordering::Acquire);
+    let mut old = if m.generation.get() == generation { m.len.get() } else { 0 };
+    // The steps of this walk not found in the memo.
+    let mut nfresh = 0;
+    let mut cur = first;
     // The first lookup is at the current instruction; later ones at the
     // call instruction, one byte before the return address.
-    let mut probe = pc;
+    let mut probe = cur.pc;
     loop {
+        // Memo entries below this stack pointer belong to frames that are
+        // gone; one at it may be this very state.
+        while old > 0 && m.steps[old - 1].get().sp < cur.sp {
+            old -= 1;
+        }
+        if old > 0 && nfresh > 0 {
+            let s = m.steps[old - 1].get();
+            if (s.sp, s.bp, s.pc) == (cur.sp, cur.bp, cur.pc) && still_there(m, old - 1) {
+                // The rest is the memo's: copy it, and keep it under the
+                // fresh steps.
+                for k in (0..old - 1).rev() {
+                    if !out.push(m.steps[k].get().pc) {
+                        break;
+                    }
+                }
+                remember_walk(m, old, nfresh - 1, generation);
+                return Some(());
+            }
+        }
         let (from_rbp, cfa, rbp) = match rule_at(probe) {
             Rule::Step { from_rbp, cfa, rbp } => (from_rbp, cfa, rbp),
-            Rule::End => return Some(n),
+            Rule::End => break,
             Rule::Unsupported => return None,
         };
-        let cfa = (if from_rbp { bp } else { sp }).wrapping_add(cfa as i64 as u64);
+        let cfa = (if from_rbp { cur.bp } else { cur.sp }).wrapping_add(cfa as i64 as u64);
         // The stack grows down: a caller's frame is above. Anything else
         // means the rules do not describe this stack; let libgcc decide.
-        if cfa <= sp || cfa > top || cfa % 8 != 0 {
+        if cfa <= cur.sp || cfa > top || cfa % 8 != 0 {
             return None;
         }
         let saved_bp = rbp.map(|o| cfa.wrapping_add(o as i64 as u64));
-        if saved_bp.is_some_and(|a| a < sp || a.saturating_add(8) > top) {
+        if saved_bp.is_some_and(|a| a < cur.sp || a.saturating_add(8) > top) {
             return None;
         }
         // SAFETY: sp < cfa <= top: the return address at CFA-8 lies on this
@@ -342,26 +449,59 @@ pub fn capture(frames: &mut [u64], mut skip: usize) -> Option<usize> {
         // walk started on it and only moves up). So does the saved rbp,
         // checked just above. Correct unwind rules put both in the frame.
         let ra = unsafe { ((cfa - 8) as *const u64).read() };
+        let mut next = Step { sp: cfa, bp: cur.bp, pc: ra, bp_slot: 0 };
         if let Some(a) = saved_bp {
             // SAFETY: as above.
-            bp = unsafe { (a as *const u64).read() };
+            next.bp = unsafe { (a as *const u64).read() };
+            next.bp_slot = a;
         }
-        sp = cfa;
-        pc = ra;
-        if pc == 0 {
-            return Some(n);
+        cur = next;
+        if cur.pc == 0 {
+            break;
         }
-        if skip > 0 {
-            skip -= 1;
-        } else {
-            if n >= frames.len() {
-                return Some(n);
-            }
-            frames[n] = pc;
-            n += 1;
+        if nfresh < MEMO_STEPS {
+            m.steps[MEMO_STEPS + nfresh].set(cur);
         }
-        probe = pc - 1;
+        nfresh += 1;
+        if !out.push(cur.pc) {
+            // Cut short by the frame limit: not a complete walk to remember.
+            return Some(());
+        }
+        probe = cur.pc - 1;
     }
+    // A complete walk: it replaces the memo.
+    remember_walk(m, 0, nfresh, generation);
+    Some(())
+}
+
+/// Whether the stack still holds, for memo steps `0..=k`, the return
+/// addresses and saved frame pointers the memo's walk read.
+fn still_there(m: &Memo, k: usize) -> bool {
+    (0..=k).all(|i| {
+        let s = m.steps[i].get();
+        // SAFETY: these words were read from this thread's stack, between
+        // a stack pointer at or below the memo's step and the stack's top,
+        // by the walk that wrote the memo; this walk's stack pointer is at
+        // or below step k's, so they are still on the mapped stack.
+        let ra = unsafe { ((s.sp - 8) as *const u64).read() };
+        // SAFETY: as above.
+        ra == s.pc && (s.bp_slot == 0 || unsafe { (s.bp_slot as *const u64).read() } == s.bp)
+    })
+}
+
+/// Makes the memo its first `keep` steps with the walk's first `fresh`
+/// steps (innermost first, from `MEMO_STEPS`) on top.
+fn remember_walk(m: &Memo, keep: usize, fresh: usize, generation: u64) {
+    let len = keep + fresh;
+    if len > MEMO_STEPS {
+        m.len.set(0);
+        return;
+    }
+    for i in 0..fresh {
+        m.steps[keep + i].set(m.steps[MEMO_STEPS + fresh - 1 - i].get());
+    }
+    m.len.set(len);
+    m.generation.set(generation);
 }
 
 #[cfg(test)]

@@ -376,6 +376,25 @@ fn recurse(depth: usize, out: &mut Vec<Pair>) -> usize {
     r + std::hint::black_box(pad)[depth % 200] as usize
 }
 
+/// Like `recurse`, but bit `depth % 8` of `path` picks how each level calls
+/// the next: the stacks of two paths share their outer frames and differ
+/// somewhere below, in frames at the same stack addresses (the cached
+/// unwinder's per-thread memo must notice the difference).
+#[inline(never)]
+fn recurse_path(depth: usize, path: u8, out: &mut Vec<Pair>) -> usize {
+    if depth == 0 {
+        out.push(both_unwinders());
+        return 1;
+    }
+    let pad = [depth as u8; 64];
+    let r = if path >> (depth % 8) & 1 == 0 {
+        recurse_path(depth - 1, path, out)
+    } else {
+        std::hint::black_box(|| recurse_path(depth - 1, path, out))()
+    };
+    r + std::hint::black_box(pad)[depth % 64] as usize
+}
+
 extern "C" fn compare(a: *const std::ffi::c_void, b: *const std::ffi::c_void) -> i32 {
     SORTED.with(|v| v.borrow_mut().push(both_unwinders()));
     // SAFETY: qsort passes pointers to elements of the u32 array below.
@@ -390,6 +409,10 @@ fn the_cached_unwinder_agrees_with_libgcc() {
     let mut got = Vec::new();
     for depth in [0, 1, 5, 17, 40, 80] {
         recurse(depth, &mut got);
+    }
+    // The same stack again and again, then stacks that differ at one level.
+    for path in [0u8, 0, 0, 1, 0, 0x80, 0x80, 0x10, 0x11, 0xff, 0, 0xfe] {
+        recurse_path(12, path, &mut got);
     }
     // Through a thread's start and through glibc (qsort calls back into us).
     got.extend(
