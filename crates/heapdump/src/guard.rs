@@ -11,6 +11,8 @@ const IN_TRACKER: u8 = 1;
 const STOP_PENDING: u8 = 2;
 const IN_LOCK: u8 = 4;
 const INTERNAL: u8 = 8;
+/// Updates are queued (see [`defer`]): checked with the state on leaving.
+const HAS_DEFERRED: u8 = 16;
 
 // Every read-modify-write of the state is one instruction: a signal
 // handler running on the same thread (the suspend handler sets
@@ -78,6 +80,13 @@ impl Enter {
         self.prev & INTERNAL != 0
     }
 
+    /// Whether this thread held a tracker lock on entering (a signal
+    /// handler interrupted the tracker).
+    #[inline]
+    pub fn in_lock(&self) -> bool {
+        self.prev & IN_LOCK != 0
+    }
+
     /// Whether this is the common case: the outermost entry, not internal,
     /// and no tracker lock held on this thread.
     #[inline]
@@ -86,20 +95,41 @@ impl Enter {
     }
 }
 
-impl Drop for Enter {
+impl Enter {
+    /// Leaves the tracker (parking first if a stop is pending); returns
+    /// whether updates a signal handler queued on this thread wait and can
+    /// be applied now (no tracker lock held further up).
     #[inline]
-    fn drop(&mut self) {
+    pub fn leave(self) -> bool {
+        let s = self.exit();
+        core::mem::forget(self);
+        s & HAS_DEFERRED != 0 && s & IN_LOCK == 0
+    }
+
+    /// The state after leaving.
+    #[inline]
+    fn exit(&self) -> u8 {
         if self.nested() {
-            return;
+            return get().unwrap_or(0);
         }
         // Leave first: a stop requested from here on parks in the signal
         // handler. One requested before is pending: honour it. (A second
         // stop between the read and the clear parks in the handler; the
         // park below then finds no stop under way and returns.)
         clear(IN_TRACKER);
-        if get().is_some_and(|s| s & STOP_PENDING != 0) {
+        let s = get().unwrap_or(0);
+        if s & STOP_PENDING != 0 {
             park_now();
+            return get().unwrap_or(0);
         }
+        s
+    }
+}
+
+impl Drop for Enter {
+    #[inline]
+    fn drop(&mut self) {
+        self.exit();
     }
 }
 
@@ -188,6 +218,7 @@ pub fn defer(op: Deferred) -> bool {
             }
             q.ops[n].set(op);
             q.len.store(n + 1, Ordering::Release);
+            set(HAS_DEFERRED);
             true
         })
         .unwrap_or(false)
@@ -221,7 +252,14 @@ pub fn pop_deferred() -> Option<Deferred> {
         .try_with(|q| loop {
             let n = q.len.load(Ordering::Acquire);
             if n == 0 {
-                return None;
+                clear(HAS_DEFERRED);
+                // A signal handler may have queued (and set the flag) just
+                // before the clear: look again.
+                if q.len.load(Ordering::Acquire) == 0 {
+                    return None;
+                }
+                set(HAS_DEFERRED);
+                continue;
             }
             let op = q.ops[n - 1].get();
             if q.len.compare_exchange(n, n - 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
@@ -230,12 +268,6 @@ pub fn pop_deferred() -> Option<Deferred> {
         })
         .ok()
         .flatten()
-}
-
-/// Whether updates are queued (fast check).
-#[inline]
-pub fn has_deferred() -> bool {
-    DEFERRED.try_with(|q| q.len.load(core::sync::atomic::Ordering::Relaxed) != 0).unwrap_or(false)
 }
 
 /// Marks the runtime's own calls into libc (thread creation, `setenv`,

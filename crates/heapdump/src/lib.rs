@@ -388,8 +388,7 @@ fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: 
 /// tracker lock is still held further up.
 #[inline]
 fn leave(st: &State, g: guard::Enter, free: &dyn Fn(*mut u8, usize, usize)) {
-    drop(g);
-    if guard::has_deferred() && !guard::in_lock() {
+    if g.leave() {
         apply_deferred(st, free);
     }
 }
@@ -421,7 +420,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let st = state();
         let g = guard::Enter::new();
-        if guard::in_lock() {
+        if g.in_lock() {
             // A signal handler freeing while its thread holds a tracker lock.
             // A block whose own insert is still queued was never in the
             // table: cancel the insert and free at once. Otherwise postpone
@@ -442,7 +441,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let st = state();
         let g = guard::Enter::new();
-        if guard::in_lock() {
+        if g.in_lock() {
             // Nested in a locked section: allocate, copy and defer the free.
             // SAFETY: new_size with the old alignment is a valid layout
             // (GlobalAlloc::realloc's contract).
