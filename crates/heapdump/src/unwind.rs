@@ -315,6 +315,16 @@ struct Step {
 /// Steps a thread's last complete walk ended with, outermost first.
 const MEMO_STEPS: usize = 128;
 
+/// A step as the memo holds it: the frame pointer inverted. Code built
+/// without frame pointers uses rbp for anything, a heap pointer included,
+/// and the memo lives in thread-local storage, which a dump scans as a
+/// root: kept as is, it would make a leaked block look reachable. An
+/// inverted user-space address is a kernel one, which points at no block.
+#[inline]
+fn hide(s: Step) -> Step {
+    Step { bp: !s.bp, ..s }
+}
+
 /// The thread's last complete walk, outermost step first.
 ///
 /// Most allocations of a thread share the outer part of their stack with
@@ -416,7 +426,7 @@ fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
             old -= 1;
         }
         if old > 0 && nfresh > 0 {
-            let s = m.steps[old - 1].get();
+            let s = hide(m.steps[old - 1].get());
             if (s.sp, s.bp, s.pc) == (cur.sp, cur.bp, cur.pc) && still_there(m, old - 1) {
                 // The rest is the memo's: copy it, and keep it under the
                 // fresh steps.
@@ -460,7 +470,7 @@ fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
             break;
         }
         if nfresh < MEMO_STEPS {
-            m.steps[MEMO_STEPS + nfresh].set(cur);
+            m.steps[MEMO_STEPS + nfresh].set(hide(cur));
         }
         nfresh += 1;
         if !out.push(cur.pc) {
@@ -478,7 +488,7 @@ fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
 /// addresses and saved frame pointers the memo's walk read.
 fn still_there(m: &Memo, k: usize) -> bool {
     (0..=k).all(|i| {
-        let s = m.steps[i].get();
+        let s = hide(m.steps[i].get());
         // SAFETY: these words were read from this thread's stack, between
         // a stack pointer at or below the memo's step and the stack's top,
         // by the walk that wrote the memo; this walk's stack pointer is at
