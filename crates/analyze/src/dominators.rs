@@ -14,6 +14,9 @@ use crate::heap::{BlockId, Heap, INTERIOR};
 use crate::prefetch::prefetch;
 
 const NONE: u32 = u32::MAX;
+/// Marks the first entry of each node's predecessor list (node numbers
+/// stay below 2^31: see [`crate::heap::MAX_BLOCKS`]).
+const FIRST: u32 = 1 << 31;
 
 /// The dominator tree.
 pub struct Dominators {
@@ -93,31 +96,36 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     };
 
     // Iterative DFS: preorder numbers (1-based; 0 = unvisited), parents.
+    // Instead of a stack, each numbered node keeps the index of its next
+    // edge (`next`), and the walk climbs back through `parent`: four bytes
+    // a node, where a stack of (node, edge) pairs as deep as a long list
+    // took eight, doubled by its growth.
     let mut vertex: Vec<u32> = Vec::with_capacity(n); // dfn-1 -> node
     let mut parent: Vec<u32> = Vec::with_capacity(n); // by dfn-1, parent's dfn-1
-    let mut stack: Vec<(u32, u32)> = Vec::new();
+    let mut next: Vec<u32> = Vec::with_capacity(n); // by dfn-1
     let mut dfs_from =
         |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut Vec<u32>| {
             vertex.push(start);
             parent.push(parent_dfn);
+            next.push(0);
             dfn[start as usize] = vertex.len() as u32;
-            stack.clear();
-            stack.push((start, 0));
-            while let Some(top) = stack.last_mut() {
-                let (v, k) = *top;
-                match succ(root_children, v, k as usize) {
+            let first = vertex.len() - 1;
+            let mut cur = first;
+            loop {
+                let v = vertex[cur];
+                match succ(root_children, v, next[cur] as usize) {
                     Some(w) => {
-                        top.1 += 1;
+                        next[cur] += 1;
                         if dfn[w as usize] == 0 {
                             vertex.push(w);
-                            parent.push(dfn[v as usize] - 1);
+                            parent.push(cur as u32);
+                            next.push(0);
                             dfn[w as usize] = vertex.len() as u32;
-                            stack.push((w, 0));
+                            cur = vertex.len() - 1;
                         }
                     }
-                    None => {
-                        stack.pop();
-                    }
+                    None if cur == first => break,
+                    None => cur = parent[cur] as usize,
                 }
             }
         };
@@ -140,7 +148,7 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
             dfs_from(start, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
         }
     }
-    drop(stack);
+    drop(next);
     let count = vertex.len();
 
     // Predecessors in dfn space (CSR), walking the edges in block order
@@ -165,14 +173,32 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     drop(dfn);
     // The DFS parent is one of each node's predecessors: moved to the front
     // of its range, it is kept there instead of in an array of its own.
+    // Then the front of each range is marked (every node but the virtual
+    // root has a predecessor, its parent), and the ranges' starts go: the
+    // lists are read in order, forwards or backwards, never at random.
     for w in 1..count {
         let range = &mut preds[pred_start[w] as usize..pred_start[w + 1] as usize];
         if let Some(i) = range.iter().position(|&p| p == parent[w]) {
             range.swap(0, i);
         }
+        if let Some(first) = range.first_mut() {
+            *first |= FIRST;
+        }
     }
-    drop(parent);
-    let parent = |w: usize| preds[pred_start[w] as usize];
+    drop((parent, pred_start));
+    // The range of the list that ends at `*end`, moving `*end` to its start.
+    let prev_list = |end: &mut usize| -> std::ops::Range<usize> {
+        let e = *end;
+        let mut b = e;
+        while b > 0 {
+            b -= 1;
+            if preds[b] & FIRST != 0 {
+                break;
+            }
+        }
+        *end = b;
+        b..e
+    };
 
     // Semi-NCA in dfn space (0-based). Each node's record holds, side by
     // side so that one cache miss fetches them: its ancestor in the
@@ -181,43 +207,65 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     // smallest semidominator number on its compressed path (`best`, what
     // Lengauer–Tarjan's `eval` returns the label of), and its own
     // semidominator number.
-    let mut info: Vec<Info> =
-        (0..count).map(|w| Info { ancestor: if w == 0 { 0 } else { parent(w) }, best: w as u32, semi: w as u32 }).collect();
+    let mut info: Vec<Info> = (0..count).map(|w| Info { ancestor: 0, best: w as u32, semi: w as u32 }).collect();
+    let mut w = 0;
+    for &p in &preds {
+        if p & FIRST != 0 {
+            w += 1;
+            info[w].ancestor = p & !FIRST;
+        }
+    }
     {
         let mut path: Vec<u32> = Vec::new();
+        // The nodes this loop reads a few steps on, prefetched in two
+        // stages: a predecessor, then (once it has arrived) its ancestor.
+        // Three cursors walk the lists backwards: this node's, and those
+        // AHEAD and 2 * AHEAD nodes on.
+        const AHEAD: usize = 8;
+        let mut end = preds.len();
+        let mut end_a = end;
+        let mut end_b = end;
+        for _ in 0..AHEAD.min(count - 1) {
+            prev_list(&mut end_a);
+        }
+        for _ in 0..(2 * AHEAD).min(count - 1) {
+            prev_list(&mut end_b);
+        }
         for w in (1..count).rev() {
             let mut s = info[w].semi;
-            // The nodes this loop reads a few steps on, prefetched in two
-            // stages: a predecessor, then (once it has arrived) its ancestor.
-            const AHEAD: usize = 8;
-            if let Some(ahead) = w.checked_sub(2 * AHEAD) {
-                for &v in &preds[pred_start[ahead] as usize..pred_start[ahead + 1] as usize] {
-                    prefetch(&info, v as usize);
+            if w > 2 * AHEAD {
+                for &v in &preds[prev_list(&mut end_b)] {
+                    prefetch(&info, (v & !FIRST) as usize);
                 }
             }
-            if let Some(ahead) = w.checked_sub(AHEAD) {
-                for &v in &preds[pred_start[ahead] as usize..pred_start[ahead + 1] as usize] {
-                    prefetch(&info, info[v as usize].ancestor as usize);
+            if w > AHEAD {
+                for &v in &preds[prev_list(&mut end_a)] {
+                    prefetch(&info, info[(v & !FIRST) as usize].ancestor as usize);
                 }
             }
-            for &v in &preds[pred_start[w] as usize..pred_start[w + 1] as usize] {
-                s = s.min(eval(v, w as u32 + 1, &mut info, &mut path));
+            for &v in &preds[prev_list(&mut end)] {
+                s = s.min(eval(v & !FIRST, w as u32 + 1, &mut info, &mut path));
             }
             info[w].semi = s;
             info[w].best = s;
         }
     }
     // Immediate dominators, in place over the ancestors (idom[w] needs
-    // only idom of smaller numbers and semi[w] itself).
-    for w in 1..count {
-        let s = info[w].semi;
-        let mut d = parent(w);
-        while d > s {
-            d = info[d as usize].ancestor;
+    // only idom of smaller numbers and semi[w] itself), walking the lists
+    // forwards for each node's parent.
+    let mut w = 0;
+    for &p in &preds {
+        if p & FIRST != 0 {
+            w += 1;
+            let s = info[w].semi;
+            let mut d = p & !FIRST;
+            while d > s {
+                d = info[d as usize].ancestor;
+            }
+            info[w].ancestor = d;
         }
-        info[w].ancestor = d;
     }
-    drop((preds, pred_start));
+    drop(preds);
     let idom_d: Vec<u32> = info.iter().map(|i| i.ancestor).collect();
     drop(info);
 
@@ -229,7 +277,7 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     let mut dominated = vec![0u32; nb];
     for w in (1..count).rev() {
         let b = (vertex[w] - 1) as usize;
-        retained[b] += heap.blocks[b].size;
+        retained[b] += heap.size(BlockId(b as u32));
         dominated[b] += 1;
         let d = idom_d[w] as usize;
         if d != 0 {

@@ -42,7 +42,7 @@ pub fn size_class(size: u64) -> String {
 pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: GroupBy) -> Vec<Row> {
     let mut keys: HashMap<(u32, u64), String> = HashMap::new();
     let mut acc: HashMap<String, (u64, f64)> = HashMap::new();
-    for (i, b) in heap.blocks.iter().enumerate() {
+    for (i, b) in heap.blocks().enumerate() {
         // Site and size keys depend on the site (or size) only: computed once
         // per distinct one; types are cached per site inside `types`.
         let key = match by {
@@ -52,7 +52,7 @@ pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: Gro
         };
         let e = acc.entry(key).or_default();
         e.0 += 1;
-        e.1 += heap.weight(b);
+        e.1 += heap.weight(&b);
     }
     let mut rows: Vec<Row> = acc.into_iter().map(|(key, (n, bytes))| Row { key, allocations: n, bytes: bytes.round() as u64 }).collect();
     rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
@@ -121,7 +121,7 @@ pub fn diff(old: (&DumpFile, &Heap), new: (&DumpFile, &Heap)) -> Diff {
     if same_process {
         // Both block lists are sorted by address: one merge.
         let (mut i, mut j) = (0, 0);
-        let (a, b) = (&old.blocks, &new.blocks);
+        let (a, b): (Vec<_>, Vec<_>) = (old.blocks().collect(), new.blocks().collect());
         while i < a.len() || j < b.len() {
             let same = i < a.len() && j < b.len() && a[i].addr == b[j].addr && a[i].size == b[j].size && a[i].site == b[j].site;
             if same {

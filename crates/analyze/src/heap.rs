@@ -14,7 +14,7 @@ use crate::prefetch::prefetch;
 use heapdump_format::{raw, Header, Record, Trailer};
 use std::collections::HashMap;
 
-/// Index of a block in [`Heap::blocks`].
+/// Index of a block in [`Heap::blocks`] (by address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId(pub u32);
 
@@ -181,11 +181,11 @@ pub struct Heap {
     /// Sites by id: return addresses, innermost first.
     pub sites: HashMap<u32, Vec<u64>>,
     /// Blocks sorted by address.
-    pub blocks: Vec<Block>,
+    blocks: Blocks,
     /// Start of each block's edges (n + 1 entries).
     edge_start: Vec<u32>,
     edge_target: Vec<u32>,
-    edge_offset: Vec<u32>,
+    edge_offset: Offsets,
     /// Offsets into the target of interior edges, by edge index.
     interior_into: HashMap<u32, u64>,
     /// Root pointers.
@@ -196,6 +196,121 @@ pub struct Heap {
     pub trailer: Option<Trailer>,
     /// What is missing when the dump was cut short.
     pub truncated: Option<String>,
+}
+
+/// The blocks, sorted by address, 16 bytes each: the address, then the
+/// size (32 bits), site (24) and flags (8) in one word. A block whose size
+/// or site does not fit keeps both in `wide` (by block index), its size
+/// field saying so.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Blocks {
+    pub(crate) packed: Vec<Packed>,
+    wide: HashMap<u32, (u64, u32)>,
+}
+
+/// A block as [`Blocks`] stores it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Packed {
+    pub(crate) addr: u64,
+    rest: u64,
+}
+
+impl Blocks {
+    const WIDE: u64 = u32::MAX as u64;
+
+    fn from_sorted(list: &[Block]) -> Blocks {
+        let mut b = Blocks { packed: Vec::with_capacity(list.len()), wide: HashMap::new() };
+        for (i, x) in list.iter().enumerate() {
+            let (size, site) = if x.size < Self::WIDE && x.site < 1 << 24 {
+                (x.size, x.site)
+            } else {
+                b.wide.insert(i as u32, (x.size, x.site));
+                (Self::WIDE, 0)
+            };
+            b.packed.push(Packed { addr: x.addr, rest: size | u64::from(site) << 32 | u64::from(x.flags) << 56 });
+        }
+        b
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.packed.len()
+    }
+
+    #[inline]
+    pub(crate) fn addr(&self, i: usize) -> u64 {
+        self.packed[i].addr
+    }
+
+    #[inline]
+    pub(crate) fn size(&self, i: usize) -> u64 {
+        match self.packed[i].rest & Self::WIDE {
+            Self::WIDE => self.wide.get(&(i as u32)).map_or(0, |w| w.0),
+            s => s,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> Block {
+        let p = self.packed[i];
+        let (size, site) = match p.rest & Self::WIDE {
+            Self::WIDE => self.wide.get(&(i as u32)).copied().unwrap_or((0, 0)),
+            s => (s, (p.rest >> 32) as u32 & 0xff_ffff),
+        };
+        Block { addr: p.addr, size, site, flags: (p.rest >> 56) as u8 }
+    }
+
+    /// `lo` plus the number of blocks in `lo..hi` starting at or before `v`.
+    #[inline]
+    fn partition(&self, lo: usize, hi: usize, v: u64) -> usize {
+        lo + self.packed[lo..hi].partition_point(|b| b.addr <= v)
+    }
+}
+
+/// Each edge's offset in its source block: the word's index in 16 bits
+/// (two bytes an edge instead of eight for the offset itself), or
+/// [`Offsets::WIDE`] with the exact offset kept by edge index (offsets of
+/// 512 KiB and more, and unaligned ones from other writers).
+#[derive(Clone, Debug, Default)]
+struct Offsets {
+    words: Vec<u16>,
+    wide: HashMap<u32, u64>,
+}
+
+impl Offsets {
+    const WIDE: u16 = u16::MAX;
+
+    fn with_capacity(n: usize) -> Offsets {
+        Offsets { words: Vec::with_capacity(n), wide: HashMap::new() }
+    }
+
+    fn push(&mut self, offset: u64) {
+        match u16::try_from(offset / 8) {
+            Ok(w) if offset % 8 == 0 && w != Self::WIDE => self.words.push(w),
+            _ => {
+                self.wide.insert(self.words.len() as u32, offset);
+                self.words.push(Self::WIDE);
+            }
+        }
+    }
+
+    fn get(&self, k: usize) -> u64 {
+        match self.words[k] {
+            Self::WIDE => self.wide.get(&(k as u32)).copied().unwrap_or(0),
+            w => u64::from(w) * 8,
+        }
+    }
+
+    /// Appends the offsets of the edges that follow these.
+    fn append(&mut self, next: Offsets) {
+        let base = self.words.len() as u32;
+        self.words.extend(next.words);
+        self.wide.extend(next.wide.into_iter().map(|(k, v)| (k + base, v)));
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.words.shrink_to_fit();
+    }
 }
 
 /// Bit 31 of an edge target: the pointer is interior.
@@ -227,7 +342,8 @@ impl Heap {
         // could hold), so the table is not grown by doubling.
         let claimed_allocs = dump.claimed_counts().map_or(0, |c| c.0);
         let fit = (file.bytes().len() / (raw::RECORD_HEADER_SIZE + raw::ALLOC_FIXED)).min(MAX_BLOCKS);
-        heap.blocks.reserve_exact((claimed_allocs as usize).min(fit));
+        // The blocks as read; packed once sorted.
+        let mut list: Vec<Block> = Vec::with_capacity((claimed_allocs as usize).min(fit));
         // Writers emit ALLOC records in address order; when a dump's are
         // not, the blocks are sorted and the edges permuted after pass 2.
         let mut sorted = true;
@@ -249,7 +365,7 @@ impl Heap {
                 }
                 Err(e) => return Err(fmt_err(e)),
             };
-            if heap.blocks.len() % 65536 == 0 {
+            if list.len() % 65536 == 0 {
                 progress(off, total);
             }
             match rec {
@@ -277,42 +393,43 @@ impl Heap {
                 }
                 Record::Alloc(a) => {
                     if split.is_none() && off >= middle {
-                        split = Some((off, heap.blocks.len()));
+                        split = Some((off, list.len()));
                     }
-                    if heap.blocks.len() >= MAX_BLOCKS {
+                    if list.len() >= MAX_BLOCKS {
                         return Err(AnalyzeError::TooLarge {
                             path: file.path().to_path_buf(),
                             what: format!("more than {MAX_BLOCKS} allocations"),
                         });
                     }
-                    if let Some(last) = heap.blocks.last() {
+                    if let Some(last) = list.last() {
                         sorted &= last.addr < a.address;
                     }
                     if let heapdump_format::ContentsRef::Compact(p) = a.contents {
                         pointers[usize::from(split.is_some())] += p.len();
                     }
-                    heap.blocks.push(Block { addr: a.address, size: a.size, site: a.site, flags: a.flags });
+                    list.push(Block { addr: a.address, size: a.size, site: a.site, flags: a.flags });
                 }
                 Record::End(t) => heap.trailer = Some(t),
                 Record::Static(_) | Record::Unknown { .. } => {}
             }
         }
         // Sort by address when needed, remembering each block's record.
-        let n = heap.blocks.len();
+        let n = list.len();
         let rec_of: Option<Vec<u32>> = (!sorted).then(|| {
-            let mut order: Vec<(u64, u32)> = heap.blocks.iter().enumerate().map(|(i, b)| (b.addr, i as u32)).collect();
+            let mut order: Vec<(u64, u32)> = list.iter().enumerate().map(|(i, b)| (b.addr, i as u32)).collect();
             order.sort_unstable_by_key(|p| p.0);
-            heap.blocks = order.iter().map(|&(_, i)| heap.blocks[i as usize]).collect();
+            list = order.iter().map(|&(_, i)| list[i as usize]).collect();
             order.into_iter().map(|(_, i)| i).collect()
         });
-        heap.blocks.shrink_to_fit();
         // Overlapping or duplicate blocks would make lookups ambiguous: a
         // writer never produces them, so they mean a damaged dump.
-        for w in heap.blocks.windows(2) {
+        for w in list.windows(2) {
             if w[1].addr < w[0].addr.saturating_add(w[0].size.max(1)) {
                 return Err(fmt_err(heapdump_format::Error::Malformed { offset: 0, what: "two allocations overlap" }));
             }
         }
+        heap.blocks = Blocks::from_sorted(&list);
+        drop(list);
         let dir = Directory::new(&heap.blocks);
         let libc_modules: Vec<bool> = heap.modules.iter().map(|m| is_libc(&m.path)).collect();
         let mut thread_names: HashMap<u32, String> = HashMap::new();
@@ -385,19 +502,23 @@ impl Heap {
         }
         let mut fill = counts.clone();
         let mut target = vec![0u32; edges.len()];
-        let mut offset = vec![0u32; edges.len()];
+        let mut offsets = vec![0u64; edges.len()];
         let mut interior_into = HashMap::new();
         for &(s, t, o, into) in edges {
             let k = fill[s as usize] as usize;
             fill[s as usize] += 1;
             target[k] = t | if into != 0 { INTERIOR } else { 0 };
-            offset[k] = o as u32;
+            offsets[k] = o;
             if into != 0 {
                 interior_into.insert(k as u32, into);
             }
         }
+        let mut offset = Offsets::with_capacity(edges.len());
+        for o in offsets {
+            offset.push(o);
+        }
         Heap {
-            blocks,
+            blocks: Blocks::from_sorted(&blocks),
             edge_start: counts,
             edge_target: target,
             edge_offset: offset,
@@ -418,10 +539,10 @@ impl Heap {
             modules: vec![],
             threads: vec![],
             sites: HashMap::new(),
-            blocks: vec![],
+            blocks: Blocks::default(),
             edge_start: vec![],
             edge_target: vec![],
-            edge_offset: vec![],
+            edge_offset: Offsets::default(),
             interior_into: HashMap::new(),
             roots: vec![],
             root_regions: vec![],
@@ -437,25 +558,36 @@ impl Heap {
 
     /// Whether there are no blocks.
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.blocks.len() == 0
     }
 
     /// The block.
-    pub fn block(&self, id: BlockId) -> &Block {
-        &self.blocks[id.index()]
+    pub fn block(&self, id: BlockId) -> Block {
+        self.blocks.get(id.index())
+    }
+
+    /// Every block, in address order (block `i` is `BlockId(i)`).
+    pub fn blocks(&self) -> impl ExactSizeIterator<Item = Block> + DoubleEndedIterator + '_ {
+        (0..self.blocks.len()).map(|i| self.blocks.get(i))
+    }
+
+    /// A block's size.
+    #[inline]
+    pub fn size(&self, id: BlockId) -> u64 {
+        self.blocks.size(id.index())
     }
 
     /// The block containing `addr` (its start, or inside it), and whether
     /// `addr` is interior.
     #[inline]
     pub fn find(&self, addr: u64) -> Option<(BlockId, bool)> {
-        let i = self.blocks.partition_point(|b| b.addr <= addr).checked_sub(1)?;
+        let i = self.blocks.partition(0, self.blocks.len(), addr).checked_sub(1)?;
         holder(&self.blocks, i, addr)
     }
 
     /// The block starting exactly at `addr`.
     pub fn find_start(&self, addr: u64) -> Option<BlockId> {
-        self.blocks.binary_search_by_key(&addr, |b| b.addr).ok().map(|i| BlockId(i as u32))
+        self.blocks.packed.binary_search_by_key(&addr, |b| b.addr).ok().map(|i| BlockId(i as u32))
     }
 
     /// The pointers out of a block.
@@ -466,7 +598,7 @@ impl Heap {
             let t = self.edge_target[k];
             let interior = t & INTERIOR != 0;
             let into = if interior { self.interior_into.get(&(k as u32)).copied().unwrap_or(0) } else { 0 };
-            Edge { target: BlockId(t & !INTERIOR), offset: u64::from(self.edge_offset[k]), interior, into }
+            Edge { target: BlockId(t & !INTERIOR), offset: self.edge_offset.get(k), interior, into }
         })
     }
 
@@ -490,7 +622,7 @@ impl Heap {
 
     /// Total requested bytes.
     pub fn total_bytes(&self) -> u64 {
-        self.blocks.iter().map(|b| b.size).sum()
+        (0..self.blocks.len()).map(|i| self.blocks.size(i)).sum()
     }
 
     /// Describes a root pointer.
@@ -521,7 +653,7 @@ impl Heap {
 
 /// What pass 2 of [`Heap::load`] reads, shared by its threads.
 struct Pass2<'a> {
-    blocks: &'a [Block],
+    blocks: &'a Blocks,
     dir: &'a Directory,
     libc_modules: &'a [bool],
     modules: &'a [ModuleInfo],
@@ -536,7 +668,7 @@ struct Part {
     /// Start of each ALLOC record's edges.
     start: Vec<u32>,
     target: Vec<u32>,
-    offset: Vec<u32>,
+    offset: Offsets,
     interior_into: HashMap<u32, u64>,
     roots: Vec<Root>,
     root_regions: Vec<RootRegion>,
@@ -555,7 +687,7 @@ impl Part {
         self.start.reserve_exact(next.start.len() + 1);
         self.start.extend(next.start.into_iter().map(|s| s + base));
         self.target.extend(next.target);
-        self.offset.extend(next.offset);
+        self.offset.append(next.offset);
         self.interior_into.extend(next.interior_into.into_iter().map(|(k, v)| (k + base, v)));
         self.roots.extend(next.roots.into_iter().map(|r| Root { region: r.region + regions, ..r }));
         self.root_regions.extend(next.root_regions);
@@ -577,7 +709,7 @@ impl Pass2<'_> {
         let mut p = Part {
             start: Vec::with_capacity(allocs + 1),
             target: Vec::with_capacity(pointers),
-            offset: Vec::with_capacity(pointers),
+            offset: Offsets::with_capacity(pointers),
             interior_into: HashMap::new(),
             roots: Vec::new(),
             root_regions: Vec::new(),
@@ -617,7 +749,7 @@ impl Pass2<'_> {
                     });
                     for (o, v) in t.contents.words(t.stack_start) {
                         if let Some((b, interior)) = find(v) {
-                            p.roots.push(Root { region, offset: o, target: b, interior, into: v - blocks[b.index()].addr });
+                            p.roots.push(Root { region, offset: o, target: b, interior, into: v - blocks.addr(b.index()) });
                         }
                     }
                     let region = p.root_regions.len() as u32;
@@ -631,11 +763,11 @@ impl Pass2<'_> {
                     });
                     for (i, v) in t.regs().enumerate() {
                         if let Some((b, interior)) = find(v) {
-                            p.roots.push(Root { region, offset: i as u64, target: b, interior, into: v - blocks[b.index()].addr });
+                            p.roots.push(Root { region, offset: i as u64, target: b, interior, into: v - blocks.addr(b.index()) });
                         }
                     }
                     if let Some((b, interior)) = find(t.tls) {
-                        p.roots.push(Root { region, offset: u64::MAX, target: b, interior, into: t.tls - blocks[b.index()].addr });
+                        p.roots.push(Root { region, offset: u64::MAX, target: b, interior, into: t.tls - blocks.addr(b.index()) });
                     }
                 }
                 Record::Static(s) => {
@@ -659,7 +791,7 @@ impl Pass2<'_> {
                             if libc && interior {
                                 continue;
                             }
-                            p.roots.push(Root { region, offset: o, target: b, interior, into: v - blocks[b.index()].addr });
+                            p.roots.push(Root { region, offset: o, target: b, interior, into: v - blocks.addr(b.index()) });
                         }
                     }
                 }
@@ -677,7 +809,7 @@ impl Pass2<'_> {
 /// the lookup finished [`LAG`] words after that, in record order.
 struct Pipeline<'a> {
     dir: &'a Directory,
-    blocks: &'a [Block],
+    blocks: &'a Blocks,
     ring: std::collections::VecDeque<Pending>,
 }
 
@@ -693,7 +825,7 @@ enum Pending {
 }
 
 impl<'a> Pipeline<'a> {
-    fn new(dir: &'a Directory, blocks: &'a [Block]) -> Pipeline<'a> {
+    fn new(dir: &'a Directory, blocks: &'a Blocks) -> Pipeline<'a> {
         Pipeline { dir, blocks, ring: std::collections::VecDeque::with_capacity(2 * LAG + 1) }
     }
 
@@ -708,7 +840,7 @@ impl<'a> Pipeline<'a> {
         let n = self.ring.len();
         if n > LAG {
             if let Pending::Word { located, .. } = self.ring[n - 1 - LAG] {
-                prefetch(self.blocks, self.dir.first_block(located));
+                prefetch(&self.blocks.packed, self.dir.first_block(located));
             }
         }
         if n > 2 * LAG {
@@ -742,10 +874,10 @@ impl<'a> Pipeline<'a> {
             Pending::Word { v, o, located } => {
                 if let Some((b, interior)) = self.dir.finish(self.blocks, v, located) {
                     if interior {
-                        p.interior_into.insert(p.target.len() as u32, v - self.blocks[b.index()].addr);
+                        p.interior_into.insert(p.target.len() as u32, v - self.blocks.addr(b.index()));
                     }
                     p.target.push(b.0 | if interior { INTERIOR } else { 0 });
-                    p.offset.push(u32::try_from(o).unwrap_or(u32::MAX));
+                    p.offset.push(o);
                 }
             }
         }
@@ -760,23 +892,24 @@ fn to_block_order(
     rec_of: &[u32],
     start: &[u32],
     target: &[u32],
-    offset: &[u32],
+    offset: &Offsets,
     interior_into: &HashMap<u32, u64>,
-) -> (Vec<u32>, Vec<u32>, Vec<u32>, HashMap<u32, u64>) {
+) -> (Vec<u32>, Vec<u32>, Offsets, HashMap<u32, u64>) {
     let mut new_start = Vec::with_capacity(rec_of.len() + 1);
     let mut new_target = Vec::with_capacity(target.len());
-    let mut new_offset = Vec::with_capacity(offset.len());
+    let mut new_offset = Offsets::with_capacity(target.len());
     let mut new_into = HashMap::with_capacity(interior_into.len());
     for &r in rec_of {
         new_start.push(new_target.len() as u32);
-        for k in start[r as usize] as usize..start[r as usize + 1] as usize {
-            if target[k] & INTERIOR != 0 {
+        let (s, e) = (start[r as usize] as usize, start[r as usize + 1] as usize);
+        for (k, &t) in target.iter().enumerate().take(e).skip(s) {
+            if t & INTERIOR != 0 {
                 if let Some(&into) = interior_into.get(&(k as u32)) {
                     new_into.insert(new_target.len() as u32, into);
                 }
             }
-            new_target.push(target[k]);
-            new_offset.push(offset[k]);
+            new_target.push(t);
+            new_offset.push(offset.get(k));
         }
     }
     new_start.push(new_target.len() as u32);
@@ -890,13 +1023,13 @@ struct Region {
 }
 
 impl Directory {
-    fn new(blocks: &[Block]) -> Directory {
+    fn new(blocks: &Blocks) -> Directory {
         let mut shift = 9;
         loop {
             // Table entries this granule needs; a coarser one when too many.
             let mut total = 0u64;
             for_each_region(blocks, |first, last| {
-                total += ((blocks[last].addr >> shift) - (blocks[first].addr >> shift)) + 1;
+                total += ((blocks.addr(last) >> shift) - (blocks.addr(first) >> shift)) + 1;
             });
             if total <= 4 * blocks.len() as u64 + 4096 || shift >= 40 {
                 break;
@@ -905,21 +1038,21 @@ impl Directory {
         }
         let mut d = Directory { regions: Vec::new(), firsts: Vec::new(), shift, lo: u64::MAX, hi: 0 };
         for_each_region(blocks, |first, last| {
-            let g0 = blocks[first].addr >> shift;
-            let granules = ((blocks[last].addr >> shift) - g0 + 1) as usize;
+            let g0 = blocks.addr(first) >> shift;
+            let granules = ((blocks.addr(last) >> shift) - g0 + 1) as usize;
             let table = d.firsts.len();
             let mut i = first;
             for g in 0..granules as u64 {
                 // First block at or after the granule's start.
-                while i <= last && blocks[i].addr >> shift < g0 + g {
+                while i <= last && blocks.addr(i) >> shift < g0 + g {
                     i += 1;
                 }
                 d.firsts.push(i as u32);
             }
-            d.regions.push(Region { start: blocks[first].addr, end: last as u32 + 1, table, granules });
+            d.regions.push(Region { start: blocks.addr(first), end: last as u32 + 1, table, granules });
         });
-        d.lo = blocks.first().map_or(u64::MAX, |b| b.addr);
-        d.hi = blocks.iter().map(|b| b.addr.saturating_add(b.size.max(1))).max().unwrap_or(0);
+        d.lo = blocks.packed.first().map_or(u64::MAX, |b| b.addr);
+        d.hi = (0..blocks.len()).map(|i| blocks.addr(i).saturating_add(blocks.size(i).max(1))).max().unwrap_or(0);
         d
     }
 
@@ -957,7 +1090,7 @@ impl Directory {
 
     /// Second step: the block holding `v`, and whether `v` is interior.
     #[inline]
-    fn finish(&self, blocks: &[Block], v: u64, located: (u32, Option<usize>)) -> Option<(BlockId, bool)> {
+    fn finish(&self, blocks: &Blocks, v: u64, located: (u32, Option<usize>)) -> Option<(BlockId, bool)> {
         let lo = self.first_block(located);
         let cand = match located.1 {
             Some(e) => {
@@ -965,7 +1098,7 @@ impl Directory {
                 // last block starting at or before v (maybe before lo).
                 let reg = &self.regions[located.0 as usize];
                 let hi = if e + 1 < reg.table + reg.granules { self.firsts[e + 1] as usize } else { reg.end as usize };
-                lo + blocks[lo..hi].partition_point(|b| b.addr <= v) - 1
+                blocks.partition(lo, hi, v) - 1
             }
             None => lo,
         };
@@ -974,7 +1107,7 @@ impl Directory {
 
     /// The block holding `v`, in one go.
     #[inline]
-    fn find(&self, blocks: &[Block], v: u64) -> Option<(BlockId, bool)> {
+    fn find(&self, blocks: &Blocks, v: u64) -> Option<(BlockId, bool)> {
         if !self.in_range(v) {
             return None;
         }
@@ -985,11 +1118,11 @@ impl Directory {
 /// Whether block `i`, the last one starting at or before `v`, holds `v`:
 /// its id, and whether `v` points inside it rather than at its start.
 #[inline]
-fn holder(blocks: &[Block], i: usize, v: u64) -> Option<(BlockId, bool)> {
-    let b = &blocks[i];
-    if v == b.addr {
+fn holder(blocks: &Blocks, i: usize, v: u64) -> Option<(BlockId, bool)> {
+    let a = blocks.addr(i);
+    if v == a {
         Some((BlockId(i as u32), false))
-    } else if v > b.addr && v < b.addr + b.size {
+    } else if v > a && v < a + blocks.size(i) {
         Some((BlockId(i as u32), true))
     } else {
         None
@@ -998,14 +1131,63 @@ fn holder(blocks: &[Block], i: usize, v: u64) -> Option<(BlockId, bool)> {
 
 /// Calls `f(first, last)` for each region of `blocks` (indices of its
 /// first and last block), in order.
-fn for_each_region(blocks: &[Block], mut f: impl FnMut(usize, usize)) {
+fn for_each_region(blocks: &Blocks, mut f: impl FnMut(usize, usize)) {
     let mut first = 0;
     for i in 1..=blocks.len() {
-        if i == blocks.len() || blocks[i].addr - blocks[i - 1].addr > REGION_GAP {
+        if i == blocks.len() || blocks.addr(i) - blocks.addr(i - 1) > REGION_GAP {
             if i > first {
                 f(first, i - 1);
             }
             first = i;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sizes, sites and flags at and past what the packed form holds come
+    /// back exactly, and lookups inside a block too large for it still
+    /// find the block.
+    #[test]
+    fn blocks_keep_what_does_not_pack() {
+        let list = [
+            Block { addr: 0x1000, size: 0, site: 0, flags: 0 },
+            Block { addr: 0x2000, size: u64::from(u32::MAX) - 1, site: (1 << 24) - 1, flags: 0xff },
+            Block { addr: 0x1_0000_2000, size: u64::from(u32::MAX), site: 7, flags: 1 },
+            Block { addr: 0x2_0000_2000, size: 5 << 32, site: 1 << 24, flags: 2 },
+            Block { addr: 0x4_0000_0000, size: 48, site: u32::MAX, flags: 3 },
+        ];
+        let b = Blocks::from_sorted(&list);
+        for (i, x) in list.iter().enumerate() {
+            assert_eq!(b.get(i), *x);
+            assert_eq!((b.addr(i), b.size(i)), (x.addr, x.size));
+        }
+        assert_eq!(holder(&b, 3, 0x2_0000_2000 + (4 << 32)), Some((BlockId(3), true)));
+        assert_eq!(holder(&b, 3, 0x2_0000_2000 + (5 << 32)), None);
+    }
+
+    /// Offsets of every size and alignment come back exactly, also after
+    /// two runs of edges are joined.
+    #[test]
+    fn offsets_keep_what_does_not_pack() {
+        let first = [0u64, 8, 13, 8 * 65534, 8 * 65535, 8 * 65536, 1 << 40];
+        let second = [u64::MAX, 16, 7];
+        let mut a = Offsets::with_capacity(first.len());
+        for &o in &first {
+            a.push(o);
+        }
+        let mut b = Offsets::with_capacity(second.len());
+        for &o in &second {
+            b.push(o);
+        }
+        a.append(b);
+        let all: Vec<u64> = first.iter().chain(&second).copied().collect();
+        for (k, &o) in all.iter().enumerate() {
+            assert_eq!(a.get(k), o, "edge {k}");
+        }
+        // Only the unaligned and the large ones take room beyond two bytes.
+        assert_eq!(a.wide.len(), 6);
     }
 }

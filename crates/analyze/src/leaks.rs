@@ -239,6 +239,10 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
             push(&mut state, &mut heur, &mut stack, e.target, e.interior, e.into, definite);
         }
     }
+    // The walk's stack can hold a good part of the blocks at its deepest:
+    // given back before the leaders are numbered (the lost part is walked
+    // with a stack of its own).
+    stack = Vec::new();
     // Cliques of lost blocks, in address order. A leader reached from a
     // later one joins it: `leader` then points from the old leader to the
     // new one, and each block's final leader is found by following those
@@ -295,7 +299,7 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
         }
     }
     let mut out = Leaks {
-        kind: Vec::with_capacity(n),
+        kind: Vec::new(),
         leader,
         definitely_lost: Count::default(),
         indirectly_lost: Count::default(),
@@ -304,31 +308,37 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
         via_heuristic: vec![],
     };
     let mut via: std::collections::BTreeMap<Heuristic, Count> = Default::default();
-    for (i, &s) in state.iter().enumerate() {
-        let size = heap.blocks[i].size;
-        let k = match s {
-            REACHABLE => {
-                out.still_reachable.add(size);
-                if let Some(h) = heur[i] {
-                    via.entry(h).or_default().add(size);
+    // Mapped in place: the classes take the states' memory (both one byte).
+    out.kind = state
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let size = heap.size(BlockId(i as u32));
+            let k = match s {
+                REACHABLE => {
+                    out.still_reachable.add(size);
+                    if let Some(h) = heur[i] {
+                        via.entry(h).or_default().add(size);
+                    }
+                    LeakKind::StillReachable
                 }
-                LeakKind::StillReachable
-            }
-            POSSIBLE => {
-                out.possibly_lost.add(size);
-                LeakKind::PossiblyLost
-            }
-            INDIRECT => {
-                out.indirectly_lost.add(size);
-                LeakKind::IndirectlyLost
-            }
-            _ => {
-                out.definitely_lost.add(size);
-                LeakKind::DefinitelyLost
-            }
-        };
-        out.kind.push(k);
-    }
+                POSSIBLE => {
+                    out.possibly_lost.add(size);
+                    LeakKind::PossiblyLost
+                }
+                INDIRECT => {
+                    out.indirectly_lost.add(size);
+                    LeakKind::IndirectlyLost
+                }
+                _ => {
+                    out.definitely_lost.add(size);
+                    LeakKind::DefinitelyLost
+                }
+            };
+            k
+        })
+        .collect();
+    drop(heur);
     out.via_heuristic = via.into_iter().collect();
     out
 }

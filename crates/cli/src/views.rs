@@ -117,7 +117,7 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut
         if *k == LeakKind::IndirectlyLost {
             let e = indirect.entry(l.leader[i]).or_default();
             e.0 += 1;
-            e.1 += heap.blocks[i].size;
+            e.1 += heap.size(BlockId(i as u32));
         }
     }
     let mut groups: HashMap<(LeakKind, u32), LeakGroup> = HashMap::new();
@@ -125,7 +125,7 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut
         if !matches!(k, LeakKind::DefinitelyLost | LeakKind::PossiblyLost) {
             continue;
         }
-        let b = &heap.blocks[i];
+        let b = heap.block(BlockId(i as u32));
         let g = groups.entry((*k, b.site)).or_insert_with(|| LeakGroup {
             kind: *k,
             site: sym.site_label(b.site),
@@ -258,7 +258,7 @@ pub fn retainers(
     ids.truncate(n);
     ids.into_iter()
         .map(|i| {
-            let b = &heap.blocks[i];
+            let b = heap.block(BlockId(i as u32));
             Retainer {
                 address: hex(b.addr),
                 size: b.size,

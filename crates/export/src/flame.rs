@@ -10,8 +10,8 @@ use std::io::Write;
 pub fn folded_lines(ex: &Explained<'_>) -> Vec<String> {
     let heap = ex.heap;
     let mut by_site: HashMap<u32, f64> = HashMap::new();
-    for b in &heap.blocks {
-        *by_site.entry(b.site).or_default() += heap.weight(b);
+    for b in heap.blocks() {
+        *by_site.entry(b.site).or_default() += heap.weight(&b);
     }
     let mut acc: HashMap<String, u64> = HashMap::new();
     for (site, bytes) in by_site {

@@ -94,7 +94,7 @@ pub(crate) fn leak_rows(ex: &Explained<'_>) -> Vec<(LeakKind, u32, u64, u64)> {
         if matches!(k, LeakKind::StillReachable) {
             continue;
         }
-        let b = &ex.heap.blocks[i];
+        let b = ex.heap.block(heapdump_analyze::BlockId(i as u32));
         let e = m.entry((*k, b.site)).or_default();
         e.0 += 1;
         e.1 += b.size;

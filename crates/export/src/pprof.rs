@@ -243,8 +243,8 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
     // types of their own (trait objects named by their vtables).
     let per_block = ex.has_block_types();
     let mut by_site: HashMap<(u32, Option<String>), (f64, f64)> = HashMap::new();
-    for (i, b) in heap.blocks.iter().enumerate() {
-        let w = heap.weight(b);
+    for (i, b) in heap.blocks().enumerate() {
+        let w = heap.weight(&b);
         let ty = per_block.then(|| ex.type_of_block(heapdump_analyze::BlockId(i as u32)));
         let e = by_site.entry((b.site, ty)).or_default();
         e.0 += if b.size > 0 { w / b.size as f64 } else { 1.0 };

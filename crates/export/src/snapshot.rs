@@ -100,7 +100,7 @@ pub fn write_heapsnapshot(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Res
         let b = BlockId(i as u32);
         let name = ex.block_name(b, &mut names);
         let name = sid(&name);
-        node(out, T_OBJECT, name, block_node_id(i), heap.blocks[i].size, heap.edges(b).len())?;
+        node(out, T_OBJECT, name, block_node_id(i), heap.size(b), heap.edges(b).len())?;
     }
     write!(out, "],\n\"edges\":[")?;
     let mut first = true;
