@@ -770,16 +770,11 @@ impl Table {
     /// were brought up to date (at least every [`FLUSH`] bytes), else 0.
     #[inline(always)]
     pub fn insert(&self, e: &Entry) -> u64 {
-        // The common case inline: a small block without a site, in a
-        // window that already has a bucket.
-        if is_small(e.addr, e.size, e.align_log2) && e.site == 0 {
+        // The common case inline: a small block in a window that already
+        // has a bucket.
+        if is_small(e.addr, e.size, e.align_log2) {
             if let Some(k) = self.bucket(e.addr) {
-                // A swap, not a plain store: the old value says whether a
-                // free was missed (a block the tracker never saw freed).
-                let old = self.slot(k, slot_in_bucket(e.addr)).swap(encode(e), Ordering::AcqRel);
-                if old != 0 {
-                    self.count_free(u64::from(old & SLOT_SIZE) - 1);
-                }
+                self.fill(k, e);
                 return self.count_alloc(e.size);
             }
         }
@@ -824,6 +819,13 @@ impl Table {
     #[inline]
     fn insert_small(&self, e: &Entry) -> bool {
         let Some(k) = self.bucket_or_new(e.addr) else { return false };
+        self.fill(k, e);
+        true
+    }
+
+    /// Writes a small block's slot (and site) in bucket `k`.
+    #[inline(always)]
+    fn fill(&self, k: u32, e: &Entry) {
         let j = slot_in_bucket(e.addr);
         let mut e = *e;
         if e.site != 0 {
@@ -836,12 +838,12 @@ impl Table {
         }
         // Written without reading first: a read of a page never touched
         // would map the zero page, and the write after it would fault again
-        // and flush that page from every core's TLB.
+        // and flush that page from every core's TLB. The old value says
+        // whether a free was missed (a block the tracker never saw freed).
         let old = self.slot(k, j).swap(encode(&e), Ordering::AcqRel);
         if old != 0 {
             self.count_free(u64::from(old & SLOT_SIZE) - 1);
         }
-        true
     }
 
     #[cold]

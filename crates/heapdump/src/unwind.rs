@@ -427,16 +427,29 @@ fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
         }
         if old > 0 && nfresh > 0 {
             let s = hide(m.steps[old - 1].get());
-            if (s.sp, s.bp, s.pc) == (cur.sp, cur.bp, cur.pc) && still_there(m, old - 1) {
-                // The rest is the memo's: copy it, and keep it under the
-                // fresh steps.
+            if (s.sp, s.bp, s.pc) == (cur.sp, cur.bp, cur.pc) {
+                // The rest is the memo's as far as the stack still holds
+                // what its walk read: copy it, checking each frame as it
+                // goes (only the frames taken need to be right), and keep
+                // the memo under the fresh steps. A frame that changed
+                // undoes the copy, and the walk goes on by itself.
+                let (n, skip) = (out.n, out.skip);
+                let mut same = true;
                 for k in (0..old - 1).rev() {
-                    if !out.push(m.steps[k].get().pc) {
+                    let step = hide(m.steps[k].get());
+                    if !still_there(step) {
+                        same = false;
+                        break;
+                    }
+                    if !out.push(step.pc) {
                         break;
                     }
                 }
-                remember_walk(m, old, nfresh - 1, generation);
-                return Some(());
+                if same {
+                    remember_walk(m, old, nfresh - 1, generation);
+                    return Some(());
+                }
+                (out.n, out.skip) = (n, skip);
             }
         }
         let (from_rbp, cfa, rbp) = match rule_at(probe) {
@@ -484,19 +497,17 @@ fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
     Some(())
 }
 
-/// Whether the stack still holds, for memo steps `0..=k`, the return
-/// addresses and saved frame pointers the memo's walk read.
-fn still_there(m: &Memo, k: usize) -> bool {
-    (0..=k).all(|i| {
-        let s = hide(m.steps[i].get());
-        // SAFETY: these words were read from this thread's stack, between
-        // a stack pointer at or below the memo's step and the stack's top,
-        // by the walk that wrote the memo; this walk's stack pointer is at
-        // or below step k's, so they are still on the mapped stack.
-        let ra = unsafe { ((s.sp - 8) as *const u64).read() };
-        // SAFETY: as above.
-        ra == s.pc && (s.bp_slot == 0 || unsafe { (s.bp_slot as *const u64).read() } == s.bp)
-    })
+/// Whether the stack still holds the return address and saved frame
+/// pointer the memo's walk read for step `s`.
+#[inline]
+fn still_there(s: Step) -> bool {
+    // SAFETY: these words were read from this thread's stack, between a
+    // stack pointer at or below the step and the stack's top, by the walk
+    // that wrote the memo; this walk's stack pointer is below the step
+    // (it matched an inner one), so they are still on the mapped stack.
+    let ra = unsafe { ((s.sp - 8) as *const u64).read() };
+    // SAFETY: as above.
+    ra == s.pc && (s.bp_slot == 0 || unsafe { (s.bp_slot as *const u64).read() } == s.bp)
 }
 
 /// Makes the memo its first `keep` steps with the walk's first `fresh`
