@@ -222,13 +222,8 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter)
         }
         return;
     }
-    record_sites(st, ptr, size, align, g);
-}
-
-/// [`record`] for the other cases: sites to capture, or a nested or
-/// internal call.
-#[inline]
-fn record_sites(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter) {
+    // The other cases: sites to capture, or a nested or internal call (in
+    // this function still: `capture_site` skips one frame above it).
     if g.internal() {
         return;
     }
