@@ -541,27 +541,50 @@ fn read_maps(sc: &mut Scratch) -> Maps<'static> {
 
 fn build_index(state: &State) -> Result<Index, DumpError> {
     let table = &state.table;
-    let (mut small, mut large) = (0usize, 0usize);
-    // SAFETY: world stopped or forked child (so for the calls below).
-    unsafe { table.for_each_small_unlocked(|_| small += 1) };
-    // SAFETY: as above.
-    unsafe { table.for_each_overflow_unlocked(|_| large += 1) };
-    let n = small + large;
     let size = core::mem::size_of::<Entry>();
-    let map_len = (n.max(1) * size).next_multiple_of(4096);
-    let ptr: *mut Entry = sys::mmap_anon(map_len).map_err(|errno| DumpError::Os { what: "mapping the address index", errno })?.cast();
+    let map_err = |errno| DumpError::Os { what: "mapping the address index", errno };
+    // SAFETY: world stopped or forked child (so for the table calls below).
+    let large = unsafe { table.overflow_len_unlocked() };
+    // The small blocks come in address order: put them at the end of the
+    // index, the others (sorted) beside it, and merge from the front. The
+    // merge never writes over a small entry it has yet to read. The index
+    // is sized from the per-thread counts, with room to spare, so that the
+    // slots are walked once; should they hold more, they are counted and
+    // walked again.
+    let guess = (table.live_count() as usize).saturating_sub(large);
+    let mut room = guess + guess / 64 + 4096;
+    let (ptr, map_len, small) = loop {
+        let map_len = ((large + room).max(1) * size).next_multiple_of(4096);
+        let ptr: *mut Entry = sys::mmap_anon(map_len).map_err(map_err)?.cast();
+        let base = ptr.wrapping_add(large);
+        let mut small = 0;
+        // SAFETY: as above.
+        unsafe {
+            table.for_each_small_unlocked(|e| {
+                if small < room {
+                    // SAFETY: large + small < large + room entries fit in the mapping.
+                    base.add(small).write(e);
+                }
+                small += 1;
+            })
+        };
+        if small <= room {
+            break (ptr, map_len, small);
+        }
+        // SAFETY: our mapping, not referenced.
+        unsafe { sys::munmap(ptr.cast(), map_len) };
+        room = small;
+    };
+    let n = small + large;
     let tmp_len = (large.max(1) * size).next_multiple_of(4096);
     let tmp: *mut Entry = match sys::mmap_anon(tmp_len) {
         Ok(p) => p.cast(),
         Err(errno) => {
             // SAFETY: our mapping, not referenced.
             unsafe { sys::munmap(ptr.cast(), map_len) };
-            return Err(DumpError::Os { what: "mapping the address index", errno });
+            return Err(map_err(errno));
         }
     };
-    // The small blocks come in address order: put them at the end of the
-    // index, the others (sorted) beside it, and merge from the front. The
-    // merge never writes over a small entry it has yet to read.
     let fill = |base: *mut Entry, cap: usize| {
         let mut i = 0;
         move |e: Entry| {
@@ -572,8 +595,6 @@ fn build_index(state: &State) -> Result<Index, DumpError> {
             }
         }
     };
-    // SAFETY: as above.
-    unsafe { table.for_each_small_unlocked(fill(ptr.wrapping_add(large), small)) };
     // SAFETY: as above.
     unsafe { table.for_each_overflow_unlocked(fill(tmp, large)) };
     // SAFETY: `large` entries written to tmp; sort_unstable is in core and

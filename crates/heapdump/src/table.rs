@@ -268,7 +268,6 @@ impl Shard {
     }
 
     /// Number of entries.
-    #[cfg(test)]
     fn len(&self) -> usize {
         self.len
     }
@@ -983,6 +982,24 @@ impl Table {
                 }
             }
         });
+    }
+
+    /// Entries in the overflow table.
+    ///
+    /// # Safety
+    /// As for [`Table::for_each_small_unlocked`].
+    pub unsafe fn overflow_len_unlocked(&self) -> usize {
+        // SAFETY: forwarded to the caller.
+        self.overflow.iter().map(|s| unsafe { s.get_unlocked() }.len()).sum()
+    }
+
+    /// Live allocations as the per-thread counts say (exact while no
+    /// thread is inside the tracker).
+    pub fn live_count(&self) -> u64 {
+        let (a, f) = self.stripes.iter().fold((0u64, 0u64), |(a, f), s| {
+            (a.wrapping_add(s.allocs.load(Ordering::Relaxed)), f.wrapping_add(s.frees.load(Ordering::Relaxed)))
+        });
+        a.wrapping_sub(f)
     }
 
     /// Visits the entries of the overflow table, in no particular order.

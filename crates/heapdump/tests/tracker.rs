@@ -47,6 +47,8 @@ fn main() {
         ("thread_local_destructors_allocate_at_exit", thread_local_destructors_allocate_at_exit),
         ("null_from_the_inner_allocator", null_from_the_inner_allocator),
         ("child_null", child_null),
+        ("an_address_space_limit_is_survived", an_address_space_limit_is_survived),
+        ("child_limited", child_limited),
         ("zero_size_and_over_aligned", zero_size_and_over_aligned),
         ("sites_are_captured_and_deduplicated", sites_are_captured_and_deduplicated),
         ("the_cached_unwinder_agrees_with_libgcc", the_cached_unwinder_agrees_with_libgcc),
@@ -266,6 +268,46 @@ fn null_from_the_inner_allocator() {
     assert_eq!(d.reason, "alloc_failure");
     assert!(d.complete);
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Under a 1 GiB limit on address space the table cannot reserve its
+/// pools at their full size (over a hundred GiB): they are asked for at
+/// halving sizes, and the accounting stays exact.
+fn an_address_space_limit_is_survived() {
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.env("HEAPDUMP_TEST_CHILD", "child_limited").env("HEAPDUMP_SIGNAL", "0").env_remove("HEAPDUMP_OUTPUT_TAKEN");
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "child failed: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn child_limited() {
+    let before = heapdump::stats();
+    let n = 100_000;
+    let mut v: Vec<Box<[u8]>> = Vec::with_capacity(n);
+    let mut bytes = (n * std::mem::size_of::<Box<[u8]>>()) as u64;
+    for i in 0..n {
+        let len = 1 + (i * 7919) % 700;
+        v.push(vec![i as u8; len].into_boxed_slice());
+        bytes += len as u64;
+    }
+    let mid = heapdump::stats();
+    assert_eq!(mid.live_count, before.live_count + n as u64 + 1, "live count under the limit");
+    assert_eq!(mid.live_bytes, before.live_bytes + bytes, "live bytes under the limit");
+    assert_eq!(mid.untracked, 0, "nothing left untracked");
+    drop(std::hint::black_box(v));
+    let after = heapdump::stats();
+    assert_eq!((after.live_count, after.live_bytes), (before.live_count, before.live_bytes));
 }
 
 fn child_null() {
