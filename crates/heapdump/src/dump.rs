@@ -103,7 +103,8 @@ const PAIRS: usize = 4096;
 
 /// The live allocations sorted by address: the lookup index of the compact
 /// scan, and the order allocations are written in (so their contents are
-/// read front to back, not in the table's hash order).
+/// read front to back; the table gives its small blocks in address order
+/// and the others in hash order).
 struct Index {
     ptr: *mut Entry,
     len: usize,
