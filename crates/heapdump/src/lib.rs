@@ -213,17 +213,34 @@ impl<A> Tracked<A> {
 /// holds one (those updates are deferred).
 #[inline]
 fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter) {
-    if g.plain() && st.config().backtrace == config::Backtrace::Off {
-        // The common case of address-only tracking, kept short.
-        let e = Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site: 0, sampled: false };
+    if g.plain() {
+        // The common case, kept short: the outermost call, no lock held.
+        let c = st.config();
+        let (site, sampled) = match c.backtrace {
+            config::Backtrace::Off => (0, false),
+            config::Backtrace::Sampled(mean) => {
+                if sample(size as u64, mean) {
+                    (capture_site(st, c.max_frames), true)
+                } else {
+                    (0, false)
+                }
+            }
+            config::Backtrace::All => {
+                // The unwinder's work hides the table's cache miss.
+                st.table.prefetch(ptr as u64);
+                (capture_site(st, c.max_frames), false)
+            }
+        };
+        let e = Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled };
         let live = st.table.insert(&e);
         if live >= st.next_threshold.load(Ordering::Relaxed) {
             threshold_crossed(st, live);
         }
         return;
     }
-    // The other cases: sites to capture, or a nested or internal call (in
-    // this function still: `capture_site` skips one frame above it).
+    // A nested or internal call, or one made while this thread holds a
+    // tracker lock (in this function still: `capture_site` skips one frame
+    // above it).
     if g.internal() {
         return;
     }
