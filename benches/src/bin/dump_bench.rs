@@ -92,13 +92,14 @@ fn main() {
     }
     let _ = std::fs::remove_file(&path);
     println!(
-        "heap_bytes={} allocations={} file_bytes={} wall_s={:.6} pause_us={} threads={}",
+        "heap_bytes={} allocations={} file_bytes={} wall_s={:.6} pause_us={} threads={} tracker_bytes={}",
         info.alloc_bytes,
         info.allocations,
         info.file_bytes,
         wall,
         info.pause_ns / 1000,
-        info.threads
+        info.threads,
+        heapdump::stats().tracker_bytes
     );
     std::hint::black_box(&lists);
 }
