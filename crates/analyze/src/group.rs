@@ -120,21 +120,27 @@ pub fn diff(old: (&DumpFile, &Heap), new: (&DumpFile, &Heap)) -> Diff {
     };
     if same_process {
         // Both block lists are sorted by address: one merge.
-        let (mut i, mut j) = (0, 0);
-        let (a, b): (Vec<_>, Vec<_>) = (old.blocks().collect(), new.blocks().collect());
-        while i < a.len() || j < b.len() {
-            let same = i < a.len() && j < b.len() && a[i].addr == b[j].addr && a[i].size == b[j].size && a[i].site == b[j].site;
-            if same {
-                i += 1;
-                j += 1;
-            } else if j >= b.len() || (i < a.len() && a[i].addr <= b[j].addr) {
-                d.gone.bytes += a[i].size;
-                d.gone.blocks += 1;
-                i += 1;
-            } else {
-                d.new.bytes += b[j].size;
-                d.new.blocks += 1;
-                j += 1;
+        let (mut a, mut b) = (old.blocks().peekable(), new.blocks().peekable());
+        loop {
+            match (a.peek(), b.peek()) {
+                (None, None) => break,
+                (Some(x), Some(y)) if x.addr == y.addr && x.size == y.size && x.site == y.site => {
+                    a.next();
+                    b.next();
+                }
+                (Some(x), y) if y.is_none_or(|y| x.addr <= y.addr) => {
+                    d.gone.bytes += x.size;
+                    d.gone.blocks += 1;
+                    a.next();
+                }
+                // Only the new list's block is next (the old list's, if
+                // any, lies after it).
+                _ => {
+                    if let Some(y) = b.next() {
+                        d.new.bytes += y.size;
+                        d.new.blocks += 1;
+                    }
+                }
             }
         }
     } else {

@@ -231,11 +231,7 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter)
                 (capture_site(st, c.max_frames), false)
             }
         };
-        let e = Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled };
-        let live = st.table.insert(&e);
-        if live >= st.next_threshold.load(Ordering::Relaxed) {
-            threshold_crossed(st, live);
-        }
+        insert(st, &Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled });
         return;
     }
     // A nested or internal call, or one made while this thread holds a
@@ -269,7 +265,14 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter)
         }
         return;
     }
-    let live = { st.table.insert(&e) };
+    insert(st, &e);
+}
+
+/// Puts an entry in the table, then dumps if the live heap crossed the
+/// threshold.
+#[inline]
+fn insert(st: &State, e: &Entry) {
+    let live = st.table.insert(e);
     if live >= st.next_threshold.load(Ordering::Relaxed) {
         threshold_crossed(st, live);
     }
@@ -386,10 +389,7 @@ fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: 
     match old {
         Some(mut e) if q == p => {
             e.size = new_size as u64;
-            let live = { st.table.insert(&e) };
-            if live >= st.next_threshold.load(Ordering::Relaxed) {
-                threshold_crossed(st, live);
-            }
+            insert(st, &e);
         }
         _ => record(st, q, new_size, align, g),
     }
