@@ -370,6 +370,12 @@ impl Pool {
     const FAILED: usize = 1;
     const MIN_LOG2: u32 = 24;
 
+    /// A reserved region's start and length, from `region`.
+    #[inline(always)]
+    fn split(r: usize) -> (*mut u8, usize) {
+        ((r & !4095) as *mut u8, 1 << (r & 4095))
+    }
+
     const fn new(max_len: usize) -> Pool {
         Pool { region: AtomicUsize::new(0), committed: AtomicUsize::new(0), max_log2: max_len.trailing_zeros() }
     }
@@ -381,7 +387,7 @@ impl Pool {
         if r <= Self::FAILED {
             core::ptr::null_mut()
         } else {
-            (r & !4095) as *mut u8
+            Self::split(r).0
         }
     }
 
@@ -391,7 +397,7 @@ impl Pool {
     fn upto(&self, end: usize) -> Option<*mut u8> {
         let r = self.region.load(Ordering::Acquire);
         if r > Self::FAILED && end <= self.committed.load(Ordering::Acquire) {
-            return Some((r & !4095) as *mut u8);
+            return Some(Self::split(r).0);
         }
         self.grow(end)
     }
@@ -411,8 +417,9 @@ impl Pool {
                 Ok(_) => mine,
                 Err(winner) => {
                     if mine != Self::FAILED {
+                        let (p, len) = Self::split(mine);
                         // SAFETY: our reservation, never published.
-                        unsafe { sys::munmap((mine & !4095) as *mut u8, 1 << (mine & 4095)) };
+                        unsafe { sys::munmap(p, len) };
                     }
                     winner
                 }
@@ -421,7 +428,7 @@ impl Pool {
         if r == Self::FAILED {
             return None;
         }
-        let (base, len) = ((r & !4095) as *mut u8, 1usize << (r & 4095));
+        let (base, len) = Self::split(r);
         if end > len {
             return None;
         }
@@ -442,7 +449,7 @@ impl Pool {
     /// index was handed out from it).
     #[inline(always)]
     fn reserved_base(&self) -> *mut u8 {
-        (self.region.load(Ordering::Acquire) & !4095) as *mut u8
+        Self::split(self.region.load(Ordering::Acquire)).0
     }
 
     /// 32-bit word `i` of the region, which must be committed.
@@ -782,33 +789,30 @@ impl Table {
 
     #[inline(never)]
     fn insert_slow(&self, e: &Entry) -> u64 {
-        if !(is_small(e.addr, e.size, e.align_log2) && self.insert_small(e)) {
-            if e.addr > ADDR_MASK || e.size >> 49 != 0 {
-                return self.untracked_one();
-            }
-            if is_small(e.addr, e.size, e.align_log2) {
-                self.small_overflow.fetch_add(1, Ordering::Relaxed);
-            } else if let Some(k) = self.bucket(e.addr).filter(|_| e.addr & 15 == 0) {
-                // A small block at this address whose free we never saw.
-                let slot = self.slot(k, slot_in_bucket(e.addr));
-                let old = slot.load(Ordering::Relaxed);
-                if old != 0 {
-                    slot.store(0, Ordering::Relaxed);
-                    self.count_free(u64::from(old & SLOT_SIZE) - 1);
-                }
-            }
-            let r = {
-                let _l = crate::guard::Locked::new();
-                // Bound, so that the lock is released before `_l` says so
-                // (a tail expression's temporaries would outlive `_l`).
-                let mut shard = self.overflow[shard_index(e.addr)].lock();
-                shard.insert(e)
-            };
-            match r {
-                Ok(None) => {}
-                Ok(Some(old)) => self.count_free(old.size),
-                Err(()) => return self.untracked_one(),
-            }
+        let small = is_small(e.addr, e.size, e.align_log2);
+        if small && self.insert_small(e) {
+            return self.count_alloc(e.size);
+        }
+        if e.addr > ADDR_MASK || e.size >> 49 != 0 {
+            return self.untracked_one();
+        }
+        if small {
+            self.small_overflow.fetch_add(1, Ordering::Relaxed);
+        } else if let Some(k) = self.bucket(e.addr).filter(|_| e.addr & 15 == 0) {
+            // A small block at this address whose free we never saw.
+            self.take_slot(k, slot_in_bucket(e.addr));
+        }
+        let r = {
+            let _l = crate::guard::Locked::new();
+            // Bound, so that the lock is released before `_l` says so
+            // (a tail expression's temporaries would outlive `_l`).
+            let mut shard = self.overflow[shard_index(e.addr)].lock();
+            shard.insert(e)
+        };
+        match r {
+            Ok(None) => {}
+            Ok(Some(old)) => self.count_free(old.size),
+            Err(()) => return self.untracked_one(),
         }
         self.count_alloc(e.size)
     }
@@ -857,16 +861,25 @@ impl Table {
     pub fn forget(&self, addr: u64, layout: (u64, u8)) {
         if is_small(addr, layout.0, layout.1) {
             if let Some(k) = self.bucket(addr) {
-                let slot = self.slot(k, slot_in_bucket(addr));
-                let v = slot.load(Ordering::Acquire);
-                if v != 0 {
-                    slot.store(0, Ordering::Relaxed);
-                    self.count_free(u64::from(v & SLOT_SIZE) - 1);
+                if self.take_slot(k, slot_in_bucket(addr)) != 0 {
                     return;
                 }
             }
         }
         self.remove_slow(addr, Some(layout));
+    }
+
+    /// Empties slot `j` of bucket `k`, counting the block it held as freed;
+    /// returns what it held (0: nothing).
+    #[inline(always)]
+    fn take_slot(&self, k: u32, j: usize) -> u16 {
+        let slot = self.slot(k, j);
+        let v = slot.load(Ordering::Acquire);
+        if v != 0 {
+            slot.store(0, Ordering::Relaxed);
+            self.count_free(u64::from(v & SLOT_SIZE) - 1);
+        }
+        v
     }
 
     #[inline(never)]
@@ -883,13 +896,9 @@ impl Table {
         if small != Some(false) && addr & 15 == 0 && addr <= ADDR_MASK {
             if let Some(k) = self.bucket(addr) {
                 let j = slot_in_bucket(addr);
-                let slot = self.slot(k, j);
-                let v = slot.load(Ordering::Acquire);
+                let v = self.take_slot(k, j);
                 if v != 0 {
-                    slot.store(0, Ordering::Relaxed);
-                    let e = self.decode(k, j, addr, v);
-                    self.count_free(e.size);
-                    return Some(e);
+                    return Some(self.decode(k, j, addr, v));
                 }
             }
             if small == Some(true) && self.small_overflow.load(Ordering::Relaxed) == 0 {
@@ -908,13 +917,7 @@ impl Table {
     /// Sums the counters, and measures the table's memory.
     pub fn totals(&self) -> Totals {
         let mut t = Totals::default();
-        let (mut allocs, mut frees, mut bytes_in, mut bytes_out) = (0u64, 0u64, 0u64, 0u64);
-        for s in &self.stripes {
-            allocs = allocs.wrapping_add(s.allocs.load(Ordering::Relaxed));
-            frees = frees.wrapping_add(s.frees.load(Ordering::Relaxed));
-            bytes_in = bytes_in.wrapping_add(s.bytes_in.load(Ordering::Relaxed));
-            bytes_out = bytes_out.wrapping_add(s.bytes_out.load(Ordering::Relaxed));
-        }
+        let [allocs, frees, bytes_in, bytes_out] = self.sums();
         t.live_count = allocs.wrapping_sub(frees);
         t.live_bytes = bytes_in.wrapping_sub(bytes_out);
         t.total_allocs = allocs;
@@ -996,10 +999,19 @@ impl Table {
     /// Live allocations as the per-thread counts say (exact while no
     /// thread is inside the tracker).
     pub fn live_count(&self) -> u64 {
-        let (a, f) = self.stripes.iter().fold((0u64, 0u64), |(a, f), s| {
-            (a.wrapping_add(s.allocs.load(Ordering::Relaxed)), f.wrapping_add(s.frees.load(Ordering::Relaxed)))
-        });
-        a.wrapping_sub(f)
+        let [allocs, frees, ..] = self.sums();
+        allocs.wrapping_sub(frees)
+    }
+
+    /// The stripes' counters summed: allocations, frees, bytes in, bytes out.
+    fn sums(&self) -> [u64; 4] {
+        let mut t = [0u64; 4];
+        for s in &self.stripes {
+            for (x, c) in t.iter_mut().zip([&s.allocs, &s.frees, &s.bytes_in, &s.bytes_out]) {
+                *x = x.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
+        t
     }
 
     /// Visits the entries of the overflow table, in no particular order.
