@@ -213,43 +213,16 @@ impl<A> Tracked<A> {
 /// holds one (those updates are deferred).
 #[inline]
 fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter) {
-    if g.plain() {
-        // The common case, kept short: the outermost call, no lock held.
-        let c = st.config();
-        let (site, sampled) = match c.backtrace {
-            config::Backtrace::Off => (0, false),
-            config::Backtrace::Sampled(mean) => {
-                if sample(size as u64, mean) {
-                    (capture_site(st, c.max_frames), true)
-                } else {
-                    (0, false)
-                }
-            }
-            config::Backtrace::All => {
-                // The unwinder's work hides the table's cache miss.
-                st.table.prefetch(ptr as u64);
-                (capture_site(st, c.max_frames), false)
-            }
-        };
-        insert(st, &Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled });
-        return;
-    }
-    // A nested or internal call, or one made while this thread holds a
-    // tracker lock (in this function still: `capture_site` skips one frame
-    // above it).
     if g.internal() {
         return;
     }
-    let nested = g.nested();
     let c = st.config();
-    if !nested && c.backtrace == config::Backtrace::All {
-        // The unwinder's work hides the table's cache miss.
-        st.table.prefetch(ptr as u64);
-    }
+    // A nested call (the unwinder's own allocation, a signal handler inside
+    // the tracker) gets no site. `capture_site` skips one frame above it:
+    // this function.
     let (site, sampled) = match c.backtrace {
-        _ if nested => (0, false),
+        _ if g.nested() => (0, false),
         config::Backtrace::Off => (0, false),
-        config::Backtrace::All => (capture_site(st, c.max_frames), false),
         config::Backtrace::Sampled(mean) => {
             if sample(size as u64, mean) {
                 (capture_site(st, c.max_frames), true)
@@ -257,9 +230,16 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter)
                 (0, false)
             }
         }
+        config::Backtrace::All => {
+            // The unwinder's work hides the table's cache miss.
+            st.table.prefetch(ptr as u64);
+            (capture_site(st, c.max_frames), false)
+        }
     };
     let e = Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled };
-    if guard::in_lock() {
+    // The common case (the outermost call, no lock held on entry) cannot
+    // hold a lock now: only the others look.
+    if !g.plain() && guard::in_lock() {
         if !guard::defer(guard::Deferred::Insert(e)) {
             st.table.untracked.fetch_add(1, Ordering::Relaxed);
         }
