@@ -586,18 +586,17 @@ fn build_index(state: &State) -> Result<Index, DumpError> {
             return Err(map_err(errno));
         }
     };
-    let fill = |base: *mut Entry, cap: usize| {
-        let mut i = 0;
-        move |e: Entry| {
-            if i < cap {
-                // SAFETY: i < cap entries fit in the mapping.
-                unsafe { base.add(i).write(e) };
+    let mut i = 0;
+    // SAFETY: as above.
+    unsafe {
+        table.for_each_overflow_unlocked(|e| {
+            if i < large {
+                // SAFETY: i < large entries fit in the mapping.
+                tmp.add(i).write(e);
                 i += 1;
             }
-        }
+        })
     };
-    // SAFETY: as above.
-    unsafe { table.for_each_overflow_unlocked(fill(tmp, large)) };
     // SAFETY: `large` entries written to tmp; sort_unstable is in core and
     // does not allocate.
     let others = unsafe { core::slice::from_raw_parts_mut(tmp, large) };
