@@ -304,7 +304,7 @@ fn rule_at(pc: u64) -> Rule {
 /// The walk's state after a step: the caller's stack pointer (the CFA),
 /// frame pointer and return address, and where that frame pointer was
 /// read from (0: carried over unchanged).
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 struct Step {
     sp: u64,
     bp: u64,
