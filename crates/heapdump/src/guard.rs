@@ -47,6 +47,21 @@ fn get() -> Option<u8> {
     STATE.try_with(|s| s.load(Relaxed)).ok()
 }
 
+/// Whether the thread is outside the tracker with nothing set: no tracker
+/// lock held, not the runtime's own call, no stop and no update waiting.
+///
+/// Then a call that takes no lock, maps nothing and captures no site (the
+/// table's common cases) may run without an [`Enter`]: a stop arriving
+/// meanwhile parks the thread in the signal handler, which is safe since
+/// it holds no tracker lock, and a signal handler allocating meanwhile
+/// finds the thread outside the tracker, as in the program's own code.
+/// The slot being written belongs to a block no other call can see: it is
+/// allocated and not yet returned, or not yet given back to the allocator.
+#[inline(always)]
+pub fn idle() -> bool {
+    get() == Some(0)
+}
+
 /// Marks the thread as inside the tracker for the guard's life. A stop
 /// requested meanwhile is honoured when the outermost guard drops.
 pub struct Enter {

@@ -181,6 +181,22 @@ impl<A: GlobalAlloc> Tracked<A> {
     #[inline]
     fn tracked_alloc(&self, layout: Layout, inner: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
         let st = state();
+        let site = wants_site(st.config(), layout.size());
+        if !site && guard::idle() {
+            // The common case without the guard (see `guard::idle`): a
+            // small block whose window has a bucket. Anything else enters.
+            let p = inner(layout);
+            if !p.is_null() {
+                let e = Entry::new(p, layout.size(), layout.align(), 0, false);
+                if let Some(live) = st.table.try_insert(&e) {
+                    if live >= st.next_threshold.load(Ordering::Relaxed) {
+                        threshold_entered(st, live, &free_with(&self.inner));
+                    }
+                    return p;
+                }
+            }
+            return self.tracked_rest(st, p, layout);
+        }
         let g = guard::Enter::new();
         let p = inner(layout);
         if p.is_null() {
@@ -188,7 +204,23 @@ impl<A: GlobalAlloc> Tracked<A> {
             alloc_failed(st);
             return p;
         }
-        record(st, p, layout.size(), layout.align(), &g);
+        record(st, p, layout.size(), layout.align(), &g, site);
+        leave(st, g, &free_with(&self.inner));
+        p
+    }
+
+    /// The rest of an allocation the common case could not record: `p` is
+    /// the block (null: the allocator failed), which gets no site.
+    #[cold]
+    #[inline(never)]
+    fn tracked_rest(&self, st: &State, p: *mut u8, layout: Layout) -> *mut u8 {
+        let g = guard::Enter::new();
+        if p.is_null() {
+            drop(g);
+            alloc_failed(st);
+            return p;
+        }
+        record(st, p, layout.size(), layout.align(), &g, false);
         leave(st, g, &free_with(&self.inner));
         p
     }
@@ -212,7 +244,7 @@ impl<A> Tracked<A> {
 /// Does not allocate; takes only tracker locks, never from a thread that
 /// holds one (those updates are deferred).
 #[inline]
-fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter) {
+fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter, site: bool) {
     if g.internal() {
         return;
     }
@@ -221,22 +253,15 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter)
     // the tracker) gets no site. `capture_site` skips one frame above it:
     // this function.
     let (site, sampled) = match c.backtrace {
-        _ if g.nested() => (0, false),
-        config::Backtrace::Off => (0, false),
-        config::Backtrace::Sampled(mean) => {
-            if sample(size as u64, mean) {
-                (capture_site(st, c.max_frames), true)
-            } else {
-                (0, false)
-            }
-        }
+        _ if g.nested() || !site => (0, false),
         config::Backtrace::All => {
             // The unwinder's work hides the table's cache miss.
             st.table.prefetch(ptr as u64);
             (capture_site(st, c.max_frames), false)
         }
+        _ => (capture_site(st, c.max_frames), true),
     };
-    let e = Entry { addr: ptr as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled };
+    let e = Entry::new(ptr, size, align, site, sampled);
     // The common case (the outermost call, no lock held on entry) cannot
     // hold a lock now: only the others look.
     if !g.plain() && guard::in_lock() {
@@ -255,6 +280,17 @@ fn insert(st: &State, e: &Entry) {
     let live = st.table.insert(e);
     if live >= st.next_threshold.load(Ordering::Relaxed) {
         threshold_crossed(st, live);
+    }
+}
+
+/// Whether a new block of `size` bytes gets a site: always, never, or as
+/// the sampler draws (this counts the bytes against its countdown).
+#[inline]
+fn wants_site(c: &Config, size: usize) -> bool {
+    match c.backtrace {
+        config::Backtrace::Off => false,
+        config::Backtrace::All => true,
+        config::Backtrace::Sampled(mean) => sample(size as u64, mean),
     }
 }
 
@@ -303,6 +339,15 @@ thread_local! {
     static LAST_SITE: LastSite = const {
         LastSite { n: core::cell::Cell::new(0), frames: [const { core::cell::Cell::new(0) }; sites::MAX_FRAMES], id: core::cell::Cell::new(0) }
     };
+}
+
+/// [`threshold_crossed`] from outside the tracker: enters it first.
+#[cold]
+#[inline(never)]
+fn threshold_entered(st: &State, live: u64, free: &dyn Fn(*mut u8, usize, usize)) {
+    let g = guard::Enter::new();
+    threshold_crossed(st, live);
+    leave(st, g, free);
 }
 
 #[cold]
@@ -371,7 +416,7 @@ fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: 
             e.size = new_size as u64;
             insert(st, &e);
         }
-        _ => record(st, q, new_size, align, g),
+        _ => record(st, q, new_size, align, g, wants_site(st.config(), new_size)),
     }
 }
 
@@ -411,6 +456,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let st = state();
+        // The common case without the guard (see `guard::idle`): a small
+        // block found in its slot. Its address is reused only after the
+        // free below, when its slot is empty.
+        if guard::idle() && st.table.try_forget(ptr as u64, table_layout(layout)) {
+            // SAFETY: forwarded.
+            unsafe { self.inner.dealloc(ptr, layout) };
+            return;
+        }
         let g = guard::Enter::new();
         if g.in_lock() {
             // A signal handler freeing while its thread holds a tracker lock.
@@ -445,7 +498,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracked<A> {
             }
             // SAFETY: both blocks are valid for the smaller size and distinct.
             unsafe { core::ptr::copy_nonoverlapping(ptr, q, layout.size().min(new_size)) };
-            record(st, q, new_size, layout.align(), &g);
+            record(st, q, new_size, layout.align(), &g, wants_site(st.config(), new_size));
             if guard::cancel_insert(ptr as u64) || !guard::defer(guard::Deferred::Free(ptr as u64, layout.size(), layout.align())) {
                 // SAFETY: forwarded. Either the block never reached the table
                 // (its insert was still queued), or the queue is full and its
@@ -953,7 +1006,7 @@ pub mod hooks {
         /// Records a block the underlying allocator returned.
         #[inline]
         pub fn allocated(&self, p: *mut u8, size: usize, align: usize) {
-            record(self.st, p, size, align, &self.g);
+            record(self.st, p, size, align, &self.g, wants_site(self.st.config(), size));
         }
 
         /// Reports an allocation failure (dumps once if configured).

@@ -82,6 +82,14 @@ pub struct Entry {
     pub sampled: bool,
 }
 
+impl Entry {
+    /// The entry of a block at `p` of `size` bytes aligned to `align` (a power of two).
+    #[inline]
+    pub fn new(p: *mut u8, size: usize, align: usize, site: u32, sampled: bool) -> Entry {
+        Entry { addr: p as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled }
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct Slot {
@@ -776,15 +784,24 @@ impl Table {
     /// were brought up to date (at least every [`FLUSH`] bytes), else 0.
     #[inline(always)]
     pub fn insert(&self, e: &Entry) -> u64 {
-        // The common case inline: a small block in a window that already
-        // has a bucket.
+        match self.try_insert(e) {
+            Some(live) => live,
+            None => self.insert_slow(e),
+        }
+    }
+
+    /// The common case of [`Table::insert`], inline: a small block in a
+    /// window that already has a bucket. It takes no lock and maps nothing.
+    /// `None` (nothing done) when the block needs the rest of `insert`.
+    #[inline(always)]
+    pub fn try_insert(&self, e: &Entry) -> Option<u64> {
         if is_small(e.addr, e.size, e.align_log2) {
             if let Some(k) = self.bucket(e.addr) {
                 self.fill(k, e);
-                return self.count_alloc(e.size);
+                return Some(self.count_alloc(e.size));
             }
         }
-        self.insert_slow(e)
+        None
     }
 
     #[inline(never)]
@@ -859,14 +876,17 @@ impl Table {
     /// alignment): [`Table::remove`] without building the entry.
     #[inline(always)]
     pub fn forget(&self, addr: u64, layout: (u64, u8)) {
-        if is_small(addr, layout.0, layout.1) {
-            if let Some(k) = self.bucket(addr) {
-                if self.take_slot(k, slot_in_bucket(addr)) != 0 {
-                    return;
-                }
-            }
+        if !self.try_forget(addr, layout) {
+            self.remove_slow(addr, Some(layout));
         }
-        self.remove_slow(addr, Some(layout));
+    }
+
+    /// The common case of [`Table::forget`], inline: a small block found
+    /// in its slot. It takes no lock. False (nothing done) when the block
+    /// needs the rest of `forget`.
+    #[inline(always)]
+    pub fn try_forget(&self, addr: u64, layout: (u64, u8)) -> bool {
+        is_small(addr, layout.0, layout.1) && self.bucket(addr).is_some_and(|k| self.take_slot(k, slot_in_bucket(addr)) != 0)
     }
 
     /// Empties slot `j` of bucket `k`, counting the block it held as freed;
