@@ -46,6 +46,11 @@ pub struct Config {
     /// walker (`cached`, the default) or libgcc's `_Unwind_Backtrace`
     /// for every capture (`libgcc`).
     pub cached_unwinder: bool,
+    /// Where small blocks' slots live (`HEAPDUMP_TABLE`): at a fixed
+    /// offset from their address (`shadow`, the default: fastest), or in
+    /// buckets found through a directory (`buckets`: less memory where
+    /// small blocks are scattered among large ones).
+    pub shadow: bool,
 }
 
 impl Config {
@@ -62,6 +67,7 @@ impl Config {
             backtrace: Backtrace::All,
             max_frames: 32,
             cached_unwinder: true,
+            shadow: true,
         }
     }
 
@@ -129,6 +135,13 @@ impl Config {
                 b"cached" => c.cached_unwinder = true,
                 b"libgcc" => c.cached_unwinder = false,
                 _ => warn(b"HEAPDUMP_UNWINDER", v, b"expected cached or libgcc"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_TABLE") {
+            match v {
+                b"shadow" => c.shadow = true,
+                b"buckets" => c.shadow = false,
+                _ => warn(b"HEAPDUMP_TABLE", v, b"expected shadow or buckets"),
             }
         }
         if let Some(v) = var(c"HEAPDUMP_MAX_FRAMES") {

@@ -35,6 +35,7 @@ mod dump;
 mod guard;
 mod lock;
 mod modules;
+mod shadow;
 mod sites;
 mod stw;
 mod sys;
@@ -105,6 +106,9 @@ fn init_slow() {
             unsafe { *STATE.config.get() = c };
             if c.threshold > 0 {
                 STATE.next_threshold.store(c.threshold, Ordering::Relaxed);
+            }
+            if !c.shadow {
+                STATE.table.use_buckets();
             }
             let _ = stw::init();
             STATE.init_pid.store(sys::getpid(), Ordering::Relaxed);

@@ -70,6 +70,12 @@ pub fn mmap_anon_populated(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_PRIVATE | libc::MAP_POPULATE)
 }
 
+/// [`mmap_anon`] without a commit charge (`MAP_NORESERVE`): address space
+/// for sparse tables, whose pages come on first write.
+pub fn mmap_sparse(len: usize) -> Result<*mut u8, i32> {
+    map(len, libc::MAP_PRIVATE | libc::MAP_NORESERVE)
+}
+
 /// Anonymous mapping shared with forked children (results come back through it).
 pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_SHARED)

@@ -2,28 +2,35 @@
 //! the kernel.
 //!
 //! Small blocks (at most [`SMALL_MAX`] bytes, 16-byte aligned, alignment
-//! at most 16) are indexed by address, as a page table indexes pages: a
-//! top array and 4096-entry middle tables lead to a leaf for each 16 MiB of
-//! address space, which gives each 256-byte window a bucket: sixteen
-//! 32-bit slots, one per 16-byte granule, that hold a block's size,
-//! alignment and whether it has a site. Sites sit in a parallel pool,
-//! touched only when one is recorded.
+//! at most 16, below 2^47) are indexed by address: a 16-bit slot per
+//! 16-byte granule holds a block's size, alignment and whether it has a
+//! site (sites sit in a parallel array, touched only when one is
+//! recorded). The slots live in one of two layouts, chosen once:
+//! - the shadow ([`crate::shadow`], the default): at a fixed offset from
+//!   the address, so finding a slot is arithmetic;
+//! - buckets, where the shadow's address space is refused or
+//!   `HEAPDUMP_TABLE=buckets` asks for them: a top array and 4096-entry
+//!   middle tables lead to a leaf for each 16 MiB of address space, which
+//!   gives each 512-byte window that ever held a small block a bucket of
+//!   32 slots (one cache line) from a reserved pool.
 //!
 //! Why by address: a hash table scatters neighbouring blocks over the whole
 //! table, so every allocation and every free missed the cache on a slot of
-//! its own (that was most of the tracker's cost). A bucket is one cache
-//! line that follows the allocator's own locality: blocks made or freed
-//! together share it. An address belongs to one thread between its
-//! allocation and its free, so a slot has one writer at a time and is read
-//! and written without a lock; buckets are handed out from a reserved
-//! region with an atomic counter and published with a compare-and-swap.
+//! its own (that was most of the tracker's cost). Slots by address follow
+//! the allocator's own locality: blocks made or freed together share a
+//! line. An address belongs to one thread between its allocation and its
+//! free, so a slot has one writer at a time and is read and written
+//! without a lock.
 //!
-//! Memory: a window that ever held a small block keeps its 64-byte bucket
-//! (a quarter of the window; 8 bytes per block where 32-byte blocks are
-//! dense), plus 4 bytes per 256 bytes of address span for the leaves. A
-//! page of slots per 16-byte granule instead would cost a page for every
-//! 16 KiB that holds one small block, which in a heap of small nodes
-//! interleaved with kilobyte buffers is a kilobyte per node.
+//! Memory: both layouts take an eighth of the address span where small
+//! blocks are dense (2 bytes per 16). Where they are scattered among large
+//! blocks, the shadow takes a 4 KiB page for every 32 KiB that holds one
+//! (an eighth of the span) and the buckets a 64-byte line for every 512
+//! bytes that does, plus 4 bytes per 512 bytes of span for the leaves:
+//! dump_bench's heap, 48-byte nodes among payloads of up to 4 KiB, costs
+//! 148 bytes per allocation with the shadow and 55 with buckets. The
+//! shadow is the default for its speed (an allocation or a free touches
+//! one line of the table; buckets cost three dependent loads before it).
 //!
 //! Larger blocks, over-aligned ones, odd addresses and addresses at or
 //! above 2^48 go to the overflow table instead (as do small blocks when no
@@ -56,6 +63,7 @@
 //! for the peak and the threshold trigger, every [`FLUSH`] bytes.
 
 use crate::lock::SpinLock;
+use crate::shadow::{self, Shadow};
 use crate::sys;
 use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -326,7 +334,15 @@ struct Mid {
 /// Whether an entry goes to the slots rather than the overflow table.
 #[inline]
 fn is_small(addr: u64, size: u64, align_log2: u8) -> bool {
-    size <= SMALL_MAX && addr & 15 == 0 && addr <= ADDR_MASK && align_log2 <= 4
+    size <= SMALL_MAX && addr & 15 == 0 && Shadow::covers(addr) && align_log2 <= 4
+}
+
+/// Where a small block's slot and site word are: in the shadow (its
+/// base), or slot `j` of bucket `k`.
+#[derive(Clone, Copy)]
+enum Place {
+    Shadow(usize),
+    Bucket(u32, usize),
 }
 
 #[inline]
@@ -533,6 +549,9 @@ fn bump(k: usize, c: &AtomicU64, v: u64) {
 
 /// The live table.
 pub struct Table {
+    /// The small blocks' slots by address, when it could be reserved;
+    /// else the buckets below.
+    shadow: Shadow,
     top: [AtomicPtr<Mid>; TOP_LEN],
     /// The pool leaves are committed from, and how many it gave.
     leaves: Pool,
@@ -575,6 +594,7 @@ impl Table {
     /// An empty table; memory is mapped on first use.
     pub const fn new() -> Table {
         Table {
+            shadow: Shadow::new(),
             top: [const { AtomicPtr::new(core::ptr::null_mut()) }; TOP_LEN],
             leaves: Pool::new(ARENA_LEAVES * LEAF_BYTES),
             leaves_used: AtomicUsize::new(0),
@@ -589,6 +609,12 @@ impl Table {
             peak: AtomicU64::new(0),
             untracked: AtomicU64::new(0),
         }
+    }
+
+    /// Keeps small blocks in buckets rather than the shadow (called before
+    /// the first is recorded).
+    pub fn use_buckets(&self) {
+        self.shadow.refuse();
     }
 
     /// The leaf holding `addr`'s slot, if it exists.
@@ -754,13 +780,38 @@ impl Table {
         Pool::half(self.buckets.reserved_base(), k as usize * BUCKET_SLOTS + j)
     }
 
-    /// The entry of slot `j` of bucket `k`, whose value is `v` (not 0).
+    /// Where the slot of the small block at `addr` is, if it can hold one
+    /// now; with `marked`, a shadow page never written is not one (reading
+    /// it would map a page for nothing).
+    #[inline(always)]
+    fn place(&self, addr: u64, marked: bool) -> Option<Place> {
+        let b = self.shadow.base();
+        if b > shadow::FAILED {
+            return (!marked || Shadow::marked(b, addr)).then_some(Place::Shadow(b));
+        }
+        self.bucket(addr).map(|k| Place::Bucket(k, slot_in_bucket(addr)))
+    }
+
+    /// The slot at `p` for `addr`.
+    #[inline(always)]
+    fn slot_at(&self, p: Place, addr: u64) -> &AtomicU16 {
+        match p {
+            Place::Shadow(b) => Shadow::slot(b, addr),
+            Place::Bucket(k, j) => self.slot(k, j),
+        }
+    }
+
+    /// The entry at `p` for `addr`, whose slot holds `v` (not 0).
     #[inline]
-    fn decode(&self, k: u32, j: usize, addr: u64, v: u16) -> Entry {
+    fn decode(&self, p: Place, addr: u64, v: u16) -> Entry {
         let (site, sampled) = if v & SLOT_HAS_SITE != 0 {
             // The site was stored (so its part of the pool committed)
             // before the slot said so.
-            let w = Pool::word(self.sites.reserved_base(), k as usize * BUCKET_SLOTS + j).load(Ordering::Relaxed);
+            let w = match p {
+                Place::Shadow(b) => Shadow::site(b, addr),
+                Place::Bucket(k, j) => Pool::word(self.sites.reserved_base(), k as usize * BUCKET_SLOTS + j),
+            }
+            .load(Ordering::Relaxed);
             (w & !SITE_SAMPLED, w & SITE_SAMPLED != 0)
         } else {
             (0, false)
@@ -772,8 +823,12 @@ impl Table {
     /// work done meanwhile (capturing its site) hides a cache miss.
     #[inline]
     pub fn prefetch(&self, addr: u64) {
-        if let Some(k) = self.bucket(addr) {
-            let p: *const AtomicU16 = self.slot(k, 0);
+        let addr = addr & !15;
+        if !Shadow::covers(addr) {
+            return;
+        }
+        if let Some(p) = self.place(addr, true) {
+            let p: *const AtomicU16 = self.slot_at(p, addr);
             // SAFETY: a prefetch is a hint: it never faults and reads nothing
             // the program observes.
             unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast()) };
@@ -791,13 +846,14 @@ impl Table {
     }
 
     /// The common case of [`Table::insert`], inline: a small block in a
-    /// window that already has a bucket. It takes no lock and maps nothing.
-    /// `None` (nothing done) when the block needs the rest of `insert`.
+    /// shadow page already marked (or a window that already has a bucket).
+    /// It takes no lock and maps nothing. `None` (nothing done) when the
+    /// block needs the rest of `insert`.
     #[inline(always)]
     pub fn try_insert(&self, e: &Entry) -> Option<u64> {
         if is_small(e.addr, e.size, e.align_log2) {
-            if let Some(k) = self.bucket(e.addr) {
-                self.fill(k, e);
+            if let Some(p) = self.place(e.addr, true) {
+                self.fill(p, e);
                 return Some(self.count_alloc(e.size));
             }
         }
@@ -815,9 +871,9 @@ impl Table {
         }
         if small {
             self.small_overflow.fetch_add(1, Ordering::Relaxed);
-        } else if let Some(k) = self.bucket(e.addr).filter(|_| e.addr & 15 == 0) {
+        } else if let Some(p) = self.place(e.addr, true).filter(|_| e.addr & 15 == 0 && Shadow::covers(e.addr)) {
             // A small block at this address whose free we never saw.
-            self.take_slot(k, slot_in_bucket(e.addr));
+            self.take_slot(p, e.addr);
         }
         let r = {
             let _l = crate::guard::Locked::new();
@@ -834,25 +890,38 @@ impl Table {
         self.count_alloc(e.size)
     }
 
-    /// Puts a small block in its slot; false when it has no bucket (out of
-    /// memory), for the overflow table to take it.
+    /// Puts a small block in its slot: in the shadow (reserved on first
+    /// use, its page marked first), or else in a bucket; false when it has
+    /// no bucket (out of memory), for the overflow table to take it.
     #[inline]
     fn insert_small(&self, e: &Entry) -> bool {
-        let Some(k) = self.bucket_or_new(e.addr) else { return false };
-        self.fill(k, e);
+        let b = self.shadow.base_or_reserve();
+        let p = if b > shadow::FAILED {
+            self.shadow.mark(b, e.addr);
+            Place::Shadow(b)
+        } else {
+            let Some(k) = self.bucket_or_new(e.addr) else { return false };
+            Place::Bucket(k, slot_in_bucket(e.addr))
+        };
+        self.fill(p, e);
         true
     }
 
-    /// Writes a small block's slot (and site) in bucket `k`.
+    /// Writes a small block's slot (and site) at `p`.
     #[inline(always)]
-    fn fill(&self, k: u32, e: &Entry) {
-        let j = slot_in_bucket(e.addr);
+    fn fill(&self, p: Place, e: &Entry) {
         let mut e = *e;
         if e.site != 0 {
-            let i = k as usize * BUCKET_SLOTS + j;
-            match self.sites.upto((i + 1) * 4) {
+            let w = match p {
+                Place::Shadow(b) => Some(Shadow::site(b, e.addr)),
+                Place::Bucket(k, j) => {
+                    let i = k as usize * BUCKET_SLOTS + j;
+                    self.sites.upto((i + 1) * 4).map(|base| Pool::word(base, i))
+                }
+            };
+            match w {
                 // Before the slot, so a slot that says "has a site" has it.
-                Some(base) => Pool::word(base, i).store(e.site | if e.sampled { SITE_SAMPLED } else { 0 }, Ordering::Relaxed),
+                Some(w) => w.store(e.site | if e.sampled { SITE_SAMPLED } else { 0 }, Ordering::Relaxed),
                 None => e.site = 0,
             }
         }
@@ -860,7 +929,7 @@ impl Table {
         // would map the zero page, and the write after it would fault again
         // and flush that page from every core's TLB. The old value says
         // whether a free was missed (a block the tracker never saw freed).
-        let old = self.slot(k, j).swap(encode(&e), Ordering::AcqRel);
+        let old = self.slot_at(p, e.addr).swap(encode(&e), Ordering::AcqRel);
         if old != 0 {
             self.count_free(u64::from(old & SLOT_SIZE) - 1);
         }
@@ -886,14 +955,16 @@ impl Table {
     /// needs the rest of `forget`.
     #[inline(always)]
     pub fn try_forget(&self, addr: u64, layout: (u64, u8)) -> bool {
-        is_small(addr, layout.0, layout.1) && self.bucket(addr).is_some_and(|k| self.take_slot(k, slot_in_bucket(addr)) != 0)
+        // No look at the shadow page's mark: a small block being freed was
+        // put in its page (or was never tracked: then the page reads as zeros).
+        is_small(addr, layout.0, layout.1) && self.place(addr, false).is_some_and(|p| self.take_slot(p, addr) != 0)
     }
 
-    /// Empties slot `j` of bucket `k`, counting the block it held as freed;
-    /// returns what it held (0: nothing).
+    /// Empties the slot at `p` for `addr`, counting the block it held as
+    /// freed; returns what it held (0: nothing).
     #[inline(always)]
-    fn take_slot(&self, k: u32, j: usize) -> u16 {
-        let slot = self.slot(k, j);
+    fn take_slot(&self, p: Place, addr: u64) -> u16 {
+        let slot = self.slot_at(p, addr);
         let v = slot.load(Ordering::Acquire);
         if v != 0 {
             slot.store(0, Ordering::Relaxed);
@@ -913,12 +984,11 @@ impl Table {
     #[inline]
     pub fn remove(&self, addr: u64, layout: Option<(u64, u8)>) -> Option<Entry> {
         let small = layout.map(|(size, align_log2)| is_small(addr, size, align_log2));
-        if small != Some(false) && addr & 15 == 0 && addr <= ADDR_MASK {
-            if let Some(k) = self.bucket(addr) {
-                let j = slot_in_bucket(addr);
-                let v = self.take_slot(k, j);
+        if small != Some(false) && addr & 15 == 0 && Shadow::covers(addr) {
+            if let Some(p) = self.place(addr, true) {
+                let v = self.take_slot(p, addr);
                 if v != 0 {
-                    return Some(self.decode(k, j, addr, v));
+                    return Some(self.decode(p, addr, v));
                 }
             }
             if small == Some(true) && self.small_overflow.load(Ordering::Relaxed) == 0 {
@@ -946,6 +1016,10 @@ impl Table {
         for s in &self.overflow {
             let _l = crate::guard::Locked::new();
             t.table_bytes += (s.lock().capacity() * core::mem::size_of::<Slot>()) as u64;
+        }
+        let b = self.shadow.base();
+        if b > shadow::FAILED {
+            t.table_bytes += self.shadow.bytes(b);
         }
         let mids = self.top.iter().filter(|m| !m.load(Ordering::Relaxed).is_null()).count();
         t.table_bytes += (mids * core::mem::size_of::<Mid>()) as u64;
@@ -983,6 +1057,11 @@ impl Table {
     /// Only with the world stopped (no other thread inside the tracker) or
     /// in a forked child.
     pub unsafe fn for_each_small_unlocked(&self, mut f: impl FnMut(Entry)) {
+        let b = self.shadow.base();
+        if b > shadow::FAILED {
+            Shadow::for_each_slot(b, |addr, v| f(self.decode(Place::Shadow(b), addr, v)));
+            return;
+        }
         const PER_PAGE: usize = 4096 / 4;
         self.for_each_leaf(|base, leaf| {
             // Pages of a leaf never written are not in memory: skip them
@@ -999,7 +1078,7 @@ impl Table {
                     for j in 0..BUCKET_SLOTS {
                         let v = self.slot(k, j).load(Ordering::Relaxed);
                         if v != 0 {
-                            f(self.decode(k, j, base | (w as u64) << WINDOW_BITS | (j as u64) << GRANULE_BITS, v));
+                            f(self.decode(Place::Bucket(k, j), base | (w as u64) << WINDOW_BITS | (j as u64) << GRANULE_BITS, v));
                         }
                     }
                 }
@@ -1060,6 +1139,14 @@ impl Table {
     }
 }
 
+impl Drop for Table {
+    /// Gives back the shadow's address space (the process's table is a
+    /// static and never dropped; tests make and drop tables).
+    fn drop(&mut self) {
+        self.shadow.release();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1111,6 +1198,20 @@ mod tests {
     #[test]
     fn table_matches_a_model() {
         let t = Box::new(Table::new());
+        matches_a_model(&t);
+        assert!(t.shadow.base() > shadow::FAILED, "small blocks went to the shadow");
+    }
+
+    /// The same where the shadow is refused: small blocks in buckets.
+    #[test]
+    fn table_with_buckets_matches_a_model() {
+        let t = Box::new(Table::new());
+        t.use_buckets();
+        matches_a_model(&t);
+        assert!(t.next_bucket.load(Ordering::Relaxed) > 1, "small blocks went to buckets");
+    }
+
+    fn matches_a_model(t: &Table) {
         let mut model = std::collections::BTreeMap::<u64, Entry>::new();
         let (mut allocs, mut bytes) = (0u64, 0u64);
         let mut x = 0x9e37_79b9u64;

@@ -49,6 +49,8 @@ fn main() {
         ("child_null", child_null),
         ("an_address_space_limit_is_survived", an_address_space_limit_is_survived),
         ("child_limited", child_limited),
+        ("both_table_layouts_are_exact", both_table_layouts_are_exact),
+        ("child_sparse", child_sparse),
         ("zero_size_and_over_aligned", zero_size_and_over_aligned),
         ("sites_are_captured_and_deduplicated", sites_are_captured_and_deduplicated),
         ("the_cached_unwinder_agrees_with_libgcc", the_cached_unwinder_agrees_with_libgcc),
@@ -271,8 +273,9 @@ fn null_from_the_inner_allocator() {
 }
 
 /// Under a 1 GiB limit on address space the table cannot reserve its
-/// pools at their full size (over a hundred GiB): they are asked for at
-/// halving sizes, and the accounting stays exact.
+/// shadow (48 TiB) nor its bucket pools at their full size (over a hundred
+/// GiB): it falls back to buckets, asks for their pools at halving sizes,
+/// and the accounting stays exact.
 fn an_address_space_limit_is_survived() {
     use std::os::unix::process::CommandExt;
     let mut c = std::process::Command::new(std::env::current_exe().unwrap());
@@ -308,6 +311,41 @@ fn child_limited() {
     drop(std::hint::black_box(v));
     let after = heapdump::stats();
     assert_eq!((after.live_count, after.live_bytes), (before.live_count, before.live_bytes));
+}
+
+/// Small blocks scattered among large ones, in each layout of the table
+/// (`HEAPDUMP_TABLE`): both count exactly, and the buckets take less
+/// memory there than the shadow, as the README says.
+fn both_table_layouts_are_exact() {
+    let mut bytes = Vec::new();
+    for layout in ["shadow", "buckets"] {
+        let o = common::child("child_sparse", &[("HEAPDUMP_TABLE", layout), ("HEAPDUMP_SIGNAL", "0"), ("HEAPDUMP_BACKTRACE", "off")]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{layout}: {}", String::from_utf8_lossy(&o.stderr));
+        let b: u64 = out.trim().strip_prefix("tracker_bytes=").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{layout}: {out}"));
+        bytes.push(b);
+    }
+    assert!(bytes[1] < bytes[0], "buckets ({}) take less than the shadow ({}) on a sparse heap", bytes[1], bytes[0]);
+}
+
+fn child_sparse() {
+    let before = heapdump::stats();
+    let n = 20_000;
+    let mut v: Vec<(Box<[u64; 6]>, Vec<u8>)> = Vec::with_capacity(n);
+    let mut bytes = (n * std::mem::size_of::<(Box<[u64; 6]>, Vec<u8>)>()) as u64;
+    for i in 0..n {
+        let big = vec![i as u8; 2048 + i % 4096];
+        bytes += 48 + big.len() as u64;
+        v.push((Box::new([i as u64; 6]), big));
+    }
+    let mid = heapdump::stats();
+    assert_eq!(mid.live_count, before.live_count + 2 * n as u64 + 1, "live count");
+    assert_eq!(mid.live_bytes, before.live_bytes + bytes, "live bytes");
+    assert_eq!(mid.untracked, 0, "nothing left untracked");
+    drop(std::hint::black_box(v));
+    let after = heapdump::stats();
+    assert_eq!((after.live_count, after.live_bytes), (before.live_count, before.live_bytes));
+    println!("tracker_bytes={}", mid.tracker_bytes);
 }
 
 fn child_null() {
