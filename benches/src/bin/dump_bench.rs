@@ -92,12 +92,13 @@ fn main() {
     }
     let _ = std::fs::remove_file(&path);
     println!(
-        "heap_bytes={} allocations={} file_bytes={} wall_s={:.6} pause_us={} threads={} tracker_bytes={}",
+        "heap_bytes={} allocations={} file_bytes={} wall_s={:.6} pause_us={} collapse_us={} threads={} tracker_bytes={}",
         info.alloc_bytes,
         info.allocations,
         info.file_bytes,
         wall,
         info.pause_ns / 1000,
+        info.collapse_ns / 1000,
         info.threads,
         heapdump::stats().tracker_bytes
     );

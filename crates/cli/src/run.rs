@@ -15,6 +15,8 @@ pub struct RunOptions {
     pub signal: Option<String>,
     pub threshold: Option<String>,
     pub fork: bool,
+    /// With `fork`: collapse the heap into huge pages before forking.
+    pub collapse: bool,
     pub backtrace: Option<String>,
     pub no_at_exit: bool,
     pub program: Vec<OsString>,
@@ -99,7 +101,14 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     cmd.env("LD_PRELOAD", preload)
         .env("HEAPDUMP_MODE", &o.mode)
         .env("HEAPDUMP_AT_EXIT", if o.no_at_exit { "0" } else { "1" })
-        .env("HEAPDUMP_FORK", if o.fork { "1" } else { "0" })
+        .env(
+            "HEAPDUMP_FORK",
+            match (o.fork, o.collapse) {
+                (true, true) => "collapse",
+                (true, false) => "1",
+                _ => "0",
+            },
+        )
         .env("HEAPDUMP_REPORT", &report)
         .env_remove("HEAPDUMP_OUTPUT_TAKEN");
     match &o.output {

@@ -38,6 +38,10 @@ pub struct Config {
     pub threshold: u64,
     /// Write dumps from a forked child.
     pub fork: bool,
+    /// Before forking, collapse the heap into transparent huge pages
+    /// (`HEAPDUMP_FORK=collapse`), so that the fork copies far fewer
+    /// page-table entries.
+    pub collapse: bool,
     /// Site capture.
     pub backtrace: Backtrace,
     /// Deepest site, in frames (`HEAPDUMP_MAX_FRAMES`, default 32).
@@ -64,6 +68,7 @@ impl Config {
             signal: libc::SIGUSR2,
             threshold: 0,
             fork: false,
+            collapse: false,
             backtrace: Backtrace::All,
             max_frames: 32,
             cached_unwinder: true,
@@ -120,8 +125,9 @@ impl Config {
         if let Some(v) = var(c"HEAPDUMP_FORK") {
             match v {
                 b"1" => c.fork = true,
+                b"collapse" => (c.fork, c.collapse) = (true, true),
                 b"0" => c.fork = false,
-                _ => warn(b"HEAPDUMP_FORK", v, b"expected 1 or 0"),
+                _ => warn(b"HEAPDUMP_FORK", v, b"expected 1, collapse or 0"),
             }
         }
         if let Some(v) = var(c"HEAPDUMP_BACKTRACE") {

@@ -30,6 +30,9 @@ pub struct DumpInfo {
     pub not_stopped: u32,
     /// How long the program's threads were held stopped, in nanoseconds.
     pub pause_ns: u64,
+    /// How long the heap took to collapse into huge pages before the world
+    /// was stopped (`HEAPDUMP_FORK=collapse`), in nanoseconds.
+    pub collapse_ns: u64,
 }
 
 /// Why a dump failed.
@@ -193,6 +196,14 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
         m.refresh();
     }
     let config = state.config();
+    // Not on allocation failure: collapsing takes memory.
+    let collapse_ns = if config.fork && config.collapse && reason != Reason::AllocFailure {
+        let c0 = sys::monotonic_ns();
+        collapse_heap(&read_maps(sc), &state.table);
+        sys::monotonic_ns() - c0
+    } else {
+        0
+    };
     let t0 = sys::monotonic_ns();
     let stopped = stw::stop(0);
     if config.fork {
@@ -230,6 +241,7 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
         // SAFETY: the child wrote its result into the shared page and has exited.
         let mut info = unsafe { sc.shared.read() };
         info.pause_ns = pause;
+        info.collapse_ns = collapse_ns;
         info.not_stopped = stopped.not_stopped;
         return Ok(info);
     }
@@ -384,6 +396,7 @@ fn write_body(
             threads,
             not_stopped: stopped.not_stopped,
             pause_ns: pause,
+            collapse_ns: 0,
         })
     })();
     index.release();
@@ -485,6 +498,24 @@ impl Maps<'_> {
         }
     }
 
+    /// Calls `f(start, end)` for each private, readable and writable
+    /// anonymous mapping, the brk heap included.
+    fn for_each_private_anon(&self, mut f: impl FnMut(u64, u64)) {
+        for line in self.text.split(|&b| b == b'\n') {
+            let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
+            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+            let (_, _, Some(inode)) = (fields.next(), fields.next(), fields.next()) else { continue };
+            let path = fields.next();
+            if path.is_some_and(|p| p != b"[heap]") || inode != b"0" || perms.len() < 4 || &perms[..2] != b"rw" || perms[3] != b'p' {
+                continue;
+            }
+            let Some(dash) = range.iter().position(|&b| b == b'-') else { continue };
+            if let (Some(a), Some(b)) = (hex(&range[..dash]), hex(&range[dash + 1..])) {
+                f(a, b);
+            }
+        }
+    }
+
     fn end_of(&self, addr: u64) -> Option<u64> {
         self.find(addr).map(|m| m.1)
     }
@@ -507,6 +538,61 @@ fn hex(s: &[u8]) -> Option<u64> {
         v = v << 4 | u64::from(d);
     }
     Some(v)
+}
+
+/// Collapses the private anonymous memory (the heap, the table's shadow)
+/// into transparent huge pages while the program runs, so that the fork
+/// that follows copies a page-table entry per 2 MiB instead of 512. Only
+/// 2 MiB ranges with at least 90% of their pages in memory are collapsed
+/// (a collapse fills the holes, so the program's memory grows by at most a
+/// ninth of what is collapsed). Best effort: a kernel without
+/// MADV_COLLAPSE, or a range it will not collapse, is skipped.
+///
+/// The runtime's own mappings are left out (the shadow alone spans 48 TiB
+/// of address space), except the parts of the shadow in use.
+fn collapse_heap(maps: &Maps<'_>, table: &crate::table::Table) {
+    const HUGE: u64 = 2 << 20;
+    const PAGES: usize = (HUGE / 4096) as usize;
+    let mut resident = [0u8; PAGES];
+    let mut supported = true;
+    // A run of consecutive huge ranges to collapse with one call.
+    let mut run: Option<(u64, u64)> = None;
+    let flush = |r: (u64, u64), supported: &mut bool| {
+        if *supported && sys::collapse(r.0, r.1 - r.0) == Err(libc::EINVAL) {
+            *supported = false;
+        }
+    };
+    let mut each = |start: u64, end: u64| {
+        let mut a = start.next_multiple_of(HUGE);
+        while a + HUGE <= end && supported {
+            let full =
+                sys::resident(a as *const u8, &mut resident).is_ok() && resident.iter().filter(|&&r| r & 1 != 0).count() * 10 >= PAGES * 9;
+            run = match (run, full) {
+                (Some((lo, hi)), true) if hi == a => Some((lo, a + HUGE)),
+                (r, true) => {
+                    if let Some(r) = r {
+                        flush(r, &mut supported);
+                    }
+                    Some((a, a + HUGE))
+                }
+                (Some(r), false) => {
+                    flush(r, &mut supported);
+                    None
+                }
+                (None, false) => None,
+            };
+            a += HUGE;
+        }
+    };
+    maps.for_each_private_anon(|start, end| {
+        if !sys::overlaps_own(start, end) {
+            each(start, end);
+        }
+    });
+    table.for_each_shadow_chunk(HUGE, &mut each);
+    if let Some(r) = run {
+        flush(r, &mut supported);
+    }
 }
 
 fn read_maps(sc: &mut Scratch) -> Maps<'static> {

@@ -113,6 +113,19 @@ pub unsafe fn commit(p: *mut u8, len: usize) -> Result<(), i32> {
     }
 }
 
+/// `madvise(MADV_COLLAPSE)` (Linux 6.1): makes `[p, p + len)` (2 MiB
+/// aligned) transparent huge pages now, copying its small pages.
+pub fn collapse(p: u64, len: u64) -> Result<(), i32> {
+    const MADV_COLLAPSE: i32 = 25;
+    // SAFETY: madvise changes how the range is backed, never its contents;
+    // a range that cannot be collapsed fails with an errno.
+    if unsafe { libc::madvise(p as *mut libc::c_void, len as usize, MADV_COLLAPSE) } != 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
 /// Which pages of `[p, p + 4096 * out.len())` are in memory (`mincore`):
 /// bit 0 of each byte of `out`.
 pub fn resident(p: *const u8, out: &mut [u8]) -> Result<(), i32> {

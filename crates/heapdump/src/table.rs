@@ -611,6 +611,23 @@ impl Table {
         }
     }
 
+    /// Calls `f(start, end)` for each `chunk`-aligned range of the shadow
+    /// that holds marked pages, in address order (nothing when the table
+    /// uses buckets).
+    pub fn for_each_shadow_chunk(&self, chunk: u64, f: &mut dyn FnMut(u64, u64)) {
+        let b = self.shadow.base();
+        if b > shadow::FAILED {
+            let mut last = u64::MAX;
+            Shadow::for_each_page(b, |start| {
+                let c = Shadow::slot(b, start) as *const AtomicU16 as u64 & !(chunk - 1);
+                if c != last {
+                    last = c;
+                    f(c, c + chunk);
+                }
+            });
+        }
+    }
+
     /// Keeps small blocks in buckets rather than the shadow (called before
     /// the first is recorded).
     pub fn use_buckets(&self) {

@@ -61,6 +61,8 @@ fn main() {
         ("dumps_while_threads_churn_hold_exactly_the_live_blocks", dumps_while_threads_churn_hold_exactly_the_live_blocks),
         ("fork_mode_dump_while_threads_churn", fork_mode_dump_while_threads_churn),
         ("child_fork_mode", child_fork_mode),
+        ("collapse_mode_dump_while_threads_churn", collapse_mode_dump_while_threads_churn),
+        ("child_collapse_mode", child_collapse_mode),
         ("roots_in_a_blocked_stack_and_a_static", roots_in_a_blocked_stack_and_a_static),
         ("no_allocation_while_dumping", no_allocation_while_dumping),
         ("child_no_alloc", child_no_alloc),
@@ -210,6 +212,52 @@ fn child_fork_mode() {
         check_against_slots(&d, &c.tables);
     }
     c.finish();
+}
+
+/// `HEAPDUMP_FORK=collapse`: the heap is collapsed into huge pages before
+/// the fork, and the dumps are as exact as plain fork-mode ones.
+fn collapse_mode_dump_while_threads_churn() {
+    let dir = common::scratch("collapse");
+    let o = common::child("child_collapse_mode", &[("HEAPDUMP_FORK", "collapse"), ("HEAPDUMP_OUT_DIR", dir.to_str().unwrap())]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Kilobytes of anonymous memory on huge pages in this process.
+fn anon_huge_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+    s.lines().find_map(|l| l.strip_prefix("AnonHugePages:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap()
+}
+
+fn child_collapse_mode() {
+    let c = heapdump::config();
+    assert!(c.fork && c.collapse, "HEAPDUMP_FORK=collapse parsed");
+    let dir = std::path::PathBuf::from(std::env::var("HEAPDUMP_OUT_DIR").unwrap());
+    // 64 MiB of small blocks, densely packed: whole 2 MiB ranges in memory.
+    let held: Vec<Box<[u64; 6]>> = (0..1_300_000u64).map(|i| Box::new([i; 6])).collect();
+    let before = anon_huge_kib();
+    let churn = start_churn(2);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    for i in 0..3 {
+        let p = dir.join(format!("c{i}.hdump"));
+        let info = heapdump::dump(&p, heapdump::Mode::Full).unwrap();
+        let d = common::parse(&std::fs::read(&p).unwrap());
+        assert!(d.complete);
+        assert_eq!(d.allocs.len() as u64, info.allocations);
+        assert!(info.collapse_ns > 0 && info.pause_ns > 0);
+        check_against_slots(&d, &churn.tables);
+        let b = &held[(i * 400_000) as usize];
+        assert_eq!(d.contents.get(&(b.as_ptr() as u64)).map(|c| c.len()), Some(48), "a held block is in the dump");
+    }
+    churn.finish();
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.is_empty() || thp.contains("[never]") {
+        eprintln!("no transparent huge pages here ({thp:?}): collapse not checked");
+    } else {
+        let after = anon_huge_kib();
+        assert!(after >= before + 32 * 1024, "the heap was collapsed: {before} kB -> {after} kB on huge pages");
+    }
+    drop(std::hint::black_box(held));
 }
 
 static HELD: AtomicPtr<[u64; 8]> = AtomicPtr::new(std::ptr::null_mut());

@@ -44,6 +44,21 @@ fn threads_allocations_are_exact() {
 }
 
 #[test]
+fn a_forked_writer_after_a_collapse_dumps_exactly() {
+    let d = Scratch::new("collapse");
+    let prog = compile(&d, "threads.c", &["-O1", "-pthread"]);
+    let (o, dumps) = run_traced(&d.path("t.hdump"), &prog, &[], &["--mode", "full", "--fork", "--collapse"]);
+    ok(&o);
+    let b = blocks(&dumps[0]);
+    for t in 0..4 {
+        assert_eq!(count_size(&b, 100 + t), 500, "thread {t}");
+    }
+    let o = heapdump().args(["run", "--collapse", "--"]).arg(&prog).output().unwrap();
+    assert!(!o.status.success(), "--collapse without --fork is refused");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--fork"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
 fn fork_gives_each_process_its_own_dump() {
     let d = Scratch::new("fork");
     let prog = compile(&d, "forks.c", &["-O0"]);
