@@ -6,13 +6,14 @@
 
 use crate::config::Config;
 use crate::modules::Modules;
+use crate::pipe::{self, PipeSink};
 use crate::stw::{self, Regs, RSP};
 use crate::table::Entry;
 use crate::{sys, State};
 use core::sync::atomic::{AtomicBool, Ordering};
 use heapdump_format::{
-    raw, AllocInfo, Backtrace as FmtBacktrace, Contents, FdSink, Header, Mode, ModuleInfo, ProcessInfo, Reason, StaticInfo, ThreadInfo,
-    WriteError, Writer,
+    raw, AllocInfo, Backtrace as FmtBacktrace, Contents, Header, Mode, ModuleInfo, ProcessInfo, Reason, StaticInfo, ThreadInfo, WriteError,
+    Writer,
 };
 
 /// What a finished dump holds.
@@ -85,6 +86,8 @@ struct Scratch {
     modules: Option<Modules>,
     /// Shared with the forked writer: its result.
     shared: *mut DumpInfo,
+    /// The helper writer's slots and stack (null: write on the dumping thread).
+    pipe: *mut u8,
 }
 
 static mut SCRATCH: Scratch = Scratch {
@@ -95,6 +98,7 @@ static mut SCRATCH: Scratch = Scratch {
     pairs: core::ptr::null_mut(),
     modules: None,
     shared: core::ptr::null_mut(),
+    pipe: core::ptr::null_mut(),
 };
 
 /// The staging buffer: small enough that the kernel copies it out of the
@@ -181,6 +185,7 @@ fn scratch() -> Result<&'static mut Scratch, DumpError> {
         s.buf_len = WRITE_BUF;
         s.pairs = sys::mmap_anon(PAIRS * 16).map_err(|errno| DumpError::Os { what: "mapping scratch", errno })?.cast();
         s.shared = sys::mmap_shared(4096).map_err(|errno| DumpError::Os { what: "mapping shared scratch", errno })?.cast();
+        s.pipe = pipe::map();
     }
     if s.modules.is_none() {
         s.modules = Some(Modules::new().map_err(|errno| DumpError::Os { what: "mapping the module map", errno })?);
@@ -204,14 +209,18 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
     } else {
         0
     };
+    // The helper writer is started before the world stops, and left
+    // running by it; a forked writer starts its own.
+    let sink = (!config.fork).then(|| PipeSink::start(fd, sc.pipe));
     let t0 = sys::monotonic_ns();
-    let stopped = stw::stop(0);
+    let stopped = stw::stop(sink.as_ref().map_or(0, PipeSink::helper_tid));
     if config.fork {
         let r = match sys::raw_fork() {
             Ok(0) => {
                 // Child: one thread, a copy of the stopped image. Write and leave.
                 let pause = sys::monotonic_ns() - t0;
-                let code = match write_body(state, sc, fd, mode, reason, entry_regs, on_helper, stopped, t0, Some(pause)) {
+                let sink = PipeSink::start(fd, sc.pipe);
+                let code = match write_body(state, sc, sink, mode, reason, entry_regs, on_helper, stopped, t0, Some(pause)) {
                     Ok(info) => {
                         // SAFETY: `shared` is a MAP_SHARED page the parent
                         // reads after waiting for this process.
@@ -245,7 +254,8 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
         info.not_stopped = stopped.not_stopped;
         return Ok(info);
     }
-    let r = write_body(state, sc, fd, mode, reason, entry_regs, on_helper, stopped, t0, None);
+    let sink = sink.unwrap_or_else(|| PipeSink::start(fd, core::ptr::null_mut()));
+    let r = write_body(state, sc, sink, mode, reason, entry_regs, on_helper, stopped, t0, None);
     stw::resume();
     r
 }
@@ -254,7 +264,7 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
 fn write_body(
     state: &State,
     sc: &mut Scratch,
-    fd: i32,
+    sink: PipeSink,
     mode: Mode,
     reason: Reason,
     entry_regs: &Regs,
@@ -274,7 +284,7 @@ fn write_body(
     let pairs = unsafe { core::slice::from_raw_parts_mut(sc.pairs, PAIRS) };
     let header = Header::new(mode, reason, page_size(), sys::getpid(), sys::realtime_ns());
     let result = (|| -> Result<DumpInfo, DumpError> {
-        let mut w = Writer::new(FdSink::new(fd), buf, &header)?;
+        let mut w = Writer::new(sink, buf, &header)?;
         process_record(&mut w, config)?;
         let modules = sc.modules.as_ref();
         if let Some(m) = modules {
@@ -388,7 +398,8 @@ fn write_body(
         }
         let pause = pause_override.unwrap_or_else(|| sys::monotonic_ns() - t0);
         let totals = *w.totals();
-        let (_, bytes) = w.finish(pause)?;
+        let (mut sink, bytes) = w.finish(pause)?;
+        sink.finish()?;
         Ok(DumpInfo {
             file_bytes: bytes,
             allocations: totals.allocations,
@@ -403,7 +414,7 @@ fn write_body(
     result
 }
 
-fn process_record(w: &mut Writer<'_, FdSink>, config: &Config) -> Result<(), DumpError> {
+fn process_record(w: &mut Writer<'_, PipeSink>, config: &Config) -> Result<(), DumpError> {
     let mut exe = [0u8; 1024];
     // SAFETY: readlink writes at most exe.len() bytes.
     let n = unsafe { libc::readlink(c"/proc/self/exe".as_ptr(), exe.as_mut_ptr().cast(), exe.len()) };
@@ -770,13 +781,13 @@ type PairIter<'a> = core::iter::Chain<core::iter::Copied<core::slice::Iter<'a, (
 
 /// Writes one record over the region `[start, start+len)` in the dump's mode.
 fn region<'b>(
-    w: &mut Writer<'b, FdSink>,
+    w: &mut Writer<'b, PipeSink>,
     mode: Mode,
     index: &Index,
     pairs: &mut [(u64, u64)],
     start: u64,
     len: u64,
-    f: impl FnOnce(&mut Writer<'b, FdSink>, Contents<'_, PairIter<'_>>) -> Result<(), WriteError>,
+    f: impl FnOnce(&mut Writer<'b, PipeSink>, Contents<'_, PairIter<'_>>) -> Result<(), WriteError>,
 ) -> Result<(), DumpError> {
     match mode {
         Mode::Full => {
@@ -797,7 +808,7 @@ fn region<'b>(
     Ok(())
 }
 
-fn write_alloc(w: &mut Writer<'_, FdSink>, mode: Mode, index: &Index, pairs: &mut [(u64, u64)], e: &Entry) -> Result<(), DumpError> {
+fn write_alloc(w: &mut Writer<'_, PipeSink>, mode: Mode, index: &Index, pairs: &mut [(u64, u64)], e: &Entry) -> Result<(), DumpError> {
     let first_word = if e.size >= 8 && e.addr % 8 == 0 {
         // SAFETY: a live allocation of at least 8 bytes, aligned.
         unsafe { core::ptr::read_volatile(e.addr as *const u64) }
@@ -825,7 +836,7 @@ fn write_alloc(w: &mut Writer<'_, FdSink>, mode: Mode, index: &Index, pairs: &mu
 /// thread's stack is not dumped).
 #[allow(clippy::too_many_arguments)]
 fn tls_root(
-    w: &mut Writer<'_, FdSink>,
+    w: &mut Writer<'_, PipeSink>,
     mode: Mode,
     index: &Index,
     pairs: &mut [(u64, u64)],

@@ -35,6 +35,7 @@ mod dump;
 mod guard;
 mod lock;
 mod modules;
+mod pipe;
 mod shadow;
 mod sites;
 mod stw;

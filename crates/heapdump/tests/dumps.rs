@@ -364,19 +364,43 @@ fn child_no_alloc() {
     drop(keep);
 }
 
+/// This process's threads (the dump's writer thread lives only while a
+/// dump is written).
+fn threads_now() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// The thread count once it is back to `n` (an exited thread leaves
+/// /proc/self/task a moment after its last instruction), or as it is
+/// after two seconds.
+fn threads_back_to(n: usize) -> usize {
+    for _ in 0..200 {
+        if threads_now() == n {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    threads_now()
+}
+
 fn full_disk_fails_cleanly_and_the_program_goes_on() {
-    let keep: Vec<Box<[u8; 4096]>> = (0..300).map(|_| Box::new([1; 4096])).collect();
+    // Over the writer thread's four 512 KiB slots, so that the error comes
+    // while the dumping thread still has pieces to hand over.
+    let keep: Vec<Box<[u8; 4096]>> = (0..1000).map(|_| Box::new([1; 4096])).collect();
+    let threads = threads_now();
     let f = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
     let r = heapdump::dump_to_fd(std::os::fd::AsRawFd::as_raw_fd(&f), heapdump::Mode::Full);
     match r {
         Err(heapdump::DumpError::Write(e)) => assert_eq!(e.to_string(), "write failed: no space left on device (errno 28)"),
         other => panic!("expected ENOSPC, got {other:?}"),
     }
+    assert_eq!(threads_back_to(threads), threads, "the writer thread is gone after a failed dump");
     // The program, its threads and the tracker go on.
     let more: Vec<Box<u64>> = (0..1000).map(Box::new).collect();
     let dir = common::scratch("full");
     let info = heapdump::dump(dir.join("ok.hdump"), heapdump::Mode::Compact).unwrap();
-    assert!(info.allocations >= 1300);
+    assert!(info.allocations >= 2000);
+    assert_eq!(threads_back_to(threads), threads, "and after a good one");
     drop((keep, more));
     std::fs::remove_dir_all(dir).unwrap();
 }

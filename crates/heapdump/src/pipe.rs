@@ -1,0 +1,274 @@
+//! A second thread that writes a dump's bytes to the file while the
+//! dumping thread gathers the next ones.
+//!
+//! A full dump reads the whole heap (cold memory) and writes as much to the
+//! file; on one thread the two add up. Here the dumping thread copies each
+//! staged piece into one of four slots and goes on, while the helper
+//! `write(2)`s the slots in order: the heap's read overlaps the kernel's
+//! copy into the file.
+//!
+//! Written by hand because it runs inside the traced process with the
+//! world stopped: the helper is a raw `clone` thread (pthread_create may
+//! allocate), created before the world is stopped (and left running by it),
+//! or in the forked writer. It starts with every signal blocked, so that no
+//! handler ever runs on it, and it never touches thread-local storage (it
+//! shares the creating thread's): it only reads and writes the shared block
+//! below with atomics and makes raw system calls (`write`, `futex`; no
+//! `errno`). It allocates nothing and cannot panic.
+
+use crate::sys;
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use heapdump_format::{FdSink, Sink, WriteError};
+
+const SLOTS: u32 = 4;
+const SLOT_LEN: usize = 512 << 10;
+const STACK_LEN: usize = 64 << 10;
+/// The shared block, the slots, the helper's stack.
+pub const MAP_LEN: usize = 4096 + SLOTS as usize * SLOT_LEN + STACK_LEN;
+/// Set in `filled` when no more slots will come.
+const QUIT: u32 = 1 << 31;
+
+/// What the two threads share, at the start of the mapping.
+#[repr(C)]
+struct Shared {
+    fd: i32,
+    /// Slots handed to the helper (a count; [`QUIT`] at the end).
+    filled: AtomicU32,
+    /// Slots the helper has written (a count).
+    written: AtomicU32,
+    /// The first write error's errno (0: none).
+    errno: AtomicI32,
+    /// The helper's thread id; the kernel clears it (and wakes waiters on
+    /// it) when the helper exits.
+    tid: AtomicU32,
+    lens: [AtomicUsize; SLOTS as usize],
+}
+
+/// A [`Sink`] that hands the bytes to a helper thread, or writes them
+/// itself where no helper could be started.
+pub enum PipeSink {
+    /// The helper writes; the mapping holds [`Shared`], the slots, its stack.
+    Helper(*mut u8),
+    /// Plain `write(2)` on this thread.
+    Direct(FdSink),
+}
+
+// --- raw system calls (no errno: this runs on a thread without TLS) -----
+
+/// # Safety
+/// A system call with these arguments must be valid.
+unsafe fn syscall3(n: i64, a: u64, b: u64, c: u64) -> i64 {
+    let r: i64;
+    // SAFETY: the caller guarantees the call; `syscall` clobbers rcx and
+    // r11, declared.
+    unsafe {
+        core::arch::asm!("syscall", inlateout("rax") n => r, in("rdi") a, in("rsi") b, in("rdx") c,
+            lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    r
+}
+
+/// # Safety
+/// As [`syscall3`].
+unsafe fn syscall4(n: i64, a: u64, b: u64, c: u64, d: u64) -> i64 {
+    let r: i64;
+    // SAFETY: as in `syscall3`; the fourth argument goes in r10.
+    unsafe {
+        core::arch::asm!("syscall", inlateout("rax") n => r, in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d,
+            lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    r
+}
+
+fn futex_wait(word: &AtomicU32, seen: u32) {
+    // SAFETY: FUTEX_WAIT on a valid, aligned u32: returns at once if it no
+    // longer holds `seen`; no timeout.
+    unsafe { syscall3(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAIT as u64, u64::from(seen)) };
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32 wakes waiters; no memory is touched.
+    unsafe { syscall3(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAKE as u64, i32::MAX as u64) };
+}
+
+fn shared(map: *mut u8) -> &'static Shared {
+    // SAFETY: the mapping starts with a Shared (zero-initialised atomics
+    // are valid), and lives as long as the dumper's scratch.
+    unsafe { &*map.cast::<Shared>() }
+}
+
+fn slot(map: *mut u8, i: u32) -> *mut u8 {
+    map.wrapping_add(4096 + (i % SLOTS) as usize * SLOT_LEN)
+}
+
+/// The helper: writes the slots in order until told to quit.
+extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
+    let map = arg.cast::<u8>();
+    let sh = shared(map);
+    loop {
+        let w = sh.written.load(Ordering::Relaxed);
+        let f = sh.filled.load(Ordering::Acquire);
+        if f & !QUIT == w {
+            if f & QUIT != 0 {
+                return 0;
+            }
+            futex_wait(&sh.filled, f);
+            continue;
+        }
+        if sh.errno.load(Ordering::Relaxed) == 0 {
+            let p = slot(map, w);
+            let len = sh.lens[(w % SLOTS) as usize].load(Ordering::Relaxed).min(SLOT_LEN);
+            let mut off = 0;
+            while off < len {
+                // SAFETY: write(2) reads [p + off, p + len) of the slot,
+                // which the dumping thread filled before counting it.
+                let n = unsafe { syscall3(libc::SYS_write, sh.fd as u64, p.wrapping_add(off) as u64, (len - off) as u64) };
+                if n == -(libc::EINTR as i64) {
+                    continue;
+                }
+                if n <= 0 {
+                    let e = if n == 0 { libc::ENOSPC } else { -n as i32 };
+                    sh.errno.store(e, Ordering::Relaxed);
+                    break;
+                }
+                off += n as usize;
+            }
+        }
+        // After an error the slots are still counted, so that the dumping
+        // thread never waits; it sees the error at its next piece.
+        sh.written.store(w.wrapping_add(1), Ordering::Release);
+        futex_wake(&sh.written);
+    }
+}
+
+impl PipeSink {
+    /// A sink for `fd`: a helper thread writing from `map` (a mapping of
+    /// [`MAP_LEN`] bytes, or null), or this thread where it cannot start.
+    pub fn start(fd: i32, map: *mut u8) -> PipeSink {
+        if map.is_null() {
+            return PipeSink::Direct(FdSink::new(fd));
+        }
+        let sh = shared(map);
+        sh.filled.store(0, Ordering::Relaxed);
+        sh.written.store(0, Ordering::Relaxed);
+        sh.errno.store(0, Ordering::Relaxed);
+        sh.tid.store(0, Ordering::Relaxed);
+        // SAFETY: fd is a plain field of our own mapping, read by the
+        // helper only after the clone below.
+        unsafe { (*map.cast::<Shared>()).fd = fd };
+        let stack_top = map.wrapping_add(MAP_LEN);
+        let flags = libc::CLONE_VM
+            | libc::CLONE_FS
+            | libc::CLONE_FILES
+            | libc::CLONE_SIGHAND
+            | libc::CLONE_THREAD
+            | libc::CLONE_SYSVSEM
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID;
+        // The helper inherits the signal mask in force at the clone: every
+        // signal blocked, glibc's own included (so the raw system call, not
+        // pthread_sigmask, which leaves those open); restored here at once.
+        let all = u64::MAX;
+        let mut old = 0u64;
+        // SAFETY: rt_sigprocmask with 8-byte kernel sigsets we own.
+        unsafe { syscall4(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as u64, &all as *const u64 as u64, &mut old as *mut u64 as u64, 8) };
+        // SAFETY: the stack is the top of our mapping, unused by anyone
+        // else; `helper` touches only the mapping and raw system calls; the
+        // kernel stores the helper's id in `tid` before clone returns and
+        // clears it when the helper exits.
+        let started = unsafe {
+            let r = libc::clone(
+                helper,
+                stack_top.cast(),
+                flags,
+                map.cast(),
+                sh.tid.as_ptr().cast::<libc::pid_t>(),
+                core::ptr::null_mut::<libc::c_void>(),
+                sh.tid.as_ptr().cast::<libc::pid_t>(),
+            );
+            r > 0
+        };
+        // SAFETY: as above, restoring the mask read there.
+        unsafe { syscall4(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as u64, &old as *const u64 as u64, 0, 8) };
+        if started {
+            PipeSink::Helper(map)
+        } else {
+            PipeSink::Direct(FdSink::new(fd))
+        }
+    }
+
+    /// The helper's thread id (0: none), for the stopper to leave running.
+    pub fn helper_tid(&self) -> u32 {
+        match self {
+            PipeSink::Helper(map) => shared(*map).tid.load(Ordering::Acquire),
+            PipeSink::Direct(_) => 0,
+        }
+    }
+
+    /// Waits until every byte handed over is written and the helper has
+    /// exited; returns the first write error.
+    pub fn finish(&mut self) -> Result<(), WriteError> {
+        let PipeSink::Helper(map) = *self else { return Ok(()) };
+        let sh = shared(map);
+        sh.filled.fetch_or(QUIT, Ordering::AcqRel);
+        futex_wake(&sh.filled);
+        loop {
+            let t = sh.tid.load(Ordering::Acquire);
+            if t == 0 {
+                break;
+            }
+            futex_wait(&sh.tid, t);
+        }
+        // Not an assignment: that would drop the helper variant, whose
+        // drop finishes again.
+        core::mem::forget(core::mem::replace(self, PipeSink::Direct(FdSink::new(sh.fd))));
+        match sh.errno.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            errno => Err(WriteError::Sink { errno }),
+        }
+    }
+}
+
+impl Sink for PipeSink {
+    fn write_all(&mut self, mut data: &[u8]) -> Result<(), WriteError> {
+        let map = match self {
+            PipeSink::Helper(map) => *map,
+            PipeSink::Direct(s) => return s.write_all(data),
+        };
+        let sh = shared(map);
+        while !data.is_empty() {
+            let f = loop {
+                if let errno @ 1.. = sh.errno.load(Ordering::Relaxed) {
+                    return Err(WriteError::Sink { errno });
+                }
+                let f = sh.filled.load(Ordering::Relaxed);
+                let w = sh.written.load(Ordering::Acquire);
+                if f.wrapping_sub(w) < SLOTS {
+                    break f;
+                }
+                futex_wait(&sh.written, w);
+            };
+            let n = data.len().min(SLOT_LEN);
+            // SAFETY: slot f is free (the helper has written it, or never
+            // had it) and SLOT_LEN long; `data` does not overlap our mapping.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), slot(map, f), n) };
+            sh.lens[(f % SLOTS) as usize].store(n, Ordering::Relaxed);
+            sh.filled.store(f.wrapping_add(1), Ordering::Release);
+            futex_wake(&sh.filled);
+            data = &data[n..];
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PipeSink {
+    /// A dump that failed half-way still waits for its helper.
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// Maps the helper's block (once per process; kept with the dumper's scratch).
+pub fn map() -> *mut u8 {
+    sys::mmap_anon(MAP_LEN).unwrap_or(core::ptr::null_mut())
+}
