@@ -1115,8 +1115,13 @@ impl Table {
     /// Live allocations as the per-thread counts say (exact while no
     /// thread is inside the tracker).
     pub fn live_count(&self) -> u64 {
-        let [allocs, frees, ..] = self.sums();
-        allocs.wrapping_sub(frees)
+        self.live().0
+    }
+
+    /// Live allocations and their bytes as the per-thread counts say.
+    pub fn live(&self) -> (u64, u64) {
+        let [allocs, frees, bytes_in, bytes_out] = self.sums();
+        (allocs.wrapping_sub(frees), bytes_in.wrapping_sub(bytes_out))
     }
 
     /// The stripes' counters summed: allocations, frees, bytes in, bytes out.
