@@ -229,8 +229,10 @@ def main():
     md.append("Heaps of mixed objects (`benches/src/bin/dump_bench.rs`: lists of 8 B–4 KiB payloads pointing at each other), dumped to tmpfs. "
               "Pause is how long the program's threads were held stopped; with fork, until the child is forked.\n")
     md.append("Tracker is the live table's own memory (`heapdump::stats()`): this heap's small blocks (the 48-byte nodes) lie one to a "
-              "few kilobytes apart, between larger payloads, so each keeps a 64-byte bucket of its own: the table's worst case, against "
-              "about 5 B per allocation for the densely packed workload of issue 3.\n")
+              "few kilobytes apart, between larger payloads, so the table's shadow keeps a 4 KiB page for nearly every 32 KiB of the heap "
+              "(an eighth of it): the table's worst case, against about 6 B per allocation for the densely packed workload of issue 3. "
+              "`HEAPDUMP_TABLE=buckets` takes about 55 B per allocation here. Dumps estimated at 32 MiB or more are written by a "
+              "thread of their own while the dumping thread reads the heap.\n")
     md.append("| heap | mode | fork | allocations | file (MiB) | wall (s) | throughput (MiB/s) | heap scanned (MiB/s) | pause (ms) | tracker (B per allocation) |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
     sizes = [10, 100] if a.quick else [10, 100, 1024]
     for mib in sizes:
