@@ -974,7 +974,20 @@ impl Table {
     pub fn try_forget(&self, addr: u64, layout: (u64, u8)) -> bool {
         // No look at the shadow page's mark: a small block being freed was
         // put in its page (or was never tracked: then the page reads as zeros).
-        is_small(addr, layout.0, layout.1) && self.place(addr, false).is_some_and(|p| self.take_slot(p, addr) != 0)
+        is_small(addr, layout.0, layout.1)
+            && self.place(addr, false).is_some_and(|p| {
+                let slot = self.slot_at(p, addr);
+                let v = slot.load(Ordering::Acquire);
+                if v != 0 {
+                    slot.store(0, Ordering::Relaxed);
+                    // The size the caller gives, not the slot's: the count
+                    // then does not wait for the slot's line to arrive.
+                    // (They are equal: a Rust deallocation passes the
+                    // layout the block was allocated or reallocated with.)
+                    self.count_free(layout.0);
+                }
+                v != 0
+            })
     }
 
     /// Empties the slot at `p` for `addr`, counting the block it held as
