@@ -295,3 +295,74 @@ impl Drop for PipeSink {
 pub fn map() -> *mut u8 {
     sys::mmap_anon(MAP_LEN).unwrap_or(core::ptr::null_mut())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// Whether thread `tid` of this process has gone (an exited thread
+    /// leaves /proc a moment after its last instruction: waits up to 2 s).
+    fn gone(tid: u32) -> bool {
+        let p = format!("/proc/self/task/{tid}");
+        for _ in 0..200 {
+            if !std::path::Path::new(&p).exists() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Pieces of every size, a slot's and several slots' worth among
+    /// them, come out in order, byte for byte, and the thread is gone.
+    #[test]
+    fn pieces_arrive_in_order_and_the_thread_ends() {
+        let path = std::env::temp_dir().join(format!("heapdump-pipe-{}", std::process::id()));
+        let f = std::fs::File::create(&path).unwrap();
+        let map = map();
+        assert!(!map.is_null());
+        let mut sink = PipeSink::start(f.as_raw_fd(), map);
+        let tid = sink.helper_tid();
+        assert!(tid != 0 && std::path::Path::new(&format!("/proc/self/task/{tid}")).exists(), "a writer thread started");
+        let mut want = Vec::new();
+        let mut x = 0x2545_f491u64;
+        for len in [1usize, 7, SLOT_LEN - 1, SLOT_LEN, SLOT_LEN + 1, 3 * SLOT_LEN + 5, 0, 100_000, 9 * SLOT_LEN] {
+            let piece: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            sink.write_all(&piece).unwrap();
+            want.extend_from_slice(&piece);
+        }
+        sink.finish().unwrap();
+        assert!(gone(tid), "the writer thread ended");
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A write error (a descriptor opened for reading) reaches the dumping
+    /// thread, which then stops handing pieces over; the thread still ends.
+    #[test]
+    fn a_write_error_comes_back() {
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        let mut sink = PipeSink::start(f.as_raw_fd(), map());
+        let tid = sink.helper_tid();
+        assert!(tid != 0);
+        let piece = vec![0u8; SLOT_LEN];
+        let mut err = None;
+        for _ in 0..64 {
+            if let Err(e) = sink.write_all(&piece) {
+                err = Some(e);
+                break;
+            }
+        }
+        assert_eq!(err, Some(WriteError::Sink { errno: libc::EBADF }));
+        assert_eq!(sink.finish(), Err(WriteError::Sink { errno: libc::EBADF }));
+        assert!(gone(tid), "the writer thread ended");
+    }
+}
