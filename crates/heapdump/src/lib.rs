@@ -301,10 +301,11 @@ fn wants_site(c: &Config, size: usize) -> bool {
 
 #[inline(never)]
 fn capture_site(st: &State, max_frames: usize) -> u32 {
-    let mut frames = [0u64; sites::MAX_FRAMES];
+    let mut frames = [core::mem::MaybeUninit::<u64>::uninit(); sites::MAX_FRAMES];
     // Skip capture_site and record (usually inlined into alloc).
     let n = sites::capture(&mut frames[..max_frames.min(sites::MAX_FRAMES)], 1, st.config().cached_unwinder);
-    let frames = &frames[..n];
+    // SAFETY: the capture wrote n frames.
+    let frames = unsafe { sites::written(&frames, n) };
     // A loop allocating from one place gets the same backtrace again and
     // again: its site is this thread's last one, without the site table's
     // hash, lock and probe.
@@ -961,12 +962,12 @@ pub mod testing {
     /// with the one into the caller's caller.
     #[inline(never)]
     pub fn backtrace_cached(frames: &mut [u64]) -> Option<usize> {
-        crate::unwind::capture(frames, 1)
+        crate::unwind::capture(crate::sites::room(frames), 1)
     }
     /// The same with libgcc's `_Unwind_Backtrace`.
     #[inline(never)]
     pub fn backtrace_libgcc(frames: &mut [u64]) -> usize {
-        crate::sites::capture_libgcc(frames, 1)
+        crate::sites::capture_libgcc(crate::sites::room(frames), 1)
     }
     /// Unwind rules in the cached unwinder's cache.
     pub fn cached_rules() -> usize {

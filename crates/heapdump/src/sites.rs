@@ -33,8 +33,30 @@ extern "C" {
     fn _Unwind_GetIP(ctx: *mut UnwindContext) -> usize;
 }
 
+/// Room for a backtrace: written from the front, never read past what the
+/// capture says it wrote (so the caller need not zero it: 512 bytes per
+/// allocation with a site).
+pub type Frames = [core::mem::MaybeUninit<u64>];
+
+/// The first `n` frames of `f`, which a capture wrote.
+///
+/// # Safety
+/// `n` must not exceed what the capture into `f` returned.
+pub unsafe fn written(f: &Frames, n: usize) -> &[u64] {
+    // SAFETY: the caller guarantees f[..n] is initialised; MaybeUninit<u64>
+    // has u64's layout.
+    unsafe { &*(core::ptr::from_ref(&f[..n]) as *const [u64]) }
+}
+
+/// `f` as room for a capture.
+pub fn room(f: &mut [u64]) -> &mut Frames {
+    // SAFETY: MaybeUninit<u64> has u64's layout, and a capture only ever
+    // writes initialised values into it.
+    unsafe { &mut *(core::ptr::from_mut(f) as *mut Frames) }
+}
+
 struct Collect<'a> {
-    frames: &'a mut [u64],
+    frames: &'a mut Frames,
     n: usize,
     skip: usize,
 }
@@ -52,7 +74,7 @@ extern "C" fn trace_one(ctx: *mut UnwindContext, arg: *mut c_void) -> i32 {
     if ip == 0 || c.n >= c.frames.len() {
         return 5; // _URC_END_OF_STACK: stop
     }
-    c.frames[c.n] = ip;
+    c.frames[c.n] = core::mem::MaybeUninit::new(ip);
     c.n += 1;
     0 // _URC_NO_REASON: continue
 }
@@ -64,7 +86,7 @@ extern "C" fn trace_one(ctx: *mut UnwindContext, arg: *mut c_void) -> i32 {
 /// Does not allocate through the tracked heap (an allocation by the
 /// unwinder re-enters the tracker, which records it without a site).
 #[inline(never)]
-pub fn capture(frames: &mut [u64], skip: usize, cached: bool) -> usize {
+pub fn capture(frames: &mut Frames, skip: usize, cached: bool) -> usize {
     if cached {
         if let Some(n) = crate::unwind::capture(frames, skip + 1) {
             return n;
@@ -75,7 +97,7 @@ pub fn capture(frames: &mut [u64], skip: usize, cached: bool) -> usize {
 
 /// [`capture`] with `_Unwind_Backtrace` only (`skip` counts this frame).
 #[inline(never)]
-pub fn capture_libgcc(frames: &mut [u64], skip: usize) -> usize {
+pub fn capture_libgcc(frames: &mut Frames, skip: usize) -> usize {
     let mut c = Collect { frames, n: 0, skip: skip + 1 };
     // SAFETY: `trace_one` matches the callback ABI and `c` outlives the call.
     unsafe { _Unwind_Backtrace(trace_one, (&mut c as *mut Collect<'_>).cast()) };

@@ -360,7 +360,7 @@ thread_local! {
 
 /// Where a walk stands: frames written so far and frames still to skip.
 struct Out<'a> {
-    frames: &'a mut [u64],
+    frames: &'a mut crate::sites::Frames,
     n: usize,
     skip: usize,
 }
@@ -376,7 +376,7 @@ impl Out<'_> {
         if self.n >= self.frames.len() {
             return false;
         }
-        self.frames[self.n] = pc;
+        self.frames[self.n] = core::mem::MaybeUninit::new(pc);
         self.n += 1;
         true
     }
@@ -394,7 +394,7 @@ impl Out<'_> {
 /// Uses the thread's [`Memo`]; a signal handler that interrupts a capture
 /// and allocates is inside the tracker already and captures nothing.
 #[inline(never)]
-pub fn capture(frames: &mut [u64], skip: usize) -> Option<usize> {
+pub fn capture(frames: &mut crate::sites::Frames, skip: usize) -> Option<usize> {
     if FIND_OBJECT.load(Ordering::Relaxed) == 0 {
         return None;
     }
