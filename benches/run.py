@@ -111,10 +111,13 @@ def main():
     md.append("## In-process tracking (issue 3)\n")
     md.append("The Rust workload (`benches/src/bin/alloc_workload.rs`): 1.5 M small boxes, 500 maps of 1000 strings, "
               "20 000 growing vectors, and two threads churning 2 M allocations each; about 2.5 M live allocations at the peak.\n")
-    md.append("| variant | wall (s) | ratio | max RSS (MiB) |\n|---|---:|---:|---:|")
+    md.append("Ratio is the variant's median over the untracked median; paired is the median over rounds of the ratio within "
+              "a round (each round runs every variant once, back to back), which cancels the machine's drift between rounds.\n")
+    md.append("| variant | wall (s) | ratio | paired | max RSS (MiB) |\n|---|---:|---:|---:|---:|")
     for name, _ in variants:
         t, r = med[name]
-        md.append(f"| {name} | {t:.3f} | {t / base:.2f}x | {r / 1024:.0f} |")
+        paired = statistics.median(x / u for x, u in zip(by_round[name], by_round["untracked (System)"]))
+        md.append(f"| {name} | {t:.3f} | {t / base:.2f}x | {paired:.2f}x | {r / 1024:.0f} |")
     ht = med.get("heaptrack (every allocation)")
     allsite = med["heapdump, a site for every allocation"][0]
     dh = med["dhat-rs (every allocation)"][0]
