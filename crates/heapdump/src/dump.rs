@@ -224,12 +224,12 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
     } else {
         0
     };
-    // The helper writer is started before the world stops, and left
-    // running by it; a forked writer starts its own.
+    // The writer thread is started before the world stops, and left
+    // running by it; a forked writer starts its own (here: none).
     let pipe = if writes_much(state, mode) { sc.pipe } else { core::ptr::null_mut() };
-    let sink = (!config.fork).then(|| PipeSink::start(fd, pipe));
+    let sink = PipeSink::start(fd, if config.fork { core::ptr::null_mut() } else { pipe });
     let t0 = sys::monotonic_ns();
-    let stopped = stw::stop(sink.as_ref().map_or(0, PipeSink::helper_tid));
+    let stopped = stw::stop(sink.helper_tid());
     if config.fork {
         let r = match sys::raw_fork() {
             Ok(0) => {
@@ -270,7 +270,6 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
         info.not_stopped = stopped.not_stopped;
         return Ok(info);
     }
-    let sink = sink.unwrap_or_else(|| PipeSink::start(fd, core::ptr::null_mut()));
     let r = write_body(state, sc, sink, mode, reason, entry_regs, on_helper, stopped, t0, None);
     stw::resume();
     r

@@ -189,7 +189,8 @@ impl<A: GlobalAlloc> Tracked<A> {
         let site = wants_site(st.config(), layout.size());
         if !site && guard::idle() {
             // The common case without the guard (see `guard::idle`): a
-            // small block whose window has a bucket. Anything else enters.
+            // small block whose slot's page is already in use. Anything
+            // else enters, after the allocation (and gets no site).
             let p = inner(layout);
             if !p.is_null() {
                 let e = Entry::new(p, layout.size(), layout.align(), 0, false);

@@ -33,7 +33,7 @@
 //! one line of the table; buckets cost three dependent loads before it).
 //!
 //! Larger blocks, over-aligned ones, odd addresses and addresses at or
-//! above 2^48 go to the overflow table instead (as do small blocks when no
+//! above 2^47 go to the overflow table instead (as do small blocks when no
 //! bucket can be had): 64 shards, chosen by a hash of the address, each an
 //! open-addressing table with linear probing and backward-shift deletion
 //! (no tombstones), behind its own spin lock. A shard grows (doubling, at
