@@ -21,6 +21,9 @@
 //! asking the kernel. The insert path tests the page's bit (one word per
 //! 2 MiB of address space, hot in the cache) and marks it out of line.
 //!
+//! The reservation is left out of core dumps (`MADV_DONTDUMP`): the kernel
+//! writes a mapping page by page, and 48 TiB of them would take hours.
+//!
 //! Memory: an eighth of the address span that holds small blocks, in
 //! whole pages: a page for every 32 KiB that ever held one, plus site
 //! pages where sites are recorded. Where the reservation is refused (a
@@ -90,7 +93,12 @@ impl Shadow {
         if b != 0 {
             return b;
         }
-        let mine = sys::mmap_sparse(LEN).map_or(FAILED, |p| p as usize);
+        let mine = sys::mmap_sparse(LEN).map_or(FAILED, |p| {
+            // A core dump walks a mapping page by page: 48 TiB of them would
+            // take the kernel hours. Leave the shadow out.
+            let _ = sys::dont_dump(p, LEN);
+            p as usize
+        });
         match self.base.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => mine,
             Err(winner) => {

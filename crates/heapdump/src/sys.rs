@@ -76,6 +76,16 @@ pub fn mmap_sparse(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_PRIVATE | libc::MAP_NORESERVE)
 }
 
+/// Leaves `[p, p + len)` out of core dumps (`MADV_DONTDUMP`).
+pub fn dont_dump(p: *mut u8, len: usize) -> Result<(), i32> {
+    // SAFETY: madvise changes only whether the range goes into a core dump.
+    if unsafe { libc::madvise(p.cast(), len, libc::MADV_DONTDUMP) } != 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
 /// Anonymous mapping shared with forked children (results come back through it).
 pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_SHARED)

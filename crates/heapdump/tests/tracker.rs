@@ -50,6 +50,7 @@ fn main() {
         ("an_address_space_limit_is_survived", an_address_space_limit_is_survived),
         ("child_limited", child_limited),
         ("both_table_layouts_are_exact", both_table_layouts_are_exact),
+        ("the_shadow_stays_out_of_core_dumps", the_shadow_stays_out_of_core_dumps),
         ("child_sparse", child_sparse),
         ("zero_size_and_over_aligned", zero_size_and_over_aligned),
         ("sites_are_captured_and_deduplicated", sites_are_captured_and_deduplicated),
@@ -326,6 +327,28 @@ fn both_table_layouts_are_exact() {
         bytes.push(b);
     }
     assert!(bytes[1] < bytes[0], "buckets ({}) take less than the shadow ({}) on a sparse heap", bytes[1], bytes[0]);
+}
+
+/// The table's shadow (48 TiB of address space) is marked to stay out of
+/// core dumps: the kernel would walk it page by page, for hours.
+fn the_shadow_stays_out_of_core_dumps() {
+    let keep = Box::new([7u64; 4]);
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut huge = Vec::new();
+    let mut cur: Option<u64> = None;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
+            let (a, b) = (u64::from_str_radix(a, 16).unwrap(), u64::from_str_radix(b, 16).unwrap());
+            cur = Some(b - a);
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if cur.is_some_and(|len| len >= 16 << 40) {
+                huge.push(flags.split_whitespace().any(|f| f == "dd"));
+            }
+        }
+    }
+    assert_eq!(huge, vec![true], "one mapping of 16 TiB or more (the shadow), marked dd");
+    drop(std::hint::black_box(keep));
 }
 
 fn child_sparse() {
