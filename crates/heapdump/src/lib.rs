@@ -988,6 +988,50 @@ pub mod hooks {
         crate::unwind::forget();
     }
 
+    /// How an allocation is to be recorded, decided before it is made (so
+    /// that the sampler counts its bytes once).
+    pub enum Plan {
+        /// Without entering the tracker (see `guard::idle`), if the table's
+        /// common case takes the block: [`quick_record`].
+        Quick,
+        /// Inside the tracker ([`enter`]), with a site or not.
+        Enter(bool),
+    }
+
+    /// The plan for an allocation of `size` bytes.
+    #[inline]
+    pub fn plan(size: usize) -> Plan {
+        let st = state();
+        let site = wants_site(st.config(), size);
+        if !site && guard::idle() {
+            Plan::Quick
+        } else {
+            Plan::Enter(site)
+        }
+    }
+
+    /// Under [`Plan::Quick`]: records `p` if the table's common case takes
+    /// it; false (nothing done) when it must be recorded inside the tracker.
+    /// `free` releases a block whose free a signal handler postponed.
+    #[inline]
+    pub fn quick_record(p: *mut u8, size: usize, align: usize, free: &dyn Fn(*mut u8, usize, usize)) -> bool {
+        let st = state();
+        let Some(live) = st.table.try_insert(&Entry::new(p, size, align, 0, false)) else { return false };
+        if live >= st.next_threshold.load(Ordering::Relaxed) {
+            threshold_entered(st, live, free);
+        }
+        true
+    }
+
+    /// Before freeing `p`, without entering the tracker: true when its
+    /// entry was taken out (the caller frees it now), false when the free
+    /// needs [`Call::freeing`].
+    #[inline]
+    pub fn quick_free(p: *mut u8) -> bool {
+        let st = state();
+        guard::idle() && st.table.try_take(p as u64)
+    }
+
     /// One call into the tracker, from entry to return.
     pub struct Call {
         st: &'static State,
@@ -1013,7 +1057,13 @@ pub mod hooks {
         /// Records a block the underlying allocator returned.
         #[inline]
         pub fn allocated(&self, p: *mut u8, size: usize, align: usize) {
-            record(self.st, p, size, align, &self.g, wants_site(self.st.config(), size));
+            self.allocated_planned(p, size, align, wants_site(self.st.config(), size));
+        }
+
+        /// [`Call::allocated`] with the site decided by [`plan`].
+        #[inline(always)]
+        pub fn allocated_planned(&self, p: *mut u8, size: usize, align: usize, site: bool) {
+            record(self.st, p, size, align, &self.g, site);
         }
 
         /// Reports an allocation failure (dumps once if configured).

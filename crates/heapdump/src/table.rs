@@ -990,6 +990,14 @@ impl Table {
             })
     }
 
+    /// [`Table::try_forget`] for a block of unknown size (the preload
+    /// library's `free`): its slot, if it holds one. False (nothing done)
+    /// when the block needs [`Table::remove`].
+    #[inline(always)]
+    pub fn try_take(&self, addr: u64) -> bool {
+        addr & 15 == 0 && Shadow::covers(addr) && self.place(addr, true).is_some_and(|p| self.take_slot(p, addr) != 0)
+    }
+
     /// Empties the slot at `p` for `addr`, counting the block it held as
     /// freed; returns what it held (0: nothing).
     #[inline(always)]

@@ -186,14 +186,32 @@ fn raw_alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
 /// The tracked allocation path shared by every entry point.
 #[inline]
 fn tracked_alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
-    let call = hooks::enter();
-    let p = raw_alloc(size, align, zeroed);
+    match hooks::plan(size) {
+        hooks::Plan::Quick => {
+            let p = raw_alloc(size, align, zeroed);
+            if !p.is_null() && hooks::quick_record(p.cast(), size, align.max(1), &postponed_free) {
+                return p;
+            }
+            finish_alloc(hooks::enter(), p, size, align, false)
+        }
+        hooks::Plan::Enter(site) => {
+            let call = hooks::enter();
+            let p = raw_alloc(size, align, zeroed);
+            finish_alloc(call, p, size, align, site)
+        }
+    }
+}
+
+/// Records `p` (null: the allocator failed) inside the tracker, and leaves.
+/// Inlined, so that a site's frames start where they always did.
+#[inline(always)]
+fn finish_alloc(call: hooks::Call, p: *mut c_void, size: usize, align: usize, site: bool) -> *mut c_void {
     if p.is_null() {
         call.failed();
         set_errno(libc::ENOMEM);
         return p;
     }
-    call.allocated(p.cast(), size, align.max(1));
+    call.allocated_planned(p.cast(), size, align.max(1), site);
     call.finish(&postponed_free);
     p
 }
@@ -261,6 +279,10 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
+        return;
+    }
+    if hooks::quick_free(p.cast()) {
+        real_free(p);
         return;
     }
     let call = hooks::enter();
