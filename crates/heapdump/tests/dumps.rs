@@ -169,18 +169,25 @@ fn check_against_slots(d: &common::Parsed, tables: &[(u64, usize)]) {
     assert!(extra <= tables.len(), "{extra} unlisted churn blocks for {} threads", tables.len());
 }
 
+/// A full dump to `p` while `c` churns: complete, its counts equal to the
+/// trailer's, and exact against the churn's slot tables.
+fn full_dump_of_churn(p: &std::path::Path, c: &Churn) -> (heapdump::DumpInfo, common::Parsed) {
+    let info = heapdump::dump(p, heapdump::Mode::Full).unwrap();
+    let d = common::parse(&std::fs::read(p).unwrap());
+    assert!(d.complete);
+    assert_eq!(d.allocs.len() as u64, info.allocations, "returned counts equal the trailer's");
+    check_against_slots(&d, &c.tables);
+    (info, d)
+}
+
 fn dumps_while_threads_churn_hold_exactly_the_live_blocks() {
     let c = start_churn(3);
     let dir = common::scratch("churn");
     std::thread::sleep(std::time::Duration::from_millis(30));
     for i in 0..15 {
         let p = dir.join(format!("d{i}.hdump"));
-        let info = heapdump::dump(&p, heapdump::Mode::Full).unwrap();
-        let d = common::parse(&std::fs::read(&p).unwrap());
-        assert!(d.complete);
-        assert_eq!(d.allocs.len() as u64, info.allocations, "returned counts equal the trailer's");
+        let (info, d) = full_dump_of_churn(&p, &c);
         assert_eq!(info.not_stopped, 0, "threads (tid -> flags): {:?}, pause {} us", d.thread_flags, info.pause_ns / 1000);
-        check_against_slots(&d, &c.tables);
         std::fs::remove_file(&p).unwrap();
     }
     c.finish();
@@ -200,16 +207,11 @@ fn child_fork_mode() {
     let c = start_churn(2);
     std::thread::sleep(std::time::Duration::from_millis(20));
     for i in 0..5 {
-        let p = dir.join(format!("f{i}.hdump"));
-        let info = heapdump::dump(&p, heapdump::Mode::Full).unwrap();
-        let d = common::parse(&std::fs::read(&p).unwrap());
-        assert!(d.complete);
-        assert_eq!(d.allocs.len() as u64, info.allocations);
+        let (info, d) = full_dump_of_churn(&dir.join(format!("f{i}.hdump")), &c);
         assert!(info.pause_ns > 0 && d.pause_ns > 0);
         // The forked writer cannot see the parent's threads in its own
         // /proc: their names were read before the fork.
         assert!(d.thread_names.len() >= 3 && d.thread_names.values().all(|n| !n.is_empty()), "{:?}", d.thread_names);
-        check_against_slots(&d, &c.tables);
     }
     c.finish();
 }
@@ -239,13 +241,8 @@ fn child_collapse_mode() {
     let churn = start_churn(2);
     std::thread::sleep(std::time::Duration::from_millis(20));
     for i in 0..3 {
-        let p = dir.join(format!("c{i}.hdump"));
-        let info = heapdump::dump(&p, heapdump::Mode::Full).unwrap();
-        let d = common::parse(&std::fs::read(&p).unwrap());
-        assert!(d.complete);
-        assert_eq!(d.allocs.len() as u64, info.allocations);
+        let (info, d) = full_dump_of_churn(&dir.join(format!("c{i}.hdump")), &churn);
         assert!(info.collapse_ns > 0 && info.pause_ns > 0);
-        check_against_slots(&d, &churn.tables);
         let b = &held[(i * 400_000) as usize];
         assert_eq!(d.contents.get(&(b.as_ptr() as u64)).map(|c| c.len()), Some(48), "a held block is in the dump");
     }
