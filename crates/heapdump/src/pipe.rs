@@ -55,24 +55,16 @@ pub enum PipeSink {
 
 // --- raw system calls (no errno: this runs on a thread without TLS) -----
 
+/// A raw system call with four arguments (pass 0 for those it does not
+/// take: FUTEX_WAIT reads its fourth, the timeout, and a null one waits
+/// without a limit).
+///
 /// # Safety
 /// A system call with these arguments must be valid.
-unsafe fn syscall3(n: i64, a: u64, b: u64, c: u64) -> i64 {
-    let r: i64;
-    // SAFETY: the caller guarantees the call; `syscall` clobbers rcx and
-    // r11, declared.
-    unsafe {
-        core::arch::asm!("syscall", inlateout("rax") n => r, in("rdi") a, in("rsi") b, in("rdx") c,
-            lateout("rcx") _, lateout("r11") _, options(nostack));
-    }
-    r
-}
-
-/// # Safety
-/// As [`syscall3`].
 unsafe fn syscall4(n: i64, a: u64, b: u64, c: u64, d: u64) -> i64 {
     let r: i64;
-    // SAFETY: as in `syscall3`; the fourth argument goes in r10.
+    // SAFETY: the caller guarantees the call; `syscall` clobbers rcx and
+    // r11, declared; the fourth argument goes in r10.
     unsafe {
         core::arch::asm!("syscall", inlateout("rax") n => r, in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d,
             lateout("rcx") _, lateout("r11") _, options(nostack));
@@ -83,7 +75,7 @@ unsafe fn syscall4(n: i64, a: u64, b: u64, c: u64, d: u64) -> i64 {
 fn futex_wait(word: &AtomicU32, seen: u32) {
     // SAFETY: FUTEX_WAIT on a valid, aligned u32: returns at once if it no
     // longer holds `seen`; no timeout.
-    unsafe { syscall3(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAIT as u64, u64::from(seen)) };
+    unsafe { syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAIT as u64, u64::from(seen), 0) };
 }
 
 /// Waits until `word` no longer holds `seen`: spinning a while first, since
@@ -98,7 +90,7 @@ fn wait_change(word: &AtomicU32, seen: u32) {
         if i % 256 == 255 {
             // Should the two threads share a CPU, let the other one run.
             // SAFETY: sched_yield takes no arguments and touches no memory.
-            unsafe { syscall3(libc::SYS_sched_yield, 0, 0, 0) };
+            unsafe { syscall4(libc::SYS_sched_yield, 0, 0, 0, 0) };
         } else {
             core::hint::spin_loop();
         }
@@ -111,7 +103,7 @@ const SPINS: u32 = 20_000;
 
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a valid, aligned u32 wakes waiters; no memory is touched.
-    unsafe { syscall3(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAKE as u64, i32::MAX as u64) };
+    unsafe { syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAKE as u64, i32::MAX as u64, 0) };
 }
 
 fn shared(map: *mut u8) -> &'static Shared {
@@ -145,7 +137,7 @@ extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
             while off < len {
                 // SAFETY: write(2) reads [p + off, p + len) of the slot,
                 // which the dumping thread filled before counting it.
-                let n = unsafe { syscall3(libc::SYS_write, sh.fd as u64, p.wrapping_add(off) as u64, (len - off) as u64) };
+                let n = unsafe { syscall4(libc::SYS_write, sh.fd as u64, p.wrapping_add(off) as u64, (len - off) as u64, 0) };
                 if n == -(libc::EINTR as i64) {
                     continue;
                 }
