@@ -371,7 +371,7 @@ fn write_body(
         }
         let excluded = &excluded[..nex];
         let mut anon_err: Result<(), DumpError> = Ok(());
-        maps.for_each_anon_rw(|start, end| {
+        maps.for_each_anon_rw(false, |start, end| {
             if anon_err.is_err()
                 || sys::overlaps_own(start, end)
                 || excluded.iter().any(|&(a, b)| a < end && start < b)
@@ -507,32 +507,16 @@ impl Maps<'_> {
         None
     }
     /// Calls `f(start, end)` for each private, readable and writable,
-    /// anonymous mapping (no path; not [heap], [stack], [vvar], [vdso]).
-    fn for_each_anon_rw(&self, mut f: impl FnMut(u64, u64)) {
+    /// anonymous mapping: those with no path (not [stack], [vvar],
+    /// [vdso]), and the brk heap too if `with_heap`.
+    fn for_each_anon_rw(&self, with_heap: bool, mut f: impl FnMut(u64, u64)) {
         for line in self.text.split(|&b| b == b'\n') {
             // start-end perms offset dev inode [path]
             let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
             let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
             let (_, _, Some(inode)) = (fields.next(), fields.next(), fields.next()) else { continue };
-            if fields.next().is_some() || inode != b"0" || perms.len() < 4 || &perms[..2] != b"rw" || perms[3] != b'p' {
-                continue;
-            }
-            let Some(dash) = range.iter().position(|&b| b == b'-') else { continue };
-            if let (Some(a), Some(b)) = (hex(&range[..dash]), hex(&range[dash + 1..])) {
-                f(a, b);
-            }
-        }
-    }
-
-    /// Calls `f(start, end)` for each private, readable and writable
-    /// anonymous mapping, the brk heap included.
-    fn for_each_private_anon(&self, mut f: impl FnMut(u64, u64)) {
-        for line in self.text.split(|&b| b == b'\n') {
-            let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
-            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
-            let (_, _, Some(inode)) = (fields.next(), fields.next(), fields.next()) else { continue };
-            let path = fields.next();
-            if path.is_some_and(|p| p != b"[heap]") || inode != b"0" || perms.len() < 4 || &perms[..2] != b"rw" || perms[3] != b'p' {
+            let named = fields.next().is_some_and(|p| !(with_heap && p == b"[heap]"));
+            if named || inode != b"0" || perms.len() < 4 || &perms[..2] != b"rw" || perms[3] != b'p' {
                 continue;
             }
             let Some(dash) = range.iter().position(|&b| b == b'-') else { continue };
@@ -591,8 +575,7 @@ fn collapse_heap(maps: &Maps<'_>, table: &crate::table::Table) {
     let mut each = |start: u64, end: u64| {
         let mut a = start.next_multiple_of(HUGE);
         while a + HUGE <= end && supported {
-            let full =
-                sys::resident(a as *const u8, &mut resident).is_ok() && resident.iter().filter(|&&r| r & 1 != 0).count() * 10 >= PAGES * 9;
+            let full = sys::resident_bytes(a as *const u8, HUGE as usize, &mut resident) * 10 >= HUGE * 9;
             run = match (run, full) {
                 (Some((lo, hi)), true) if hi == a => Some((lo, a + HUGE)),
                 (r, true) => {
@@ -610,7 +593,7 @@ fn collapse_heap(maps: &Maps<'_>, table: &crate::table::Table) {
             a += HUGE;
         }
     };
-    maps.for_each_private_anon(|start, end| {
+    maps.for_each_anon_rw(true, |start, end| {
         if !sys::overlaps_own(start, end) {
             each(start, end);
         }

@@ -209,16 +209,10 @@ impl Shadow {
         let mut sites = 0u64;
         let mut pages = [0u8; 1024];
         let mut run: Option<(u64, u64)> = None;
+        // The site words of the address range r.
         let mut flush = |r: (u64, u64), sites: &mut u64| {
-            let (lo, hi) = (SITES + (r.0 >> 2) as usize, SITES + (r.1 >> 2) as usize);
-            let mut p = lo;
-            while p < hi {
-                let n = ((hi - p) / 4096).min(pages.len());
-                if sys::resident((base + p) as *const u8, &mut pages[..n]).is_ok() {
-                    *sites += pages[..n].iter().filter(|&&r| r & 1 != 0).count() as u64 * 4096;
-                }
-                p += n * 4096;
-            }
+            let lo = SITES + (r.0 >> 2) as usize;
+            *sites += sys::resident_bytes((base + lo) as *const u8, ((r.1 - r.0) >> 2) as usize, &mut pages);
         };
         Self::for_each_page(base, |start| {
             let page = (start >> PAGE_COVER_BITS) as usize;

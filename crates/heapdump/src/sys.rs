@@ -148,6 +148,21 @@ pub fn resident(p: *const u8, out: &mut [u8]) -> Result<(), i32> {
     }
 }
 
+/// Bytes of `[p, p + len)` in memory, counted with `mincore` a chunk of
+/// `pages` at a time (a range it refuses counts as none).
+pub fn resident_bytes(p: *const u8, len: usize, pages: &mut [u8]) -> u64 {
+    let mut total = 0;
+    let mut off = 0;
+    while off < len {
+        let n = ((len - off).div_ceil(4096)).min(pages.len());
+        if resident(p.wrapping_add(off), &mut pages[..n]).is_ok() {
+            total += pages[..n].iter().filter(|&&r| r & 1 != 0).count() as u64 * 4096;
+        }
+        off += n * 4096;
+    }
+    total
+}
+
 /// An anonymous read-write mapping, recorded as the runtime's own.
 fn map(len: usize, sharing: i32) -> Result<*mut u8, i32> {
     // SAFETY: an anonymous mapping with no address hint touches no existing

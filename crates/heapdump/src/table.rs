@@ -360,21 +360,6 @@ fn encode(e: &Entry) -> u16 {
     (e.size as u16 + 1) | (u16::from(e.align_log2) << 10) | if e.site != 0 { SLOT_HAS_SITE } else { 0 }
 }
 
-/// Bytes of `[p, p + len)` in memory, counted with `mincore` a chunk of
-/// `pages` at a time.
-fn resident_bytes(p: *mut u8, len: usize, pages: &mut [u8]) -> u64 {
-    let mut total = 0;
-    let mut off = 0;
-    while off < len {
-        let n = ((len - off).div_ceil(4096)).min(pages.len());
-        if sys::resident(p.wrapping_add(off), &mut pages[..n]).is_ok() {
-            total += pages[..n].iter().filter(|&&r| r & 1 != 0).count() as u64 * 4096;
-        }
-        off += n * 4096;
-    }
-    total
-}
-
 /// A region reserved once and committed in steps as it is handed out.
 ///
 /// The reservation asks for the largest size first and halves it down to
@@ -1062,12 +1047,12 @@ impl Table {
         let mids = self.top.iter().filter(|m| !m.load(Ordering::Relaxed).is_null()).count();
         t.table_bytes += (mids * core::mem::size_of::<Mid>()) as u64;
         let mut pages = [0u8; 1024];
-        self.for_each_leaf(|_, leaf| t.table_bytes += resident_bytes(leaf.cast(), LEAF_BYTES, &mut pages));
+        self.for_each_leaf(|_, leaf| t.table_bytes += sys::resident_bytes(leaf.cast(), LEAF_BYTES, &mut pages));
         let buckets = (self.next_bucket.load(Ordering::Relaxed) - 1).min(MAX_BUCKETS as u64);
         t.table_bytes += buckets * BUCKET_BYTES as u64;
         let sites = self.sites.base();
         if !sites.is_null() {
-            t.table_bytes += resident_bytes(sites, self.sites.committed.load(Ordering::Acquire), &mut pages);
+            t.table_bytes += sys::resident_bytes(sites, self.sites.committed.load(Ordering::Acquire), &mut pages);
         }
         t
     }
