@@ -70,7 +70,7 @@ use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, 
 /// Number of overflow shards (a power of two).
 pub const SHARDS: usize = 64;
 /// Largest block kept in the address-indexed slots.
-pub const SMALL_MAX: u64 = 512;
+pub const SMALL_MAX: u64 = 1024;
 const INITIAL: usize = 1024;
 const ADDR_MASK: u64 = (1 << 48) - 1;
 const SIZE_LO: u64 = (1 << 40) - 1;
@@ -317,10 +317,11 @@ const SITE_POOL_BYTES: usize = BUCKET_SLOTS * 4 * MAX_BUCKETS;
 /// A pool is committed this much at a time.
 const COMMIT_STEP: usize = 8 << 20;
 
-/// A slot: 0 when empty, else `size + 1` in bits 0..10, log2 of the
-/// alignment in 10..13, and whether the granule's site is set in bit 13.
-const SLOT_SIZE: u16 = (1 << 10) - 1;
-const SLOT_HAS_SITE: u16 = 1 << 13;
+/// A slot: 0 when empty, else `size + 1` in bits 0..11, log2 of the
+/// alignment in 11..14, and whether the granule's site is set in bit 14.
+const SLOT_SIZE: u16 = (1 << SLOT_ALIGN_SHIFT) - 1;
+const SLOT_ALIGN_SHIFT: u32 = 11;
+const SLOT_HAS_SITE: u16 = 1 << 14;
 /// A site word: the site id, and the sampled flag in bit 31.
 const SITE_SAMPLED: u32 = 1 << 31;
 
@@ -357,7 +358,7 @@ fn slot_in_bucket(addr: u64) -> usize {
 
 #[inline]
 fn encode(e: &Entry) -> u16 {
-    (e.size as u16 + 1) | (u16::from(e.align_log2) << 10) | if e.site != 0 { SLOT_HAS_SITE } else { 0 }
+    (e.size as u16 + 1) | (u16::from(e.align_log2) << SLOT_ALIGN_SHIFT) | if e.site != 0 { SLOT_HAS_SITE } else { 0 }
 }
 
 /// A region reserved once and committed in steps as it is handed out.
@@ -818,7 +819,7 @@ impl Table {
         } else {
             (0, false)
         };
-        Entry { addr, size: u64::from(v & SLOT_SIZE) - 1, align_log2: ((v >> 10) & 7) as u8, site, sampled }
+        Entry { addr, size: u64::from(v & SLOT_SIZE) - 1, align_log2: ((v >> SLOT_ALIGN_SHIFT) & 7) as u8, site, sampled }
     }
 
     /// Starts loading the cache line where `addr`'s entry will go, so that
@@ -855,7 +856,7 @@ impl Table {
     pub fn try_insert(&self, e: &Entry) -> Option<u64> {
         if is_small(e.addr, e.size, e.align_log2) {
             if let Some(p) = self.place(e.addr, true) {
-                self.fill(p, e);
+                self.fill(p, e, true);
                 return Some(self.count_alloc(e.size));
             }
         }
@@ -905,13 +906,14 @@ impl Table {
             let Some(k) = self.bucket_or_new(e.addr) else { return false };
             Place::Bucket(k, slot_in_bucket(e.addr))
         };
-        self.fill(p, e);
+        self.fill(p, e, false);
         true
     }
 
-    /// Writes a small block's slot (and site) at `p`.
+    /// Writes a small block's slot (and site) at `p`; `in_use`: the slot's
+    /// page is known to have been written before (marked).
     #[inline(always)]
-    fn fill(&self, p: Place, e: &Entry) {
+    fn fill(&self, p: Place, e: &Entry, in_use: bool) {
         let mut e = *e;
         if e.site != 0 {
             let w = match p {
@@ -927,11 +929,23 @@ impl Table {
                 None => e.site = 0,
             }
         }
-        // Written without reading first: a read of a page never touched
-        // would map the zero page, and the write after it would fault again
-        // and flush that page from every core's TLB. The old value says
-        // whether a free was missed (a block the tracker never saw freed).
-        let old = self.slot_at(p, e.addr).swap(encode(&e), Ordering::AcqRel);
+        // The old value says whether a free was missed (a block the
+        // tracker never saw freed).
+        let slot = self.slot_at(p, e.addr);
+        let old = if in_use {
+            // A plain load and store: a swap is a locked instruction, a
+            // full barrier that waits for every store before it (the
+            // allocator's own) to reach the cache. The slot has one writer
+            // at a time (see the module's documentation).
+            let old = slot.load(Ordering::Relaxed);
+            slot.store(encode(&e), Ordering::Release);
+            old
+        } else {
+            // Written without reading first: a read of a page never touched
+            // would map the zero page, and the write after it would fault
+            // again and flush that page from every core's TLB.
+            slot.swap(encode(&e), Ordering::AcqRel)
+        };
         if old != 0 {
             self.count_free(u64::from(old & SLOT_SIZE) - 1);
         }
