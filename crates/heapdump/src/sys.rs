@@ -76,6 +76,27 @@ pub fn mmap_sparse(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_PRIVATE | libc::MAP_NORESERVE)
 }
 
+/// [`mmap_sparse`] at an address that is a multiple of `align` (a power
+/// of two, a multiple of the page size): maps `align` more and gives back
+/// the ends.
+pub fn mmap_sparse_aligned(len: usize, align: usize) -> Result<*mut u8, i32> {
+    let p = mmap_sparse(len + align)? as usize;
+    let start = (p + align - 1) & !(align - 1);
+    // SAFETY: both ends lie inside the mapping just made, which nothing
+    // else knows of; what stays is [start, start + len).
+    unsafe {
+        if start > p {
+            libc::munmap(p as *mut libc::c_void, start - p);
+        }
+        if p + align > start {
+            libc::munmap((start + len) as *mut libc::c_void, p + align - start);
+        }
+    }
+    unregister(p as *mut u8);
+    register(start as *mut u8, len);
+    Ok(start as *mut u8)
+}
+
 /// Leaves `[p, p + len)` out of core dumps (`MADV_DONTDUMP`).
 pub fn dont_dump(p: *mut u8, len: usize) -> Result<(), i32> {
     // SAFETY: madvise changes only whether the range goes into a core dump.
@@ -83,6 +104,30 @@ pub fn dont_dump(p: *mut u8, len: usize) -> Result<(), i32> {
         Err(errno())
     } else {
         Ok(())
+    }
+}
+
+/// Asks for transparent huge pages for `[p, p + len)` (`MADV_HUGEPAGE`).
+pub fn huge_pages(p: usize, len: usize) -> Result<(), i32> {
+    // SAFETY: madvise changes only how the range's future pages are mapped.
+    if unsafe { libc::madvise(p as *mut libc::c_void, len, libc::MADV_HUGEPAGE) } != 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether the system gives transparent huge pages to ranges that ask
+/// for them (`always` or `madvise` in
+/// /sys/kernel/mm/transparent_hugepage/enabled, not `never`).
+pub fn thp_on_request() -> bool {
+    let mut buf = [0u8; 128];
+    match read_file(c"/sys/kernel/mm/transparent_hugepage/enabled", &mut buf) {
+        Ok(n) => {
+            let s = &buf[..n];
+            s.windows(8).any(|w| w == b"[always]") || s.windows(9).any(|w| w == b"[madvise]")
+        }
+        Err(_) => false,
     }
 }
 

@@ -52,6 +52,8 @@ fn main() {
         ("both_table_layouts_are_exact", both_table_layouts_are_exact),
         ("the_shadow_stays_out_of_core_dumps", the_shadow_stays_out_of_core_dumps),
         ("child_sparse", child_sparse),
+        ("dense_shadow_chunks_get_huge_pages", dense_shadow_chunks_get_huge_pages),
+        ("child_dense", child_dense),
         ("zero_size_and_over_aligned", zero_size_and_over_aligned),
         ("sites_are_captured_and_deduplicated", sites_are_captured_and_deduplicated),
         ("the_cached_unwinder_agrees_with_libgcc", the_cached_unwinder_agrees_with_libgcc),
@@ -329,26 +331,98 @@ fn both_table_layouts_are_exact() {
     assert!(bytes[1] < bytes[0], "buckets ({}) take less than the shadow ({}) on a sparse heap", bytes[1], bytes[0]);
 }
 
+/// One mapping as /proc/self/smaps describes it.
+struct Vma {
+    start: u64,
+    end: u64,
+    rss_kib: u64,
+    huge_kib: u64,
+    dont_dump: bool,
+}
+
+fn vmas() -> Vec<Vma> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut out: Vec<Vma> = Vec::new();
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        let kib = |l: &str| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap();
+        if let Some((a, b)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
+            let (start, end) = (u64::from_str_radix(a, 16).unwrap(), u64::from_str_radix(b, 16).unwrap());
+            out.push(Vma { start, end, rss_kib: 0, huge_kib: 0, dont_dump: false });
+        } else if let Some(v) = out.last_mut() {
+            if line.starts_with("Rss:") {
+                v.rss_kib = kib(line);
+            } else if line.starts_with("AnonHugePages:") {
+                v.huge_kib = kib(line);
+            } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+                v.dont_dump = flags.split_whitespace().any(|f| f == "dd");
+            }
+        }
+    }
+    out
+}
+
+/// The mappings that make up the table's shadow: the one run of adjacent
+/// mappings 16 TiB or longer (parts of its reservation given huge pages
+/// are mappings of their own).
+fn shadow_vmas() -> Vec<Vma> {
+    let mut runs: Vec<Vec<Vma>> = Vec::new();
+    for v in vmas() {
+        match runs.last_mut() {
+            Some(r) if r.last().unwrap().end == v.start => r.push(v),
+            _ => runs.push(vec![v]),
+        }
+    }
+    let mut long: Vec<Vec<Vma>> = runs.into_iter().filter(|r| r.last().unwrap().end - r[0].start >= 16 << 40).collect();
+    assert_eq!(long.len(), 1, "one run of mappings of 16 TiB or more (the shadow)");
+    long.pop().unwrap()
+}
+
 /// The table's shadow (48 TiB of address space) is marked to stay out of
 /// core dumps: the kernel would walk it page by page, for hours.
 fn the_shadow_stays_out_of_core_dumps() {
     let keep = Box::new([7u64; 4]);
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let mut huge = Vec::new();
-    let mut cur: Option<u64> = None;
-    for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if let Some((a, b)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
-            let (a, b) = (u64::from_str_radix(a, 16).unwrap(), u64::from_str_radix(b, 16).unwrap());
-            cur = Some(b - a);
-        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
-            if cur.is_some_and(|len| len >= 16 << 40) {
-                huge.push(flags.split_whitespace().any(|f| f == "dd"));
-            }
-        }
-    }
-    assert_eq!(huge, vec![true], "one mapping of 16 TiB or more (the shadow), marked dd");
+    let shadow = shadow_vmas();
+    assert!(shadow.iter().all(|v| v.dont_dump), "every part of the shadow is marked dd");
     drop(std::hint::black_box(keep));
+}
+
+/// A dense heap of small blocks: the parts of the shadow it fills get huge
+/// pages (where the system gives them on request), the sparse start of it
+/// does not, and the tracker's count of its memory is what the kernel
+/// says the shadow holds.
+fn dense_shadow_chunks_get_huge_pages() {
+    let o = common::child("child_dense", &[("HEAPDUMP_SIGNAL", "0"), ("HEAPDUMP_BACKTRACE", "off")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let field = |k: &str| -> u64 {
+        out.split_whitespace().find_map(|f| f.strip_prefix(k)?.strip_prefix('=')?.parse().ok()).unwrap_or_else(|| panic!("{k} in {out}"))
+    };
+    let (rss, huge, tracker) = (field("shadow_rss") << 10, field("shadow_huge") << 10, field("tracker_bytes"));
+    let enabled = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if enabled.contains("[never]") || enabled.is_empty() {
+        assert_eq!(huge, 0, "no huge pages asked for where the system gives none");
+    } else {
+        // 64 MiB of 32-byte chunks: 8 MiB of slots, four 2 MiB chunks; the
+        // first has no dense neighbour yet, and the kernel may lack huge
+        // pages for some (fragmentation): at least one is expected.
+        assert!(huge >= 2 << 20, "some of the shadow on huge pages: {huge} bytes of {rss}");
+        assert!(huge < rss, "the sparse start of the heap keeps 4 KiB pages");
+    }
+    // The tracker's memory is the shadow plus its small tables elsewhere.
+    assert!(tracker >= rss && tracker - rss < 4 << 20, "tracker_bytes {tracker} counts the shadow's {rss} bytes");
+}
+
+fn child_dense() {
+    let n = 2 << 20;
+    let v: Vec<Box<[u64; 2]>> = (0..n as u64).map(|i| Box::new([i, i])).collect();
+    let s = heapdump::stats();
+    let shadow = shadow_vmas();
+    let rss: u64 = shadow.iter().map(|v| v.rss_kib).sum();
+    let huge: u64 = shadow.iter().map(|v| v.huge_kib).sum();
+    assert!(s.live_count > n as u64, "the boxes are live");
+    println!("shadow_rss={rss} shadow_huge={huge} tracker_bytes={}", s.tracker_bytes);
+    drop(std::hint::black_box(v));
 }
 
 fn child_sparse() {
