@@ -396,9 +396,15 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
 /// Before a realloc of `p`: takes its entry out of the table, since once
 /// the underlying realloc returns another thread may receive the address.
 /// `layout` is its (size, alignment) when the caller knows it.
-#[inline]
+#[inline(always)]
 fn realloc_begin(st: &State, p: *mut u8, layout: Option<Layout>) -> Option<Entry> {
-    st.table.remove(p as u64, layout.map(table_layout))
+    let layout = layout.map(table_layout);
+    if let Some(l) = layout {
+        if let Some(e) = st.table.try_remove(p as u64, l) {
+            return Some(e);
+        }
+    }
+    st.table.remove(p as u64, layout)
 }
 
 /// A layout as the table's removal hint: size and log2 of the alignment.
@@ -418,12 +424,24 @@ fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: 
         }
         return;
     }
-    match old {
+    let e = match old {
         Some(mut e) if q == p => {
             e.size = new_size as u64;
-            insert(st, &e);
+            e
         }
-        _ => record(st, q, new_size, align, g, wants_site(st.config(), new_size)),
+        _ => {
+            let site = wants_site(st.config(), new_size);
+            if site || !g.plain() {
+                return record(st, q, new_size, align, g, site);
+            }
+            Entry::new(q, new_size, align, 0, false)
+        }
+    };
+    // The common case inline: a small block into a page of slots in use.
+    match st.table.try_insert(&e) {
+        Some(live) if live >= st.next_threshold.load(Ordering::Relaxed) => threshold_crossed(st, live),
+        Some(_) => {}
+        None => insert(st, &e),
     }
 }
 

@@ -989,6 +989,26 @@ impl Table {
             })
     }
 
+    /// [`Table::try_forget`] that hands back the entry (a block being
+    /// reallocated keeps its site when it stays in place). `None`
+    /// (nothing done) when the block needs [`Table::remove`].
+    #[inline(always)]
+    pub fn try_remove(&self, addr: u64, layout: (u64, u8)) -> Option<Entry> {
+        if !is_small(addr, layout.0, layout.1) {
+            return None;
+        }
+        let p = self.place(addr, false)?;
+        let slot = self.slot_at(p, addr);
+        let v = slot.load(Ordering::Acquire);
+        if v == 0 {
+            return None;
+        }
+        let e = self.decode(p, addr, v);
+        slot.store(0, Ordering::Relaxed);
+        self.count_free(layout.0);
+        Some(e)
+    }
+
     /// [`Table::try_forget`] for a block of unknown size (the preload
     /// library's `free`): its slot, if it holds one. False (nothing done)
     /// when the block needs [`Table::remove`].
