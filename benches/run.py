@@ -29,6 +29,9 @@ def build():
             args += ["--features", feat]
         sh(args, cwd=HERE)
         shutil.copy(os.path.join(HERE, "target/release/alloc_workload"), os.path.join(BIN, "workload-" + name))
+    for feat, name in [(None, "plain"), ("tracked", "tracked")]:
+        sh(["cargo", "build", "--release", "--quiet", "--bin", "call_costs"] + (["--features", feat] if feat else []), cwd=HERE)
+        shutil.copy(os.path.join(HERE, "target/release/call_costs"), os.path.join(BIN, "call_costs-" + name))
     sh(["cargo", "build", "--release", "--quiet", "--bin", "dump_bench", "--features", "tracked"], cwd=HERE)
     shutil.copy(os.path.join(HERE, "target/release/dump_bench"), os.path.join(BIN, "dump_bench"))
     sh(["cargo", "build", "--release", "--quiet", "--bin", "analyze_bench"], cwd=HERE)
@@ -147,6 +150,24 @@ def main():
         d = kv(o)
         tb, lc = int(d["tracker_bytes"]), int(d["peak_live_count"])
         md.append(f"| {mode} | {tb} | {lc} | {tb / lc:.1f} |")
+    md.append("")
+    # Per-call costs in warm loops: the best of several repetitions inside
+    # each process, and the best of three processes per build, interleaved.
+    costs = {"plain": [], "tracked": []}
+    for _ in range(3):
+        for b in costs:
+            _, _, o = timed([os.path.join(BIN, "call_costs-" + b)], {"HEAPDUMP_BACKTRACE": "off", "HEAPDUMP_SIGNAL": "0"})
+            costs[b].append({k: float(v) for k, v in kv(o).items()})
+    best = {b: {k: min(r[k] for r in rs) for k in rs[0]} for b, rs in costs.items()}
+    md.append("What one call costs (`benches/src/bin/call_costs.rs`: tight loops of one pattern, the best of many "
+              "repetitions, ns per iteration; addresses only):\n")
+    md.append("| pattern | untracked (ns) | tracked (ns) | added (ns) |\n|---|---:|---:|---:|")
+    for k, what in [("lifo", "allocate a box and free it at once"), ("seq_alloc", "allocate a million boxes in order"),
+                    ("seq_free", "free them in the same order"),
+                    ("realloc", "a string allocated, grown in place, freed (three calls)"),
+                    ("random_free", "free a million boxes in random order")]:
+        u, t = best["plain"][k], best["tracked"][k]
+        md.append(f"| {what} | {u:.1f} | {t:.1f} | {t - u:+.1f} |")
     md.append("")
 
     # --- preload ---
