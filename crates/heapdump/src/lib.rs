@@ -111,6 +111,7 @@ fn init_slow() {
             if !c.shadow {
                 STATE.table.use_buckets();
             }
+            STATE.table.give_back_stripes();
             let _ = stw::init();
             STATE.init_pid.store(sys::getpid(), Ordering::Relaxed);
             // SAFETY: getenv with a NUL-terminated name; nothing is kept.
@@ -865,6 +866,11 @@ extern "C" fn after_fork() {
     }
 }
 
+extern "C" fn after_fork_child() {
+    after_fork();
+    STATE.table.free_stripes_after_fork();
+}
+
 extern "C" fn at_exit() {
     // A dump the signal thread is finishing (it resumed the program, which
     // went on to exit) is reported before this one, not cut off by exit.
@@ -914,7 +920,7 @@ extern "C" fn start() {
     let c = *st.config();
     let _internal = guard::Internal::new();
     // SAFETY: registering plain extern "C" functions.
-    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork_child)) };
     unwind::init();
     // SAFETY: dlsym of a function with this signature in glibc's loader.
     unsafe {
@@ -991,6 +997,10 @@ pub mod testing {
     /// Unwind rules in the cached unwinder's cache.
     pub fn cached_rules() -> usize {
         crate::unwind::cached_rules()
+    }
+    /// This thread's stripe of counters (255: the shared one).
+    pub fn stripe() -> usize {
+        crate::state().table.current_stripe()
     }
 }
 

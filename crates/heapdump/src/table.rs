@@ -517,6 +517,28 @@ thread_local! {
     static STRIPE: core::cell::Cell<u16> = const { core::cell::Cell::new(u16::MAX) };
 }
 
+/// The table whose stripes threads give back, and the pthread key (plus
+/// one; 0 before it is made) whose destructor does it.
+static EXIT_TABLE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
+static STRIPE_KEY: AtomicU32 = AtomicU32::new(0);
+
+/// A thread that owned stripe `v - 1` ends: from now on it counts on the
+/// shared stripe (other destructors may still allocate), and its stripe is
+/// free for the next thread. Its counts stay in the stripe, which goes on
+/// adding up.
+extern "C" fn stripe_exit(v: *mut libc::c_void) {
+    let k = (v as usize).wrapping_sub(1);
+    let t = EXIT_TABLE.load(Ordering::Acquire);
+    if k >= SHARED || t.is_null() {
+        return;
+    }
+    let _ = STRIPE.try_with(|c| c.set(SHARED as u16));
+    // SAFETY: the table is the process's, a static.
+    let t = unsafe { &*t };
+    // Release: the next owner's plain adds see this thread's.
+    t.free_stripes[k / 64].fetch_or(1 << (k % 64), Ordering::Release);
+}
+
 /// Adds `v` to a counter of stripe `k`.
 #[inline(always)]
 fn bump(k: usize, c: &AtomicU64, v: u64) {
@@ -551,6 +573,8 @@ pub struct Table {
     overflow: [SpinLock<Shard>; SHARDS],
     stripes: [Stripe; STRIPES],
     next_stripe: AtomicUsize,
+    /// Owned stripes given back by threads that ended, a bit each.
+    free_stripes: [AtomicU64; STRIPES / 64],
     /// Live bytes over all threads as flushed from the stripes (see
     /// [`FLUSH`]), for the peak and the threshold; may dip below zero when
     /// one thread frees what another allocated before either flushed.
@@ -591,6 +615,7 @@ impl Table {
             overflow: [const { SpinLock::new(Shard::empty()) }; SHARDS],
             stripes: [const { Stripe::new() }; STRIPES],
             next_stripe: AtomicUsize::new(0),
+            free_stripes: [const { AtomicU64::new(0) }; STRIPES / 64],
             live: AtomicI64::new(0),
             peak: AtomicU64::new(0),
             untracked: AtomicU64::new(0),
@@ -690,11 +715,75 @@ impl Table {
                 if k != u16::MAX {
                     return k as u8;
                 }
-                let k = self.next_stripe.fetch_add(1, Ordering::Relaxed).min(SHARED) as u8;
-                c.set(k.into());
-                k
+                self.first_stripe(c)
             })
             .unwrap_or(SHARED as u8)
+    }
+
+    /// A thread's first count: a stripe given back by a thread that ended,
+    /// else a new one, else the shared one. A thread that owns one gives it
+    /// back when it ends (see [`Table::give_back_stripes`]).
+    #[cold]
+    #[inline(never)]
+    fn first_stripe(&self, c: &core::cell::Cell<u16>) -> u8 {
+        let k = self.take_free_stripe().unwrap_or_else(|| self.next_stripe.fetch_add(1, Ordering::Relaxed).min(SHARED) as u8);
+        // Set before registering: registering may allocate (a pthread key
+        // past the first 32), and that allocation counts on this stripe.
+        c.set(k.into());
+        if usize::from(k) != SHARED && core::ptr::eq(EXIT_TABLE.load(Ordering::Acquire), self) {
+            let key = STRIPE_KEY.load(Ordering::Acquire);
+            if key != 0 {
+                // SAFETY: a key created by give_back_stripes; the value is
+                // only a number (the stripe plus one), never dereferenced.
+                unsafe { libc::pthread_setspecific(key - 1, (usize::from(k) + 1) as *const libc::c_void) };
+            }
+        }
+        k
+    }
+
+    fn take_free_stripe(&self) -> Option<u8> {
+        for (i, w) in self.free_stripes.iter().enumerate() {
+            let mut v = w.load(Ordering::Acquire);
+            while v != 0 {
+                let b = v.trailing_zeros();
+                match w.compare_exchange_weak(v, v & !(1 << b), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Some((i * 64 + b as usize) as u8),
+                    Err(now) => v = now,
+                }
+            }
+        }
+        None
+    }
+
+    /// Has threads give their stripes back when they end (through a
+    /// pthread key's destructor, which runs after the thread's own
+    /// thread-local destructors), so that a program that starts threads
+    /// without end keeps owning a stripe per thread instead of sharing the
+    /// last one (whose counts need a bus lock) after 255 of them. For the
+    /// process's table only: there is one key.
+    pub fn give_back_stripes(&'static self) {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: creates a key with a plain extern "C" destructor; glibc
+        // keeps keys in a static array (no allocation).
+        if unsafe { libc::pthread_key_create(&mut key, Some(stripe_exit)) } == 0 {
+            EXIT_TABLE.store(self as *const Table as *mut Table, Ordering::Release);
+            STRIPE_KEY.store(key + 1, Ordering::Release);
+        }
+    }
+
+    /// In a child after `fork`: the threads that owned the other stripes
+    /// are gone; their stripes are free.
+    pub fn free_stripes_after_fork(&self) {
+        let mine = STRIPE.try_with(|c| usize::from(c.get())).unwrap_or(SHARED);
+        let used = self.next_stripe.load(Ordering::Relaxed).min(SHARED);
+        for k in (0..used).filter(|&k| k != mine) {
+            self.free_stripes[k / 64].fetch_or(1 << (k % 64), Ordering::Release);
+        }
+    }
+
+    /// This thread's stripe, given one if it has none yet (tests).
+    pub fn current_stripe(&self) -> usize {
+        usize::from(self.stripe())
     }
 
     /// Counts an allocation; returns the global live bytes when this

@@ -54,6 +54,7 @@ fn main() {
         ("child_sparse", child_sparse),
         ("dense_shadow_chunks_get_huge_pages", dense_shadow_chunks_get_huge_pages),
         ("child_dense", child_dense),
+        ("ended_threads_give_their_stripes_back", ended_threads_give_their_stripes_back),
         ("zero_size_and_over_aligned", zero_size_and_over_aligned),
         ("sites_are_captured_and_deduplicated", sites_are_captured_and_deduplicated),
         ("the_cached_unwinder_agrees_with_libgcc", the_cached_unwinder_agrees_with_libgcc),
@@ -411,6 +412,32 @@ fn dense_shadow_chunks_get_huge_pages() {
     }
     // The tracker's memory is the shadow plus its small tables elsewhere.
     assert!(tracker >= rss && tracker - rss < 4 << 20, "tracker_bytes {tracker} counts the shadow's {rss} bytes");
+}
+
+/// Threads that end give their stripe of counters back: the 600th thread
+/// started one after another still owns one (without this, every thread
+/// after the 255th shares the last stripe, whose counts take a bus lock),
+/// few distinct stripes serve them all, and the counts stay exact.
+fn ended_threads_give_their_stripes_back() {
+    let work = |i: usize| {
+        let v: Vec<Box<[u8]>> = (0..50).map(|j| vec![j as u8; 1 + (i + j) % 300].into_boxed_slice()).collect();
+        let k = heapdump::testing::stripe();
+        drop(std::hint::black_box(v));
+        k
+    };
+    // The standard library's first spawn leaves some state allocated.
+    std::thread::spawn(move || work(0)).join().unwrap();
+    let before = heapdump::stats();
+    let mut seen = [false; 256];
+    for i in 0..600 {
+        let k = std::thread::spawn(move || work(i)).join().unwrap();
+        assert!(k < 255, "thread {i} counts on the shared stripe");
+        seen[k] = true;
+    }
+    let after = heapdump::stats();
+    let distinct = seen.iter().filter(|&&b| b).count();
+    assert!(distinct < 100, "ended threads' stripes are reused ({distinct} distinct for 600 threads)");
+    assert_eq!((after.live_count, after.live_bytes), (before.live_count, before.live_bytes), "counts exact across threads that came and went");
 }
 
 fn child_dense() {
