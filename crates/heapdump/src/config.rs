@@ -55,6 +55,11 @@ pub struct Config {
     /// buckets found through a directory (`buckets`: less memory where
     /// small blocks are scattered among large ones).
     pub shadow: bool,
+    /// Whether the shadow's dense parts ask for transparent huge pages
+    /// (`HEAPDUMP_THP`, `1` by default; `0` keeps 4 KiB pages, for a
+    /// program that cannot have its allocations wait on the kernel
+    /// compacting memory).
+    pub thp: bool,
 }
 
 impl Config {
@@ -73,6 +78,7 @@ impl Config {
             max_frames: 32,
             cached_unwinder: true,
             shadow: true,
+            thp: true,
         }
     }
 
@@ -148,6 +154,13 @@ impl Config {
                 b"shadow" => c.shadow = true,
                 b"buckets" => c.shadow = false,
                 _ => warn(b"HEAPDUMP_TABLE", v, b"expected shadow or buckets"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_THP") {
+            match v {
+                b"1" => c.thp = true,
+                b"0" => c.thp = false,
+                _ => warn(b"HEAPDUMP_THP", v, b"expected 1 or 0"),
             }
         }
         if let Some(v) = var(c"HEAPDUMP_MAX_FRAMES") {

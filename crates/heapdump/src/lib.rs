@@ -111,6 +111,9 @@ fn init_slow() {
             if !c.shadow {
                 STATE.table.use_buckets();
             }
+            if !c.thp {
+                STATE.table.no_huge_pages();
+            }
             STATE.table.give_back_stripes();
             let _ = stw::init();
             STATE.init_pid.store(sys::getpid(), Ordering::Relaxed);

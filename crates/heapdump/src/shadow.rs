@@ -88,6 +88,8 @@ pub struct Shadow {
     /// Whether dense chunks of slots get huge pages (the system allows
     /// transparent huge pages where asked for).
     thp: AtomicBool,
+    /// Whether they may (`HEAPDUMP_THP`).
+    thp_allowed: AtomicBool,
 }
 
 /// The word of `base + off` as an atomic `T` (the reservation is never
@@ -101,7 +103,12 @@ fn at<T>(base: usize, off: usize) -> &'static T {
 
 impl Shadow {
     pub const fn new() -> Shadow {
-        Shadow { base: AtomicUsize::new(0), pages: AtomicU64::new(0), thp: AtomicBool::new(false) }
+        Shadow { base: AtomicUsize::new(0), pages: AtomicU64::new(0), thp: AtomicBool::new(false), thp_allowed: AtomicBool::new(true) }
+    }
+
+    /// Never asks for huge pages (called before the reservation).
+    pub fn no_huge_pages(&self) {
+        self.thp_allowed.store(false, Ordering::Relaxed);
     }
 
     /// Never reserves the shadow (unless it already is).
@@ -127,7 +134,7 @@ impl Shadow {
             // A core dump walks a mapping page by page: 48 TiB of them would
             // take the kernel hours. Leave the shadow out.
             let _ = sys::dont_dump(p, LEN);
-            self.thp.store(sys::thp_on_request(), Ordering::Relaxed);
+            self.thp.store(self.thp_allowed.load(Ordering::Relaxed) && sys::thp_on_request(), Ordering::Relaxed);
             p as usize
         });
         match self.base.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {

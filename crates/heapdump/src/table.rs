@@ -639,6 +639,12 @@ impl Table {
         }
     }
 
+    /// Keeps the shadow on 4 KiB pages (called before the first small block
+    /// is recorded).
+    pub fn no_huge_pages(&self) {
+        self.shadow.no_huge_pages();
+    }
+
     /// Keeps small blocks in buckets rather than the shadow (called before
     /// the first is recorded).
     pub fn use_buckets(&self) {

@@ -412,6 +412,11 @@ fn dense_shadow_chunks_get_huge_pages() {
     }
     // The tracker's memory is the shadow plus its small tables elsewhere.
     assert!(tracker >= rss && tracker - rss < 4 << 20, "tracker_bytes {tracker} counts the shadow's {rss} bytes");
+    // HEAPDUMP_THP=0 keeps the whole shadow on 4 KiB pages.
+    let o = common::child("child_dense", &[("HEAPDUMP_SIGNAL", "0"), ("HEAPDUMP_BACKTRACE", "off"), ("HEAPDUMP_THP", "0")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(" shadow_huge=0 "), "HEAPDUMP_THP=0: {out}");
 }
 
 /// Threads that end give their stripe of counters back: the 600th thread
