@@ -442,7 +442,11 @@ fn ended_threads_give_their_stripes_back() {
     let after = heapdump::stats();
     let distinct = seen.iter().filter(|&&b| b).count();
     assert!(distinct < 100, "ended threads' stripes are reused ({distinct} distinct for 600 threads)");
-    assert_eq!((after.live_count, after.live_bytes), (before.live_count, before.live_bytes), "counts exact across threads that came and went");
+    assert_eq!(
+        (after.live_count, after.live_bytes),
+        (before.live_count, before.live_bytes),
+        "counts exact across threads that came and went"
+    );
 }
 
 fn child_dense() {
