@@ -102,19 +102,11 @@ impl Config {
                 warn(b"HEAPDUMP_OUTPUT", v, b"path too long");
             }
         }
-        if let Some(v) = var(c"HEAPDUMP_MODE") {
-            match v {
-                b"full" => c.mode = Mode::Full,
-                b"compact" => c.mode = Mode::Compact,
-                _ => warn(b"HEAPDUMP_MODE", v, b"expected full or compact"),
-            }
+        if let Some(full) = either(c"HEAPDUMP_MODE", b"full", b"compact", b"expected full or compact") {
+            c.mode = if full { Mode::Full } else { Mode::Compact };
         }
-        if let Some(v) = var(c"HEAPDUMP_AT_EXIT") {
-            match v {
-                b"1" => c.at_exit = true,
-                b"0" => c.at_exit = false,
-                _ => warn(b"HEAPDUMP_AT_EXIT", v, b"expected 1 or 0"),
-            }
+        if let Some(b) = either(c"HEAPDUMP_AT_EXIT", b"1", b"0", b"expected 1 or 0") {
+            c.at_exit = b;
         }
         if let Some(v) = var(c"HEAPDUMP_SIGNAL") {
             match parse_signal(v) {
@@ -142,26 +134,14 @@ impl Config {
                 None => warn(b"HEAPDUMP_BACKTRACE", v, b"expected all, sampled, sampled=BYTES or off"),
             }
         }
-        if let Some(v) = var(c"HEAPDUMP_UNWINDER") {
-            match v {
-                b"cached" => c.cached_unwinder = true,
-                b"libgcc" => c.cached_unwinder = false,
-                _ => warn(b"HEAPDUMP_UNWINDER", v, b"expected cached or libgcc"),
-            }
+        if let Some(b) = either(c"HEAPDUMP_UNWINDER", b"cached", b"libgcc", b"expected cached or libgcc") {
+            c.cached_unwinder = b;
         }
-        if let Some(v) = var(c"HEAPDUMP_TABLE") {
-            match v {
-                b"shadow" => c.shadow = true,
-                b"buckets" => c.shadow = false,
-                _ => warn(b"HEAPDUMP_TABLE", v, b"expected shadow or buckets"),
-            }
+        if let Some(b) = either(c"HEAPDUMP_TABLE", b"shadow", b"buckets", b"expected shadow or buckets") {
+            c.shadow = b;
         }
-        if let Some(v) = var(c"HEAPDUMP_THP") {
-            match v {
-                b"1" => c.thp = true,
-                b"0" => c.thp = false,
-                _ => warn(b"HEAPDUMP_THP", v, b"expected 1 or 0"),
-            }
+        if let Some(b) = either(c"HEAPDUMP_THP", b"1", b"0", b"expected 1 or 0") {
+            c.thp = b;
         }
         if let Some(v) = var(c"HEAPDUMP_MAX_FRAMES") {
             match parse_u64(v) {
@@ -186,6 +166,17 @@ fn var(name: &CStr) -> Option<&'static [u8]> {
 }
 
 /// Writes `heapdump: ignoring NAME=VALUE: WHY` to stderr with one write.
+/// A setting of two values: `Some(true)` for `yes`, `Some(false)` for
+/// `no`, `None` when unset or (reported) anything else.
+fn either(name: &CStr, yes: &[u8], no: &[u8], why: &[u8]) -> Option<bool> {
+    let v = var(name)?;
+    if v == yes || v == no {
+        return Some(v == yes);
+    }
+    warn(name.to_bytes(), v, why);
+    None
+}
+
 fn warn(name: &[u8], value: &[u8], why: &[u8]) {
     let mut buf = [0u8; 512];
     let mut n = 0;

@@ -543,10 +543,11 @@ fn sites_are_captured_and_deduplicated() {
 }
 
 fn bad_configuration_is_reported_once() {
-    let o = common::child("child_bad_config", &[("HEAPDUMP_MODE", "sideways"), ("HEAPDUMP_THRESHOLD", "lots")]);
+    let o = common::child("child_bad_config", &[("HEAPDUMP_MODE", "sideways"), ("HEAPDUMP_THRESHOLD", "lots"), ("HEAPDUMP_THP", "maybe")]);
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(err.matches("ignoring HEAPDUMP_MODE=sideways").count(), 1, "{err}");
+    assert_eq!(err.matches("ignoring HEAPDUMP_MODE=sideways: expected full or compact").count(), 1, "{err}");
+    assert_eq!(err.matches("ignoring HEAPDUMP_THP=maybe: expected 1 or 0").count(), 1, "{err}");
     assert_eq!(err.matches("ignoring HEAPDUMP_THRESHOLD=lots").count(), 1, "{err}");
 }
 
