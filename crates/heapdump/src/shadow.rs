@@ -36,7 +36,7 @@
 //! untracked time with addresses only (30 rounds each). Sparse parts keep
 //! 4 KiB pages, so a small or scattered heap does not pay 2 MiB per
 //! 16 MiB it touches. Nothing is asked for where the system gives no
-//! transparent huge pages (`never`). With `defrag` at its default
+//! transparent huge pages (`never`), or with `HEAPDUMP_THP=0`. With `defrag` at its default
 //! (`madvise`) the kernel may compact memory to find a huge page on that
 //! first write, in the allocating thread.
 //!
@@ -275,11 +275,11 @@ impl Shadow {
     /// Bytes of memory the shadow holds: the marked pages of slots and of
     /// marks, and the site pages in memory.
     pub fn bytes(&self, base: usize) -> u64 {
-        let mut slots = self.pages.load(Ordering::Relaxed) * 4096;
+        let slots = self.pages.load(Ordering::Relaxed) * 4096;
         // A chunk on huge pages holds what the kernel mapped (2 MiB, or
         // the pages touched where it had no huge page to give), not its
         // marked pages.
-        let mut last_chunk = usize::MAX;
+        let (mut last_chunk, mut in_huge, mut huge) = (usize::MAX, 0u64, 0u64);
         let mut resident = [0u8; PAGES_PER_CHUNK];
         // A page of level-1 marks covers 4096 * 8 pages of slots (1 GiB);
         // one of level 2 covers 64 of those. Count each distinct page once.
@@ -297,10 +297,14 @@ impl Shadow {
             let page = (start >> PAGE_COVER_BITS) as usize;
             let c = page / PAGES_PER_CHUNK;
             if Self::is_huge(base, c) {
-                slots -= 4096;
+                in_huge += 4096;
                 if c != last_chunk {
+                    // The chunk's bit's page of the huge-chunk bitmap, once.
+                    if last_chunk == usize::MAX || (HUGE + c / 8) / 4096 != (HUGE + last_chunk / 8) / 4096 {
+                        marks += 4096;
+                    }
                     last_chunk = c;
-                    slots += sys::resident_bytes((base + (c << 21)) as *const u8, 1 << 21, &mut resident);
+                    huge += sys::resident_bytes((base + (c << 21)) as *const u8, 1 << 21, &mut resident);
                 }
             }
             for (last, off) in [(&mut last1, L1 + page / 8), (&mut last2, L2 + page / 64 / 8), (&mut last3, L3 + page / 4096 / 8)] {
@@ -322,7 +326,9 @@ impl Shadow {
         if let Some(r) = run {
             flush(r, &mut sites);
         }
-        slots + marks + sites
+        // (Saturating: a page marked since `pages` was read may be in a
+        // huge chunk.)
+        slots.saturating_sub(in_huge) + huge + marks + sites
     }
 
     /// Gives the reservation back (a table that is dropped: tests).
