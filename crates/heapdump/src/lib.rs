@@ -284,8 +284,8 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter,
 }
 
 /// Puts an entry in the table, then dumps if the live heap crossed the
-/// threshold.
-#[inline]
+/// threshold. Inline, so that the table's common case is too.
+#[inline(always)]
 fn insert(st: &State, e: &Entry) {
     let live = st.table.insert(e);
     if live >= st.next_threshold.load(Ordering::Relaxed) {
@@ -441,12 +441,7 @@ fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: 
             Entry::new(q, new_size, align, 0, false)
         }
     };
-    // The common case inline: a small block into a page of slots in use.
-    match st.table.try_insert(&e) {
-        Some(live) if live >= st.next_threshold.load(Ordering::Relaxed) => threshold_crossed(st, live),
-        Some(_) => {}
-        None => insert(st, &e),
-    }
+    insert(st, &e);
 }
 
 /// Leaves the tracker: drops the guard (parking if a stop is pending), then

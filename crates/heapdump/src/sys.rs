@@ -97,24 +97,27 @@ pub fn mmap_sparse_aligned(len: usize, align: usize) -> Result<*mut u8, i32> {
     Ok(start as *mut u8)
 }
 
-/// Leaves `[p, p + len)` out of core dumps (`MADV_DONTDUMP`).
-pub fn dont_dump(p: *mut u8, len: usize) -> Result<(), i32> {
-    // SAFETY: madvise changes only whether the range goes into a core dump.
-    if unsafe { libc::madvise(p.cast(), len, libc::MADV_DONTDUMP) } != 0 {
+/// `madvise` with one of the advices below, which change how a range is
+/// backed or whether it goes into a core dump, never its contents.
+fn advise(p: usize, len: usize, advice: i32) -> Result<(), i32> {
+    // SAFETY: see above; a range the kernel cannot advise fails with an
+    // errno and is left as it was.
+    if unsafe { libc::madvise(p as *mut libc::c_void, len, advice) } != 0 {
         Err(errno())
     } else {
         Ok(())
     }
 }
 
-/// Asks for transparent huge pages for `[p, p + len)` (`MADV_HUGEPAGE`).
+/// Leaves `[p, p + len)` out of core dumps (`MADV_DONTDUMP`).
+pub fn dont_dump(p: *mut u8, len: usize) -> Result<(), i32> {
+    advise(p as usize, len, libc::MADV_DONTDUMP)
+}
+
+/// Asks for transparent huge pages for `[p, p + len)` (`MADV_HUGEPAGE`):
+/// only how its future pages are mapped.
 pub fn huge_pages(p: usize, len: usize) -> Result<(), i32> {
-    // SAFETY: madvise changes only how the range's future pages are mapped.
-    if unsafe { libc::madvise(p as *mut libc::c_void, len, libc::MADV_HUGEPAGE) } != 0 {
-        Err(errno())
-    } else {
-        Ok(())
-    }
+    advise(p, len, libc::MADV_HUGEPAGE)
 }
 
 /// Whether the system gives transparent huge pages to ranges that ask
@@ -172,13 +175,7 @@ pub unsafe fn commit(p: *mut u8, len: usize) -> Result<(), i32> {
 /// aligned) transparent huge pages now, copying its small pages.
 pub fn collapse(p: u64, len: u64) -> Result<(), i32> {
     const MADV_COLLAPSE: i32 = 25;
-    // SAFETY: madvise changes how the range is backed, never its contents;
-    // a range that cannot be collapsed fails with an errno.
-    if unsafe { libc::madvise(p as *mut libc::c_void, len as usize, MADV_COLLAPSE) } != 0 {
-        Err(errno())
-    } else {
-        Ok(())
-    }
+    advise(p as usize, len as usize, MADV_COLLAPSE)
 }
 
 /// Which pages of `[p, p + 4096 * out.len())` are in memory (`mincore`):

@@ -1066,22 +1066,7 @@ impl Table {
     /// needs the rest of `forget`.
     #[inline(always)]
     pub fn try_forget(&self, addr: u64, layout: (u64, u8)) -> bool {
-        // No look at the shadow page's mark: a small block being freed was
-        // put in its page (or was never tracked: then the page reads as zeros).
-        is_small(addr, layout.0, layout.1)
-            && self.place(addr, false).is_some_and(|p| {
-                let slot = self.slot_at(p, addr);
-                let v = slot.load(Ordering::Acquire);
-                if v != 0 {
-                    slot.store(0, Ordering::Relaxed);
-                    // The size the caller gives, not the slot's: the count
-                    // then does not wait for the slot's line to arrive.
-                    // (They are equal: a Rust deallocation passes the
-                    // layout the block was allocated or reallocated with.)
-                    self.count_free(layout.0);
-                }
-                v != 0
-            })
+        self.take_small(addr, layout).is_some()
     }
 
     /// [`Table::try_forget`] that hands back the entry (a block being
@@ -1089,19 +1074,32 @@ impl Table {
     /// (nothing done) when the block needs [`Table::remove`].
     #[inline(always)]
     pub fn try_remove(&self, addr: u64, layout: (u64, u8)) -> Option<Entry> {
+        self.take_small(addr, layout).map(|(p, v)| self.decode(p, addr, v))
+    }
+
+    /// Empties the slot of the small block at `addr` of a known layout and
+    /// counts it freed; its place and what the slot held, or `None`
+    /// (nothing done) when it is not small or not in its slot.
+    #[inline(always)]
+    fn take_small(&self, addr: u64, layout: (u64, u8)) -> Option<(Place, u16)> {
         if !is_small(addr, layout.0, layout.1) {
             return None;
         }
+        // No look at the shadow page's mark: a small block being freed was
+        // put in its page (or was never tracked: then the page reads as zeros).
         let p = self.place(addr, false)?;
         let slot = self.slot_at(p, addr);
         let v = slot.load(Ordering::Acquire);
         if v == 0 {
             return None;
         }
-        let e = self.decode(p, addr, v);
         slot.store(0, Ordering::Relaxed);
+        // The size the caller gives, not the slot's: the count then does
+        // not wait for the slot's line to arrive. (They are equal: a Rust
+        // deallocation passes the layout the block was allocated or
+        // reallocated with.)
         self.count_free(layout.0);
-        Some(e)
+        Some((p, v))
     }
 
     /// [`Table::try_forget`] for a block of unknown size (the preload
