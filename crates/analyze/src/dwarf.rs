@@ -41,7 +41,8 @@ pub struct ModuleDebug {
     ctx: addr2line::Context<R>,
     dwarf: std::sync::Arc<gimli::Dwarf<R>>,
     /// Symbol table, sorted by address.
-    symbols: Vec<(u64, String)>,
+    /// (address, size, name), by address; size 0 when the table has none.
+    symbols: Vec<(u64, u64, String)>,
     /// Parsed units by their offset in `.debug_info`.
     units: HashMap<usize, Rc<gimli::Unit<R>>>,
     /// Start offsets of every unit, for cross-unit references.
@@ -72,14 +73,17 @@ impl ModuleDebug {
                 return Err(format!("{path}: build id differs from the dump's; its frames stay as addresses"));
             }
         }
-        let mut symbols: Vec<(u64, String)> = file
-            .symbol_map()
+        let mut symbols: Vec<(u64, u64, String)> = file
             .symbols()
-            .iter()
-            .map(|s| (s.address(), s.name().to_string()))
-            .chain(file.dynamic_symbols().filter(|s| s.is_definition()).filter_map(|s| Some((s.address(), s.name().ok()?.to_string()))))
+            .chain(file.dynamic_symbols())
+            .filter(|s| {
+                s.is_definition() && matches!(s.kind(), object::SymbolKind::Text | object::SymbolKind::Data | object::SymbolKind::Unknown)
+            })
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .filter(|s| s.0 != 0 && !s.2.is_empty())
             .collect();
-        symbols.sort_by_key(|s| s.0);
+        // One entry per address, the one with a size (and the longest) kept.
+        symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         symbols.dedup_by_key(|s| s.0);
         let dwarf = if file.section_by_name(".debug_info").is_none() && !build_id.is_empty() {
             let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
@@ -104,11 +108,15 @@ impl ModuleDebug {
         Ok(ModuleDebug { ctx, dwarf, symbols, units: HashMap::new(), unit_starts: None, type_names: HashMap::new(), vtables: None })
     }
 
-    /// The symbol at or before `probe` (module-relative) and its address.
+    /// The symbol whose extent `[address, address + size)` holds `probe`
+    /// (module-relative), and its address. A symbol without a size holds
+    /// only its own address: the nearest symbol before an address is not
+    /// its function (a stripped library's static functions lie after some
+    /// unrelated exported one).
     pub fn symbol(&self, probe: u64) -> Option<(&str, u64)> {
         let i = self.symbols.partition_point(|s| s.0 <= probe).checked_sub(1)?;
-        let (a, n) = &self.symbols[i];
-        Some((n.as_str(), *a))
+        let (a, size, n) = &self.symbols[i];
+        (probe < a.saturating_add((*size).max(1))).then_some((n.as_str(), *a))
     }
 
     /// The frames at `probe` (module-relative), innermost (inlined) first.

@@ -41,7 +41,7 @@ pub fn size_class(size: u64) -> String {
 /// Groups every block, largest byte count first.
 pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: GroupBy) -> Vec<Row> {
     let mut keys: HashMap<(u32, u64), String> = HashMap::new();
-    let mut acc: HashMap<String, (u64, f64)> = HashMap::new();
+    let mut acc: HashMap<String, (f64, f64)> = HashMap::new();
     for (i, b) in heap.blocks().enumerate() {
         // Site and size keys depend on the site (or size) only: computed once
         // per distinct one; types are cached per site inside `types`.
@@ -51,10 +51,16 @@ pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: Gro
             GroupBy::Type => types.of_block(sym, heap, BlockId(i as u32)),
         };
         let e = acc.entry(key).or_default();
-        e.0 += 1;
+        e.0 += heap.count_weight(&b);
         e.1 += heap.weight(&b);
     }
-    let mut rows: Vec<Row> = acc.into_iter().map(|(key, (n, bytes))| Row { key, allocations: n, bytes: bytes.round() as u64 }).collect();
+    // Unsampled blocks weigh nothing when sites are sampled (their bytes
+    // are in the sampled sites' estimates): no row of zeros for them.
+    let acc: Vec<(String, (f64, f64))> = acc.into_iter().filter(|(_, (n, b))| *n > 0.0 || *b > 0.0).collect();
+    let counts = crate::heap::round_keeping_sum(&acc.iter().map(|r| r.1 .0).collect::<Vec<_>>());
+    let bytes = crate::heap::round_keeping_sum(&acc.iter().map(|r| r.1 .1).collect::<Vec<_>>());
+    let mut rows: Vec<Row> =
+        acc.into_iter().zip(counts).zip(bytes).map(|(((key, _), allocations), bytes)| Row { key, allocations, bytes }).collect();
     rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
     rows
 }

@@ -196,6 +196,8 @@ pub struct Heap {
     pub trailer: Option<Trailer>,
     /// What is missing when the dump was cut short.
     pub truncated: Option<String>,
+    /// How sampled blocks stand for the unsampled rest (see [`Heap::weight`]).
+    sample_scale: std::sync::OnceLock<Option<(f64, f64)>>,
 }
 
 /// The blocks, sorted by address, 16 bytes each: the address, then the
@@ -548,6 +550,7 @@ impl Heap {
             root_regions: vec![],
             trailer: None,
             truncated: None,
+            sample_scale: std::sync::OnceLock::new(),
         }
     }
 
@@ -639,16 +642,88 @@ impl Heap {
         }
     }
 
-    /// The weight of a block in bytes: its size, scaled up for sampled
-    /// sites as the PROCESS record's mean says (`s / (1 - exp(-s/m))`).
+    /// The weight of a block in bytes: what it stands for in totals by
+    /// site, type or size.
+    ///
+    /// With sampled sites (`--backtrace sampled`), every live block is in
+    /// the dump but only the sampled ones have a site. A sampled block of
+    /// `s` bytes stands for `s / (1 - exp(-s/m))` bytes (the unbiased
+    /// estimator jemalloc and tcmalloc use); here that estimate *replaces*
+    /// the unsampled blocks rather than adding to them: unsampled blocks
+    /// weigh 0, and each sampled block's excess over its own size is scaled
+    /// so that the excesses add up to exactly the unsampled bytes. Totals
+    /// then equal the live bytes, and each site gets its estimated share of
+    /// the unsampled rest. Without sampling (or with no sampled block) the
+    /// weight is the size.
     pub fn weight(&self, b: &Block) -> f64 {
-        if b.flags & raw::ALLOC_SAMPLED != 0 && self.sample_mean > 0 && b.size > 0 {
-            let s = b.size as f64;
-            s / (1.0 - (-s / self.sample_mean as f64).exp())
-        } else {
-            b.size as f64
+        match self.scale() {
+            Some((k, _)) if b.flags & raw::ALLOC_SAMPLED != 0 => b.size as f64 + k * (self.raw_weight(b) - b.size as f64),
+            Some(_) => 0.0,
+            None => b.size as f64,
         }
     }
+
+    /// How many blocks `b` stands for, in the same way as [`Heap::weight`]
+    /// (the counts add up to the number of live blocks).
+    pub fn count_weight(&self, b: &Block) -> f64 {
+        match self.scale() {
+            Some((_, k)) if b.flags & raw::ALLOC_SAMPLED != 0 => 1.0 + k * (self.raw_weight(b) / (b.size.max(1) as f64) - 1.0),
+            Some(_) => 0.0,
+            None => 1.0,
+        }
+    }
+
+    fn raw_weight(&self, b: &Block) -> f64 {
+        if b.size == 0 || self.sample_mean == 0 {
+            return b.size as f64;
+        }
+        let s = b.size as f64;
+        s / (1.0 - (-s / self.sample_mean as f64).exp())
+    }
+
+    /// (bytes factor, count factor) of the sampled excess, or `None` when
+    /// weights are plain sizes.
+    fn scale(&self) -> Option<(f64, f64)> {
+        *self.sample_scale.get_or_init(|| {
+            if self.sample_mean == 0 {
+                return None;
+            }
+            let (mut excess, mut excess_n, mut rest, mut rest_n) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+            for b in self.blocks() {
+                if b.flags & raw::ALLOC_SAMPLED != 0 && b.size > 0 {
+                    let w = self.raw_weight(&b);
+                    excess += w - b.size as f64;
+                    excess_n += w / b.size as f64 - 1.0;
+                } else {
+                    rest += b.size as f64;
+                    rest_n += 1.0;
+                }
+            }
+            if excess <= 0.0 || excess_n <= 0.0 {
+                return None;
+            }
+            Some((rest / excess, rest_n / excess_n))
+        })
+    }
+}
+
+/// Rounds `values` to integers whose sum is the rounded sum of the values
+/// (largest remainders get the spare units), so that rows of estimated
+/// bytes add up to the total they share.
+pub fn round_keeping_sum(values: &[f64]) -> Vec<u64> {
+    let total = values.iter().sum::<f64>().round().max(0.0) as u64;
+    let mut out: Vec<u64> = values.iter().map(|v| v.max(0.0).floor() as u64).collect();
+    let mut short = total.saturating_sub(out.iter().sum());
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| (values[b] - values[b].floor()).total_cmp(&(values[a] - values[a].floor())).then(a.cmp(&b)));
+    for i in order {
+        if short == 0 {
+            break;
+        }
+        out[i] += 1;
+        short -= 1;
+    }
+    out
 }
 
 /// What pass 2 of [`Heap::load`] reads, shared by its threads.

@@ -25,5 +25,7 @@ pub mod types;
 
 pub use error::{AnalyzeError, Result};
 pub use file::DumpFile;
-pub use heap::{Block, BlockId, DumpContents, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, ThreadInfo, MAX_BLOCKS};
+pub use heap::{
+    round_keeping_sum, Block, BlockId, DumpContents, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, ThreadInfo, MAX_BLOCKS,
+};
 pub use summary::Summary;

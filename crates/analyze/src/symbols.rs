@@ -115,26 +115,35 @@ impl<'h> Symbolizer<'h> {
     }
 
     fn resolve(&mut self, addr: u64) -> Vec<Frame> {
-        let bare = |module| vec![Frame { address: addr, function: None, file: None, line: None, module, debug: Default::default() }];
-        let Some(mi) = self.module_of(addr) else { return bare(None) };
-        let bias = self.heap.modules[mi].bias;
-        let module = Some(self.heap.modules[mi].path.clone());
-        let Some(debug) = &mut self.open(mi).debug else { return bare(module) };
-        // A return address points after the call: look up the call itself.
+        let bare = |module, function| vec![Frame { address: addr, function, file: None, line: None, module, debug: Default::default() }];
+        let Some(mi) = self.module_of(addr) else { return bare(None, None) };
+        let m = &self.heap.modules[mi];
+        let bias = m.bias;
+        let module = Some(m.path.clone());
+        // Outside every symbol's extent: `module+0xOFFSET`, the offset in
+        // the file (as valgrind and heaptrack show it), never the address.
         let probe = addr.wrapping_sub(bias).wrapping_sub(1);
+        let unnamed = {
+            let base = m.path.rsplit('/').next().unwrap_or(&m.path);
+            let file_off = m
+                .segments
+                .iter()
+                .find(|sg| probe >= sg.vaddr && probe < sg.vaddr.wrapping_add(sg.memsz))
+                .map_or(probe.wrapping_add(1), |sg| probe + 1 - sg.vaddr + sg.file_offset);
+            format!("{base}+{file_off:#x}")
+        };
+        let Some(debug) = &mut self.open(mi).debug else { return bare(module, Some(unnamed)) };
+        // A return address points after the call: look up the call itself.
         let mut out: Vec<Frame> = debug
             .frames(probe)
             .into_iter()
             .map(|f| Frame { address: addr, function: f.function, file: f.file, line: f.line, module: module.clone(), debug: f.debug })
             .collect();
         if out.is_empty() || out.iter().all(|f| f.function.is_none()) {
-            let name = debug.symbol(probe).map(|(n, _)| demangle(n));
+            let name = debug.symbol(probe).map(|(n, _)| demangle(n)).unwrap_or(unnamed);
             match out.last_mut() {
-                None => {
-                    out = bare(module);
-                    out[0].function = name;
-                }
-                Some(f) => f.function = name.or(f.function.take()),
+                None => out = bare(module, Some(name)),
+                Some(f) => f.function = Some(name),
             }
         }
         out
@@ -170,10 +179,32 @@ impl<'h> Symbolizer<'h> {
         out
     }
 
-    /// All frames of a site, inlined frames expanded, innermost first.
-    pub fn site_frames(&mut self, site: u32) -> Vec<Frame> {
+    /// The return addresses of a site, innermost first, without the
+    /// tracker's own: a stack starts at the allocation function the
+    /// program called (`malloc`, `operator new`, `__rust_alloc`).
+    pub fn site_addresses(&mut self, site: u32) -> Vec<u64> {
         let Some(addrs) = self.heap.sites.get(&site).cloned() else { return vec![] };
-        addrs.into_iter().flat_map(|a| self.frames(a)).collect()
+        let skip = addrs.iter().take_while(|&&a| self.frames(a).iter().all(is_runtime)).count();
+        if skip == addrs.len() {
+            return addrs;
+        }
+        addrs[skip..].to_vec()
+    }
+
+    /// The frames at `addr` without the tracker's own inlined into it
+    /// (all of them if every one is the tracker's).
+    pub fn program_frames(&mut self, addr: u64) -> Vec<Frame> {
+        let all = self.frames(addr);
+        if all.iter().all(is_runtime) {
+            return all;
+        }
+        all.into_iter().filter(|f| !is_runtime(f)).collect()
+    }
+
+    /// All frames of a site, inlined frames expanded, innermost first,
+    /// starting at the allocation function the program called.
+    pub fn site_frames(&mut self, site: u32) -> Vec<Frame> {
+        self.site_addresses(site).into_iter().flat_map(|a| self.program_frames(a)).collect()
     }
 
     /// A one-line name for a site: the first frame outside the allocator
@@ -226,6 +257,41 @@ pub(crate) fn cxx_qualified_name(name: &str) -> &str {
     match last_space {
         Some(i) => &name[i + 1..],
         None => name,
+    }
+}
+
+/// Whether a frame is the tracker's own (heapdump's runtime or its preload
+/// library), as opposed to the allocation function the program called.
+/// The preload library's exported allocation functions are not: they are
+/// what the program called.
+pub fn is_runtime(f: &Frame) -> bool {
+    const ENTRY: [&str; 12] = [
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "free",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        "malloc_usable_size",
+        "cfree",
+    ];
+    let in_preload = f.module.as_deref().is_some_and(|m| m.contains("libheapdump_preload"));
+    match f.function.as_deref() {
+        Some(name) => {
+            if in_preload && ENTRY.contains(&name) {
+                return false;
+            }
+            let name = name.trim_start_matches('<');
+            in_preload
+                || name.starts_with("heapdump::")
+                || name.starts_with("heapdump_preload::")
+                || f.file.as_deref().is_some_and(|file| file.contains("/crates/heapdump/src/") || file.contains("/heapdump-0."))
+        }
+        None => in_preload,
     }
 }
 

@@ -109,8 +109,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
                 _ => "0",
             },
         )
-        .env("HEAPDUMP_REPORT", &report)
-        .env_remove("HEAPDUMP_OUTPUT_TAKEN");
+        .env("HEAPDUMP_REPORT", &report);
     match &o.output {
         Some(p) => {
             let abs = if p.is_absolute() { p.clone() } else { std::env::current_dir()?.join(p) };

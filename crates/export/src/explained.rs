@@ -70,9 +70,16 @@ impl<'h> Explained<'h> {
         self.sym.borrow_mut().site_frames(site)
     }
 
-    /// The frames at one return address (inlined first).
+    /// The frames at one return address (inlined first), without the
+    /// tracker's own.
     pub fn frames_at(&self, addr: u64) -> Vec<Frame> {
-        self.sym.borrow_mut().frames(addr)
+        self.sym.borrow_mut().program_frames(addr)
+    }
+
+    /// A site's return addresses, innermost first, starting at the
+    /// allocation function the program called.
+    pub fn site_addresses(&self, site: u32) -> Vec<u64> {
+        self.sym.borrow_mut().site_addresses(site)
     }
 
     /// The type a site allocates, where its frames say ("unknown" if not).

@@ -13,7 +13,7 @@ pub fn folded_lines(ex: &Explained<'_>) -> Vec<String> {
     for b in heap.blocks() {
         *by_site.entry(b.site).or_default() += heap.weight(&b);
     }
-    let mut acc: HashMap<String, u64> = HashMap::new();
+    let mut acc: HashMap<String, f64> = HashMap::new();
     for (site, bytes) in by_site {
         // The program's own frames: allocator machinery and the runtime's
         // start-up frames (everything above `main`) left out.
@@ -30,8 +30,10 @@ pub fn folded_lines(ex: &Explained<'_>) -> Vec<String> {
             names.push(if site == 0 { "(no site recorded)".into() } else { format!("site {site}") });
         }
         names.reverse();
-        *acc.entry(names.join(";")).or_default() += bytes.round() as u64;
+        *acc.entry(names.join(";")).or_default() += bytes;
     }
+    let (keys, values): (Vec<String>, Vec<f64>) = acc.into_iter().unzip();
+    let acc = keys.into_iter().zip(heapdump_analyze::round_keeping_sum(&values));
     let mut lines: Vec<String> = acc.into_iter().filter(|(_, b)| *b > 0).map(|(k, v)| format!("{k} {v}")).collect();
     lines.sort();
     lines

@@ -247,17 +247,21 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
         let w = heap.weight(&b);
         let ty = per_block.then(|| ex.type_of_block(heapdump_analyze::BlockId(i as u32)));
         let e = by_site.entry((b.site, ty)).or_default();
-        e.0 += if b.size > 0 { w / b.size as f64 } else { 1.0 };
+        e.0 += heap.count_weight(&b);
         e.1 += w;
     }
+    // Unsampled blocks weigh nothing when sites are sampled.
+    by_site.retain(|_, (n, w)| *n > 0.0 || *w > 0.0);
     let mut sites: Vec<(u32, Option<String>)> = by_site.keys().cloned().collect();
     sites.sort_unstable();
     let type_key = s.id("type");
-    for key in sites {
-        let (count, bytes) = by_site[&key];
+    // Whole numbers that add up to the totals they estimate.
+    let counts = heapdump_analyze::round_keeping_sum(&sites.iter().map(|k| by_site[k].0).collect::<Vec<_>>());
+    let byte_counts = heapdump_analyze::round_keeping_sum(&sites.iter().map(|k| by_site[k].1).collect::<Vec<_>>());
+    for (key, (count, bytes)) in sites.into_iter().zip(counts.into_iter().zip(byte_counts)) {
         let (site, ty) = key;
         let mut loc_ids = Vec::new();
-        let addrs: Vec<u64> = heap.sites.get(&site).cloned().unwrap_or_default();
+        let addrs: Vec<u64> = ex.site_addresses(site);
         if addrs.is_empty() {
             // A location standing for "no site recorded".
             let key = u64::MAX;
@@ -303,7 +307,7 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
         }
         let ty = ty.unwrap_or_else(|| ex.type_of(site));
         let label = vec![Label { key: type_key, str: s.id(&ty), num: 0, num_unit: 0 }];
-        p.sample.push(Sample { location_id: loc_ids, value: vec![count.round() as i64, bytes.round() as i64], label });
+        p.sample.push(Sample { location_id: loc_ids, value: vec![count as i64, bytes as i64], label });
     }
     p.string_table = s.table;
     p

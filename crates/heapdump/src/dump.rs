@@ -144,13 +144,6 @@ impl Index {
         v < e.addr + e.size || v == e.addr
     }
 
-    /// Whether any live block starts inside `[start, end)`.
-    fn any_block_in(&self, start: u64, end: u64) -> bool {
-        let s = self.as_slice();
-        let i = s.partition_point(|e| e.addr < start);
-        i < s.len() && s[i].addr < end
-    }
-
     fn release(&mut self) {
         if !self.ptr.is_null() {
             // SAFETY: our own mapping, no longer referenced.
@@ -310,22 +303,18 @@ fn write_body(
         let me = sys::gettid();
         let mut threads = 0u32;
         // The calling thread. When it is the runtime's helper (a signal
-        // dump), its stack holds only the dump's own frames: record its
-        // thread-local storage alone.
+        // dump), it is not the program's: no record at all.
         let fs = stw::fs_base();
-        let mut name = [0u8; 16];
-        let name = thread_name(me, &mut name);
-        let (sp, end) = if on_helper {
-            (0, 0)
-        } else {
+        if !on_helper {
+            let mut name = [0u8; 16];
+            let name = thread_name(me, &mut name);
             let sp = entry_regs[RSP];
-            (sp, maps.end_of(sp).unwrap_or(sp))
-        };
-        let regs: &[u64] = if on_helper { &[] } else { entry_regs };
-        let info = ThreadInfo { tid: me, flags: raw::THREAD_CURRENT, stack_start: sp, stack_end: end, tls: fs, name, regs };
-        region(&mut w, mode, &index, pairs, sp, end - sp, |w, c| w.thread(&info, c))?;
-        threads += 1;
-        tls_root(&mut w, mode, &index, pairs, &maps, fs, sp, end, me)?;
+            let end = maps.end_of(sp).unwrap_or(sp);
+            let info = ThreadInfo { tid: me, flags: raw::THREAD_CURRENT, stack_start: sp, stack_end: end, tls: fs, name, regs: entry_regs };
+            region(&mut w, mode, &index, pairs, sp, end - sp, |w, c| w.thread(&info, c))?;
+            threads += 1;
+            tls_root(&mut w, mode, &index, pairs, &maps, fs, sp, end, me)?;
+        }
         for s in stw::stopped_threads() {
             let tid = s.tid.load(Ordering::Relaxed);
             if s.gone() {
@@ -349,11 +338,17 @@ fn write_body(
             threads += 1;
         }
         // Anonymous writable mappings that are neither heap nor stacks nor
-        // the runtime's own, scanned as roots as memcheck scans them (an
-        // exited thread's cached stack, a program's own mmap'd pools).
+        // the runtime's own, scanned as roots as memcheck scans them (a
+        // program's own mmap'd pools, the descriptors and TLS of exited
+        // threads); see `anon_roots` for what is left out of them.
         let mut excluded = [(0u64, 0u64); 256];
         let mut nex = 0;
         let mut exclude = |a: u64| {
+            // The runtime's own stacks are left out as its own mappings
+            // are, not with the whole (possibly merged) mapping around them.
+            if sys::overlaps_own(a, a + 1) {
+                return;
+            }
             if let Some(r) = maps.find(a) {
                 if nex < excluded.len() {
                     excluded[nex] = r;
@@ -363,6 +358,11 @@ fn write_body(
         };
         exclude(stw::current_regs()[RSP]);
         exclude(fs);
+        let (rsp, rfs) = stw::runtime_thread();
+        if rsp != 0 {
+            exclude(rsp);
+            exclude(rfs);
+        }
         for s in stw::stopped_threads() {
             if s.stopped() {
                 exclude(s.regs()[RSP]);
@@ -372,18 +372,18 @@ fn write_body(
         let excluded = &excluded[..nex];
         let mut anon_err: Result<(), DumpError> = Ok(());
         maps.for_each_anon_rw(false, |start, end| {
-            if anon_err.is_err()
-                || sys::overlaps_own(start, end)
-                || excluded.iter().any(|&(a, b)| a < end && start < b)
-                || index.any_block_in(start, end)
-            {
+            if anon_err.is_err() || excluded.iter().any(|&(a, b)| a < end && start < b) {
                 return;
             }
-            let info = StaticInfo { address: start, size: end - start, module: raw::NO_MODULE, name: b"anon" };
-            anon_err = region(&mut w, mode, &index, pairs, start, end - start, |w, c| w.static_root(&info, c));
+            anon_err = anon_roots(start, end, &index, |a, b| {
+                let info = StaticInfo { address: a, size: b - a, module: raw::NO_MODULE, name: b"anon" };
+                region(&mut w, mode, &index, pairs, a, b - a, |w, c| w.static_root(&info, c))
+            });
         });
         anon_err?;
-        // Static roots: the writable segments of every module.
+        // Static roots: the writable segments of every module, less the
+        // runtime's own statics (its tables hold every block's address).
+        let (own_a, own_b) = crate::own_statics();
         if let Some(m) = modules {
             for (i, md) in m.iter().enumerate() {
                 for seg in md.segments() {
@@ -391,8 +391,18 @@ fn write_body(
                         continue;
                     }
                     let start = md.bias.wrapping_add(seg.vaddr);
-                    let info = StaticInfo { address: start, size: seg.memsz, module: i as u32, name: b".data+.bss" };
-                    region(&mut w, mode, &index, pairs, start, seg.memsz, |w, c| w.static_root(&info, c))?;
+                    let end = start + seg.memsz;
+                    let pieces = if own_a < end && start < own_b {
+                        [(start, own_a.max(start)), (own_b.min(end), end)]
+                    } else {
+                        [(start, end), (end, end)]
+                    };
+                    for (a, b) in pieces {
+                        if b > a {
+                            let info = StaticInfo { address: a, size: b - a, module: i as u32, name: b".data+.bss" };
+                            region(&mut w, mode, &index, pairs, a, b - a, |w, c| w.static_root(&info, c))?;
+                        }
+                    }
                 }
             }
         }
@@ -827,6 +837,167 @@ fn write_alloc(w: &mut Writer<'_, PipeSink>, mode: Mode, index: &Index, pairs: &
         first_word,
     };
     region(w, mode, index, pairs, e.addr, e.size, |w, c| w.alloc(&info, c))
+}
+
+/// Most pieces one anonymous mapping is cut into.
+const MAX_HOLES: usize = 512;
+
+/// Calls `emit(start, end)` for each part of the anonymous mapping
+/// `[start, end)` that is a root, as memcheck would see it:
+///
+/// - blocks glibc mapped for themselves (large allocations; the kernel
+///   merges their mappings with a program's own neighbouring ones) are
+///   left out, chunk header to chunk end, and the rest of the mapping is
+///   scanned. A mapping holding any other tracked block is an allocator's
+///   arena (glibc's per-thread heaps, whose free chunks keep stale words)
+///   and is left out whole;
+/// - the runtime's own mappings are left out;
+/// - the stack of a thread that has ended (glibc caches it for reuse: its
+///   descriptor is there, with a zero `tid`) is left out below the
+///   thread's first frame, as memcheck, which marks popped frames
+///   inaccessible, leaves it; its TLS and descriptor are still scanned.
+fn anon_roots(start: u64, end: u64, index: &Index, mut emit: impl FnMut(u64, u64) -> Result<(), DumpError>) -> Result<(), DumpError> {
+    let mut holes = [(0u64, 0u64); MAX_HOLES];
+    let mut n = 0usize;
+    let mut arena = false;
+    let mut push = |h: (u64, u64), n: &mut usize| {
+        if *n < MAX_HOLES {
+            holes[*n] = h;
+            *n += 1;
+            true
+        } else {
+            false
+        }
+    };
+    // Tracked blocks inside: glibc's mmapped chunks, or an arena.
+    let blocks = index.as_slice();
+    let mut i = blocks.partition_point(|e| e.addr < start);
+    while i < blocks.len() && blocks[i].addr < end {
+        let e = &blocks[i];
+        i += 1;
+        let Some(chunk) = mmapped_chunk(e.addr, e.size, start, end) else {
+            arena = true;
+            break;
+        };
+        if !push(chunk, &mut n) {
+            arena = true;
+            break;
+        }
+    }
+    if arena {
+        return Ok(());
+    }
+    sys::for_each_own(|a, b| {
+        if a < end && start < b {
+            push((a.max(start), b.min(end)), &mut n);
+        }
+    });
+    let holes = &mut holes[..n];
+    holes.sort_unstable_by_key(|h| h.0);
+    let mut cur = start;
+    let mut gap = |a: u64, b: u64| -> Result<(), DumpError> {
+        // Within a gap, leave out the stacks of ended threads.
+        let mut from = a;
+        let mut r = Ok(());
+        dead_stacks(a, b, |(x, y)| {
+            if r.is_ok() && x > from {
+                r = emit(from, x);
+            }
+            from = from.max(y);
+        });
+        r?;
+        if b > from {
+            emit(from, b)?;
+        }
+        Ok(())
+    };
+    for &(a, b) in holes.iter() {
+        if a > cur {
+            gap(cur, a)?;
+        }
+        cur = cur.max(b);
+    }
+    if end > cur {
+        gap(cur, end)?;
+    }
+    Ok(())
+}
+
+/// The chunk `[start, end)` of a block that glibc's malloc mapped for
+/// itself, when `addr` is one: the chunk header before it has the
+/// `IS_MMAPPED` bit, a page-multiple size that covers the block, and the
+/// chunk lies in the mapping `[lo, hi)`.
+fn mmapped_chunk(addr: u64, size: u64, lo: u64, hi: u64) -> Option<(u64, u64)> {
+    const IS_MMAPPED: u64 = 2;
+    let chunk = addr.checked_sub(16)?;
+    if chunk < lo || addr % 16 != 0 {
+        return None;
+    }
+    // SAFETY: [chunk, addr) lies in the readable mapping [lo, hi).
+    let (prev, word) = unsafe { (core::ptr::read_volatile(chunk as *const u64), core::ptr::read_volatile((chunk + 8) as *const u64)) };
+    let csize = word & !7;
+    if word & IS_MMAPPED == 0 || csize % 4096 != 0 || csize < size + 16 {
+        return None;
+    }
+    // A memalign'd chunk keeps its distance from the mapping's start in prev_size.
+    let base = chunk.checked_sub(prev)?;
+    let stop = chunk.checked_add(csize)?;
+    (base >= lo && stop <= hi).then_some((base, stop))
+}
+
+/// Calls `hole(lo, hi)` for the stack part of each ended thread's stack in
+/// `[start, end)`: glibc's descriptor of the thread (`struct pthread`, at
+/// the top of its stack block, 64-byte aligned, whose first and third
+/// words point to itself) with no `tid` (0 or -1). Only pages in memory
+/// are looked at (a descriptor has been written), and only in mappings of
+/// at most 1 GiB (a thread's stack; not a reservation of terabytes).
+fn dead_stacks(start: u64, end: u64, mut hole: impl FnMut((u64, u64))) {
+    let (tcb_size, tid_off) = stw::tcb_layout();
+    if tid_off == 0 || end - start > 1 << 30 {
+        return;
+    }
+    let tls = crate::static_tls_size();
+    let mut pages = [0u8; 512];
+    let mut below = start;
+    let mut at = start;
+    while at < end {
+        let n = ((end - at) / 4096).min(pages.len() as u64) as usize;
+        if n == 0 || sys::resident(at as *const u8, &mut pages[..n]).is_err() {
+            return;
+        }
+        for (p, &r) in pages[..n].iter().enumerate() {
+            if r & 1 == 0 {
+                continue;
+            }
+            let page = at + p as u64 * 4096;
+            for a in (page..page + 4096).step_by(64) {
+                if a + tid_off + 4 > end {
+                    break;
+                }
+                // SAFETY: `a` and its neighbours lie in a resident page of
+                // the readable mapping [start, end) (checked above), aligned.
+                let (w0, w2, tid) = unsafe {
+                    (
+                        core::ptr::read_volatile(a as *const u64),
+                        core::ptr::read_volatile((a + 16) as *const u64),
+                        core::ptr::read_volatile((a + tid_off) as *const u32),
+                    )
+                };
+                // The kernel clears `tid` when the thread ends, and glibc
+                // marks a joined thread's descriptor with -1.
+                if w0 == a && w2 == a && (tid as i32) <= 0 {
+                    // The stack grows down from below the static TLS, which
+                    // ends at the descriptor's end (TLS_TCB_AT_TP).
+                    let top = (a + tcb_size).saturating_sub(tls).max(below);
+                    if top > below {
+                        hole((below, top));
+                    }
+                    below = a + tcb_size.max(64);
+                }
+            }
+        }
+        at += n as u64 * 4096;
+    }
 }
 
 /// Thread-local storage as a root, when it lies outside the dumped stack

@@ -61,10 +61,6 @@ pub struct State {
     next_threshold: AtomicU64,
     oom_dumped: AtomicBool,
     dump_count: AtomicU64,
-    /// The process that initialised the tracker (a forked child differs).
-    init_pid: core::sync::atomic::AtomicU32,
-    /// Whether no ancestor already claimed `HEAPDUMP_OUTPUT`.
-    first_process: AtomicBool,
 }
 
 // SAFETY: `config` is written once during initialisation (init == 1, by the
@@ -79,8 +75,6 @@ static STATE: State = State {
     next_threshold: AtomicU64::new(u64::MAX),
     oom_dumped: AtomicBool::new(false),
     dump_count: AtomicU64::new(0),
-    init_pid: core::sync::atomic::AtomicU32::new(0),
-    first_process: AtomicBool::new(true),
 };
 
 impl State {
@@ -116,10 +110,6 @@ fn init_slow() {
             }
             STATE.table.give_back_stripes();
             let _ = stw::init();
-            STATE.init_pid.store(sys::getpid(), Ordering::Relaxed);
-            // SAFETY: getenv with a NUL-terminated name; nothing is kept.
-            let taken = !unsafe { libc::getenv(c"HEAPDUMP_OUTPUT_TAKEN".as_ptr()) }.is_null();
-            STATE.first_process.store(!taken, Ordering::Relaxed);
             STATE.init.store(2, Ordering::Release);
         }
         Err(_) => {
@@ -653,18 +643,28 @@ fn create(path_nul: &[u8]) -> Result<i32, DumpError> {
         .map_err(|errno| DumpError::Os { what: "creating the dump file", errno })
 }
 
-/// Builds the path of the next automatic dump: `HEAPDUMP_OUTPUT` for the
-/// first, then `<stem>.<pid>.<n><ext>`; without it `heapdump.<pid>.hdump`,
-/// then `heapdump.<pid>.<n>.hdump`. Opens it exclusively, trying the next
-/// number while the name exists. Returns the descriptor and path length.
+/// Builds the path of the next automatic dump and opens it exclusively.
+///
+/// The configured path (`HEAPDUMP_OUTPUT`, else `heapdump.<pid>.hdump`) is
+/// tried first, by every process of the tree: the file itself is the claim
+/// (`O_EXCL`), so the first dump anywhere in the tree gets the name the
+/// user gave and nothing is written to the host's environment to hand the
+/// claim on. Every later dump, of this process or another, is numbered
+/// `<stem>.<pid>.<n><ext>` (n from 1), taking the first free number.
+/// Returns the descriptor and path length.
 fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError> {
     let pid = sys::getpid() as u64;
     let c = st.config();
-    // Only the first traced process of a tree, before any fork, uses the
-    // configured path as it is; children and later dumps are numbered.
-    let original = st.first_process.load(Ordering::Relaxed) && st.init_pid.load(Ordering::Relaxed) == sys::getpid();
-    for attempt in 0..10_000u64 {
-        let n = st.dump_count.load(Ordering::Relaxed) + attempt;
+    let default = b"heapdump.hdump";
+    let path = c.output().unwrap_or(default);
+    // Insert .<pid>.<n> before the extension of the last component.
+    let slash = path.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+    let dot = path[slash..].iter().rposition(|&b| b == b'.').filter(|&i| i > 0).map(|i| slash + i);
+    let (stem, ext) = match dot {
+        Some(d) => (&path[..d], &path[d..]),
+        None => (path, &b""[..]),
+    };
+    for n in 0..10_000u64 {
         let mut len = 0;
         let mut put = |s: &[u8], len: &mut usize| {
             let k = s.len().min(out.len() - 1 - *len);
@@ -672,37 +672,19 @@ fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError
             *len += k;
         };
         let mut num = [0u8; 20];
-        let n = if original { n } else { n + 1 };
-        match c.output() {
-            Some(path) if n == 0 && original => put(path, &mut len),
-            Some(path) => {
-                // Insert .<pid>.<n> before the extension of the last component.
-                let slash = path.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
-                let dot = path[slash..].iter().rposition(|&b| b == b'.').filter(|&i| i > 0).map(|i| slash + i);
-                let (stem, ext) = match dot {
-                    Some(d) => (&path[..d], &path[d..]),
-                    None => (path, &b""[..]),
-                };
-                put(stem, &mut len);
-                put(b".", &mut len);
-                let k = dump::fmt_u64(pid, &mut num);
-                put(&num[..k], &mut len);
+        if c.output().is_some() && n == 0 {
+            put(path, &mut len);
+        } else {
+            put(stem, &mut len);
+            put(b".", &mut len);
+            let k = dump::fmt_u64(pid, &mut num);
+            put(&num[..k], &mut len);
+            if n > 0 {
                 put(b".", &mut len);
                 let k = dump::fmt_u64(n, &mut num);
                 put(&num[..k], &mut len);
-                put(ext, &mut len);
             }
-            None => {
-                put(b"heapdump.", &mut len);
-                let k = dump::fmt_u64(pid, &mut num);
-                put(&num[..k], &mut len);
-                if n > 0 {
-                    put(b".", &mut len);
-                    let k = dump::fmt_u64(n, &mut num);
-                    put(&num[..k], &mut len);
-                }
-                put(b".hdump", &mut len);
-            }
+            put(ext, &mut len);
         }
         out[len] = 0;
         match create(&out[..=len]) {
@@ -838,6 +820,13 @@ fn report_error(reason: Reason, e: &DumpError) {
     write_stderr(l.bytes());
 }
 
+/// The runtime's own statics that hold heap addresses (the live table's
+/// inline parts, the site table): `[start, end)`, never a root.
+pub(crate) fn own_statics() -> (u64, u64) {
+    let a = &STATE as *const State as u64;
+    (a, a + core::mem::size_of::<State>() as u64)
+}
+
 // --- start-up: fork handlers, exit and signal triggers -----------------------------
 
 static SIGNAL_PIPE: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -892,10 +881,11 @@ extern "C" fn on_dump_signal(_sig: i32) {
     sys::set_errno(saved);
 }
 
-extern "C" fn helper_main(_: *mut libc::c_void) -> *mut libc::c_void {
+extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc::c_void {
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: naming the current thread with a NUL-terminated name.
         unsafe { libc::prctl(libc::PR_SET_NAME, c"heapdump".as_ptr()) };
+        stw::register_runtime_thread(stack_end as u64);
         let rfd = (SIGNAL_PIPE.load(Ordering::Relaxed) >> 32) as i32;
         let mut b = [0u8; 64];
         loop {
@@ -920,6 +910,7 @@ extern "C" fn start() {
     // SAFETY: registering plain extern "C" functions.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork_child)) };
     unwind::init();
+    stw::find_tid_offset();
     // SAFETY: dlsym of a function with this signature in glibc's loader.
     unsafe {
         let f = libc::dlsym(libc::RTLD_DEFAULT, c"_dl_get_tls_static_info".as_ptr());
@@ -932,11 +923,6 @@ extern "C" fn start() {
             }
         }
     }
-    // Children (forked or executed) inherit this: they number their dumps
-    // rather than take the configured path.
-    // SAFETY: setenv with NUL-terminated strings, at start-up, before
-    // other threads of ours exist.
-    unsafe { libc::setenv(c"HEAPDUMP_OUTPUT_TAKEN".as_ptr(), c"1".as_ptr(), 1) };
     if c.at_exit {
         // SAFETY: as above.
         unsafe { libc::atexit(at_exit) };
@@ -949,17 +935,37 @@ extern "C" fn start() {
             unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
             SIGNAL_PIPE.store((u64::from(fds[0] as u32) << 32) | u64::from(fds[1] as u32), Ordering::Release);
             let mut tid: libc::pthread_t = 0;
+            // The helper's stack is the runtime's own mapping: never a root,
+            // and glibc puts the thread descriptor at its top, which tells
+            // the descriptor's size (see stw::tcb_layout).
+            const HELPER_STACK: usize = 1 << 20;
+            let stack = sys::mmap_anon(HELPER_STACK).unwrap_or(core::ptr::null_mut());
             // SAFETY: a zeroed attr is initialised by pthread_attr_init; the
-            // helper owns no Rust state but the statics above.
+            // stack, when given, is a fresh mapping of HELPER_STACK bytes that
+            // lives as long as the process; the helper owns no Rust state
+            // but the statics above.
             let ok = unsafe {
                 let mut attr: libc::pthread_attr_t = core::mem::zeroed();
                 libc::pthread_attr_init(&mut attr);
-                libc::pthread_attr_setstacksize(&mut attr, 1 << 20);
-                let r = libc::pthread_create(&mut tid, &attr, helper_main, core::ptr::null_mut());
+                let end = if stack.is_null() {
+                    libc::pthread_attr_setstacksize(&mut attr, HELPER_STACK);
+                    core::ptr::null_mut()
+                } else {
+                    libc::pthread_attr_setstack(&mut attr, stack.cast(), HELPER_STACK);
+                    stack.add(HELPER_STACK).cast()
+                };
+                let r = libc::pthread_create(&mut tid, &attr, helper_main, end);
                 libc::pthread_attr_destroy(&mut attr);
                 r == 0
             };
             if ok {
+                // The helper is the runtime's, not the program's: wait (at
+                // most 1 s) until it has said so, so that no dump counts it.
+                let deadline = sys::monotonic_ns() + 1_000_000_000;
+                while !stw::runtime_thread_started() && sys::monotonic_ns() < deadline {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
                 // SAFETY: a zeroed sigaction with a plain handler and SA_RESTART.
                 unsafe {
                     let mut sa: libc::sigaction = core::mem::zeroed();

@@ -79,6 +79,93 @@ static EPOCH: AtomicU32 = AtomicU32::new(0);
 static ACKS: AtomicU32 = AtomicU32::new(0);
 static RELEASE: AtomicU32 = AtomicU32::new(0);
 
+/// The runtime's own long-lived thread (the signal helper): never stopped,
+/// never counted as the program's, its stack and TLS never roots.
+static RUNTIME_TID: AtomicU32 = AtomicU32::new(0);
+static RUNTIME_SP: AtomicU64 = AtomicU64::new(0);
+static RUNTIME_FS: AtomicU64 = AtomicU64::new(0);
+/// glibc's thread descriptor (`struct pthread`): its size, measured on the
+/// helper thread (whose stack the runtime maps itself, so the descriptor
+/// sits at its top), and the offset of its `tid` field, found on the main
+/// thread at start-up. 0 when unknown.
+static TCB_SIZE: AtomicU64 = AtomicU64::new(0);
+static TID_OFFSET: AtomicU64 = AtomicU64::new(0);
+
+/// Called by the runtime's helper thread as it starts; `stack_end` is the
+/// top of the stack the runtime mapped for it.
+pub fn register_runtime_thread(stack_end: u64) {
+    let here = 0u8;
+    let fs = fs_base();
+    RUNTIME_SP.store(&here as *const u8 as u64, Ordering::Relaxed);
+    RUNTIME_FS.store(fs, Ordering::Relaxed);
+    if fs < stack_end && stack_end - fs < 16384 {
+        TCB_SIZE.store(stack_end - fs, Ordering::Relaxed);
+    }
+    RUNTIME_TID.store(sys::gettid(), Ordering::Release);
+}
+
+/// Finds where glibc keeps a thread's id in its descriptor: the first
+/// 4-byte word past the header that holds the calling thread's id (the
+/// kernel clears it when the thread ends: `CLONE_CHILD_CLEARTID`).
+pub fn find_tid_offset() {
+    let fs = fs_base();
+    if fs == 0 || fs % 64 != 0 {
+        return;
+    }
+    let me = sys::gettid();
+    // The header (tcbhead_t) is at least 0x40 bytes; the descriptor is
+    // smaller than a page in every glibc, and the thread pointer is 64-byte
+    // aligned, so [fs, fs + 0x800) lies in the descriptor's own mapping.
+    for off in (0x40..0x800u64).step_by(4) {
+        // SAFETY: inside the calling thread's descriptor (see above), aligned.
+        let v = unsafe { core::ptr::read_volatile((fs + off) as *const u32) };
+        if v == me {
+            TID_OFFSET.store(off, Ordering::Relaxed);
+            return;
+        }
+    }
+}
+
+/// (size of glibc's thread descriptor, offset of its `tid`), 0 if unknown.
+pub fn tcb_layout() -> (u64, u64) {
+    (TCB_SIZE.load(Ordering::Relaxed), TID_OFFSET.load(Ordering::Relaxed))
+}
+
+/// Whether the runtime's helper thread has registered itself.
+pub fn runtime_thread_started() -> bool {
+    RUNTIME_TID.load(Ordering::Acquire) != 0
+}
+
+/// An address on the runtime thread's stack and its thread pointer (0, 0
+/// when there is none).
+pub fn runtime_thread() -> (u64, u64) {
+    (RUNTIME_SP.load(Ordering::Relaxed), RUNTIME_FS.load(Ordering::Relaxed))
+}
+
+/// Whether thread `tid` blocks signal `sig` (from /proc/self/task/TID/status,
+/// `SigBlk`): such a thread cannot answer a stop, so it is not waited for.
+fn blocks_signal(tid: u32, sig: i32) -> bool {
+    let mut path = [0u8; 48];
+    let pre = b"/proc/self/task/";
+    path[..pre.len()].copy_from_slice(pre);
+    let mut n = pre.len();
+    n += crate::dump::fmt_u64(tid.into(), &mut path[n..]);
+    let post = b"/status\0";
+    path[n..n + post.len()].copy_from_slice(post);
+    let Ok(c) = core::ffi::CStr::from_bytes_with_nul(&path[..n + post.len()]) else { return false };
+    let mut buf = [0u8; 2048];
+    let Ok(len) = sys::read_file(c, &mut buf) else { return false };
+    let text = &buf[..len];
+    let key = b"SigBlk:";
+    let Some(at) = text.windows(key.len()).position(|w| w == key) else { return false };
+    let mut mask: u64 = 0;
+    for &b in text[at + key.len()..].iter().skip_while(|b| b.is_ascii_whitespace()).take_while(|b| b.is_ascii_hexdigit()) {
+        let d = (b as char).to_digit(16).unwrap_or(0) as u64;
+        mask = (mask << 4) | d;
+    }
+    sig >= 1 && sig <= 64 && mask & (1u64 << (sig - 1)) != 0
+}
+
 /// The signal used to stop threads: SIGRTMIN+5, clear of glibc's own
 /// (SIGRTMIN, SIGRTMIN+1) and of the common runtimes' choices.
 pub fn suspend_signal() -> i32 {
@@ -253,7 +340,11 @@ pub fn stop(also_skip: u32) -> Stopped {
     for _round in 0..8 {
         let mut new = 0;
         for_each_task(|tid| {
-            if tid == me || tid == also_skip || slots().iter().any(|s| s.tid.load(Ordering::Relaxed) == tid) {
+            if tid == me
+                || tid == also_skip
+                || tid == RUNTIME_TID.load(Ordering::Acquire)
+                || slots().iter().any(|s| s.tid.load(Ordering::Relaxed) == tid)
+            {
                 return;
             }
             let n = NSLOTS.load(Ordering::Relaxed) as usize;
@@ -266,6 +357,11 @@ pub fn stop(also_skip: u32) -> Stopped {
             slot.tid.store(tid, Ordering::Relaxed);
             slot.state.store(SIGNALLED, Ordering::Relaxed);
             NSLOTS.store(n as u32 + 1, Ordering::Release);
+            if blocks_signal(tid, sig) {
+                // It would never answer: recorded as not stopped at once
+                // (its stack is read while it runs), not waited for.
+                return;
+            }
             match sys::tgkill(tid, sig) {
                 Ok(()) => {
                     expected += 1;

@@ -57,6 +57,18 @@ pub fn overlaps_own(start: u64, end: u64) -> bool {
     })
 }
 
+/// Calls `f(start, end)` for each of the runtime's own mappings.
+pub fn for_each_own(mut f: impl FnMut(u64, u64)) {
+    use core::sync::atomic::Ordering;
+    for (a, l) in &OWN {
+        let a = a.load(Ordering::Acquire);
+        let l = l.load(Ordering::Acquire);
+        if a != 0 && l != 0 {
+            f(a, a + l);
+        }
+    }
+}
+
 /// Anonymous private read-write mapping of `len` bytes, zero-filled.
 pub fn mmap_anon(len: usize) -> Result<*mut u8, i32> {
     map(len, libc::MAP_PRIVATE)

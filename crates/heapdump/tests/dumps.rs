@@ -409,7 +409,6 @@ fn signal_trigger_under_a_busy_program() {
     let exe = std::env::current_exe().unwrap();
     let child = std::process::Command::new(exe)
         .env("HEAPDUMP_TEST_CHILD", "child_signal")
-        .env_remove("HEAPDUMP_OUTPUT_TAKEN")
         .env("HEAPDUMP_OUTPUT", dir.join("sig.hdump"))
         .env("HEAPDUMP_REPORT", &report)
         .stderr(std::process::Stdio::piped())

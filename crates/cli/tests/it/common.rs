@@ -3,9 +3,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub fn heapdump() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_heapdump"));
-    c.env_remove("HEAPDUMP_OUTPUT_TAKEN");
-    c
+    Command::new(env!("CARGO_BIN_EXE_heapdump"))
 }
 
 /// Makes sure the preload library exists (builds it if needed).

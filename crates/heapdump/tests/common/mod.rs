@@ -48,7 +48,7 @@ pub fn child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
     let exe = std::env::current_exe().unwrap();
     let mut c = std::process::Command::new(exe);
     // The test process is the children's runner, not their traced parent.
-    c.env("HEAPDUMP_TEST_CHILD", name).env_remove("HEAPDUMP_OUTPUT_TAKEN");
+    c.env("HEAPDUMP_TEST_CHILD", name);
     for (k, v) in env {
         c.env(k, v);
     }
