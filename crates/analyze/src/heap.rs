@@ -196,6 +196,10 @@ pub struct Heap {
     pub trailer: Option<Trailer>,
     /// What is missing when the dump was cut short.
     pub truncated: Option<String>,
+    /// Whether every root record was read: the dump is complete, or was cut
+    /// after the roots (writers put THREAD and STATIC records before SITE
+    /// and ALLOC ones).
+    roots_complete: bool,
     /// How sampled blocks stand for the unsampled rest (see [`Heap::weight`]).
     sample_scale: std::sync::OnceLock<Option<(f64, f64)>>,
 }
@@ -357,6 +361,7 @@ impl Heap {
         let mut end_of_valid = file.bytes().len();
         let middle = file.bytes().len() as u64 / 2;
         let mut split: Option<(u64, usize)> = None;
+        let mut after_roots = false;
         for r in dump.records() {
             let (off, rec) = match r {
                 Ok(x) => x,
@@ -391,9 +396,11 @@ impl Heap {
                     stack: (t.stack_start, t.stack_end),
                 }),
                 Record::Site(s) => {
+                    after_roots = true;
                     heap.sites.insert(s.id, s.frames().collect());
                 }
                 Record::Alloc(a) => {
+                    after_roots = true;
                     if split.is_none() && off >= middle {
                         split = Some((off, list.len()));
                     }
@@ -415,6 +422,7 @@ impl Heap {
                 Record::Static(_) | Record::Unknown { .. } => {}
             }
         }
+        heap.roots_complete = heap.truncated.is_none() || after_roots;
         // Sort by address when needed, remembering each block's record.
         let n = list.len();
         let rec_of: Option<Vec<u32>> = (!sorted).then(|| {
@@ -550,8 +558,24 @@ impl Heap {
             root_regions: vec![],
             trailer: None,
             truncated: None,
+            roots_complete: true,
             sample_scale: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether the dump holds all its roots (see `roots_complete`): without
+    /// them no block can be called lost.
+    pub fn has_roots(&self) -> bool {
+        self.roots_complete
+    }
+
+    /// The number of root regions: thread stacks, thread-local areas,
+    /// static segments and anonymous regions (a THREAD record's stack and
+    /// every STATIC record; a thread's registers are part of its stack's
+    /// region). The `roots` of `summary`, `export --format json` and
+    /// `report`.
+    pub fn root_region_count(&self) -> u64 {
+        self.root_regions.iter().filter(|r| r.kind != RootKind::Registers).count() as u64
     }
 
     /// Number of blocks.

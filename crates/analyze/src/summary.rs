@@ -16,9 +16,13 @@ pub struct Summary {
     pub mode: &'static str,
     /// Process id.
     pub pid: u32,
-    /// Number of threads.
+    /// Number of the program's threads (never the runtime's own).
     pub threads: u64,
-    /// Number of root regions (thread stacks and static segments).
+    /// Threads that could not be stopped (they block the stop signal or
+    /// did not answer in time): their stacks were read while they ran.
+    pub threads_not_stopped: u64,
+    /// Number of root regions: thread stacks, thread-local areas, static
+    /// segments, anonymous regions (as `Heap::root_region_count`).
     pub roots: u64,
     /// Why the dump was taken.
     pub reason: &'static str,
@@ -61,6 +65,7 @@ impl Summary {
             mode: h.mode.as_str(),
             pid: h.pid,
             threads: 0,
+            threads_not_stopped: 0,
             roots: 0,
             reason: h.reason.as_str(),
             pause_us: None,
@@ -88,6 +93,7 @@ impl Summary {
                     s.sample_mean = p.sample_mean;
                 }
                 Ok((_, Record::End(t))) => trailer = Some(t),
+                Ok((_, Record::Thread(t))) if t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0 => s.threads_not_stopped += 1,
                 Ok(_) => {}
                 Err(e) if e.is_truncation() => {
                     s.truncated = Some(e.to_string());

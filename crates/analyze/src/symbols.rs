@@ -149,6 +149,21 @@ impl<'h> Symbolizer<'h> {
         out
     }
 
+    /// The symbol holding data address `addr` (for static roots): its
+    /// name, and the offset of `addr` in it.
+    pub fn data_symbol_at(&mut self, addr: u64) -> Option<(String, u64)> {
+        let mi = self.heap.modules.iter().position(|m| {
+            m.segments.iter().any(|s| {
+                let start = m.bias.wrapping_add(s.vaddr);
+                addr >= start && addr < start.wrapping_add(s.memsz)
+            })
+        })?;
+        let bias = self.heap.modules[mi].bias;
+        let debug = self.open(mi).debug.as_ref()?;
+        let (name, at) = debug.symbol(addr.wrapping_sub(bias))?;
+        Some((demangle(name), addr.wrapping_sub(bias).wrapping_sub(at)))
+    }
+
     /// The symbol holding data address `addr` (for static roots).
     pub fn data_symbol(&mut self, addr: u64) -> Option<String> {
         let mi = self.heap.modules.iter().position(|m| {

@@ -102,6 +102,9 @@ enum Command {
     Leaks {
         /// The dump file.
         dump: PathBuf,
+        /// How many lost groups to show.
+        #[arg(short = 'n', default_value_t = 10)]
+        n: usize,
         /// Print one JSON document.
         #[arg(long)]
         json: bool,
@@ -200,7 +203,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             };
             views::top(&dump, by, n, json).map(|_| ExitCode::SUCCESS)
         }
-        Command::Leaks { dump, json } => views::leaks(&dump, json).map(|_| ExitCode::SUCCESS),
+        Command::Leaks { dump, n, json } => views::leaks(&dump, n, json).map(|v| if v { ExitCode::SUCCESS } else { ExitCode::from(1) }),
         Command::Retained { dump, n, json } => views::retained(&dump, n, json).map(|_| ExitCode::SUCCESS),
         Command::Path { dump, address, json } => views::path(&dump, &address, json).map(|_| ExitCode::SUCCESS),
         Command::Diff { old, new, json } => views::diff(&old, &new, json).map(|_| ExitCode::SUCCESS),
@@ -248,7 +251,17 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
     t.row(vec!["mode".into(), s.mode.into()]);
     t.row(vec!["live allocations".into(), s.allocations.to_string()]);
     t.row(vec!["live bytes".into(), format!("{} ({})", s.bytes, output::bytes(s.bytes))]);
-    t.row(vec!["threads".into(), s.threads.to_string()]);
+    t.row(vec![
+        "threads".into(),
+        if s.threads_not_stopped > 0 {
+            format!(
+                "{} ({} not stopped: they block the stop signal or did not answer; their stacks were read while they ran)",
+                s.threads, s.threads_not_stopped
+            )
+        } else {
+            s.threads.to_string()
+        },
+    ]);
     t.row(vec!["roots".into(), s.roots.to_string()]);
     t.row(vec!["modules".into(), s.modules.to_string()]);
     let sites = match s.backtrace {

@@ -163,16 +163,27 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut
     report
 }
 
-pub fn leaks(path: &Path, json: bool) -> Result<()> {
+pub fn leaks(path: &Path, n: usize, json: bool) -> Result<bool> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
     let mut types = Types::new(&file, &heap);
     let r = leak_report(&heap, &leaks::of_dump(&file, &heap), &mut sym, &mut types);
+    // Without the roots (a dump cut before its thread and static records
+    // ended) nothing can be called lost or reachable: no verdict.
+    let verdict = heap.has_roots();
     if json {
-        return output::json(&r);
+        output::json(&r)?;
+    } else {
+        print_leaks(&mut std::io::stdout().lock(), &r, n)?;
     }
-    print_leaks(&mut std::io::stdout().lock(), &r, 10)?;
-    Ok(())
+    if !verdict {
+        eprintln!(
+            "heapdump: {}: the dump was cut short before its roots (thread stacks, static data) were complete: no leak verdict ({})",
+            path.display(),
+            heap.truncated.as_deref().unwrap_or("roots missing")
+        );
+    }
+    Ok(verdict)
 }
 
 pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::Result<()> {
@@ -192,6 +203,7 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
         return Ok(());
     }
     writeln!(out, "\nLargest lost groups by allocation site:")?;
+    let more = r.groups.len().saturating_sub(n);
     for g in r.groups.iter().take(n) {
         let kind = match g.kind {
             LeakKind::DefinitelyLost => "definitely lost",
@@ -211,6 +223,10 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
         if g.stack.is_empty() {
             writeln!(out, "    at {}", g.site)?;
         }
+    }
+    if more > 0 {
+        let (bytes, blocks) = r.groups[n..].iter().fold((0, 0), |a, g| (a.0 + g.bytes, a.1 + g.blocks));
+        writeln!(out, "\n... and {more} more groups ({bytes} bytes in {blocks} blocks): -n {} shows them all", r.groups.len())?;
     }
     Ok(())
 }
@@ -341,8 +357,15 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
         return Ok(());
     }
     let p = paths::shortest(&heap, target, fallback).ok_or_else(|| anyhow::anyhow!("no chain of pointers leads to {addr:#x} ({class})"))?;
+    // Every step's offset is relative to what its `from` names: the first
+    // step from a static root to the symbol it names (or the region).
+    let mut first_offset = None;
     let start = match &p.start {
-        paths::PathStart::Root(r) => describe_root(&heap, &mut sym, r),
+        paths::PathStart::Root(r) => {
+            let (text, off) = describe_root(&heap, &mut sym, r);
+            first_offset = off;
+            text
+        }
         paths::PathStart::LostBlock(b) => {
             format!("lost block {} (definitely lost, {})", hex(heap.block(*b).addr), sym.site_label(heap.block(*b).site))
         }
@@ -354,7 +377,8 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
             None if i == 0 => start.clone(),
             None => String::new(),
         };
-        steps.push(JsonStep { from, to: hex(heap.block(s.to).addr), offset: s.offset });
+        let offset = if i == 0 && s.from.is_none() { first_offset.unwrap_or(s.offset) } else { s.offset };
+        steps.push(JsonStep { from, to: hex(heap.block(s.to).addr), offset });
     }
     if let paths::PathStart::LostBlock(b) = p.start {
         if steps.is_empty() {
@@ -375,22 +399,24 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
         sym.site_label(heap.block(target).site)
     )?;
     writeln!(out, "  {start}")?;
-    for s in &p.steps {
+    for (s, step) in p.steps.iter().zip(&steps) {
         let b = heap.block(s.to);
         let how = if s.interior { " (interior pointer)" } else { "" };
-        writeln!(out, "  -> at offset {:<6} {} ({} bytes, {}){how}", s.offset, hex(b.addr), b.size, sym.site_label(b.site))?;
+        writeln!(out, "  -> at offset {:<6} {} ({} bytes, {}){how}", step.offset, hex(b.addr), b.size, sym.site_label(b.site))?;
     }
     Ok(())
 }
 
-fn describe_root(heap: &Heap, sym: &mut Symbolizer<'_>, r: &heapdump_analyze::Root) -> String {
+/// A root, named; for a static, by the symbol holding the word, with the
+/// word's offset in that symbol.
+fn describe_root(heap: &Heap, sym: &mut Symbolizer<'_>, r: &heapdump_analyze::Root) -> (String, Option<u64>) {
     use heapdump_analyze::RootSource;
     match heap.root_source(r) {
-        RootSource::Static { module, name, address } => match sym.data_symbol(address) {
-            Some(s) => format!("static {s} in {module} at {address:#x}"),
-            None => format!("static {name} of {module} at {address:#x}"),
+        RootSource::Static { module, name, address } => match sym.data_symbol_at(address) {
+            Some((s, off)) => (format!("static {s} in {module} at {:#x}", address - off), Some(off)),
+            None => (format!("static {name} of {module} at {address:#x}"), Some(0)),
         },
-        other => other.to_string(),
+        other => (other.to_string(), None),
     }
 }
 

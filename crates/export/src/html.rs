@@ -115,7 +115,7 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
         allocs = heap.len(),
         total_h = human(total),
         edges = heap.edge_count(),
-        roots = heap.roots.len(),
+        roots = heap.root_region_count(),
         dl_b = l.definitely_lost.bytes,
         dl_n = l.definitely_lost.blocks,
         il_b = l.indirectly_lost.bytes,

@@ -124,7 +124,7 @@ pub fn write_json(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> 
         allocations: heap.len() as u64,
         bytes: heap.total_bytes(),
         edges: heap.edge_count() as u64,
-        roots: heap.roots.len() as u64,
+        roots: heap.root_region_count(),
         leaks: Leaks {
             definitely_lost: c(&l.definitely_lost),
             indirectly_lost: c(&l.indirectly_lost),

@@ -12,7 +12,7 @@ fn demo_dump(d: &Scratch) -> PathBuf {
     p
 }
 
-fn export(dump: &Path, format: &str, out: &Path, extra: &[&str]) {
+pub fn export(dump: &Path, format: &str, out: &Path, extra: &[&str]) {
     let o = heapdump().arg("export").arg(dump).args(["--format", format, "-o"]).arg(out).args(extra).output().unwrap();
     ok(&o);
     assert!(out.exists());
@@ -34,7 +34,7 @@ fn node_json(d: &Scratch, needs: &str, script: &str, args: &[&std::ffi::OsStr]) 
     serde_json::from_str(&ok(&o)).unwrap()
 }
 
-fn tool(name: &str) -> Command {
+pub fn tool(name: &str) -> Command {
     assert!(
         Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().unwrap().status.success(),
         "{name} is not installed: scripts/test.sh installs the export oracles"
@@ -42,13 +42,10 @@ fn tool(name: &str) -> Command {
     Command::new(name)
 }
 
-#[test]
-fn pprof_is_read_by_go_tool_pprof_with_our_totals() {
-    let d = Scratch::new("pprof");
-    let dump = demo_dump(&d);
-    let out = d.path("heap.pb.gz");
-    export(&dump, "pprof", &out, &[]);
-    let o = tool("go").args(["tool", "pprof", "-raw"]).arg(&out).env("HOME", &d.0).output().unwrap();
+/// (in-use objects, in-use bytes) summed over the samples `go tool pprof
+/// -raw` reads from `out`.
+pub fn pprof_raw_totals(d: &Scratch, out: &Path) -> (u64, u64) {
+    let o = tool("go").args(["tool", "pprof", "-raw"]).arg(out).env("HOME", &d.0).output().unwrap();
     let raw = ok(&o);
     // Samples: "   count   bytes: loc loc ..." after the header line naming the types.
     let mut in_samples = false;
@@ -73,6 +70,16 @@ fn pprof_is_read_by_go_tool_pprof_with_our_totals() {
             }
         }
     }
+    (count, bytes)
+}
+
+#[test]
+fn pprof_is_read_by_go_tool_pprof_with_our_totals() {
+    let d = Scratch::new("pprof");
+    let dump = demo_dump(&d);
+    let out = d.path("heap.pb.gz");
+    export(&dump, "pprof", &out, &[]);
+    let (count, bytes) = pprof_raw_totals(&d, &out);
     let s = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()]);
     assert_eq!(bytes, s["bytes"].as_u64().unwrap(), "in-use bytes");
     assert_eq!(count, s["allocations"].as_u64().unwrap(), "in-use objects");

@@ -6,5 +6,6 @@ mod common;
 mod contract;
 mod exports;
 mod preload;
+mod trust;
 mod types;
 mod valgrind;
