@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, first installing what the tests need
 # on a fresh Debian machine: the outside oracles (valgrind for leaks,
-# go tool pprof, memlab, graphviz, headless Chromium) and gcc/g++ for the
-# traced C and C++ programs.
+# go tool pprof, memlab, graphviz, headless Chromium), gcc/g++ for the
+# traced C and C++ programs, and the real programs traced (CPython, perl,
+# gawk, sqlite3, git).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,12 @@ command -v go >/dev/null || need+=(golang-go)
 command -v dot >/dev/null || need+=(graphviz)
 command -v chromium >/dev/null || need+=(chromium)
 command -v node >/dev/null || need+=(nodejs npm)
+# The real programs the tests trace and compare with valgrind.
+[ -x /usr/bin/python3 ] || need+=(python3)
+[ -x /usr/bin/perl ] || need+=(perl)
+[ -x /usr/bin/gawk ] || need+=(gawk)
+[ -x /usr/bin/sqlite3 ] || need+=(sqlite3)
+[ -x /usr/bin/git ] || need+=(git)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -70,17 +70,17 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
         return Err(Usage(format!("invalid --mode {:?}: expected full or compact", o.mode)).into());
     }
     if let Some(s) = &o.signal {
-        if heapdump::parse_signal(s.as_bytes()).is_none() {
+        if heapdump_format::settings::parse_signal(s.as_bytes()).is_none() {
             return Err(Usage(format!("invalid --signal {s:?}: expected a name such as USR2 or SIGUSR2, a number, or 0")).into());
         }
     }
     if let Some(t) = &o.threshold {
-        if heapdump::parse_bytes(t.as_bytes()).is_none_or(|n| n == 0) {
+        if heapdump_format::settings::parse_bytes(t.as_bytes()).is_none_or(|n| n == 0) {
             return Err(Usage(format!("invalid --threshold {t:?}: expected a byte count such as 104857600 or 100M")).into());
         }
     }
     if let Some(b) = &o.backtrace {
-        if heapdump::parse_backtrace(b.as_bytes()).is_none() {
+        if heapdump_format::settings::parse_backtrace(b.as_bytes()).is_none() {
             return Err(Usage(format!("invalid --backtrace {b:?}: expected all, sampled, sampled=BYTES or off")).into());
         }
     }
@@ -113,6 +113,13 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     match &o.output {
         Some(p) => {
             let abs = if p.is_absolute() { p.clone() } else { std::env::current_dir()?.join(p) };
+            // Found out now, not when the program exits.
+            let dir = abs.parent().unwrap_or(std::path::Path::new("/"));
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(Usage(format!("cannot write dumps to {}: {} is not a directory", abs.display(), dir.display())).into()),
+                Err(e) => return Err(Usage(format!("cannot write dumps to {}: {}: {e}", abs.display(), dir.display())).into()),
+            }
             cmd.env("HEAPDUMP_OUTPUT", abs);
         }
         None => {
@@ -140,7 +147,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
         signal_hook::consts::SIGUSR1,
         signal_hook::consts::SIGUSR2,
     ];
-    if let Some(s) = o.signal.as_deref().and_then(|s| heapdump::parse_signal(s.as_bytes())) {
+    if let Some(s) = o.signal.as_deref().and_then(|s| heapdump_format::settings::parse_signal(s.as_bytes())) {
         if s != 0 && !forwarded.contains(&s) && !signal_hook::consts::FORBIDDEN.contains(&s) {
             forwarded.push(s);
         }

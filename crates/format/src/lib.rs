@@ -38,6 +38,7 @@ extern crate std;
 mod error;
 pub mod raw;
 mod reader;
+pub mod settings;
 mod types;
 mod writer;
 

@@ -5,21 +5,8 @@
 //! not parse is reported once on stderr and the default is used.
 
 use core::ffi::CStr;
+pub use heapdump_format::settings::{parse_backtrace, parse_bytes, parse_signal, parse_u64, Backtrace};
 use heapdump_format::Mode;
-
-/// How allocation sites are captured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backtrace {
-    /// None.
-    Off,
-    /// For every allocation.
-    All,
-    /// For a Poisson sample of allocated bytes with this mean.
-    Sampled(u64),
-}
-
-/// Default mean sampling interval: 512 KiB, as jemalloc and tcmalloc.
-pub const DEFAULT_SAMPLE: u64 = 512 * 1024;
 
 /// The runtime's configuration.
 #[derive(Clone, Copy, Debug)]
@@ -186,88 +173,4 @@ fn warn(name: &[u8], value: &[u8], why: &[u8]) {
         n += k;
     }
     crate::write_stderr(&buf[..n]);
-}
-
-/// Parses a decimal number.
-pub fn parse_u64(v: &[u8]) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut n: u64 = 0;
-    for &b in v {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
-    }
-    Some(n)
-}
-
-/// Parses a byte count with an optional K/M/G suffix (powers of 1024).
-pub fn parse_bytes(v: &[u8]) -> Option<u64> {
-    let (num, mul) = match v.last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    parse_u64(num)?.checked_mul(mul)
-}
-
-/// Parses `all`, `off`, `sampled`, `sampled=BYTES`.
-pub fn parse_backtrace(v: &[u8]) -> Option<Backtrace> {
-    match v {
-        b"all" => Some(Backtrace::All),
-        b"off" => Some(Backtrace::Off),
-        b"sampled" => Some(Backtrace::Sampled(DEFAULT_SAMPLE)),
-        _ => {
-            let rest = v.strip_prefix(b"sampled=")?;
-            let n = parse_bytes(rest)?;
-            (n > 0).then_some(Backtrace::Sampled(n))
-        }
-    }
-}
-
-/// Parses a signal name (`USR2`, `SIGUSR2`) or number; `0` means none.
-pub fn parse_signal(v: &[u8]) -> Option<i32> {
-    if let Some(n) = parse_u64(v) {
-        return (n < 65).then_some(n as i32);
-    }
-    let name = v.strip_prefix(b"SIG").unwrap_or(v);
-    Some(match name {
-        b"USR1" => libc::SIGUSR1,
-        b"USR2" => libc::SIGUSR2,
-        b"HUP" => libc::SIGHUP,
-        b"INT" => libc::SIGINT,
-        b"QUIT" => libc::SIGQUIT,
-        b"TERM" => libc::SIGTERM,
-        b"PROF" => libc::SIGPROF,
-        b"URG" => libc::SIGURG,
-        b"WINCH" => libc::SIGWINCH,
-        b"PWR" => libc::SIGPWR,
-        b"TTIN" => libc::SIGTTIN,
-        b"TTOU" => libc::SIGTTOU,
-        _ => return None,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_parse_as_documented() {
-        assert_eq!(parse_bytes(b"100M"), Some(100 << 20));
-        assert_eq!(parse_bytes(b"4096"), Some(4096));
-        assert_eq!(parse_bytes(b"x"), None);
-        assert_eq!(parse_bytes(b"99999999999999999999"), None);
-        assert_eq!(parse_backtrace(b"sampled=64K"), Some(Backtrace::Sampled(65536)));
-        assert_eq!(parse_backtrace(b"sampled=0"), None);
-        assert_eq!(parse_backtrace(b"sampled"), Some(Backtrace::Sampled(DEFAULT_SAMPLE)));
-        assert_eq!(parse_signal(b"SIGUSR1"), Some(libc::SIGUSR1));
-        assert_eq!(parse_signal(b"USR2"), Some(libc::SIGUSR2));
-        assert_eq!(parse_signal(b"0"), Some(0));
-        assert_eq!(parse_signal(b"99"), None);
-        assert_eq!(parse_signal(b"BOGUS"), None);
-    }
 }

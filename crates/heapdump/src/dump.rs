@@ -58,7 +58,7 @@ pub enum DumpError {
 impl core::fmt::Display for DumpError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match *self {
-            DumpError::Os { what, errno } => write!(f, "{what} failed (errno {errno})"),
+            DumpError::Os { what, errno } => write!(f, "{what} failed: {}", std::io::Error::from_raw_os_error(errno)),
             DumpError::Write(e) => write!(f, "{e}"),
             DumpError::PathTooLong => write!(f, "dump path too long"),
             DumpError::Child(s) => write!(f, "forked dump writer failed (status {s:#x})"),

@@ -714,7 +714,8 @@ fn auto_dump_counted(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bo
     let (fd, len) = match open_next(st, &mut path) {
         Ok(x) => x,
         Err(e) => {
-            report_error(reason, &e);
+            let n = path.iter().position(|&b| b == 0).unwrap_or(0);
+            report_error(reason, &path[..n], &e);
             return;
         }
     };
@@ -723,7 +724,7 @@ fn auto_dump_counted(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bo
     match r {
         Ok(info) => report_ok(&path[..len], reason, &info),
         Err(e) => {
-            report_error(reason, &e);
+            report_error(reason, &path[..len], &e);
             // Keep the partial file: everything before the failure is readable.
         }
     }
@@ -793,18 +794,20 @@ fn report_ok(path: &[u8], reason: Reason, info: &DumpInfo) {
     }
 }
 
-fn report_error(reason: Reason, e: &DumpError) {
+fn report_error(reason: Reason, path: &[u8], e: &DumpError) {
     let mut l = Line::new();
-    l.s(b"heapdump: ").s(reason.as_str().as_bytes()).s(b" dump failed: ");
+    l.s(b"heapdump: ").s(reason.as_str().as_bytes()).s(b" dump failed");
+    if !path.is_empty() {
+        l.s(b" (").s(path).s(b")");
+    }
+    l.s(b": ");
+    let mut text = [0u8; 128];
     match *e {
         DumpError::Os { what, errno } => {
-            l.s(what.as_bytes()).s(b" (errno ").n(errno as u64).s(b")");
+            l.s(what.as_bytes()).s(b": ").s(sys::errno_text(errno, &mut text));
         }
         DumpError::Write(heapdump_format::WriteError::Sink { errno }) => {
-            l.s(b"write error (errno ").n(errno as u64).s(b")");
-            if errno == libc::ENOSPC {
-                l.s(b": no space left on device");
-            }
+            l.s(b"write error: ").s(sys::errno_text(errno, &mut text));
         }
         DumpError::Write(_) => {
             l.s(b"internal write error");

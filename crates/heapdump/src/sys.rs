@@ -57,6 +57,19 @@ pub fn overlaps_own(start: u64, end: u64) -> bool {
     })
 }
 
+/// The text of an error number (`strerror_r` into the caller's buffer: no
+/// allocation), e.g. "No such file or directory".
+pub fn errno_text(errno: i32, buf: &mut [u8; 128]) -> &[u8] {
+    // SAFETY: the XSI strerror_r writes a NUL-terminated string of at most
+    // buf.len() bytes into buf.
+    let r = unsafe { libc::strerror_r(errno, buf.as_mut_ptr().cast(), buf.len()) };
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    if r != 0 || n == 0 {
+        return b"unknown error";
+    }
+    &buf[..n]
+}
+
 /// Calls `f(start, end)` for each of the runtime's own mappings.
 pub fn for_each_own(mut f: impl FnMut(u64, u64)) {
     use core::sync::atomic::Ordering;

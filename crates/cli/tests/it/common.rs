@@ -6,6 +6,15 @@ pub fn heapdump() -> Command {
     Command::new(env!("CARGO_BIN_EXE_heapdump"))
 }
 
+/// A program of the workspace built next to `heapdump` (the demo and the
+/// test programs are the heapdump-demo package's: scripts/test.sh builds
+/// every binary first).
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_BIN_EXE_heapdump")).with_file_name(name);
+    assert!(p.exists(), "{} missing: build it with `cargo build --workspace --bins`", p.display());
+    p
+}
+
 /// Makes sure the preload library exists (builds it if needed).
 pub fn ensure_preload() {
     static ONCE: std::sync::Once = std::sync::Once::new();

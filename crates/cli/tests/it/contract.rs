@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 fn demo_dump(d: &Scratch) -> PathBuf {
     let p = d.path("demo.hdump");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
+    let o = std::process::Command::new(sibling_bin("heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
     ok(&o);
     p
 }

@@ -7,7 +7,7 @@ use std::process::Command;
 
 fn demo_dump(d: &Scratch) -> PathBuf {
     let p = d.path("demo.hdump");
-    let o = Command::new(env!("CARGO_BIN_EXE_heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
+    let o = Command::new(sibling_bin("heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
     ok(&o);
     p
 }

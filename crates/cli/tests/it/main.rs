@@ -6,6 +6,7 @@ mod common;
 mod contract;
 mod exports;
 mod preload;
+mod real_programs;
 mod trust;
 mod types;
 mod valgrind;

@@ -112,10 +112,10 @@ fn cxx_operator_new_is_seen() {
 #[test]
 fn a_rust_binary_traced_by_preload_matches_the_same_program_tracked_in_process() {
     let d = Scratch::new("rust");
-    let (o, dumps) = run_traced(&d.path("p.hdump"), env!("CARGO_BIN_EXE_heapdump-test-workload").as_ref(), &[], &[]);
+    let (o, dumps) = run_traced(&d.path("p.hdump"), sibling_bin("heapdump-test-workload").as_ref(), &[], &[]);
     ok(&o);
     let plain = blocks(&dumps[0]);
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_heapdump-test-workload-tracked"))
+    let o = std::process::Command::new(sibling_bin("heapdump-test-workload-tracked"))
         .env("HEAPDUMP_AT_EXIT", "1")
         .env("HEAPDUMP_OUTPUT", d.path("t.hdump"))
         .output()

@@ -220,3 +220,41 @@ fn the_named_path_survives_a_shell() {
     assert!(dumps.contains(&d.path("w.hdump")), "{dumps:?}");
     assert!(d.path("w.hdump").exists());
 }
+
+#[test]
+fn the_heapdump_command_never_dumps_itself() {
+    // The command used to link the runtime (for a few parsers and the
+    // demo): HEAPDUMP_AT_EXIT=1 or SIGUSR2 made it write a dump of itself.
+    let d = Scratch::new("self");
+    let prog = compile(&d, "leaks.c", &["-O0"]);
+    let (o, dumps) = run_traced(&d.path("x.hdump"), &prog, &[], &[]);
+    ok(&o);
+    let cwd = d.path("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let o = heapdump().arg("summary").arg(&dumps[0]).current_dir(&cwd).env("HEAPDUMP_AT_EXIT", "1").output().unwrap();
+    ok(&o);
+    let written: Vec<_> = std::fs::read_dir(&cwd).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(written.is_empty(), "heapdump summary wrote {written:?}");
+    let exe = std::fs::read(env!("CARGO_BIN_EXE_heapdump")).unwrap();
+    // HEAPDUMP_UNWINDER is read by the runtime alone (the demo program has it).
+    let has = |b: &[u8]| b.windows(b"HEAPDUMP_UNWINDER".len()).any(|w| w == b"HEAPDUMP_UNWINDER");
+    assert!(has(&std::fs::read(sibling_bin("heapdump-demo")).unwrap()), "the check's marker is the runtime's");
+    assert!(!has(&exe), "the heapdump binary holds the runtime's configuration reader");
+}
+
+#[test]
+fn an_output_directory_that_does_not_exist_is_found_before_the_program_starts() {
+    // It used to be found at exit ("creating the dump file (errno 2)",
+    // exit 0) after the whole run.
+    let d = Scratch::new("nodir");
+    let marker = d.path("ran");
+    let o = heapdump()
+        .args(["run", "-o", "/nonexistent/dir/a.hdump", "--", "/bin/sh", "-c"])
+        .arg(format!("touch {}", marker.display()))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("/nonexistent/dir") && err.contains("No such file or directory") && err.lines().count() == 1, "{err}");
+    assert!(!marker.exists(), "the program was started");
+}

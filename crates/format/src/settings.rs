@@ -1,0 +1,102 @@
+//! The meaning of the `HEAPDUMP_*` settings' values, shared by the runtime
+//! that reads them (inside the traced process, without allocating) and by
+//! the `heapdump` command that writes them and checks a user's options
+//! first (it does not link the runtime). Signal numbers are Linux's.
+
+/// How allocation sites are captured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backtrace {
+    /// None.
+    Off,
+    /// For every allocation.
+    All,
+    /// For a Poisson sample of allocated bytes with this mean.
+    Sampled(u64),
+}
+
+/// Default mean sampling interval: 512 KiB, as jemalloc and tcmalloc.
+pub const DEFAULT_SAMPLE: u64 = 512 * 1024;
+
+/// Parses a decimal number.
+pub fn parse_u64(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in v {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(n)
+}
+
+/// Parses a byte count with an optional K/M/G suffix (powers of 1024).
+pub fn parse_bytes(v: &[u8]) -> Option<u64> {
+    let (num, mul) = match v.last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    parse_u64(num)?.checked_mul(mul)
+}
+
+/// Parses `all`, `off`, `sampled`, `sampled=BYTES`.
+pub fn parse_backtrace(v: &[u8]) -> Option<Backtrace> {
+    match v {
+        b"all" => Some(Backtrace::All),
+        b"off" => Some(Backtrace::Off),
+        b"sampled" => Some(Backtrace::Sampled(DEFAULT_SAMPLE)),
+        _ => {
+            let rest = v.strip_prefix(b"sampled=")?;
+            let n = parse_bytes(rest)?;
+            (n > 0).then_some(Backtrace::Sampled(n))
+        }
+    }
+}
+
+/// Parses a signal name (`USR2`, `SIGUSR2`) or number; `0` means none.
+pub fn parse_signal(v: &[u8]) -> Option<i32> {
+    if let Some(n) = parse_u64(v) {
+        return (n < 65).then_some(n as i32);
+    }
+    let name = v.strip_prefix(b"SIG").unwrap_or(v);
+    Some(match name {
+        b"USR1" => 10,
+        b"USR2" => 12,
+        b"HUP" => 1,
+        b"INT" => 2,
+        b"QUIT" => 3,
+        b"TERM" => 15,
+        b"PROF" => 27,
+        b"URG" => 23,
+        b"WINCH" => 28,
+        b"PWR" => 30,
+        b"TTIN" => 21,
+        b"TTOU" => 22,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_as_documented() {
+        assert_eq!(parse_bytes(b"100M"), Some(100 << 20));
+        assert_eq!(parse_bytes(b"4096"), Some(4096));
+        assert_eq!(parse_bytes(b"x"), None);
+        assert_eq!(parse_bytes(b"99999999999999999999"), None);
+        assert_eq!(parse_backtrace(b"sampled=64K"), Some(Backtrace::Sampled(65536)));
+        assert_eq!(parse_backtrace(b"sampled=0"), None);
+        assert_eq!(parse_backtrace(b"sampled"), Some(Backtrace::Sampled(DEFAULT_SAMPLE)));
+        assert_eq!(parse_signal(b"SIGUSR1"), Some(10));
+        assert_eq!(parse_signal(b"USR2"), Some(12));
+        assert_eq!(parse_signal(b"0"), Some(0));
+        assert_eq!(parse_signal(b"99"), None);
+        assert_eq!(parse_signal(b"BOGUS"), None);
+    }
+}
