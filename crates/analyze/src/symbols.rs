@@ -164,19 +164,11 @@ impl<'h> Symbolizer<'h> {
         Some((demangle(name), addr.wrapping_sub(bias).wrapping_sub(at)))
     }
 
-    /// The symbol holding data address `addr` (for static roots).
+    /// The symbol holding data address `addr` (for static roots), as
+    /// `name` or `name+0xOFFSET`.
     pub fn data_symbol(&mut self, addr: u64) -> Option<String> {
-        let mi = self.heap.modules.iter().position(|m| {
-            m.segments.iter().any(|s| {
-                let start = m.bias.wrapping_add(s.vaddr);
-                addr >= start && addr < start.wrapping_add(s.memsz)
-            })
-        })?;
-        let bias = self.heap.modules[mi].bias;
-        let debug = self.open(mi).debug.as_ref()?;
-        let (name, at) = debug.symbol(addr.wrapping_sub(bias))?;
-        let off = addr.wrapping_sub(bias).wrapping_sub(at);
-        Some(if off == 0 { demangle(name) } else { format!("{}+{off:#x}", demangle(name)) })
+        let (name, off) = self.data_symbol_at(addr)?;
+        Some(if off == 0 { name } else { format!("{name}+{off:#x}") })
     }
 
     /// Every trait-object vtable the modules' debug info describes, by
