@@ -7,6 +7,8 @@ use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Options of `run`, as DESIGN.md fixes them.
 pub struct RunOptions {
@@ -135,7 +137,20 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
         Some(b) => cmd.env("HEAPDUMP_BACKTRACE", b),
         None => cmd.env_remove("HEAPDUMP_BACKTRACE"),
     };
-    let mut child = cmd.spawn().with_context(|| format!("cannot start {}", o.program[0].to_string_lossy()))?;
+    // Orphaned descendants (a forked writer whose program ended, a
+    // program started through a shell) become this process's children, so
+    // that they can be waited for and reaped.
+    let _ = rustix::process::set_child_subreaper(rustix::process::Pid::from_raw(std::process::id() as i32));
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            // As shells do: 127 when the program is not found, 126 when it
+            // cannot be run.
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            eprintln!("heapdump: cannot run {}: {e}", o.program[0].to_string_lossy());
+            return Ok(ExitCode::from(code));
+        }
+    };
     // Forward the signals a user sends to `heapdump run` to the program
     // (the dump signal among them).
     let pid = rustix::process::Pid::from_raw(child.id() as i32);
@@ -154,28 +169,35 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     }
     let mut signals = signal_hook::iterator::Signals::new(&forwarded).context("cannot install signal handlers")?;
     let handle = signals.handle();
-    let forwarder = std::thread::spawn(move || {
-        for sig in signals.forever() {
-            if let Some(pid) = pid {
-                if let Some(s) = rustix::process::Signal::from_named_raw(sig) {
+    let exited = Arc::new(AtomicBool::new(false));
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let forwarder = {
+        let (exited, interrupted) = (exited.clone(), interrupted.clone());
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                if exited.load(Ordering::Acquire) {
+                    // The program has ended; a user interrupting the wait
+                    // for its dumps stops the wait.
+                    if [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP].contains(&sig) {
+                        interrupted.store(true, Ordering::Release);
+                    }
+                } else if let (Some(pid), Some(s)) = (pid, rustix::process::Signal::from_named_raw(sig)) {
                     let _ = rustix::process::kill_process(pid, s);
                 }
             }
-        }
-    });
+        })
+    };
     let status = child.wait().context("waiting for the program")?;
+    exited.store(true, Ordering::Release);
+    let dumps = wait_for_dumps(&report, &interrupted);
     handle.close();
     let _ = forwarder.join();
-    let lines = std::fs::read_to_string(&report).unwrap_or_default();
     let _ = std::fs::remove_file(&report);
     let mut err = std::io::stderr().lock();
-    for l in lines.lines() {
-        let f: Vec<&str> = l.split('\t').collect();
-        if f.len() >= 5 {
-            let _ = writeln!(err, "heapdump: wrote {} ({}, {} allocations, {} bytes, file {} bytes)", f[0], f[4], f[1], f[2], f[3]);
-        }
+    for d in &dumps {
+        let _ = writeln!(err, "{}", d.line());
     }
-    if lines.is_empty() {
+    if dumps.is_empty() {
         let _ = writeln!(err, "heapdump: no dump was written");
     }
     let code = match (status.code(), status.signal()) {
@@ -184,4 +206,136 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
         _ => 1,
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// One dump a process of the traced tree started, as its report lines say.
+#[derive(Debug, Default)]
+struct Dump {
+    pid: u32,
+    exe: String,
+    path: String,
+    /// Forked writers writing it.
+    writers: Vec<u32>,
+    /// `wrote`'s fields after the path, or `failed`'s message.
+    done: Option<Result<Vec<String>, String>>,
+}
+
+impl Dump {
+    fn program(&self) -> String {
+        let name = self.exe.rsplit('/').next().unwrap_or(&self.exe);
+        format!("{name}[{}]", self.pid)
+    }
+
+    fn line(&self) -> String {
+        match &self.done {
+            Some(Ok(f)) if f.len() >= 4 => {
+                format!(
+                    "heapdump: wrote {} ({}, by {}, {} allocations, {} bytes, file {} bytes)",
+                    self.path,
+                    f[3],
+                    self.program(),
+                    f[0],
+                    f[1],
+                    f[2]
+                )
+            }
+            Some(Ok(_)) => format!("heapdump: wrote {} (by {})", self.path, self.program()),
+            Some(Err(m)) => format!("heapdump: no complete dump at {} ({}: {m})", self.path, self.program()),
+            None if ends_with_trailer(&self.path) => {
+                format!("heapdump: wrote {} (by {}, which ended before reporting it; the file is complete)", self.path, self.program())
+            }
+            None => format!(
+                "heapdump: incomplete dump {} ({} ended while writing it; what was written can still be read)",
+                self.path,
+                self.program()
+            ),
+        }
+    }
+}
+
+/// Reads the report file: the dumps in the order they were started.
+fn read_report(report: &std::path::Path) -> Vec<Dump> {
+    let text = std::fs::read_to_string(report).unwrap_or_default();
+    let mut dumps: Vec<Dump> = vec![];
+    for l in text.lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        let pid = || f.get(1).and_then(|p| p.parse::<u32>().ok());
+        // The latest dump of `pid` at `path` (the same process may reuse
+        // no path, but a later dump of it may be started meanwhile).
+        let find = |dumps: &mut Vec<Dump>, pid: u32, path: &str| {
+            dumps.iter_mut().rev().position(|d| d.pid == pid && d.path == path).map(|i| dumps.len() - 1 - i)
+        };
+        match (f[0], pid()) {
+            ("started", Some(pid)) if f.len() >= 4 => {
+                dumps.push(Dump { pid, exe: f[2].to_string(), path: f[3].to_string(), ..Default::default() });
+            }
+            ("writer", Some(pid)) if f.len() >= 3 => {
+                if let (Some(d), Ok(w)) = (dumps.iter_mut().rev().find(|d| d.pid == pid && d.done.is_none()), f[2].parse()) {
+                    d.writers.push(w);
+                }
+            }
+            ("wrote", Some(pid)) if f.len() >= 8 => {
+                let i = find(&mut dumps, pid, f[3]).unwrap_or_else(|| {
+                    dumps.push(Dump { pid, exe: f[2].to_string(), path: f[3].to_string(), ..Default::default() });
+                    dumps.len() - 1
+                });
+                dumps[i].done = Some(Ok(f[4..8].iter().map(|s| s.to_string()).collect()));
+            }
+            ("failed", Some(pid)) if f.len() >= 5 => {
+                if let Some(i) = find(&mut dumps, pid, f[3]) {
+                    dumps[i].done = Some(Err(f[4..].join("\t")));
+                }
+            }
+            _ => {}
+        }
+    }
+    dumps
+}
+
+/// Whether a process exists and has not ended (a zombie has ended).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !matches!(s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()), Some('Z' | 'X') | None),
+        Err(_) => false,
+    }
+}
+
+/// Whether the file ends with a whole END record (the writer finished).
+fn ends_with_trailer(path: &str) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let n = (heapdump_format::raw::RECORD_HEADER_SIZE + heapdump_format::raw::END_SIZE) as u64;
+    let mut tail = vec![0u8; n as usize];
+    std::fs::File::open(path)
+        .and_then(|mut f| {
+            let len = f.metadata()?.len();
+            f.seek(SeekFrom::Start(len.checked_sub(n).ok_or(std::io::ErrorKind::UnexpectedEof)?))?;
+            f.read_exact(&mut tail)
+        })
+        .is_ok_and(|()| heapdump_format::ends_with_trailer(&tail))
+}
+
+/// After the program has ended: waits while a dump of its process tree is
+/// being written by a process that is still alive (the process itself, or
+/// its forked writer), reaping the orphans this subreaper inherits, until
+/// every started dump is reported or its writers are gone, or the user
+/// interrupts the wait.
+fn wait_for_dumps(report: &std::path::Path, interrupted: &AtomicBool) -> Vec<Dump> {
+    let mut said = false;
+    loop {
+        // Reap orphans that have ended (never the program: already waited).
+        while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
+        let dumps = read_report(report);
+        let writing: Vec<&Dump> =
+            dumps.iter().filter(|d| d.done.is_none() && (alive(d.pid) || d.writers.iter().any(|&w| alive(w)))).collect();
+        if writing.is_empty() || interrupted.load(Ordering::Acquire) {
+            return dumps;
+        }
+        if !said {
+            for d in &writing {
+                eprintln!("heapdump: waiting for {} to finish {}", d.program(), d.path);
+            }
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

@@ -43,6 +43,8 @@ mod types;
 mod writer;
 
 pub use error::{Error, WriteError};
-pub use reader::{Alloc, Contents as ContentsRef, Dump, Module, Pointers, Process, Record, Records, Site, Static, Thread, Words};
+pub use reader::{
+    ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Module, Pointers, Process, Record, Records, Site, Static, Thread, Words,
+};
 pub use types::{Backtrace, Header, Mode, Reason, Segment, Trailer};
 pub use writer::{AllocInfo, Contents, FdSink, ModuleInfo, NoPointers, ProcessInfo, Sink, StaticInfo, ThreadInfo, Writer, MIN_BUFFER};

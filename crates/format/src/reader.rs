@@ -702,7 +702,10 @@ fn alloc(mut p: Cur<'_>, mode: Mode) -> Result<Alloc<'_>, Error> {
 
 /// Whether `data` ends with an END record header and a payload of the
 /// trailer's size: a dump that was written to its end.
-fn ends_with_trailer(data: &[u8]) -> bool {
+/// Whether `data` (a whole file, or only its last
+/// [`raw::RECORD_HEADER_SIZE`] + [`raw::END_SIZE`] bytes) ends with a whole
+/// END record: the writer finished the file.
+pub fn ends_with_trailer(data: &[u8]) -> bool {
     let Some(start) = data.len().checked_sub(raw::RECORD_HEADER_SIZE + raw::END_SIZE) else { return false };
     let h = &data[start..];
     le32(h, 0) == tag::END && le64(h, 4) == raw::END_SIZE as u64

@@ -228,6 +228,7 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
             Ok(0) => {
                 // Child: one thread, a copy of the stopped image. Write and leave.
                 let pause = sys::monotonic_ns() - t0;
+                crate::report::writer();
                 let sink = PipeSink::start(fd, pipe);
                 let code = match write_body(state, sc, sink, mode, reason, entry_regs, on_helper, stopped, t0, Some(pause)) {
                     Ok(info) => {

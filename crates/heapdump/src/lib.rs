@@ -36,6 +36,7 @@ mod guard;
 mod lock;
 mod modules;
 mod pipe;
+mod report;
 mod shadow;
 mod sites;
 mod stw;
@@ -715,112 +716,20 @@ fn auto_dump_counted(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bo
         Ok(x) => x,
         Err(e) => {
             let n = path.iter().position(|&b| b == 0).unwrap_or(0);
-            report_error(reason, &path[..n], &e);
+            report::failed(reason, &path[..n], &e);
             return;
         }
     };
+    report::started(&path[..len]);
     let r = dump_fd_inner(st, fd, st.config().mode, reason, regs, on_helper);
     sys::close(fd);
     match r {
-        Ok(info) => report_ok(&path[..len], reason, &info),
+        Ok(info) => report::wrote(&path[..len], reason, &info),
         Err(e) => {
-            report_error(reason, &path[..len], &e);
+            report::failed(reason, &path[..len], &e);
             // Keep the partial file: everything before the failure is readable.
         }
     }
-}
-
-/// Writes bytes to stderr with one `write(2)`, ignoring errors.
-pub(crate) fn write_stderr(b: &[u8]) {
-    // SAFETY: writing an initialised buffer to fd 2.
-    unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
-}
-
-struct Line {
-    buf: [u8; 1400],
-    len: usize,
-}
-
-impl Line {
-    fn new() -> Line {
-        Line { buf: [0; 1400], len: 0 }
-    }
-    fn s(&mut self, s: &[u8]) -> &mut Self {
-        let k = s.len().min(self.buf.len() - self.len);
-        self.buf[self.len..self.len + k].copy_from_slice(&s[..k]);
-        self.len += k;
-        self
-    }
-    fn n(&mut self, v: u64) -> &mut Self {
-        let mut t = [0u8; 20];
-        let k = dump::fmt_u64(v, &mut t);
-        self.s(&t[..k])
-    }
-    fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-fn report_ok(path: &[u8], reason: Reason, info: &DumpInfo) {
-    // Machine-readable line for `heapdump run` (which prints it itself):
-    // path TAB allocations TAB bytes TAB file bytes TAB reason.
-    // SAFETY: getenv with a NUL-terminated name.
-    let report = unsafe { libc::getenv(c"HEAPDUMP_REPORT".as_ptr()) };
-    if report.is_null() {
-        let mut l = Line::new();
-        l.s(b"heapdump: wrote ").s(path).s(b" (").s(reason.as_str().as_bytes()).s(b", ").n(info.allocations).s(b" allocations, ");
-        l.n(info.alloc_bytes).s(b" bytes, pause ").n(info.pause_ns / 1000).s(b" us)\n");
-        write_stderr(l.bytes());
-    } else {
-        // SAFETY: getenv returns a NUL-terminated string.
-        let rp = unsafe { core::ffi::CStr::from_ptr(report) };
-        if let Ok(fd) = sys::open(rp, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT, 0o600) {
-            let mut m = Line::new();
-            // Absolute path when relative.
-            if path.first() != Some(&b'/') {
-                let mut cwd = [0u8; 1024];
-                // SAFETY: getcwd writes at most cwd.len() bytes.
-                if !unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
-                    let k = cwd.iter().position(|&b| b == 0).unwrap_or(0);
-                    m.s(&cwd[..k]).s(b"/");
-                }
-            }
-            m.s(path).s(b"\t").n(info.allocations).s(b"\t").n(info.alloc_bytes).s(b"\t").n(info.file_bytes);
-            m.s(b"\t").s(reason.as_str().as_bytes()).s(b"\n");
-            // SAFETY: one write of an initialised buffer (atomic with O_APPEND).
-            unsafe { libc::write(fd, m.bytes().as_ptr().cast(), m.len) };
-            sys::close(fd);
-        }
-    }
-}
-
-fn report_error(reason: Reason, path: &[u8], e: &DumpError) {
-    let mut l = Line::new();
-    l.s(b"heapdump: ").s(reason.as_str().as_bytes()).s(b" dump failed");
-    if !path.is_empty() {
-        l.s(b" (").s(path).s(b")");
-    }
-    l.s(b": ");
-    let mut text = [0u8; 128];
-    match *e {
-        DumpError::Os { what, errno } => {
-            l.s(what.as_bytes()).s(b": ").s(sys::errno_text(errno, &mut text));
-        }
-        DumpError::Write(heapdump_format::WriteError::Sink { errno }) => {
-            l.s(b"write error: ").s(sys::errno_text(errno, &mut text));
-        }
-        DumpError::Write(_) => {
-            l.s(b"internal write error");
-        }
-        DumpError::PathTooLong => {
-            l.s(b"path too long");
-        }
-        DumpError::Child(s) => {
-            l.s(b"forked writer failed, status ").n(s as u64);
-        }
-    }
-    l.s(b"\n");
-    write_stderr(l.bytes());
 }
 
 /// The runtime's own statics that hold heap addresses (the live table's
@@ -833,6 +742,9 @@ pub(crate) fn own_statics() -> (u64, u64) {
 // --- start-up: fork handlers, exit and signal triggers -----------------------------
 
 static SIGNAL_PIPE: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Dump signals received that the helper has not yet answered.
+static SIGNALS_PENDING: AtomicU64 = AtomicU64::new(0);
 
 static STATIC_TLS: AtomicU64 = AtomicU64::new(64 * 1024);
 
@@ -861,25 +773,37 @@ extern "C" fn after_fork_child() {
     STATE.table.free_stripes_after_fork();
 }
 
+/// Registered whatever `HEAPDUMP_AT_EXIT` says: a dump the signal thread
+/// is writing (it resumed the program, which went on to exit; or a forked
+/// writer it waits for) is finished and reported, not cut off by `exit`.
+/// Then the exit dump, when configured.
 extern "C" fn at_exit() {
-    // A dump the signal thread is finishing (it resumed the program, which
-    // went on to exit) is reported before this one, not cut off by exit.
-    for _ in 0..5000 {
-        if AUTO_DUMPS.load(Ordering::Acquire) == 0 {
+    // Bounded (10 minutes: a compact dump of tens of millions of blocks
+    // takes minutes) so that a stuck writer cannot hold the exit forever.
+    for _ in 0..600_000 {
+        if AUTO_DUMPS.load(Ordering::Acquire) == 0 && SIGNALS_PENDING.load(Ordering::Acquire) == 0 {
             break;
         }
         sys::sleep_ms(1);
     }
-    let regs = stw::current_regs();
-    auto_dump(&STATE, Reason::Exit, &regs, false);
+    if STATE.config().at_exit {
+        let regs = stw::current_regs();
+        auto_dump(&STATE, Reason::Exit, &regs, false);
+    }
 }
 
 extern "C" fn on_dump_signal(_sig: i32) {
     let saved = sys::errno();
     let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
     if fd != u64::MAX {
+        // Counted before the helper wakes, so that an exit right after
+        // (a program that raises the signal and returns) waits for the dump.
+        SIGNALS_PENDING.fetch_add(1, Ordering::AcqRel);
         // SAFETY: write(2) of one byte to our own pipe is async-signal-safe.
-        unsafe { libc::write((fd & 0xffff_ffff) as i32, [1u8].as_ptr().cast(), 1) };
+        if unsafe { libc::write((fd & 0xffff_ffff) as i32, [1u8].as_ptr().cast(), 1) } != 1 {
+            // The pipe is full: dumps are already pending; this one merges.
+            SIGNALS_PENDING.fetch_sub(1, Ordering::AcqRel);
+        }
     }
     sys::set_errno(saved);
 }
@@ -894,9 +818,11 @@ extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc::c_void {
         loop {
             match sys::read(rfd, &mut b) {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {
+                Ok(n) => {
                     let regs = stw::current_regs();
                     auto_dump(&STATE, Reason::Signal, &regs, true);
+                    // The signals read were all answered by this dump.
+                    SIGNALS_PENDING.fetch_sub(n as u64, Ordering::AcqRel);
                 }
             }
         }
@@ -926,7 +852,7 @@ extern "C" fn start() {
             }
         }
     }
-    if c.at_exit {
+    if c.at_exit || c.signal != 0 || c.threshold != 0 {
         // SAFETY: as above.
         unsafe { libc::atexit(at_exit) };
     }

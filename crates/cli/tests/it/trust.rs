@@ -57,6 +57,15 @@ fn sampled_totals_equal_the_live_bytes_in_every_view() {
     let pb = d.path("s.pb.gz");
     export(dump, "pprof", &pb, &[]);
     assert_eq!(pprof_raw_totals(&d, &pb), (count, live), "pprof (objects, bytes)");
+    // The heapsnapshot: every block once, at its size (node fields: type,
+    // name, id, self_size, ...; the synthetic root and groups weigh 0).
+    let hs = d.path("s.heapsnapshot");
+    export(dump, "heapsnapshot", &hs, &[]);
+    let snap: serde_json::Value = serde_json::from_slice(&std::fs::read(&hs).unwrap()).unwrap();
+    let width = snap["snapshot"]["meta"]["node_fields"].as_array().unwrap().len();
+    let nodes = snap["nodes"].as_array().unwrap();
+    let self_sizes: u64 = nodes.chunks(width).map(|n| n[3].as_u64().unwrap()).sum();
+    assert_eq!(self_sizes, live, "heapsnapshot self sizes");
 }
 
 #[test]
@@ -257,4 +266,64 @@ fn an_output_directory_that_does_not_exist_is_found_before_the_program_starts() 
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("/nonexistent/dir") && err.contains("No such file or directory") && err.lines().count() == 1, "{err}");
     assert!(!marker.exists(), "the program was started");
+}
+
+#[test]
+fn run_waits_for_the_dump_a_program_started_before_ending() {
+    // The signal dump is answered by the runtime's helper thread (and with
+    // --fork by a forked writer) while main returns; `run` used to say "no
+    // dump was written" and exit before the file was complete.
+    let d = Scratch::new("waits");
+    let prog = compile(&d, "dump_then_exit.c", &["-O1"]);
+    for (i, extra) in [&["--fork"][..], &[][..], &["--fork"][..], &[][..]].iter().enumerate() {
+        let mut args = vec!["--no-at-exit", "--mode", "compact"];
+        args.extend_from_slice(extra);
+        let (o, dumps) = run_traced(&d.path(&format!("w{i}.hdump")), &prog, &["300000"], &args);
+        let err = ok(&o);
+        let err = err + &String::from_utf8_lossy(&o.stderr);
+        assert_eq!(dumps.len(), 1, "run {i} {extra:?}: {err}");
+        assert!(err.contains("(signal, by dump_then_exit["), "the program that wrote it is named: {err}");
+        let s = summary(&dumps[0]);
+        assert!(s["allocations"].as_u64().unwrap() >= 300_000, "complete when run exits: {s}");
+    }
+}
+
+#[test]
+fn run_names_the_program_of_each_dump_in_its_process_tree() {
+    let d = Scratch::new("tree");
+    let prog = compile(&d, "dump_then_exit.c", &["-O1"]);
+    // Two processes in turn under a shell (dash leaves by _exit: no dump).
+    let script = format!("{0} 1000; {0} 2000; exit 3", prog.display());
+    let (o, dumps) = run_traced(&d.path("t.hdump"), Path::new("/bin/sh"), &["-c", &script], &[]);
+    assert_eq!(o.status.code(), Some(3), "the shell's status is passed on");
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Each program's signal and exit dumps, each line naming its process.
+    assert_eq!(dumps.len(), 4, "{err}");
+    let mut pids = std::collections::BTreeMap::<String, Vec<u64>>::new();
+    for l in err.lines().filter(|l| l.starts_with("heapdump: wrote ")) {
+        let by = l.split(", by ").nth(1).unwrap_or_else(|| panic!("no program named: {l}"));
+        let prog = by.split(',').next().unwrap().to_string();
+        let n: u64 = by.split(", ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        pids.entry(prog).or_default().push(n);
+    }
+    assert_eq!(pids.len(), 2, "two processes: {err}");
+    let mut counts: Vec<Vec<u64>> = pids.into_values().collect();
+    counts.sort();
+    assert_eq!(counts, vec![vec![1000, 1000], vec![2000, 2000]], "{err}");
+    for p in &dumps {
+        assert!(summary(p)["allocations"].as_u64().unwrap() >= 1000);
+    }
+}
+
+#[test]
+fn a_program_that_cannot_be_run_exits_as_in_a_shell() {
+    ensure_preload();
+    let o = heapdump().args(["run", "--", "/nonexistent/program"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(127), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/program"));
+    let d = Scratch::new("noexec");
+    let f = d.path("script.sh");
+    std::fs::write(&f, "#!/bin/sh\n").unwrap();
+    let o = heapdump().arg("run").arg("--").arg(&f).output().unwrap();
+    assert_eq!(o.status.code(), Some(126), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -1,0 +1,171 @@
+//! What the runtime says about the dumps it takes by itself: a line on
+//! stderr, or, under `heapdump run` (`HEAPDUMP_REPORT` names a file), lines
+//! appended to that file for `run` to read and print.
+//!
+//! Written by hand on stack buffers: this runs inside the host, during or
+//! right after a dump, where nothing may allocate.
+//!
+//! The report file holds one line per event, fields separated by tabs, each
+//! written with one `write(2)` to a descriptor opened `O_APPEND` (so lines of
+//! the processes of one tree never interleave):
+//!
+//! ```text
+//! started  PID  EXE  PATH                      the dump's file is open
+//! writer   PID  WRITER_PID                     a forked writer writes it
+//! wrote    PID  EXE  PATH  ALLOCS  BYTES  FILE_BYTES  REASON
+//! failed   PID  EXE  PATH  MESSAGE
+//! ```
+//!
+//! `run` waits while a started dump has neither `wrote` nor `failed` and
+//! its process or writer is alive. Paths are absolute.
+
+use crate::dump::{self, DumpError, DumpInfo};
+use crate::sys;
+use heapdump_format::Reason;
+
+/// A line built on the stack, cut at its capacity.
+pub(crate) struct Line {
+    buf: [u8; 1400],
+    len: usize,
+}
+
+impl Line {
+    pub(crate) fn new() -> Line {
+        Line { buf: [0; 1400], len: 0 }
+    }
+    pub(crate) fn s(&mut self, s: &[u8]) -> &mut Self {
+        let k = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + k].copy_from_slice(&s[..k]);
+        self.len += k;
+        self
+    }
+    pub(crate) fn n(&mut self, v: u64) -> &mut Self {
+        let mut t = [0u8; 20];
+        let k = dump::fmt_u64(v, &mut t);
+        self.s(&t[..k])
+    }
+    /// `path`, made absolute with the current directory when relative.
+    fn abs(&mut self, path: &[u8]) -> &mut Self {
+        if path.first() != Some(&b'/') {
+            let mut cwd = [0u8; 1024];
+            // SAFETY: getcwd writes at most cwd.len() bytes, NUL included.
+            if !unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+                let k = cwd.iter().position(|&b| b == 0).unwrap_or(0);
+                self.s(&cwd[..k]).s(b"/");
+            }
+        }
+        self.s(path)
+    }
+    /// This process's executable (`/proc/self/exe`), or `?`.
+    fn exe(&mut self) -> &mut Self {
+        let mut b = [0u8; 512];
+        // SAFETY: readlink writes at most b.len() bytes and adds no NUL.
+        let n = unsafe { libc::readlink(c"/proc/self/exe".as_ptr(), b.as_mut_ptr().cast(), b.len()) };
+        if n > 0 {
+            let n = n as usize;
+            // A tab or newline in the name would split the line.
+            for c in &mut b[..n] {
+                if *c == b'\t' || *c == b'\n' {
+                    *c = b'?';
+                }
+            }
+            self.s(&b[..n])
+        } else {
+            self.s(b"?")
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// Writes bytes to stderr with one `write(2)`, ignoring errors.
+pub(crate) fn write_stderr(b: &[u8]) {
+    // SAFETY: writing an initialised buffer to fd 2.
+    unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+}
+
+/// Appends one line to the report file; false when there is none.
+fn append(line: &Line) -> bool {
+    // SAFETY: getenv with a NUL-terminated name; the environment is not
+    // modified by the runtime.
+    let report = unsafe { libc::getenv(c"HEAPDUMP_REPORT".as_ptr()) };
+    if report.is_null() {
+        return false;
+    }
+    // SAFETY: getenv returns a NUL-terminated string.
+    let rp = unsafe { core::ffi::CStr::from_ptr(report) };
+    if let Ok(fd) = sys::open(rp, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC, 0o600) {
+        // SAFETY: one write of an initialised buffer (atomic with O_APPEND).
+        unsafe { libc::write(fd, line.bytes().as_ptr().cast(), line.len) };
+        sys::close(fd);
+    }
+    true
+}
+
+/// The dump at `path` is open and about to be written.
+pub(crate) fn started(path: &[u8]) {
+    let mut l = Line::new();
+    l.s(b"started\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path).s(b"\n");
+    append(&l);
+}
+
+/// Called in a forked writer: it writes the dump its parent started.
+pub(crate) fn writer() {
+    let mut l = Line::new();
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() } as u64;
+    l.s(b"writer\t").n(parent).s(b"\t").n(sys::getpid() as u64).s(b"\n");
+    append(&l);
+}
+
+/// The dump at `path` is complete.
+pub(crate) fn wrote(path: &[u8], reason: Reason, info: &DumpInfo) {
+    let mut m = Line::new();
+    m.s(b"wrote\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path);
+    m.s(b"\t").n(info.allocations).s(b"\t").n(info.alloc_bytes).s(b"\t").n(info.file_bytes);
+    m.s(b"\t").s(reason.as_str().as_bytes()).s(b"\n");
+    if !append(&m) {
+        let mut l = Line::new();
+        l.s(b"heapdump: wrote ").s(path).s(b" (").s(reason.as_str().as_bytes()).s(b", ").n(info.allocations).s(b" allocations, ");
+        l.n(info.alloc_bytes).s(b" bytes, pause ").n(info.pause_ns / 1000).s(b" us)\n");
+        write_stderr(l.bytes());
+    }
+}
+
+/// The dump at `path` (empty when no file was opened) failed: said on
+/// stderr, and to the report file so that `run` stops waiting for it.
+pub(crate) fn failed(reason: Reason, path: &[u8], e: &DumpError) {
+    let mut msg = Line::new();
+    msg.s(reason.as_str().as_bytes()).s(b" dump failed");
+    if !path.is_empty() {
+        msg.s(b" (").s(path).s(b")");
+    }
+    msg.s(b": ");
+    let mut text = [0u8; 128];
+    match *e {
+        DumpError::Os { what, errno } => {
+            msg.s(what.as_bytes()).s(b": ").s(sys::errno_text(errno, &mut text));
+        }
+        DumpError::Write(heapdump_format::WriteError::Sink { errno }) => {
+            msg.s(b"write error: ").s(sys::errno_text(errno, &mut text));
+        }
+        DumpError::Write(_) => {
+            msg.s(b"internal write error");
+        }
+        DumpError::PathTooLong => {
+            msg.s(b"path too long");
+        }
+        DumpError::Child(s) => {
+            msg.s(b"forked writer failed, status ").n(s as u64);
+        }
+    }
+    let mut l = Line::new();
+    l.s(b"heapdump: ").s(msg.bytes()).s(b"\n");
+    write_stderr(l.bytes());
+    if !path.is_empty() {
+        let mut m = Line::new();
+        m.s(b"failed\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path).s(b"\t").s(msg.bytes()).s(b"\n");
+        append(&m);
+    }
+}
