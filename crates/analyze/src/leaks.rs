@@ -16,6 +16,7 @@
 //! demoted to indirectly lost.
 
 use crate::heap::{BlockId, Heap};
+use heapdump_format::{hashbrown, raw};
 use serde::Serialize;
 
 /// Class of a block.
@@ -161,32 +162,23 @@ pub fn heuristic(heap: &Heap, c: &dyn Contents, b: BlockId, offset: u64) -> Opti
             }
         }
     }
-    // hashbrown: [buckets × T, padded to 16][buckets + 16 control bytes].
+    // hashbrown: [buckets × T, padded to 16][buckets + 16 control bytes],
+    // proven on the contents when the dump has them, else by the writer
+    // (the ALLOC flags' hashbrown bits); never from the sizes alone.
     let tail_len = size.checked_sub(offset)?;
     let buckets = tail_len.checked_sub(16)?;
-    if buckets >= 4 && buckets.is_power_of_two() && offset % 16 == 0 && offset >= buckets {
-        match c.tail(b, offset) {
-            Some(ctrl) => {
-                if hashbrown_ctrl_ok(ctrl, buckets as usize) {
-                    return Some(Heuristic::Hashbrown);
-                }
-            }
-            None => return Some(Heuristic::Hashbrown),
-        }
+    if !buckets.is_power_of_two() {
+        return None;
     }
-    None
-}
-
-/// Control bytes are EMPTY (0xFF), DELETED (0x80) or a 7-bit hash, and the
-/// trailing group mirrors the leading bytes.
-fn hashbrown_ctrl_ok(ctrl: &[u8], buckets: usize) -> bool {
-    if ctrl.len() != buckets + 16 {
-        return false;
+    let log2 = buckets.trailing_zeros() as u8;
+    if hashbrown::ctrl_offset(size, log2) != Some(offset) {
+        return None;
     }
-    if !ctrl.iter().all(|&b| b == 0xFF || b == 0x80 || b < 0x80) {
-        return false;
-    }
-    (0..16).all(|i| if i < buckets { ctrl[buckets + i] == ctrl[i] } else { ctrl[buckets + i] == 0xFF })
+    let proven = match c.tail(b, offset) {
+        Some(ctrl) => hashbrown::ctrl_ok(ctrl, buckets as usize),
+        None => (heap.block(b).flags & raw::ALLOC_HASHBROWN_MASK) >> raw::ALLOC_HASHBROWN_SHIFT == log2,
+    };
+    proven.then_some(Heuristic::Hashbrown)
 }
 
 const UNREACHED: u8 = 0;

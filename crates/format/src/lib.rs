@@ -36,6 +36,7 @@
 extern crate std;
 
 mod error;
+pub mod hashbrown;
 pub mod raw;
 mod reader;
 pub mod settings;

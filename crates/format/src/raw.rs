@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"HDUMP\0\r\n";
 /// Major version: bumped on any change that an older reader would misread.
 pub const MAJOR: u16 = 1;
 /// Minor version: bumped when a record type is added (old readers skip it).
-pub const MINOR: u16 = 0;
+pub const MINOR: u16 = 1;
 /// Size of the file header in bytes.
 pub const FILE_HEADER_SIZE: usize = 32;
 /// Size of every record header (tag u32, length u64).
@@ -65,6 +65,13 @@ pub const THREAD_NOT_STOPPED: u32 = 1 << 1;
 /// Alloc flag: the allocation's site was captured by sampling; weigh it by
 /// the sampling rate of the PROCESS record.
 pub const ALLOC_SAMPLED: u8 = 1 << 0;
+
+/// Alloc flags, bits 1-6 (since 1.1): log2 of the bucket count of the
+/// hashbrown table the writer found laid out in the block (0: none; see
+/// [`crate::hashbrown`]).
+pub const ALLOC_HASHBROWN_SHIFT: u8 = 1;
+/// Mask of the hashbrown bits.
+pub const ALLOC_HASHBROWN_MASK: u8 = 0x3f << ALLOC_HASHBROWN_SHIFT;
 
 /// Segment flag bits (as ELF `p_flags`).
 pub const SEG_X: u32 = 1;

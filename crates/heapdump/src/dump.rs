@@ -834,10 +834,27 @@ fn write_alloc(w: &mut Writer<'_, PipeSink>, mode: Mode, index: &Index, pairs: &
         size: e.size,
         site: e.site,
         align_log2: e.align_log2,
-        flags: if e.sampled { raw::ALLOC_SAMPLED } else { 0 },
+        flags: if e.sampled { raw::ALLOC_SAMPLED } else { 0 } | hashbrown_flags(e),
         first_word,
     };
     region(w, mode, index, pairs, e.addr, e.size, |w, c| w.alloc(&info, c))
+}
+
+/// The hashbrown bits of a block's ALLOC flags: the layout proven on its
+/// live contents (see `heapdump_format::hashbrown`), read where the dump
+/// reads it anyway (the compact scan reads every word of the block).
+fn hashbrown_flags(e: &Entry) -> u8 {
+    if e.size < 36 || e.addr % 8 != 0 {
+        return 0;
+    }
+    let end = e.addr + e.size;
+    let log2 = heapdump_format::hashbrown::proven_log2(e.size, |offset| {
+        // SAFETY: offset < size: the bytes from it to the end of the live
+        // allocation are readable, and nothing writes them while the world
+        // is stopped (or in the forked writer's copy).
+        unsafe { core::slice::from_raw_parts((e.addr + offset) as *const u8, (end - e.addr - offset) as usize) }
+    });
+    log2 << raw::ALLOC_HASHBROWN_SHIFT
 }
 
 /// Most pieces one anonymous mapping is cut into.
@@ -1027,6 +1044,26 @@ fn tls_root(
     let mut name = [0u8; 32];
     name[..4].copy_from_slice(b"tls ");
     let n = 4 + fmt_u64(tid.into(), &mut name[4..]);
-    let info = StaticInfo { address: start, size: end - start, module: raw::NO_MODULE, name: &name[..n] };
-    region(w, mode, index, pairs, start, end - start, |w, c| w.static_root(&info, c))
+    // The runtime's own thread-local variables are left out.
+    let mut holes =
+        crate::own_tls(stw::fs_base()).map(|(off, len)| if len == 0 { (0, 0) } else { (fs.wrapping_add(off), fs.wrapping_add(off) + len) });
+    holes.sort_unstable_by_key(|h| h.0);
+    let mut cur = start;
+    let mut piece = |a: u64, b: u64| -> Result<(), DumpError> {
+        let info = StaticInfo { address: a, size: b - a, module: raw::NO_MODULE, name: &name[..n] };
+        region(w, mode, index, pairs, a, b - a, |w, c| w.static_root(&info, c))
+    };
+    for (a, b) in holes {
+        if b <= cur || a >= end {
+            continue;
+        }
+        if a > cur {
+            piece(cur, a)?;
+        }
+        cur = b;
+    }
+    if end > cur {
+        piece(cur, end)?;
+    }
+    Ok(())
 }

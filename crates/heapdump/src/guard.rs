@@ -306,3 +306,13 @@ impl Drop for Internal {
         }
     }
 }
+
+/// This thread's guard state (address, size): never a root.
+pub(crate) fn tls_state() -> (u64, u64) {
+    STATE.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}
+
+/// This thread's deferred queue (address, size): processed entries keep the addresses of blocks, freed ones too; never a root.
+pub(crate) fn tls_deferred() -> (u64, u64) {
+    DEFERRED.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}

@@ -603,29 +603,33 @@ pub fn config() -> Config {
 /// existing file is never overwritten).
 ///
 /// Every other thread is stopped while the dump is written (or, with
-/// `HEAPDUMP_FORK=1`, until a child process is forked to write it).
-#[inline(never)]
+/// `HEAPDUMP_FORK=1`, until a child process is forked to write it). The
+/// calling thread's stack is scanned from the caller's frame up: nothing of
+/// the runtime's own frames is a root.
+#[inline(always)]
 pub fn dump(path: impl AsRef<std::path::Path>, mode: Mode) -> Result<DumpInfo, DumpError> {
-    let regs = stw::current_regs();
+    let p = path.as_ref().as_os_str().as_bytes();
+    stw::with_entry_regs(|regs| dump_path(p, mode, regs))
+}
+
+#[inline(never)]
+fn dump_path(p: &[u8], mode: Mode, regs: &stw::Regs) -> Result<DumpInfo, DumpError> {
     let st = state();
     let mut buf = [0u8; 4096];
-    let p = path.as_ref().as_os_str().as_bytes();
     if p.len() >= buf.len() || p.contains(&0) {
         return Err(DumpError::PathTooLong);
     }
     buf[..p.len()].copy_from_slice(p);
     let fd = create(&buf[..=p.len()])?;
-    let r = dump_fd_inner(st, fd, mode, Reason::Api, &regs, false);
+    let r = dump_fd_inner(st, fd, mode, Reason::Api, regs, false);
     sys::close(fd);
     r
 }
 
 /// Writes a dump to an open file descriptor (not closed afterwards).
-#[inline(never)]
+#[inline(always)]
 pub fn dump_to_fd(fd: std::os::fd::RawFd, mode: Mode) -> Result<DumpInfo, DumpError> {
-    let regs = stw::current_regs();
-    let st = state();
-    dump_fd_inner(st, fd, mode, Reason::Api, &regs, false)
+    stw::with_entry_regs(|regs| dump_fd_inner(state(), fd, mode, Reason::Api, regs, false))
 }
 
 fn dump_fd_inner(st: &State, fd: i32, mode: Mode, reason: Reason, regs: &stw::Regs, on_helper: bool) -> Result<DumpInfo, DumpError> {
@@ -732,6 +736,18 @@ fn auto_dump_counted(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bo
     }
 }
 
+/// The runtime's own thread-local variables in the calling thread, as
+/// offsets from its thread pointer (static TLS: the same in every thread)
+/// and sizes. They are cut out of the TLS roots: a deferred free's address
+/// or a frame pointer the unwinder remembered is no pointer of the
+/// program's, and kept blocks "still reachable" by chance.
+pub(crate) fn own_tls(fs: u64) -> [(u64, u64); 7] {
+    let sample = SAMPLE.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0));
+    let last = LAST_SITE.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0));
+    let all = [sample, last, unwind::tls_stack_top(), unwind::tls_memo(), guard::tls_state(), guard::tls_deferred(), table::tls_stripe()];
+    all.map(|(a, n)| if a == 0 { (0, 0) } else { (a.wrapping_sub(fs), n) })
+}
+
 /// The runtime's own statics that hold heap addresses (the live table's
 /// inline parts, the site table): `[start, end)`, never a root.
 pub(crate) fn own_statics() -> (u64, u64) {
@@ -773,11 +789,38 @@ extern "C" fn after_fork_child() {
     STATE.table.free_stripes_after_fork();
 }
 
+// The exit handler `atexit` calls: straight into the register capture (see
+// `stw::with_entry_regs`), so that no Rust frame of the runtime's lies
+// between `exit`'s frames and the stack the dump scans.
+core::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".globl heapdump_rt_at_exit",
+    ".hidden heapdump_rt_at_exit",
+    ".type heapdump_rt_at_exit,@function",
+    "heapdump_rt_at_exit:",
+    ".cfi_startproc",
+    "xor edi, edi",
+    "lea rsi, [rip + {body}]",
+    "jmp heapdump_rt_with_entry_regs",
+    ".cfi_endproc",
+    ".size heapdump_rt_at_exit, .-heapdump_rt_at_exit",
+    body = sym at_exit,
+);
+
+unsafe extern "C" {
+    // Declared safe: its arguments are ignored and it is only ever called
+    // by `exit` (the assembly above).
+    safe fn heapdump_rt_at_exit(arg: *mut core::ffi::c_void);
+    fn __cxa_atexit(f: extern "C" fn(*mut core::ffi::c_void), arg: *mut core::ffi::c_void, dso: *mut core::ffi::c_void)
+        -> core::ffi::c_int;
+}
+
 /// Registered whatever `HEAPDUMP_AT_EXIT` says: a dump the signal thread
 /// is writing (it resumed the program, which went on to exit; or a forked
 /// writer it waits for) is finished and reported, not cut off by `exit`.
-/// Then the exit dump, when configured.
-extern "C" fn at_exit() {
+/// Then the exit dump, when configured, with the registers `exit` had.
+extern "C" fn at_exit(regs: *const stw::Regs, _: *mut core::ffi::c_void) {
     // Bounded (10 minutes: a compact dump of tens of millions of blocks
     // takes minutes) so that a stuck writer cannot hold the exit forever.
     for _ in 0..600_000 {
@@ -787,8 +830,9 @@ extern "C" fn at_exit() {
         sys::sleep_ms(1);
     }
     if STATE.config().at_exit {
-        let regs = stw::current_regs();
-        auto_dump(&STATE, Reason::Exit, &regs, false);
+        // SAFETY: the capture's array, alive for this call.
+        let regs = unsafe { &*regs };
+        auto_dump(&STATE, Reason::Exit, regs, false);
     }
 }
 
@@ -853,8 +897,15 @@ extern "C" fn start() {
         }
     }
     if c.at_exit || c.signal != 0 || c.threshold != 0 {
-        // SAFETY: as above.
-        unsafe { libc::atexit(at_exit) };
+        // Registered with no DSO handle: `atexit` from the preload library
+        // would tie the handler to it, and glibc would run it from the
+        // loader's finalisation (`_dl_fini`, `__cxa_finalize`), whose frames
+        // hold stale words memcheck never sees. This way it runs from
+        // `__run_exit_handlers` itself, after every destructor (the loader's
+        // handler was registered after this one), with the exiting thread's
+        // stack as memcheck scans it at exit. The runtime is never unloaded.
+        // SAFETY: registering a function that lives as long as the process.
+        unsafe { __cxa_atexit(heapdump_rt_at_exit, core::ptr::null_mut(), core::ptr::null_mut()) };
     }
     if c.signal != 0 {
         let mut fds = [0i32; 2];

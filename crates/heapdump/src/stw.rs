@@ -163,7 +163,7 @@ fn blocks_signal(tid: u32, sig: i32) -> bool {
         let d = (b as char).to_digit(16).unwrap_or(0) as u64;
         mask = (mask << 4) | d;
     }
-    sig >= 1 && sig <= 64 && mask & (1u64 << (sig - 1)) != 0
+    (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0
 }
 
 /// The signal used to stop threads: SIGRTMIN+5, clear of glibc's own
@@ -263,6 +263,103 @@ pub fn current_regs() -> Regs {
         );
     }
     [0, rbx, 0, 0, 0, 0, rbp, rsp, 0, 0, 0, 0, r12, r13, r14, r15, 0]
+}
+
+// The registers of the program's code at the moment it calls into the
+// runtime for a dump, and its stack pointer as it is after the call
+// returns. Captured in assembly because a Rust function's own frame lies
+// between: its uninitialised slots hold whatever the program's earlier,
+// deeper calls left there (a stale word that kept a leaked tree "still
+// reachable" in one run and not the next), and by the time Rust code runs
+// the caller's callee-saved registers may already be saved and reused.
+//
+// `heapdump_rt_with_entry_regs(ctx, f)` stores the registers in the
+// format's order (rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip; rsp = the
+// caller's stack pointer after the return, rip = the return address, the
+// caller-saved ones 0: dead at a call) on its own stack and calls
+// `f(&regs, ctx)`. Written by hand: it runs in the host's thread with no
+// Rust frame around it. Hidden, so that two copies of the runtime in one
+// process (a Tracked program under `heapdump run`) never interpose.
+core::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".globl heapdump_rt_with_entry_regs",
+    ".hidden heapdump_rt_with_entry_regs",
+    ".type heapdump_rt_with_entry_regs,@function",
+    "heapdump_rt_with_entry_regs:",
+    ".cfi_startproc",
+    // 17 words: with the return address that makes 18, so rsp is
+    // 16-aligned again at the call.
+    "sub rsp, 136",
+    ".cfi_adjust_cfa_offset 136",
+    "mov qword ptr [rsp], 0",
+    "mov [rsp + 8], rbx",
+    "mov qword ptr [rsp + 16], 0",
+    "mov qword ptr [rsp + 24], 0",
+    "mov qword ptr [rsp + 32], 0",
+    "mov qword ptr [rsp + 40], 0",
+    "mov [rsp + 48], rbp",
+    "lea rax, [rsp + 144]",
+    "mov [rsp + 56], rax",
+    "mov qword ptr [rsp + 64], 0",
+    "mov qword ptr [rsp + 72], 0",
+    "mov qword ptr [rsp + 80], 0",
+    "mov qword ptr [rsp + 88], 0",
+    "mov [rsp + 96], r12",
+    "mov [rsp + 104], r13",
+    "mov [rsp + 112], r14",
+    "mov [rsp + 120], r15",
+    "mov rax, [rsp + 136]",
+    "mov [rsp + 128], rax",
+    "mov rax, rsi",
+    "mov rsi, rdi",
+    "mov rdi, rsp",
+    "call rax",
+    "add rsp, 136",
+    ".cfi_adjust_cfa_offset -136",
+    "ret",
+    ".cfi_endproc",
+    ".size heapdump_rt_with_entry_regs, .-heapdump_rt_with_entry_regs",
+);
+
+extern "C" {
+    fn heapdump_rt_with_entry_regs(ctx: *mut core::ffi::c_void, f: extern "C" fn(*const Regs, *mut core::ffi::c_void));
+}
+
+/// Runs `f` with the registers the calling code has at this call (see
+/// `heapdump_rt_with_entry_regs`). Always inlined, so that the assembly is
+/// called from the caller's own frame: the stack from the returned `rsp`
+/// up is the caller's, with nothing of the runtime's in it.
+#[inline(always)]
+pub fn with_entry_regs<F: FnOnce(&Regs) -> R, R>(f: F) -> R {
+    struct Ctx<F, R> {
+        f: Option<F>,
+        r: Option<R>,
+    }
+    extern "C" fn call<F: FnOnce(&Regs) -> R, R>(regs: *const Regs, ctx: *mut core::ffi::c_void) {
+        // SAFETY: `ctx` is the `Ctx<F, R>` below, alive for the whole call,
+        // and `regs` the assembly's array, alive until this returns.
+        let (ctx, regs) = unsafe { (&mut *(ctx as *mut Ctx<F, R>), &*regs) };
+        if let Some(f) = ctx.f.take() {
+            ctx.r = Some(f(regs));
+        }
+    }
+    let mut ctx = Ctx { f: Some(f), r: None };
+    // SAFETY: the assembly follows the C ABI, calls `call::<F, R>` once
+    // with a pointer to `ctx` and returns.
+    unsafe { heapdump_rt_with_entry_regs((&mut ctx as *mut Ctx<F, R>).cast(), call::<F, R>) };
+    // `call` always sets it; a panic in `f` would abort before here (the
+    // extern "C" boundary does not unwind).
+    match ctx.r {
+        Some(r) => r,
+        None => unreachable_abort(),
+    }
+}
+
+#[cold]
+fn unreachable_abort() -> ! {
+    // SAFETY: abort has no preconditions.
+    unsafe { libc::abort() }
 }
 
 /// The calling thread's thread pointer (fs base).

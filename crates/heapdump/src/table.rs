@@ -1431,3 +1431,8 @@ mod tests {
         assert_eq!(t.totals().live_count, live.len() as u64);
     }
 }
+
+/// This thread's stripe (address, size): never a root.
+pub(crate) fn tls_stripe() -> (u64, u64) {
+    STRIPE.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}

@@ -544,3 +544,13 @@ mod tests {
         }
     }
 }
+
+/// This thread's `STACK_TOP` (address, size): the runtime's TLS, never a root.
+pub(crate) fn tls_stack_top() -> (u64, u64) {
+    STACK_TOP.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}
+
+/// This thread's unwinding memo (address, size): it keeps frame pointers, which optimised code uses as general registers (heap addresses); never a root.
+pub(crate) fn tls_memo() -> (u64, u64) {
+    MEMO.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}

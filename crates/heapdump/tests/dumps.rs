@@ -428,25 +428,30 @@ fn signal_trigger_under_a_busy_program() {
     std::fs::write(dir.join("stop"), b"").unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<String> = std::fs::read_to_string(&report).unwrap().lines().map(String::from).collect();
+    let lines = wrote(&report);
     assert_eq!(lines.len(), 2);
     // First dump at the configured path, the second numbered.
-    assert!(lines[0].starts_with(dir.join("sig.hdump").to_str().unwrap()));
-    assert!(lines[1].contains(&format!("sig.{}.1.hdump", out_pid(&lines[1]))));
+    assert_eq!(lines[0][3], dir.join("sig.hdump").to_str().unwrap());
+    assert!(lines[1][3].ends_with(&format!("sig.{}.1.hdump", lines[1][1])), "{:?}", lines[1]);
     for l in &lines {
-        let path = l.split('\t').next().unwrap();
-        let d = common::parse(&std::fs::read(path).unwrap());
+        let d = common::parse(&std::fs::read(&l[3]).unwrap());
         assert_eq!(d.reason, "signal");
         assert!(d.complete);
-        let n: usize = l.split('\t').nth(1).unwrap().parse().unwrap();
+        let n: usize = l[4].parse().unwrap();
         assert_eq!(n, d.allocs.len(), "report line matches the file");
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-fn out_pid(line: &str) -> String {
-    let name = line.split('\t').next().unwrap().rsplit('/').next().unwrap();
-    name.split('.').nth(1).unwrap().to_string()
+/// The `wrote` lines of a report file, split at tabs: `wrote PID EXE PATH
+/// ALLOCS BYTES FILE_BYTES REASON`; each follows a `started` line.
+fn wrote(report: &std::path::Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(report).unwrap();
+    let started = text.lines().filter(|l| l.starts_with("started\t")).count();
+    let lines: Vec<Vec<String>> =
+        text.lines().filter(|l| l.starts_with("wrote\t")).map(|l| l.split('\t').map(String::from).collect()).collect();
+    assert_eq!(started, lines.len(), "every dump started is reported: {text}");
+    lines
 }
 
 fn child_signal() {
@@ -474,11 +479,11 @@ fn exit_threshold_and_allocation_failure_triggers() {
         ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let lines: Vec<String> = std::fs::read_to_string(&report).unwrap().lines().map(String::from).collect();
-    let reasons: Vec<String> = lines.iter().map(|l| common::parse(&std::fs::read(l.split('\t').next().unwrap()).unwrap()).reason).collect();
+    let lines = wrote(&report);
+    let reasons: Vec<String> = lines.iter().map(|l| common::parse(&std::fs::read(&l[3]).unwrap()).reason).collect();
     // 20 MiB in 1 MiB steps crosses 8 and 16 MiB; then the failure; then exit.
     assert_eq!(reasons, ["threshold", "threshold", "alloc_failure", "exit"]);
-    let reported: Vec<&str> = lines.iter().map(|l| l.split('\t').nth(4).unwrap()).collect();
+    let reported: Vec<&str> = lines.iter().map(|l| l[7].as_str()).collect();
     assert_eq!(reported, reasons, "the report names each dump's reason");
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -20,6 +20,8 @@ pub struct Spec {
     pub stack: Vec<u64>,
     pub statics: Vec<u64>,
     pub first_words: Vec<(u64, u64)>,
+    /// ALLOC flags by block address (0 when not listed).
+    pub flags: Vec<(u64, u8)>,
     /// A module (path, start, length of its executable segment) and the
     /// frames of site 1, which every block then has.
     pub module: Option<(&'static str, u64, u64)>,
@@ -71,7 +73,8 @@ impl Spec {
             p.sort();
             let first_word = self.first_words.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
             let site = if self.site.is_empty() { 0 } else { 1 };
-            let info = AllocInfo { address: addr, size, site, align_log2: 4, flags: 0, first_word };
+            let flags = self.flags.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
+            let info = AllocInfo { address: addr, size, site, align_log2: 4, flags, first_word };
             w.alloc(&info, Contents::Compact { count: p.len() as u64, pointers: p.into_iter() }).unwrap();
         }
         w.finish(0).unwrap().0 .0

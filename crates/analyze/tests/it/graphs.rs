@@ -1,6 +1,7 @@
 use crate::build::Spec;
 use heapdump_analyze::leaks::{self, LeakKind, NoContents};
 use heapdump_analyze::{dominators, paths, BlockId, Heap};
+use heapdump_format::raw;
 
 fn id(h: &Heap, addr: u64) -> BlockId {
     h.find_start(addr).unwrap()
@@ -131,9 +132,16 @@ fn heuristics_explain_normal_interior_pointers() {
     // length64: first word = size - 8, pointer 8 bytes in.
     s.block(A, 72);
     s.first_words.push((A, 64));
-    // hashbrown: 8 buckets of 8-byte entries (64 bytes) then 8 + 16 control bytes.
+    // hashbrown: 8 buckets of 8-byte entries (64 bytes) then 8 + 16 control
+    // bytes, a layout the compact dump's writer proved (flags) or not.
     s.block(B, 64 + 8 + 16);
     s.stack.extend([A + 8, B + 64]);
+    let (f, h) = s.load();
+    let file = heapdump_analyze::DumpFile::open(&f.0).unwrap();
+    let c = heapdump_analyze::DumpContents::build(&file, &h);
+    let l = leaks::analyze(&h, &c);
+    assert_eq!(kind(&h, &l, B), LeakKind::PossiblyLost, "sizes alone prove no table");
+    s.flags.push((B, 3 << raw::ALLOC_HASHBROWN_SHIFT));
     let (f, h) = s.load();
     let file = heapdump_analyze::DumpFile::open(&f.0).unwrap();
     let c = heapdump_analyze::DumpContents::build(&file, &h);
@@ -141,6 +149,11 @@ fn heuristics_explain_normal_interior_pointers() {
     assert_eq!(l.still_reachable.blocks, 2, "{:?}", l.kind);
     let names: Vec<&str> = l.via_heuristic.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, ["length64", "hashbrown"]);
+    // A proof for another bucket count is no proof for this offset.
+    s.flags[0].1 = 2 << raw::ALLOC_HASHBROWN_SHIFT;
+    let (_f, h) = s.load();
+    let l = leaks::analyze(&h, &NoContents);
+    assert_eq!(kind(&h, &l, B), LeakKind::PossiblyLost);
     // Without contents the length64 block stays possibly lost.
     let l = leaks::analyze(&h, &NoContents);
     assert_eq!(kind(&h, &l, A), LeakKind::PossiblyLost);

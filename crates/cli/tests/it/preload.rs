@@ -141,8 +141,9 @@ fn run_exits_with_the_programs_status_and_reports_missing_programs() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no dump was written"));
     let o = heapdump().args(["run", "--", "sh", "-c", "kill -TERM $$"]).current_dir(&d.0).output().unwrap();
     assert_eq!(o.status.code(), Some(128 + 15));
+    // As shells do (DESIGN.md): not found 127.
     let o = heapdump().args(["run", "--", "/nonexistent/program"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(127));
     let o = heapdump().args(["run", "--backtrace", "sometimes", "--", "true"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
 }

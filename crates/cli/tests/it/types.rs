@@ -217,3 +217,24 @@ fn cxx_standard_containers_are_named() {
         }
     }
 }
+
+#[test]
+fn rust_hash_tables_are_proven_in_both_modes() {
+    // Compact dumps keep no contents: the writer proves each table's
+    // layout on its bytes (ALLOC flags) so the heuristic still applies,
+    // as it does in full dumps from the contents.
+    let d = Scratch::new("maps");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rust/maps.rs");
+    let prog = d.path("maps");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let o = Command::new(rustc).args(["--edition", "2021", "-O", "-o"]).arg(&prog).arg(&src).output().unwrap();
+    assert!(o.status.success(), "rustc failed: {}", String::from_utf8_lossy(&o.stderr));
+    for mode in ["compact", "full"] {
+        let (o, dumps) = run_traced(&d.path(&format!("m-{mode}.hdump")), &prog, &[], &["--mode", mode]);
+        let out = ok(&o);
+        let tables: u64 = out.trim().strip_prefix("TABLES ").unwrap().parse().unwrap();
+        let j = json(&["leaks".as_ref(), "--json".as_ref(), dumps[0].as_os_str()]);
+        assert_eq!(j["via_heuristic"]["hashbrown"]["blocks"].as_u64(), Some(tables), "{mode}: {j}");
+        assert_eq!(j["possibly_lost"]["blocks"].as_u64(), Some(0), "{mode}: {j}");
+    }
+}

@@ -112,6 +112,7 @@ fn not_a_dump_and_future_versions_are_named() {
     assert_eq!(read_all(b"ELF\x7f not a dump at all, but long enough to have a header").1, Some(Error::NotADump));
     let mut v = sample_cached().clone();
     v[8] = 2;
+    v[10] = 0;
     assert_eq!(read_all(&v).1, Some(Error::UnsupportedVersion { major: 2, minor: 0 }));
     assert_eq!(Error::UnsupportedVersion { major: 2, minor: 0 }.to_string(), "unsupported dump format version 2.0 (this reader reads 1.x)");
 }
