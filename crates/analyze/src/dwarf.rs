@@ -11,7 +11,42 @@ use object::{Object, ObjectSection, ObjectSymbol};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-type R = gimli::EndianRcSlice<gimli::RunTimeEndian>;
+type R = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
+
+/// The bytes DWARF is read from: the mapped file, shared by every section
+/// that lies in it, or a section's own bytes (decompressed).
+#[derive(Clone, Debug)]
+pub(crate) enum Bytes {
+    Map(Rc<memmap2::Mmap>),
+    Owned(Rc<[u8]>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+// SAFETY: both variants deref to a heap allocation or a mapping owned
+// through an `Rc`: moving or cloning the `Bytes` never moves the bytes.
+#[allow(unsafe_code)]
+unsafe impl gimli::StableDeref for Bytes {}
+// SAFETY: as above; a clone shares the same bytes.
+#[allow(unsafe_code)]
+unsafe impl gimli::CloneStableDeref for Bytes {}
+
+/// Maps a file a dump names (a regular file only: see `crate::input`).
+fn map(path: &str) -> Result<Rc<memmap2::Mmap>, String> {
+    match crate::input::map_regular(std::path::Path::new(path)) {
+        Ok(Some(m)) => Ok(Rc::new(m)),
+        Ok(None) => Err(format!("{path}: empty file; its frames stay as addresses")),
+        Err(e) => Err(format!("{path}: {e}; its frames stay as addresses")),
+    }
+}
 
 /// What DWARF says about one frame's function beyond its name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -58,15 +93,9 @@ impl ModuleDebug {
     /// the dump has one). Debug info may also come from
     /// `/usr/lib/debug/.build-id/xx/yyyy.debug` when the file has none.
     pub fn load(path: &str, build_id: &[u8]) -> Result<ModuleDebug, String> {
-        // The path comes from the dump: a device or a pipe (`/dev/zero`)
-        // would never finish reading.
-        match std::fs::metadata(path) {
-            Ok(m) if m.is_file() => {}
-            Ok(_) => return Err(format!("{path}: not a regular file; its frames stay as addresses")),
-            Err(e) => return Err(format!("{path}: {e}; its frames stay as addresses")),
-        }
-        let bytes: Rc<[u8]> = std::fs::read(path).map_err(|e| format!("{path}: {e}; its frames stay as addresses"))?.into();
-        let file = object::File::parse(&*bytes).map_err(|e| format!("{path}: {e}"))?;
+        // The path comes from the dump: only a regular file is mapped.
+        let bytes = map(path)?;
+        let file = object::File::parse(&bytes[..]).map_err(|e| format!("{path}: {e}"))?;
         if !build_id.is_empty() {
             let id = file.build_id().ok().flatten();
             if id != Some(build_id) {
@@ -88,10 +117,9 @@ impl ModuleDebug {
         let dwarf = if file.section_by_name(".debug_info").is_none() && !build_id.is_empty() {
             let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
             let separate = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
-            match std::fs::read(&separate) {
+            match map(&separate) {
                 Ok(b) => {
-                    let b: Rc<[u8]> = b.into();
-                    let f = object::File::parse(&*b).map_err(|e| format!("{separate}: {e}"))?;
+                    let f = object::File::parse(&b[..]).map_err(|e| format!("{separate}: {e}"))?;
                     load_dwarf(&f, &b)
                 }
                 Err(_) => load_dwarf(&file, &bytes),
@@ -339,18 +367,28 @@ pub fn parse_vtable_name(name: &str) -> Option<(&str, &str)> {
     Some((&inner[..i], &inner[i + 4..]))
 }
 
-fn load_dwarf(file: &object::File<'_>, data: &Rc<[u8]>) -> Result<gimli::Dwarf<R>, String> {
+fn load_dwarf(file: &object::File<'_>, data: &Rc<memmap2::Mmap>) -> Result<gimli::Dwarf<R>, String> {
     let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
     let base = data.as_ptr() as usize;
+    let empty = || R::new(Bytes::Owned(Rc::from(&[][..])), endian);
     let load = |id: gimli::SectionId| -> Result<R, String> {
-        let Some(section) = file.section_by_name(id.name()) else { return Ok(R::new(Rc::from(&[][..]), endian)) };
+        let Some(section) = file.section_by_name(id.name()) else { return Ok(empty()) };
         match section.uncompressed_data().map_err(|e| e.to_string())? {
             std::borrow::Cow::Borrowed(s) => {
-                // A slice of the file: share the file's buffer.
-                let start = s.as_ptr() as usize - base;
-                Ok(R::new(data.clone(), endian).range(start..start + s.len()))
+                // A slice of the file: share the mapping. An empty section
+                // (`objcopy --update-section .debug_aranges=/dev/null`) may
+                // be a slice from elsewhere, which made gimli panic: only a
+                // slice that lies inside the mapping is shared.
+                let start = (s.as_ptr() as usize).wrapping_sub(base);
+                if s.is_empty() {
+                    Ok(empty())
+                } else if start.checked_add(s.len()).is_some_and(|end| end <= data.len()) {
+                    Ok(R::new(Bytes::Map(data.clone()), endian).range(start..start + s.len()))
+                } else {
+                    Ok(R::new(Bytes::Owned(Rc::from(s)), endian))
+                }
             }
-            std::borrow::Cow::Owned(v) => Ok(R::new(v.into(), endian)),
+            std::borrow::Cow::Owned(v) => Ok(R::new(Bytes::Owned(v.into()), endian)),
         }
     };
     gimli::Dwarf::load(load)

@@ -14,19 +14,11 @@ impl DumpFile {
     /// Maps `path` read-only.
     pub fn open(path: impl AsRef<Path>) -> Result<DumpFile> {
         let path = path.as_ref().to_path_buf();
-        let file = std::fs::File::open(&path).map_err(|source| AnalyzeError::Io { path: path.clone(), source })?;
-        let len = file.metadata().map_err(|source| AnalyzeError::Io { path: path.clone(), source })?.len();
-        if len == 0 {
-            // mmap of an empty file fails; an empty file is simply not a dump.
-            return Ok(DumpFile { path, map: None });
-        }
-        // SAFETY: the mapping is read-only and private. Dumps are written
-        // once, with O_EXCL, and never modified in place; a file truncated
-        // by another process while mapped would raise SIGBUS, which is the
-        // accepted risk of mapping (as ripgrep's searcher documents).
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| AnalyzeError::Io { path: path.clone(), source })?;
-        Ok(DumpFile { path, map: Some(map) })
+        // A FIFO, a device or a directory given as the dump is refused at
+        // once (a FIFO used to hang `summary`); an empty file is simply not
+        // a dump.
+        let map = crate::input::map_regular(&path).map_err(|source| AnalyzeError::Io { path: path.clone(), source })?;
+        Ok(DumpFile { path, map })
     }
 
     /// The file's path.

@@ -16,6 +16,7 @@ mod error;
 mod file;
 pub mod group;
 mod heap;
+pub mod input;
 pub mod leaks;
 pub mod paths;
 mod prefetch;

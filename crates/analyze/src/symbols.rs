@@ -62,7 +62,12 @@ struct ModuleSyms {
 /// Symbolizes addresses of one dump, with caches.
 pub struct Symbolizer<'h> {
     heap: &'h Heap,
-    modules: HashMap<usize, ModuleSyms>,
+    /// Module index to its slot in `loaded`.
+    modules: HashMap<usize, usize>,
+    /// One per distinct file (path and build id): a dump that names one
+    /// file in many MODULE records has it opened once.
+    loaded: Vec<ModuleSyms>,
+    files: HashMap<(String, Vec<u8>), usize>,
     cache: HashMap<u64, Vec<Frame>>,
     site_cache: HashMap<u32, String>,
 }
@@ -70,14 +75,26 @@ pub struct Symbolizer<'h> {
 impl<'h> Symbolizer<'h> {
     /// A symbolizer for `heap`'s module map.
     pub fn new(heap: &'h Heap) -> Self {
-        Symbolizer { heap, modules: HashMap::new(), cache: HashMap::new(), site_cache: HashMap::new() }
+        Symbolizer {
+            heap,
+            modules: HashMap::new(),
+            loaded: Vec::new(),
+            files: HashMap::new(),
+            cache: HashMap::new(),
+            site_cache: HashMap::new(),
+        }
     }
 
     /// Problems met while opening modules (missing files, build id mismatch).
     pub fn problems(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.modules.values().filter_map(|m| m.problem.clone()).collect();
+        let mut v: Vec<String> = self.loaded.iter().filter_map(|m| m.problem.clone()).collect();
         v.sort();
         v
+    }
+
+    /// How many distinct files have been opened (or tried) so far.
+    pub fn files_opened(&self) -> usize {
+        self.loaded.len()
     }
 
     fn module_of(&self, addr: u64) -> Option<usize> {
@@ -90,18 +107,30 @@ impl<'h> Symbolizer<'h> {
     }
 
     fn open(&mut self, mi: usize) -> &mut ModuleSyms {
-        let heap = self.heap;
-        self.modules.entry(mi).or_insert_with(|| {
-            let m = &heap.modules[mi];
-            let path = &m.path;
-            if path.is_empty() || path.starts_with("linux-vdso") || path.starts_with("linux-gate") {
-                return ModuleSyms { debug: None, problem: None };
+        if let Some(&slot) = self.modules.get(&mi) {
+            return &mut self.loaded[slot];
+        }
+        let m = &self.heap.modules[mi];
+        let key = (m.path.clone(), m.build_id.clone());
+        let slot = match self.files.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                let path = &m.path;
+                let syms = if path.is_empty() || path.starts_with("linux-vdso") || path.starts_with("linux-gate") {
+                    ModuleSyms { debug: None, problem: None }
+                } else {
+                    match crate::dwarf::ModuleDebug::load(path, &m.build_id) {
+                        Ok(d) => ModuleSyms { debug: Some(d), problem: None },
+                        Err(e) => ModuleSyms { debug: None, problem: Some(e) },
+                    }
+                };
+                self.loaded.push(syms);
+                self.files.insert(key, self.loaded.len() - 1);
+                self.loaded.len() - 1
             }
-            match crate::dwarf::ModuleDebug::load(path, &m.build_id) {
-                Ok(d) => ModuleSyms { debug: Some(d), problem: None },
-                Err(e) => ModuleSyms { debug: None, problem: Some(e) },
-            }
-        })
+        };
+        self.modules.insert(mi, slot);
+        &mut self.loaded[slot]
     }
 
     /// The frames (inlined ones first) at return address `addr`.

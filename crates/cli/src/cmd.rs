@@ -279,11 +279,29 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
 
 /// Writes `path` through a temporary file in the same directory, renamed
 /// into place only when complete: a failed export leaves no half file.
+/// Only a regular file (or nothing) is replaced: a FIFO, a device or a
+/// socket at `path` is written through, as a symlink is followed to what it
+/// names (`-o /dev/stdout` used to replace the device node by a file).
 fn write_atomically(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().with_context(|| format!("{}: not a file name", path.display()))?;
+    let target = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    };
+    match std::fs::metadata(&target) {
+        Ok(m) if !m.is_file() && !m.is_dir() => {
+            let file = std::fs::OpenOptions::new().write(true).open(&target).with_context(|| format!("cannot open {}", path.display()))?;
+            let mut w = std::io::BufWriter::new(file);
+            return f(&mut w).and_then(|_| w.flush()).with_context(|| format!("writing {}", path.display()));
+        }
+        Ok(m) if m.is_dir() => anyhow::bail!("cannot write {}: it is a directory", path.display()),
+        _ => {}
+    }
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = target.file_name().with_context(|| format!("{}: not a file name", path.display()))?;
     let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    // Never through whatever is at the temporary name (O_EXCL).
+    let file =
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let mut w = std::io::BufWriter::new(file);
     let r = f(&mut w).and_then(|_| w.flush()).and_then(|_| w.get_ref().sync_all());
     if let Err(e) = r {
@@ -291,7 +309,10 @@ fn write_atomically(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Resu
         return Err(anyhow::Error::new(e).context(format!("writing {}", path.display())));
     }
     drop(w);
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    if let Err(e) = std::fs::rename(&tmp, &target) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(anyhow::Error::new(e).context(format!("cannot rename {} to {}", tmp.display(), target.display())));
+    }
     Ok(())
 }
 

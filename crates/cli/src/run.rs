@@ -87,8 +87,12 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
         }
     }
     let lib = preload_library()?;
-    let report = std::env::temp_dir().join(format!("heapdump-run-{}.tsv", std::process::id()));
-    let _ = std::fs::remove_file(&report);
+    // The channel the runtime reports its dumps on: a file in a directory
+    // only this user can enter (made here, with a name nobody can guess
+    // and mkdir's refusal of anything already there), so that no other
+    // local user can plant a symlink or a FIFO at it.
+    let private = PrivateDir(private_dir()?);
+    let report = private.0.join("report.tsv");
     let mut cmd = std::process::Command::new(&o.program[0]);
     cmd.args(&o.program[1..]);
     let preload = match std::env::var_os("LD_PRELOAD") {
@@ -192,7 +196,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     let dumps = wait_for_dumps(&report, &interrupted);
     handle.close();
     let _ = forwarder.join();
-    let _ = std::fs::remove_file(&report);
+    drop(private);
     let mut err = std::io::stderr().lock();
     for d in &dumps {
         let _ = writeln!(err, "{}", d.line());
@@ -338,4 +342,33 @@ fn wait_for_dumps(report: &std::path::Path, interrupted: &AtomicBool) -> Vec<Dum
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// The private directory of the report file, removed with it however `run`
+/// returns.
+struct PrivateDir(PathBuf);
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0.join("report.tsv"));
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Makes a directory of mode 0700 under the temporary directory.
+fn private_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    let mut last = None;
+    for i in 0..16u32 {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let tag = nanos ^ (u64::from(std::process::id()) << 32) ^ u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let dir = base.join(format!("heapdump-run-{}-{tag:016x}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(anyhow::Error::new(last.unwrap_or_else(|| std::io::Error::other("no name")))
+        .context(format!("cannot make a private directory in {}", base.display())))
 }

@@ -95,7 +95,10 @@ fn append(line: &Line) -> bool {
     }
     // SAFETY: getenv returns a NUL-terminated string.
     let rp = unsafe { core::ffi::CStr::from_ptr(report) };
-    if let Ok(fd) = sys::open(rp, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC, 0o600) {
+    // `heapdump run` makes the file's directory private (0700); still,
+    // never follow a symlink or block on a FIFO there.
+    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    if let Ok(fd) = sys::open(rp, flags, 0o600) {
         // SAFETY: one write of an initialised buffer (atomic with O_APPEND).
         unsafe { libc::write(fd, line.bytes().as_ptr().cast(), line.len) };
         sys::close(fd);

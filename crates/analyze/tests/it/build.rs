@@ -25,6 +25,8 @@ pub struct Spec {
     /// A module (path, start, length of its executable segment) and the
     /// frames of site 1, which every block then has.
     pub module: Option<(&'static str, u64, u64)>,
+    /// More modules after it: (path, start, length).
+    pub more_modules: Vec<(String, u64, u64)>,
     pub site: Vec<u64>,
 }
 
@@ -45,6 +47,10 @@ impl Spec {
             .unwrap();
         if let Some((path, start, len)) = self.module {
             let seg = [Segment { vaddr: start, memsz: len, file_offset: 0, flags: raw::SEG_X | raw::SEG_R }];
+            w.module(&ModuleInfo { bias: 0, path: path.as_bytes(), build_id: &[], segments: &seg }).unwrap();
+        }
+        for (path, start, len) in &self.more_modules {
+            let seg = [Segment { vaddr: *start, memsz: *len, file_offset: 0, flags: raw::SEG_X | raw::SEG_R }];
             w.module(&ModuleInfo { bias: 0, path: path.as_bytes(), build_id: &[], segments: &seg }).unwrap();
         }
         if !self.site.is_empty() {

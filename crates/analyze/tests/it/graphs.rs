@@ -372,6 +372,44 @@ fn a_module_that_is_not_a_file_is_refused() {
     assert!(problems.iter().any(|p| p.contains("/dev/zero") && p.contains("not a regular file")), "{problems:?}");
 }
 
+/// Kernel files a hostile dump may name as modules: `/proc/kmsg` blocked
+/// every command forever, `/proc/self/pagemap` took 24 GB. Each is refused
+/// with one problem line, in bounded time (checked on a thread).
+#[test]
+fn kernel_files_named_as_modules_are_refused() {
+    for path in ["/proc/kmsg", "/proc/self/pagemap", "/sys/kernel/mm/transparent_hugepage/enabled", "/proc/self/mem"] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = Spec::default();
+            s.block(A, 16);
+            s.module = Some((path, 0x40_0000, 0x1000));
+            s.site = vec![0x40_0100];
+            let (_f, h) = s.load();
+            let mut sym = heapdump_analyze::symbols::Symbolizer::new(&h);
+            let _ = sym.site_label(1);
+            let _ = tx.send(sym.problems());
+        });
+        let problems = rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap_or_else(|_| panic!("{path}: still reading after 30 s"));
+        assert!(problems.iter().any(|p| p.contains(path) && p.contains("not a regular file")), "{path}: {problems:?}");
+    }
+}
+
+/// 3,000 MODULE records naming one file: it is opened once (it was loaded
+/// 3,000 times, 15 GB, then an abort).
+#[test]
+fn a_file_named_by_many_modules_is_opened_once() {
+    let exe = std::env::current_exe().unwrap().to_str().unwrap().to_string();
+    let mut s = Spec::default();
+    s.block(A, 16);
+    s.more_modules = (0..3000u64).map(|i| (exe.clone(), 0x1000_0000 + i * 0x1_0000, 0x1000)).collect();
+    s.site = (0..3000u64).map(|i| 0x1000_0000 + i * 0x1_0000 + 0x10).collect();
+    let (_f, h) = s.load();
+    let mut sym = heapdump_analyze::symbols::Symbolizer::new(&h);
+    let frames: usize = (0..3000u64).map(|i| sym.frames(0x1000_0000 + i * 0x1_0000 + 0x10).len()).sum();
+    assert!(frames >= 3000);
+    assert_eq!(sym.files_opened(), 1);
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(60))]
     /// Whatever the layout (blocks close together or far apart, in one

@@ -1,7 +1,8 @@
 //! The command line's contract: JSON keys, exit codes, damaged input.
 
 use crate::common::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn demo_dump(d: &Scratch) -> PathBuf {
     let p = d.path("demo.hdump");
@@ -99,19 +100,61 @@ fn bad_input_gets_one_line_and_exit_1() {
 
 #[test]
 fn broken_pipe_exits_quietly() {
+    // `leaks --json | head -c 10` said "Broken pipe (os error 32)", exit 1.
     let d = Scratch::new("pipe");
     let p = demo_dump(&d);
-    let mut child = heapdump()
-        .args(["top", "-n", "1000"])
-        .arg(&p)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(0));
-    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    for args in [
+        &["top", "-n", "1000"][..],
+        &["top", "-n", "1000", "--json"],
+        &["summary", "--json"],
+        &["leaks", "--json"],
+        &["retained", "--json"],
+        &["leaks"],
+    ] {
+        let mut child =
+            heapdump().args(args).arg(&p).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        assert!(o.stderr.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+#[test]
+fn special_files_given_as_the_dump_are_refused_at_once() {
+    // A FIFO given as the dump hung `summary`; a directory said "No such
+    // device (os error 19)".
+    let d = Scratch::new("special");
+    let fifo = d.path("f.hdump");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for (path, says) in [(fifo.as_path(), "a FIFO"), (d.0.as_path(), "a directory"), (Path::new("/dev/zero"), "a device")] {
+        let o = heapdump().arg("summary").arg(path).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{path:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{path:?}: {err}");
+    }
+}
+
+#[test]
+fn an_empty_debug_aranges_section_is_no_panic() {
+    // `objcopy --update-section .debug_aranges=/dev/null` made 12 of 16
+    // commands panic inside gimli ("assertion failed: len <= self.len").
+    let d = Scratch::new("aranges");
+    let prog = compile(&d, "leaks.c", &["-O0", "-g"]);
+    let bad = d.path("leaks_bad");
+    let o = Command::new("objcopy").arg("--update-section").arg(".debug_aranges=/dev/null").arg(&prog).arg(&bad).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (o, dumps) = run_traced(&d.path("a.hdump"), &bad, &[], &[]);
+    ok(&o);
+    for args in [&["leaks"][..], &["top"], &["retained"], &["summary"], &["top", "--by", "type"]] {
+        let o = heapdump().args(args).arg(&dumps[0]).output().unwrap();
+        let text = ok(&o);
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"), "{args:?}");
+        if args == ["leaks"] {
+            assert!(text.contains("make (") && text.contains("leaks.c:"), "sites still named, with lines: {text}");
+        }
+    }
 }
 
 #[test]
@@ -141,4 +184,38 @@ fn diff_shows_growth_by_site_between_two_dumps_of_one_process() {
     let h = std::fs::read_to_string(&html).unwrap();
     assert!(h.contains("Growth since the baseline") && h.contains("300 new blocks (76800 bytes)"), "growth section");
     assert!(h.contains("<td class=\"n\">+76800</td><td class=\"n\">+300</td>"), "growth by site");
+}
+
+#[test]
+fn export_writes_through_special_files_and_symlinks() {
+    // `-o` used to rename a temporary file over whatever was there: a FIFO
+    // or a symlink became a regular file (as root, `-o /dev/stdout` would
+    // replace the device node).
+    let d = Scratch::new("through");
+    let p = demo_dump(&d);
+    let fifo = d.path("out.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let o = heapdump().args(["export", "--format", "folded", "-o"]).arg(&fifo).arg(&p).output().unwrap();
+    ok(&o);
+    let through = reader.join().unwrap();
+    assert!(!through.is_empty() && String::from_utf8_lossy(&through).lines().all(|l| l.rsplit(' ').next().unwrap().parse::<u64>().is_ok()));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO is still a FIFO");
+    // A symlink is followed: the file it names is replaced, the link stays.
+    let real = d.path("real.folded");
+    std::fs::write(&real, "old").unwrap();
+    let link = d.path("link.folded");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let o = heapdump().args(["export", "--format", "folded", "-o"]).arg(&link).arg(&p).output().unwrap();
+    ok(&o);
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read(&real).unwrap(), through);
+    // No temporary file is left behind.
+    let left: Vec<_> =
+        std::fs::read_dir(&d.0).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+    assert!(left.is_empty(), "{left:?}");
 }

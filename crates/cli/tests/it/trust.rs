@@ -352,3 +352,28 @@ fn the_same_program_gets_the_same_leak_classes_in_every_run() {
         assert_eq!(seen.len(), 1, "{mode}: [definitely, indirectly, possibly, reachable] over ten runs: {seen:?}");
     }
 }
+
+#[test]
+fn the_report_channel_is_private() {
+    // run used to hand its children $TMPDIR/heapdump-run-<pid>.tsv, which
+    // another local user could plant a symlink or a FIFO at; the runtime
+    // appended to it without O_EXCL or O_NOFOLLOW.
+    ensure_preload();
+    let o = heapdump()
+        .args([
+            "run",
+            "--no-at-exit",
+            "--",
+            "/bin/sh",
+            "-c",
+            "d=$(dirname \"$HEAPDUMP_REPORT\"); stat -c '%a %u' \"$d\"; id -u; echo \"$HEAPDUMP_REPORT\"",
+        ])
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    let (mode_uid, uid, report) = (lines[0], lines[1], lines[2]);
+    assert_eq!(mode_uid, format!("700 {uid}"), "the report's directory is private: {out}");
+    assert!(!Path::new(report).exists(), "removed after the run");
+    assert!(!Path::new(report).parent().unwrap().exists(), "its directory too");
+}
