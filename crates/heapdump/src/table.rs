@@ -1302,6 +1302,11 @@ impl Drop for Table {
     }
 }
 
+/// This thread's stripe (address, size): never a root.
+pub(crate) fn tls_stripe() -> (u64, u64) {
+    STRIPE.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1430,9 +1435,4 @@ mod tests {
         assert_eq!(t.remove(0x1234_5670, Some((8, 3))), None);
         assert_eq!(t.totals().live_count, live.len() as u64);
     }
-}
-
-/// This thread's stripe (address, size): never a root.
-pub(crate) fn tls_stripe() -> (u64, u64) {
-    STRIPE.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
 }

@@ -525,6 +525,16 @@ fn remember_walk(m: &Memo, keep: usize, fresh: usize, generation: u64) {
     m.generation.set(generation);
 }
 
+/// This thread's `STACK_TOP` (address, size): the runtime's TLS, never a root.
+pub(crate) fn tls_stack_top() -> (u64, u64) {
+    STACK_TOP.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}
+
+/// This thread's unwinding memo (address, size): it keeps frame pointers, which optimised code uses as general registers (heap addresses); never a root.
+pub(crate) fn tls_memo() -> (u64, u64) {
+    MEMO.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,14 +553,4 @@ mod tests {
             assert_eq!(Rule::unpack(r.pack()), r, "{r:?}");
         }
     }
-}
-
-/// This thread's `STACK_TOP` (address, size): the runtime's TLS, never a root.
-pub(crate) fn tls_stack_top() -> (u64, u64) {
-    STACK_TOP.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
-}
-
-/// This thread's unwinding memo (address, size): it keeps frame pointers, which optimised code uses as general registers (heap addresses); never a root.
-pub(crate) fn tls_memo() -> (u64, u64) {
-    MEMO.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
 }
