@@ -120,6 +120,16 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
         Some(p) => {
             let abs = if p.is_absolute() { p.clone() } else { std::env::current_dir()?.join(p) };
             // Found out now, not when the program exits.
+            // One dump per line on stderr, fields split at tabs.
+            if abs.as_os_str().as_encoded_bytes().iter().any(|&b| b == b'\t' || b == b'\n') {
+                return Err(Usage(format!("cannot write dumps to {:?}: a tab or newline in the path", abs)).into());
+            }
+            // A device, a FIFO or a directory there: dumps are files.
+            if let Ok(m) = std::fs::symlink_metadata(&abs) {
+                if !m.is_file() {
+                    return Err(Usage(format!("cannot write dumps to {}: it exists and is not a regular file", abs.display())).into());
+                }
+            }
             let dir = abs.parent().unwrap_or(std::path::Path::new("/"));
             match std::fs::metadata(dir) {
                 Ok(m) if m.is_dir() => {}

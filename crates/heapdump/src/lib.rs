@@ -637,6 +637,7 @@ fn dump_fd_inner(st: &State, fd: i32, mode: Mode, reason: Reason, regs: &stw::Re
     // meanwhile by this thread (none are expected) would be recorded without
     // sites rather than re-entering.
     let _g = guard::Enter::new();
+    let _xfsz = sys::XfszBlocked::new();
     let r = dump::write_dump(st, fd, mode, reason, regs, on_helper);
     st.dump_count.fetch_add(1, Ordering::Relaxed);
     r
@@ -694,11 +695,30 @@ fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError
         out[len] = 0;
         match create(&out[..=len]) {
             Ok(fd) => return Ok((fd, len)),
-            Err(DumpError::Os { errno: libc::EEXIST, .. }) => continue,
+            Err(DumpError::Os { errno: libc::EEXIST, .. }) => {
+                // The configured name is taken: by an earlier dump (a
+                // regular file) the next gets a number; by anything else
+                // (`/dev/full`, a FIFO, a directory) nothing is created
+                // beside it.
+                if n == 0 && !is_regular(&out[..=len]) {
+                    return Err(DumpError::Os { what: "the output path is not a regular file", errno: libc::EEXIST });
+                }
+                continue;
+            }
             Err(e) => return Err(e),
         }
     }
     Err(DumpError::Os { what: "finding a free dump file name", errno: libc::EEXIST })
+}
+
+/// Whether the NUL-terminated `path` names a regular file (not following a
+/// symlink).
+fn is_regular(path_nul: &[u8]) -> bool {
+    // SAFETY: lstat of a NUL-terminated path into a zeroed struct we own.
+    unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        libc::lstat(path_nul.as_ptr().cast(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    }
 }
 
 /// Automatic dumps between opening their file and reporting it (the exit
@@ -880,6 +900,7 @@ extern "C" fn start() {
     let st = state();
     let c = *st.config();
     let _internal = guard::Internal::new();
+    report::remember_stderr();
     // SAFETY: registering plain extern "C" functions.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork_child)) };
     unwind::init();

@@ -81,8 +81,45 @@ impl Line {
 
 /// Writes bytes to stderr with one `write(2)`, ignoring errors.
 pub(crate) fn write_stderr(b: &[u8]) {
+    if !stderr_is_ours() {
+        return;
+    }
+    let _xfsz = sys::XfszBlocked::new();
     // SAFETY: writing an initialised buffer to fd 2.
     unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+}
+
+/// Device and inode of the stderr the program was started with (0: none).
+static STDERR_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static STDERR_DEV: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+fn fd2_id() -> Option<(u64, u64)> {
+    // SAFETY: fstat writes into a zeroed struct we own.
+    unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        (libc::fstat(2, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+    }
+}
+
+/// Remembers which file descriptor 2 is at start-up.
+pub(crate) fn remember_stderr() {
+    if let Some((dev, ino)) = fd2_id() {
+        STDERR_DEV.store(dev, core::sync::atomic::Ordering::Relaxed);
+        STDERR_ID.store(ino, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether descriptor 2 is still the stderr the program was given: a
+/// program that closed it and opened a data file as number 2 must not find
+/// the runtime's lines in its file.
+fn stderr_is_ours() -> bool {
+    if STDERR_ID.load(core::sync::atomic::Ordering::Relaxed) == 0 {
+        // A message before start-up (a bad setting read at the first
+        // allocation): the stderr of now is the one the program was given.
+        remember_stderr();
+    }
+    let ino = STDERR_ID.load(core::sync::atomic::Ordering::Relaxed);
+    ino != 0 && fd2_id() == Some((STDERR_DEV.load(core::sync::atomic::Ordering::Relaxed), ino))
 }
 
 /// Appends one line to the report file; false when there is none.
@@ -98,6 +135,7 @@ fn append(line: &Line) -> bool {
     // `heapdump run` makes the file's directory private (0700); still,
     // never follow a symlink or block on a FIFO there.
     let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let _xfsz = sys::XfszBlocked::new();
     if let Ok(fd) = sys::open(rp, flags, 0o600) {
         // SAFETY: one write of an initialised buffer (atomic with O_APPEND).
         unsafe { libc::write(fd, line.bytes().as_ptr().cast(), line.len) };

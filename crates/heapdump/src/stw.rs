@@ -166,10 +166,51 @@ fn blocks_signal(tid: u32, sig: i32) -> bool {
     (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0
 }
 
-/// The signal used to stop threads: SIGRTMIN+5, clear of glibc's own
-/// (SIGRTMIN, SIGRTMIN+1) and of the common runtimes' choices.
-pub fn suspend_signal() -> i32 {
-    libc::SIGRTMIN() + 5
+/// The signal used to stop threads (0 before one is claimed).
+static SUSPEND_SIG: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+/// The handler installed for `sig` now (its `sa_sigaction` word).
+fn handler_of(sig: i32) -> Option<usize> {
+    // SAFETY: a query: sigaction with no new action writes the current one
+    // into a zeroed struct we own.
+    unsafe {
+        let mut old: libc::sigaction = core::mem::zeroed();
+        (libc::sigaction(sig, core::ptr::null(), &mut old) == 0).then_some(old.sa_sigaction)
+    }
+}
+
+/// The stop signal, still ours: the first real-time signal from SIGRTMIN+5
+/// (clear of glibc's own, SIGRTMIN and SIGRTMIN+1, and of the common
+/// runtimes' choices) that the program has not claimed. A program that installs its own handler
+/// for it later (its right: it is the program's signal) keeps it, and the
+/// runtime moves to the next free one rather than sending it signals it
+/// does not expect. The program's handlers are never replaced.
+fn claim_signal() -> Result<i32, i32> {
+    let ours = on_suspend as *const () as usize;
+    let cur = SUSPEND_SIG.load(Ordering::Acquire);
+    if cur != 0 && handler_of(cur) == Some(ours) {
+        return Ok(cur);
+    }
+    for sig in libc::SIGRTMIN() + 5..libc::SIGRTMAX() {
+        if sig == cur || handler_of(sig) != Some(libc::SIG_DFL) {
+            continue;
+        }
+        // SAFETY: a zeroed sigaction is a valid starting point; we fill the
+        // handler, flags and a full mask (no other signal interrupts a
+        // parked thread).
+        let ok = unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = ours;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigfillset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, core::ptr::null_mut()) == 0
+        };
+        if ok {
+            SUSPEND_SIG.store(sig, Ordering::Release);
+            return Ok(sig);
+        }
+    }
+    Err(libc::EBUSY)
 }
 
 fn slots() -> &'static [Slot] {
@@ -194,17 +235,7 @@ pub fn init() -> Result<(), i32> {
         unsafe { sys::munmap(p, MAX_THREADS * core::mem::size_of::<Slot>()) };
         return Ok(());
     }
-    // SAFETY: a zeroed sigaction is a valid starting point; we fill the
-    // handler, flags and a full mask (no other signal interrupts a parked thread).
-    unsafe {
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = on_suspend as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigfillset(&mut sa.sa_mask);
-        if libc::sigaction(suspend_signal(), &sa, core::ptr::null_mut()) != 0 {
-            return Err(sys::errno());
-        }
-    }
+    claim_signal()?;
     Ok(())
 }
 
@@ -429,7 +460,9 @@ pub fn stop(also_skip: u32) -> Stopped {
     if base.is_null() {
         return Stopped::default();
     }
-    let sig = suspend_signal();
+    // Every real-time signal taken by the program: nothing can stop its
+    // threads (recorded as not stopped).
+    let sig = claim_signal().unwrap_or(0);
     let deadline = sys::monotonic_ns() + STOP_TIMEOUT_NS;
     let mut expected = 0u32;
     // Threads may be created by threads not yet stopped: enumerate again
@@ -454,7 +487,7 @@ pub fn stop(also_skip: u32) -> Stopped {
             slot.tid.store(tid, Ordering::Relaxed);
             slot.state.store(SIGNALLED, Ordering::Relaxed);
             NSLOTS.store(n as u32 + 1, Ordering::Release);
-            if blocks_signal(tid, sig) {
+            if sig == 0 || blocks_signal(tid, sig) {
                 // It would never answer: recorded as not stopped at once
                 // (its stack is read while it runs), not waited for.
                 return;

@@ -422,3 +422,51 @@ pub fn waitpid(pid: u32) -> Result<i32, i32> {
         }
     }
 }
+
+/// SIGXFSZ blocked on this thread while it lives: a dump or a report line
+/// past the program's `RLIMIT_FSIZE` fails with `EFBIG` instead of killing
+/// the program (whose own writes still get the signal). The signal a
+/// refused write raised on this thread is discarded before the mask is
+/// restored.
+pub struct XfszBlocked {
+    was_blocked: bool,
+}
+
+impl XfszBlocked {
+    /// Blocks SIGXFSZ on the calling thread.
+    pub fn new() -> XfszBlocked {
+        // SAFETY: sigset operations on sets we own; pthread_sigmask is
+        // async-signal-safe in glibc.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGXFSZ);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            XfszBlocked { was_blocked: libc::sigismember(&old, libc::SIGXFSZ) == 1 }
+        }
+    }
+}
+
+impl Drop for XfszBlocked {
+    fn drop(&mut self) {
+        if self.was_blocked {
+            return;
+        }
+        // SAFETY: as above; sigtimedwait with a zero timeout only takes a
+        // pending SIGXFSZ, never waits.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGXFSZ);
+            let mut pending: libc::sigset_t = core::mem::zeroed();
+            if libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGXFSZ) == 1 {
+                let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                let saved = errno();
+                libc::sigtimedwait(&set, core::ptr::null_mut(), &zero);
+                set_errno(saved);
+            }
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+        }
+    }
+}

@@ -377,3 +377,73 @@ fn the_report_channel_is_private() {
     assert!(!Path::new(report).exists(), "removed after the run");
     assert!(!Path::new(report).parent().unwrap().exists(), "its directory too");
 }
+
+#[test]
+fn a_program_that_owns_the_stop_signal_keeps_it() {
+    let d = Scratch::new("rtsig");
+    let prog = compile(&d, "owns_rt_signal.c", &["-O1", "-pthread"]);
+    let out = d.path("r.hdump");
+    let (o, dumps) = run_traced(&out, &prog, &[out.to_str().unwrap()], &["--no-at-exit"]);
+    let stdout = ok(&o);
+    assert_eq!(stdout.trim(), "0", "the program received the runtime's stop signals");
+    assert_eq!(dumps.len(), 1, "{}", String::from_utf8_lossy(&o.stderr));
+    let s = summary(&dumps[0]);
+    assert_eq!((s["threads"].as_u64(), s["threads_not_stopped"].as_u64()), (Some(3), Some(0)), "{s}");
+    assert!(s["pause_us"].as_u64().unwrap() < 2_000_000, "no stall: {s}");
+}
+
+#[test]
+fn a_file_size_limit_fails_the_dump_not_the_program() {
+    let d = Scratch::new("fsize");
+    let prog = compile(&d, "host_files.c", &["-O1"]);
+    let (o, dumps) = run_traced(&d.path("f.hdump"), &prog, &["fsize"], &["--mode", "full"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "the program's own status (SIGXFSZ is 153): {err}");
+    assert!(dumps.is_empty(), "{err}");
+    assert!(err.contains("File too large"), "the dump failed, saying why: {err}");
+}
+
+#[test]
+fn the_runtime_writes_only_to_the_stderr_it_was_given() {
+    let d = Scratch::new("stderr");
+    let prog = compile(&d, "host_files.c", &["-O1"]);
+    let data = d.path("data2.txt");
+    let out = d.path("s.hdump");
+    ensure_preload();
+    // Not through run, so that the dump's line goes to stderr.
+    let o = std::process::Command::new(&prog)
+        .args(["stderr", data.to_str().unwrap()])
+        .env("LD_PRELOAD", sibling_bin("libheapdump_preload.so"))
+        .env("HEAPDUMP_AT_EXIT", "1")
+        .env("HEAPDUMP_OUTPUT", &out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(out.exists(), "the dump is still written");
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "data\n", "nothing of the runtime's in the program's file");
+}
+
+#[test]
+fn dumps_are_files_and_never_garble_runs_lines() {
+    ensure_preload();
+    // run refuses at once.
+    for bad in ["/dev/full", "/tmp/a\tb.hdump", "/tmp/a\nb.hdump"] {
+        let o = heapdump().args(["run", "-o", bad, "--", "true"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    // The runtime, configured directly, creates nothing beside a device.
+    let o = std::process::Command::new("/bin/true")
+        .env("LD_PRELOAD", sibling_bin("libheapdump_preload.so"))
+        .env("HEAPDUMP_AT_EXIT", "1")
+        .env("HEAPDUMP_OUTPUT", "/dev/full")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a regular file"), "{}", String::from_utf8_lossy(&o.stderr));
+    let created: Vec<_> = std::fs::read_dir("/dev")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("full."))
+        .collect();
+    assert!(created.is_empty(), "{created:?}");
+}
