@@ -255,7 +255,7 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
         "threads".into(),
         if s.threads_not_stopped > 0 {
             format!(
-                "{} ({} not stopped: they block the stop signal or did not answer; their stacks were read while they ran)",
+                "{} ({} not stopped: they block the stop signal or did not answer; their stacks were read as they waited in the kernel, their registers are unknown)",
                 s.threads, s.threads_not_stopped
             )
         } else {

@@ -107,6 +107,10 @@ pub struct LeakReport {
     possibly_lost: leaks::Count,
     still_reachable: leaks::Count,
     via_heuristic: HashMap<&'static str, leaks::Count>,
+    /// Threads the dump could not stop: their stacks were read while they
+    /// waited in the kernel (or not at all), their registers are unknown,
+    /// so a block only they hold may be counted lost.
+    threads_not_stopped: u64,
     groups: Vec<LeakGroup>,
 }
 
@@ -158,6 +162,7 @@ pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut
         possibly_lost: l.possibly_lost,
         still_reachable: l.still_reachable,
         via_heuristic: l.via_heuristic.iter().map(|(h, c)| (h.as_str(), *c)).collect(),
+        threads_not_stopped: heap.threads.iter().filter(|t| t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0).count() as u64,
         groups,
     };
     report
@@ -197,6 +202,14 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
     via.sort_by_key(|(h, _)| **h);
     for (h, c) in via {
         writeln!(out, "      of which reachable via heuristic {h}: {}", line(c))?;
+    }
+    if r.threads_not_stopped > 0 {
+        writeln!(
+            out,
+            "   warning: {} thread(s) not stopped (they block every signal): their stacks were read as they waited in the kernel, \
+             their registers are unknown; a block held only in one of their registers counts as lost",
+            r.threads_not_stopped
+        )?;
     }
     if r.groups.is_empty() {
         writeln!(out, "\nNo lost blocks.")?;

@@ -333,8 +333,15 @@ fn write_body(
                 region(&mut w, mode, &index, pairs, start, end - start, |w, c| w.thread(&info, c))?;
                 tls_root(&mut w, mode, &index, pairs, &maps, s.fs(), start, end, tid)?;
             } else {
-                let info = ThreadInfo { tid, flags: raw::THREAD_NOT_STOPPED, stack_start: 0, stack_end: 0, tls: 0, name, regs: &[] };
-                region(&mut w, mode, &index, pairs, 0, 0, |w, c| w.thread(&info, c))?;
+                // Not stopped: its stack as it is while the thread waits in
+                // the kernel (registers unknown), when it does.
+                let sp = s.blocked_sp();
+                let (start, end) = match maps.end_of(sp) {
+                    Some(end) if sp != 0 => (maps.start_of(sp).map_or(sp.saturating_sub(128), |ms| sp.saturating_sub(128).max(ms)), end),
+                    _ => (0, 0),
+                };
+                let info = ThreadInfo { tid, flags: raw::THREAD_NOT_STOPPED, stack_start: start, stack_end: end, tls: 0, name, regs: &[] };
+                region(&mut w, mode, &index, pairs, start, end - start, |w, c| w.thread(&info, c))?;
             }
             threads += 1;
         }
@@ -478,6 +485,37 @@ pub(crate) fn thread_name(tid: u32, out: &mut [u8; 16]) -> &[u8] {
     let k = sys::read_file(c, out).unwrap_or(0);
     let k = out[..k].iter().position(|&b| b == b'\n').unwrap_or(k);
     &out[..k]
+}
+
+/// The user stack pointer of a thread of this process blocked in a system
+/// call (`/proc/self/task/TID/syscall`: number, six arguments, stack
+/// pointer, program counter); 0 when it is running or unknown. A thread
+/// that blocks every signal cannot be stopped, but while it waits in the
+/// kernel its stack below this pointer is dead and above it unchanging.
+pub(crate) fn blocked_sp(tid: u32) -> u64 {
+    let mut path = [0u8; 64];
+    let prefix = b"/proc/self/task/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut n = prefix.len();
+    n += fmt_u64(tid.into(), &mut path[n..]);
+    path[n..n + 9].copy_from_slice(b"/syscall\0");
+    let Ok(c) = core::ffi::CStr::from_bytes_until_nul(&path[..n + 9]) else { return 0 };
+    let mut text = [0u8; 256];
+    let k = sys::read_file(c, &mut text).unwrap_or(0);
+    let mut fields = text[..k].split(|&b| b == b' ' || b == b'\n').filter(|f| !f.is_empty());
+    // "running", or "-1 sp pc" (stopped outside a call) have no 9 fields.
+    let Some(sp) = fields.nth(7) else { return 0 };
+    let hex = sp.strip_prefix(b"0x").unwrap_or(&[]);
+    let mut v = 0u64;
+    for &b in hex {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return 0,
+        };
+        v = v.wrapping_mul(16) | u64::from(d);
+    }
+    v
 }
 
 /// Formats `v` in decimal into `out`; returns the length.

@@ -42,9 +42,18 @@ pub struct Slot {
     /// stop, so that a forked writer, which cannot see the parent's threads
     /// in its own /proc, has it too).
     name: UnsafeCell<([u8; 16], u8)>,
+    /// For a thread that did not stop: its stack pointer while blocked in
+    /// the kernel, 0 when unknown (likewise written by the stopper).
+    blocked_sp: AtomicU64,
 }
 
 impl Slot {
+    /// The stack pointer of a thread that did not stop, while it waits in
+    /// a system call (0: unknown).
+    pub fn blocked_sp(&self) -> u64 {
+        self.blocked_sp.load(Ordering::Acquire)
+    }
+
     /// Registers at the stop; meaningful only when [`Slot::stopped`].
     pub fn regs(&self) -> Regs {
         // SAFETY: written once by the thread before it published STOPPED
@@ -514,7 +523,10 @@ pub fn stop(also_skip: u32) -> Stopped {
         match state {
             STOPPED => out.stopped += 1,
             GONE => continue,
-            _ => out.not_stopped += 1,
+            _ => {
+                out.not_stopped += 1;
+                slots()[i].blocked_sp.store(crate::dump::blocked_sp(tid), Ordering::Release);
+            }
         }
         let mut name = [0u8; 16];
         let n = crate::dump::thread_name(tid, &mut name).len();

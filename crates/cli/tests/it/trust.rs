@@ -447,3 +447,24 @@ fn dumps_are_files_and_never_garble_runs_lines() {
         .collect();
     assert!(created.is_empty(), "{created:?}");
 }
+
+#[test]
+fn a_thread_that_cannot_be_stopped_still_holds_what_its_stack_holds() {
+    // Its stack is read where it waits in the kernel (the stack pointer of
+    // /proc/self/task/TID/syscall); it used to be no root at all, and the
+    // block its frame holds was "definitely lost".
+    let d = Scratch::new("mainblocks");
+    let prog = compile(&d, "main_blocks_signals.c", &["-O1", "-pthread"]);
+    for mode in ["compact", "full"] {
+        let (o, dumps) = run_traced(&d.path(&format!("m-{mode}.hdump")), &prog, &[], &["--no-at-exit", "--mode", mode]);
+        ok(&o);
+        assert_eq!(dumps.len(), 1, "{}", String::from_utf8_lossy(&o.stderr));
+        let s = summary(&dumps[0]);
+        assert_eq!(s["threads_not_stopped"].as_u64(), Some(1), "{s}");
+        let l = json(&["leaks".as_ref(), "--json".as_ref(), dumps[0].as_os_str()]);
+        assert_eq!(l["definitely_lost"]["blocks"], 0, "{mode}: {l}");
+        assert_eq!(l["threads_not_stopped"], 1, "{mode}: the verdict says what it depends on: {l}");
+        let text = ok(&heapdump().arg("leaks").arg(&dumps[0]).output().unwrap());
+        assert!(text.contains("not stopped"), "{text}");
+    }
+}
