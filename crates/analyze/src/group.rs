@@ -30,12 +30,26 @@ pub struct Row {
 }
 
 /// The size class of `size`: `0`, `1`, `2`, `3..4`, `5..8`, … `2^k+1..2^(k+1)`.
+/// Past 2^63 (a hostile dump can claim such sizes) the last class is
+/// `2^63+1..2^64-1`.
 pub fn size_class(size: u64) -> String {
     if size <= 2 {
         return size.to_string();
     }
-    let hi = size.next_power_of_two();
-    format!("{}..{}", hi / 2 + 1, hi)
+    match size.checked_next_power_of_two() {
+        Some(hi) => format!("{}..{}", hi / 2 + 1, hi),
+        None => format!("{}..{}", (1u64 << 63) + 1, u64::MAX),
+    }
+}
+
+/// A number for each size class, distinct between classes (sizes 0 and 1
+/// are two classes, though they round up to the same power of two).
+fn size_class_id(size: u64) -> u64 {
+    if size <= 2 {
+        size
+    } else {
+        3 + u64::from(64 - (size - 1).leading_zeros())
+    }
 }
 
 /// Groups every block, largest byte count first.
@@ -46,7 +60,7 @@ pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: Gro
         // Site and size keys depend on the site (or size) only: computed once
         // per distinct one; types are cached per site inside `types`.
         let key = match by {
-            GroupBy::Size => keys.entry((0, b.size.next_power_of_two())).or_insert_with(|| size_class(b.size)).clone(),
+            GroupBy::Size => keys.entry((0, size_class_id(b.size))).or_insert_with(|| size_class(b.size)).clone(),
             GroupBy::Site => keys.entry((b.site, 0)).or_insert_with(|| sym.site_label(b.site)).clone(),
             GroupBy::Type => types.of_block(sym, heap, BlockId(i as u32)),
         };
@@ -212,5 +226,11 @@ mod tests {
         assert_eq!(size_class(24), "17..32");
         assert_eq!(size_class(32), "17..32");
         assert_eq!(size_class(33), "33..64");
+        assert_eq!(size_class(1 << 63), "4611686018427387905..9223372036854775808");
+        assert_eq!(size_class((1 << 63) + 1), "9223372036854775809..18446744073709551615");
+        assert_eq!(size_class(u64::MAX), "9223372036854775809..18446744073709551615");
+        // Each class its own key: 0 and 1 both round up to 1.
+        let ids: Vec<u64> = [0, 1, 2, 3, 4, 5, 8, 9, 1 << 63, u64::MAX].iter().map(|&s| size_class_id(s)).collect();
+        assert_eq!(ids, [0, 1, 2, 5, 5, 6, 6, 7, 66, 67]);
     }
 }

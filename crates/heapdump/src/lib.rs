@@ -746,12 +746,23 @@ fn auto_dump_counted(st: &State, reason: Reason, regs: &stw::Regs, on_helper: bo
     };
     report::started(&path[..len]);
     let r = dump_fd_inner(st, fd, st.config().mode, reason, regs, on_helper);
+    // SAFETY: fstat into a zeroed struct we own, on our open descriptor.
+    let empty = unsafe {
+        let mut sb: libc::stat = core::mem::zeroed();
+        libc::fstat(fd, &mut sb) == 0 && sb.st_size == 0
+    };
     sys::close(fd);
     match r {
         Ok(info) => report::wrote(&path[..len], reason, &info),
         Err(e) => {
             report::failed(reason, &path[..len], &e);
-            // Keep the partial file: everything before the failure is readable.
+            // A partial file is kept: everything before the failure is
+            // readable, and the reader says where it was cut. An empty one
+            // (nothing could be written) would only read as "not a dump".
+            if empty {
+                // SAFETY: unlink of the NUL-terminated path we created.
+                unsafe { libc::unlink(path.as_ptr().cast()) };
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
 /* A program that is hard on its guest: with argv[1] = "fsize" it limits
-   its files to 4 KiB (RLIMIT_FSIZE) and keeps 100 KB of heap, so the exit
+   its files to 4 KiB or argv[2] bytes (RLIMIT_FSIZE) and keeps 100 KB of heap, so the exit
    dump cannot fit; with "stderr" it closes descriptor 2 and opens a data
    file (argv[2]) as number 2, writing its own line there. Either way it
    exits 0 untraced; traced, the first used to die of SIGXFSZ (status 153)
@@ -13,7 +13,8 @@ void *keep[100];
 int main(int argc, char **argv) {
     for (int i = 0; i < 100; i++) keep[i] = calloc(1, 1000);
     if (argc > 1 && strcmp(argv[1], "fsize") == 0) {
-        struct rlimit r = { 4096, 4096 };
+        rlim_t n = argc > 2 ? (rlim_t)atol(argv[2]) : 4096;
+        struct rlimit r = { n, n };
         if (setrlimit(RLIMIT_FSIZE, &r) != 0) return 2;
     }
     if (argc > 2 && strcmp(argv[1], "stderr") == 0) {

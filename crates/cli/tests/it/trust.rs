@@ -401,6 +401,14 @@ fn a_file_size_limit_fails_the_dump_not_the_program() {
     assert_eq!(o.status.code(), Some(0), "the program's own status (SIGXFSZ is 153): {err}");
     assert!(dumps.is_empty(), "{err}");
     assert!(err.contains("File too large"), "the dump failed, saying why: {err}");
+    // What fitted is kept, and reads as cut short.
+    let o = heapdump().arg("summary").arg(d.path("f.hdump")).output().unwrap();
+    let text = ok(&o);
+    assert!(text.contains("incomplete"), "{text}");
+    // With no room at all, no empty file is left to read as "not a dump".
+    let (o, _) = run_traced(&d.path("z.hdump"), &prog, &["fsize", "0"], &["--mode", "full"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!d.path("z.hdump").exists());
 }
 
 #[test]
