@@ -91,9 +91,9 @@ fn git_matches_valgrind() {
 fn gawk_string_keys_prove_no_rust_table_in_compact_mode() {
     // gawk's string hash keeps interior pointers into blocks whose sizes
     // fit a hashbrown table: with sizes as the only proof, compact dumps
-    // made 3 MB (643 blocks) "reachable via heuristic hashbrown" where
-    // valgrind says possibly lost (190 blocks). The writer now proves the
-    // layout on the block's bytes.
+    // made 3 MB (643 blocks) "reachable via heuristic hashbrown", a
+    // heuristic for Rust's tables that valgrind does not have. The writer
+    // now proves the layout on the block's bytes.
     let prog = Path::new("/usr/bin/gawk");
     let args = ["BEGIN { for (i = 0; i < 100000; i++) a[\"k\" i] = i \" v\"; print length(a) }"];
     let expected = valgrind_summary_args(prog, &args);
@@ -106,8 +106,9 @@ fn gawk_string_keys_prove_no_rust_table_in_compact_mode() {
         let j = json(&["leaks".as_ref(), "--json".as_ref(), d.path("g.hdump").as_os_str()]);
         assert!(j["via_heuristic"].get("hashbrown").is_none(), "run {round}: {}", j["via_heuristic"]);
         let got = ours(&d.path("g.hdump"));
-        // Blocks, not bytes: the environment differs by a few bytes.
-        assert_eq!(got[2].1, expected[2].1, "run {round}: possibly lost blocks, heapdump vs valgrind: {got:?} vs {expected:?}");
+        // Possibly lost is not compared (see the top of this file): which
+        // of gawk's interior pointers survive depends on the layout, for
+        // valgrind too (190 blocks in one run here, 0 in another).
         assert_eq!(got[..2], expected[..2], "run {round}: {got:?} vs {expected:?}");
     }
 }
