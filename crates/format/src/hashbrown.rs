@@ -51,7 +51,15 @@ fn mirrored(ctrl: &[u8], buckets: usize, j: usize) -> u8 {
 /// `size` bytes is laid out as a hashbrown table: `tail(offset)` gives the
 /// block's bytes from `offset` to its end.
 pub fn proven_log2<'a>(size: u64, tail: impl Fn(u64) -> &'a [u8]) -> u8 {
-    let mut log2 = 62u8;
+    // offset >= buckets and offset % 16 == 0 bound the candidates: 2^k at
+    // most (size - 16) / 2, and below 16 buckets only when size % 16 is
+    // 2^k (4 or 8); from 16 up only when size % 16 == 0. The dump checks
+    // every block: most sizes leave nothing to look at.
+    if size < 36 {
+        return 0;
+    }
+    let top = (63 - ((size - 16) / 2).leading_zeros()) as u8;
+    let mut log2 = if size % 16 == 0 { top.min(62) } else { top.min(3) };
     while log2 >= 2 {
         if let Some(offset) = ctrl_offset(size, log2) {
             if ctrl_ok(tail(offset), 1usize << log2) {

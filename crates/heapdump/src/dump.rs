@@ -5,6 +5,7 @@
 //! raw `read(2)`. A dump in progress excludes others (a spin flag).
 
 use crate::config::Config;
+use crate::index::{build_index, Index};
 use crate::modules::Modules;
 use crate::pipe::{self, PipeSink};
 use crate::stw::{self, Regs, RSP};
@@ -107,51 +108,9 @@ static mut SCRATCH: Scratch = Scratch {
 /// 64 KiB were slower again).
 const WRITE_BUF: usize = 1 << 19;
 const PAIRS: usize = 4096;
-
-/// The live allocations sorted by address: the lookup index of the compact
-/// scan, and the order allocations are written in (so their contents are
-/// read front to back; the table gives its small blocks in address order
-/// and the others in hash order).
-struct Index {
-    ptr: *mut Entry,
-    len: usize,
-    map_len: usize,
-    lo: u64,
-    hi: u64,
-}
-
-impl Index {
-    fn as_slice(&self) -> &[Entry] {
-        if self.ptr.is_null() {
-            return &[];
-        }
-        // SAFETY: ptr maps `len` initialised pairs.
-        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
-    }
-
-    /// Whether `v` points at or into a live allocation.
-    #[inline]
-    fn hits(&self, v: u64) -> bool {
-        if v < self.lo || v >= self.hi {
-            return false;
-        }
-        let s = self.as_slice();
-        let i = s.partition_point(|e| e.addr <= v);
-        if i == 0 {
-            return false;
-        }
-        let e = &s[i - 1];
-        v < e.addr + e.size || v == e.addr
-    }
-
-    fn release(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: our own mapping, no longer referenced.
-            unsafe { sys::munmap(self.ptr.cast(), self.map_len) };
-            self.ptr = core::ptr::null_mut();
-        }
-    }
-}
+/// How many blocks ahead of the scan the compact dump's lookups are
+/// prefetched (twice that for the directory's buckets).
+const PREFETCH_AHEAD: usize = 8;
 
 /// Takes one dump into `fd`.
 ///
@@ -426,7 +385,20 @@ fn write_body(
         };
         site_err?;
         // Allocations, in address order.
-        for e in index.as_slice() {
+        let all = index.as_slice();
+        for (i, e) in all.iter().enumerate() {
+            if mode == Mode::Compact {
+                // The lookups of a dense heap's pointers are random reads
+                // of the directory and the index: start them for the blocks
+                // ahead, buckets first, then the entries the buckets name,
+                // so that the scan of this block finds them in the cache.
+                if let Some(f) = all.get(i + 2 * PREFETCH_AHEAD) {
+                    index.prefetch(f.addr, f.size, false);
+                }
+                if let Some(f) = all.get(i + PREFETCH_AHEAD) {
+                    index.prefetch(f.addr, f.size, true);
+                }
+            }
             write_alloc(&mut w, mode, &index, pairs, e)?;
         }
         let pause = pause_override.unwrap_or_else(|| sys::monotonic_ns() - t0);
@@ -682,100 +654,6 @@ fn read_maps(sc: &mut Scratch) -> Maps<'static> {
             }
         };
     }
-}
-
-fn build_index(state: &State) -> Result<Index, DumpError> {
-    let table = &state.table;
-    let size = core::mem::size_of::<Entry>();
-    let map_err = |errno| DumpError::Os { what: "mapping the address index", errno };
-    // SAFETY: world stopped or forked child (so for the table calls below).
-    let large = unsafe { table.overflow_len_unlocked() };
-    // The small blocks come in address order: put them at the end of the
-    // index, the others (sorted) beside it, and merge from the front. The
-    // merge never writes over a small entry it has yet to read. The index
-    // is sized from the per-thread counts, with room to spare, so that the
-    // slots are walked once; should they hold more, they are counted and
-    // walked again.
-    let guess = (table.live_count() as usize).saturating_sub(large);
-    let mut room = guess + guess / 64 + 4096;
-    let (ptr, map_len, small) = loop {
-        let map_len = ((large + room).max(1) * size).next_multiple_of(4096);
-        let ptr: *mut Entry = sys::mmap_anon(map_len).map_err(map_err)?.cast();
-        let base = ptr.wrapping_add(large);
-        let mut small = 0;
-        // SAFETY: as above.
-        unsafe {
-            table.for_each_small_unlocked(|e| {
-                if small < room {
-                    // SAFETY: large + small < large + room entries fit in the mapping.
-                    base.add(small).write(e);
-                }
-                small += 1;
-            })
-        };
-        if small <= room {
-            break (ptr, map_len, small);
-        }
-        // SAFETY: our mapping, not referenced.
-        unsafe { sys::munmap(ptr.cast(), map_len) };
-        room = small;
-    };
-    let n = small + large;
-    let tmp_len = (large.max(1) * size).next_multiple_of(4096);
-    let tmp: *mut Entry = match sys::mmap_anon(tmp_len) {
-        Ok(p) => p.cast(),
-        Err(errno) => {
-            // SAFETY: our mapping, not referenced.
-            unsafe { sys::munmap(ptr.cast(), map_len) };
-            return Err(map_err(errno));
-        }
-    };
-    let mut i = 0;
-    // SAFETY: as above.
-    unsafe {
-        table.for_each_overflow_unlocked(|e| {
-            if i < large {
-                // SAFETY: i < large entries fit in the mapping.
-                tmp.add(i).write(e);
-                i += 1;
-            }
-        })
-    };
-    // SAFETY: `large` entries written to tmp; sort_unstable is in core and
-    // does not allocate.
-    let others = unsafe { core::slice::from_raw_parts_mut(tmp, large) };
-    others.sort_unstable_by_key(|e| e.addr);
-    let (mut a, mut b) = (large, 0);
-    let mut out = 0;
-    while a < n || b < large {
-        // SAFETY: a < n and b < large index written entries; out never
-        // passes a (out <= (a - large) + b <= a).
-        unsafe {
-            let take_small = b == large || (a < n && (*ptr.add(a)).addr <= others[b].addr);
-            let e = if take_small {
-                a += 1;
-                *ptr.add(a - 1)
-            } else {
-                b += 1;
-                others[b - 1]
-            };
-            // A large entry at a small block's address is stale (a free the
-            // tracker never saw; see table.rs): the small one is newer.
-            if out > 0 && (*ptr.add(out - 1)).addr == e.addr {
-                continue;
-            }
-            ptr.add(out).write(e);
-            out += 1;
-        }
-    }
-    let n = out;
-    // SAFETY: our mapping, no longer referenced.
-    unsafe { sys::munmap(tmp.cast(), tmp_len) };
-    // SAFETY: n entries initialised.
-    let s = unsafe { core::slice::from_raw_parts(ptr, n) };
-    let lo = s.first().map_or(0, |e| e.addr);
-    let hi = s.iter().map(|e| (e.addr + e.size).max(e.addr + 1)).max().unwrap_or(0);
-    Ok(Index { ptr, len: n, map_len, lo, hi })
 }
 
 /// Scans `[start, start+len)` for words pointing into live allocations.

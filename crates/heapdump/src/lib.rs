@@ -33,6 +33,7 @@
 mod config;
 mod dump;
 mod guard;
+mod index;
 mod lock;
 mod modules;
 mod pipe;

@@ -74,6 +74,7 @@ fn main() {
         ("child_triggers", child_triggers),
         ("files_are_never_overwritten", files_are_never_overwritten),
         ("full_and_compact_agree", full_and_compact_agree),
+        ("compact_pointers_of_a_dense_heap_are_exact", compact_pointers_of_a_dense_heap_are_exact),
     ]);
 }
 
@@ -518,6 +519,55 @@ fn files_are_never_overwritten() {
     heapdump::dump(&q, heapdump::Mode::Compact).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&q).unwrap().permissions().mode() & 0o777, 0o600);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn compact_pointers_of_a_dense_heap_are_exact() {
+    // 100 K blocks of 48 bytes, each with two pointers to random earlier
+    // blocks, one into the middle of another and a payload: the compact
+    // scan (the address directory) must find every pointer word, interior
+    // ones too, and nothing else, as a scan of the full dump of the same
+    // moment does.
+    let mut rng = common::Rng(0x2545_f491_4f6c_dd1d);
+    let mut nodes: Vec<Box<[u64; 6]>> = Vec::with_capacity(100_000);
+    for i in 0..100_000usize {
+        let mut n = Box::new([0u64; 6]);
+        if i > 0 {
+            n[0] = &*nodes[rng.next() as usize % i] as *const [u64; 6] as u64;
+            n[1] = &*nodes[rng.next() as usize % i] as *const [u64; 6] as u64;
+            n[2] = &*nodes[rng.next() as usize % i] as *const [u64; 6] as u64 + 8 * (1 + rng.next() % 5);
+        }
+        n[3] = rng.next();
+        n[4] = i as u64;
+        n[5] = rng.next() >> 1;
+        nodes.push(n);
+    }
+    let dir = common::scratch("dense");
+    let (pc, pf) = (dir.join("c.hdump"), dir.join("f.hdump"));
+    heapdump::dump(&pc, heapdump::Mode::Compact).unwrap();
+    heapdump::dump(&pf, heapdump::Mode::Full).unwrap();
+    let c = common::parse(&std::fs::read(&pc).unwrap());
+    let f = common::parse(&std::fs::read(&pf).unwrap());
+    assert_eq!(c.allocs, f.allocs, "the same blocks");
+    let hits = |v: u64| match f.allocs.range(..=v).next_back() {
+        Some((&a, &(size, _))) => v == a || v < a + size,
+        None => false,
+    };
+    let mut pointers = 0;
+    for (&a, bytes) in &f.contents {
+        let want: Vec<(u64, u64)> = bytes
+            .chunks_exact(8)
+            .enumerate()
+            .filter(|_| a % 8 == 0)
+            .map(|(k, w)| (8 * k as u64, u64::from_le_bytes(w.try_into().unwrap())))
+            .filter(|&(_, v)| hits(v))
+            .collect();
+        let got = c.pointers.get(&a).cloned().unwrap_or_default();
+        assert_eq!(got, want, "block {a:#x}");
+        pointers += got.len();
+    }
+    assert!(pointers >= 3 * 99_999, "{pointers}");
+    drop(nodes);
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -71,6 +71,8 @@ pub struct Parsed {
     pub allocs: BTreeMap<u64, (u64, u32)>,
     /// Full-mode contents by address.
     pub contents: BTreeMap<u64, Vec<u8>>,
+    /// Compact-mode pointer words (offset, value) by block address.
+    pub pointers: BTreeMap<u64, Vec<(u64, u64)>>,
     /// Pointer values found in each thread's stack and registers, by tid.
     pub thread_ptrs: BTreeMap<u32, Vec<u64>>,
     pub thread_flags: BTreeMap<u32, u32>,
@@ -88,8 +90,13 @@ pub fn parse(bytes: &[u8]) -> Parsed {
         match r.expect("record").1 {
             Record::Alloc(a) => {
                 p.allocs.insert(a.address, (a.size, a.site));
-                if let ContentsRef::Full(b) = a.contents {
-                    p.contents.insert(a.address, b.to_vec());
+                match a.contents {
+                    ContentsRef::Full(b) => {
+                        p.contents.insert(a.address, b.to_vec());
+                    }
+                    c => {
+                        p.pointers.insert(a.address, c.words(a.address).collect());
+                    }
                 }
             }
             Record::Thread(t) => {
