@@ -967,7 +967,17 @@ extern "C" fn start() {
                     libc::pthread_attr_setstack(&mut attr, stack.cast(), HELPER_STACK);
                     stack.add(HELPER_STACK).cast()
                 };
+                // The helper inherits a full signal mask: the program's
+                // process-directed signals (SIGALRM of a timer, SIGCHLD,
+                // SIGINT) must reach the program's own threads, never run
+                // its handlers on the runtime's thread. (glibc keeps its
+                // internal signals open.)
+                let mut all: libc::sigset_t = core::mem::zeroed();
+                let mut old: libc::sigset_t = core::mem::zeroed();
+                libc::sigfillset(&mut all);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
                 let r = libc::pthread_create(&mut tid, &attr, helper_main, end);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
                 libc::pthread_attr_destroy(&mut attr);
                 r == 0
             };

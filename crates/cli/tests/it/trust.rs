@@ -476,3 +476,16 @@ fn a_thread_that_cannot_be_stopped_still_holds_what_its_stack_holds() {
         assert!(text.contains("not stopped"), "{text}");
     }
 }
+
+#[test]
+fn the_programs_signals_run_on_the_programs_threads() {
+    let d = Scratch::new("timer");
+    let prog = compile(&d, "timer_signals.c", &["-O1"]);
+    for round in 0..3 {
+        let (o, _) = run_traced(&d.path(&format!("t{round}.hdump")), &prog, &[], &["--no-at-exit"]);
+        let out = ok(&o);
+        let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert!(v[0] > 50, "the timer ran: {out}");
+        assert_eq!(v[1], 0, "handler runs on the runtime's thread, of {}", v[0]);
+    }
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Dense heaps (issue 18): how long a compact signal dump holds a program
+whose heap is N nodes of 48 bytes, each with two pointers to random earlier
+nodes (benches/c/dense.c), traced by `heapdump run`.
+
+Each round runs every heapdump given, interleaved (so a noisy machine
+weighs on all alike), and reads the pause from the dump's summary; the
+table gives medians and, with a baseline, the median over rounds of the
+ratio baseline/new within a round.
+
+  benches/dense.py --heapdump target/release/heapdump \
+      [--baseline OLD/target/release/heapdump] [--sizes 1000000,10000000] [--rounds 5]
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+def pause_us(heapdump, prog, n, mode, tmp):
+    out = os.path.join(tmp, "d.hdump")
+    if os.path.exists(out):
+        os.remove(out)
+    # The program waits for the dump file to stop growing (a run before
+    # issue 16's fix did not wait for a signal dump the program outlived).
+    r = subprocess.run([heapdump, "run", "--mode", mode, "--no-at-exit", "-o", out, "--", prog, str(n), out],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0 or not os.path.exists(out):
+        sys.exit(f"{heapdump}: no dump: {r.stderr}")
+    s = json.loads(subprocess.run([heapdump, "summary", "--json", out], capture_output=True, text=True, check=True).stdout)
+    size = os.path.getsize(out)
+    os.remove(out)
+    return s["pause_us"], size, s["allocations"]
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--heapdump", required=True)
+    ap.add_argument("--baseline")
+    ap.add_argument("--sizes", default="1000000,2000000,10000000")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--mode", default="compact")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        prog = os.path.join(tmp, "dense")
+        subprocess.run(["gcc", "-O2", "-o", prog, os.path.join(here, "c", "dense.c")], check=True)
+        tools = [("new", a.heapdump)] + ([("baseline", a.baseline)] if a.baseline else [])
+        print(f"| blocks | {' | '.join(f'{t} pause (s)' for t, _ in tools)} |{' baseline/new (paired) |' if a.baseline else ''} file (B per block) |")
+        print(f"|---:|{'---:|' * len(tools)}{'---:|' if a.baseline else ''}---:|")
+        for n in [int(x) for x in a.sizes.split(",")]:
+            res = {t: [] for t, _ in tools}
+            size = allocs = 0
+            for _ in range(a.rounds):
+                for t, h in tools:
+                    p, sz, al = pause_us(h, prog, n, a.mode, tmp)
+                    res[t].append(p / 1e6)
+                    if t == "new":
+                        size, allocs = sz, al
+            cells = [f"{statistics.median(res[t]):.2f}" for t, _ in tools]
+            if a.baseline:
+                cells.append(f"{statistics.median(b / x for b, x in zip(res['baseline'], res['new'])):.1f}x")
+            cells.append(f"{size / allocs:.0f}")
+            print(f"| {n:,} | {' | '.join(cells)} |", flush=True)
+
+if __name__ == "__main__":
+    main()
