@@ -30,7 +30,7 @@ int main(void) {
     /* Busy, with signals arriving faster than the handler runs: while one
        is pending for main, the kernel gives the next to another thread
        that does not block it. */
-    for (int i = 0; i < 3000000; i++) { void *p = malloc(64 + i % 64); free(p); }
+    for (int i = 0; i < 500000; i++) { void *p = malloc(64 + i % 64); free(p); }
     struct itimerval off = { { 0, 0 }, { 0, 0 } };
     setitimer(ITIMER_REAL, &off, NULL);
     printf("%d %d\n", (int)ticks, (int)foreign);
