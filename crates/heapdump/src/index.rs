@@ -77,16 +77,24 @@ impl Index {
                 continue;
             }
             let Some((c, k)) = self.dir.bucket_of(v) else { continue };
-            let p = if entries {
-                // SAFETY: as in `window`: the bucket exists.
-                let from = unsafe { *self.dir.buckets.add(c.buckets + k) } as usize;
-                self.ptr.wrapping_add(from.saturating_sub(1)) as *const i8
+            if entries {
+                // Every line of the window the lookup searches, from the
+                // entry before it (at most 8 lines).
+                // SAFETY: as in `window`: buckets k and k + 1 exist.
+                let (from, to) = unsafe { (*self.dir.buckets.add(c.buckets + k), *self.dir.buckets.add(c.buckets + k + 1)) };
+                let first = self.ptr.wrapping_add((from as usize).saturating_sub(1)) as usize & !63;
+                let last = self.ptr.wrapping_add(to as usize) as usize;
+                let mut line = first;
+                while line < last && line < first + 8 * 64 {
+                    // SAFETY: a prefetch never faults, whatever the address.
+                    unsafe { core::arch::x86_64::_mm_prefetch(line as *const i8, core::arch::x86_64::_MM_HINT_T0) };
+                    line += 64;
+                }
             } else {
-                self.dir.buckets.wrapping_add(c.buckets + k) as *const i8
-            };
-            // SAFETY: a prefetch never faults, whatever the address; these
-            // lie in our mappings anyway.
-            unsafe { core::arch::x86_64::_mm_prefetch(p, core::arch::x86_64::_MM_HINT_T0) };
+                let p = self.dir.buckets.wrapping_add(c.buckets + k) as *const i8;
+                // SAFETY: a prefetch never faults, whatever the address.
+                unsafe { core::arch::x86_64::_mm_prefetch(p, core::arch::x86_64::_MM_HINT_T0) };
+            }
         }
     }
 
