@@ -54,20 +54,50 @@ fn size_class_id(size: u64) -> u64 {
 
 /// Groups every block, largest byte count first.
 pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: GroupBy) -> Vec<Row> {
-    let mut keys: HashMap<(u32, u64), String> = HashMap::new();
-    let mut acc: HashMap<String, (f64, f64)> = HashMap::new();
+    // Each block's key is found through a small number (its site, its size
+    // class) and accumulated in a row by index: no string is hashed or
+    // copied per block (10 M blocks took 18 s that way). Rows whose keys
+    // print alike (two sites with one label) are merged by name after.
+    let mut slot_of: HashMap<(u32, u64), usize> = HashMap::new();
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    let mut rows_acc: Vec<(String, (f64, f64))> = Vec::new();
+    let mut slot_for_name = |name: String, rows_acc: &mut Vec<(String, (f64, f64))>| -> usize {
+        if let Some(&i) = by_name.get(name.as_str()) {
+            return i;
+        }
+        rows_acc.push((name.clone(), (0.0, 0.0)));
+        by_name.insert(name, rows_acc.len() - 1);
+        rows_acc.len() - 1
+    };
+    let mut last: Option<((u32, u64), usize)> = None;
     for (i, b) in heap.blocks().enumerate() {
-        // Site and size keys depend on the site (or size) only: computed once
-        // per distinct one; types are cached per site inside `types`.
-        let key = match by {
-            GroupBy::Size => keys.entry((0, size_class_id(b.size))).or_insert_with(|| size_class(b.size)).clone(),
-            GroupBy::Site => keys.entry((b.site, 0)).or_insert_with(|| sym.site_label(b.site)).clone(),
-            GroupBy::Type => types.of_block(sym, heap, BlockId(i as u32)),
+        let slot = match by {
+            GroupBy::Size | GroupBy::Site => {
+                let k = if by == GroupBy::Size { (0, size_class_id(b.size)) } else { (b.site, 0) };
+                match last {
+                    Some((lk, ls)) if lk == k => ls,
+                    _ => {
+                        let s = match slot_of.get(&k) {
+                            Some(&s) => s,
+                            None => {
+                                let name = if by == GroupBy::Size { size_class(b.size) } else { sym.site_label(b.site) };
+                                let s = slot_for_name(name, &mut rows_acc);
+                                slot_of.insert(k, s);
+                                s
+                            }
+                        };
+                        last = Some((k, s));
+                        s
+                    }
+                }
+            }
+            GroupBy::Type => slot_for_name(types.of_block(sym, heap, BlockId(i as u32)), &mut rows_acc),
         };
-        let e = acc.entry(key).or_default();
+        let e = &mut rows_acc[slot].1;
         e.0 += heap.count_weight(&b);
         e.1 += heap.weight(&b);
     }
+    let acc = rows_acc;
     // Unsampled blocks weigh nothing when sites are sampled (their bytes
     // are in the sampled sites' estimates): no row of zeros for them.
     let acc: Vec<(String, (f64, f64))> = acc.into_iter().filter(|(_, (n, b))| *n > 0.0 || *b > 0.0).collect();

@@ -276,25 +276,28 @@ impl Blocks {
 /// Each edge's offset in its source block: the word's index in 16 bits
 /// (two bytes an edge instead of eight for the offset itself), or
 /// [`Offsets::WIDE`] with the exact offset kept by edge index (offsets of
-/// 512 KiB and more, and unaligned ones from other writers).
+/// 512 KiB and more, and unaligned ones from other writers). The wide ones
+/// are a vector in edge order (edges are pushed in order), searched by
+/// edge index: a program's big pointer array (10 M entries) made a hash
+/// map of them the costliest part of loading.
 #[derive(Clone, Debug, Default)]
 struct Offsets {
     words: Vec<u16>,
-    wide: HashMap<u32, u64>,
+    wide: Vec<(u32, u64)>,
 }
 
 impl Offsets {
     const WIDE: u16 = u16::MAX;
 
     fn with_capacity(n: usize) -> Offsets {
-        Offsets { words: Vec::with_capacity(n), wide: HashMap::new() }
+        Offsets { words: Vec::with_capacity(n), wide: Vec::new() }
     }
 
     fn push(&mut self, offset: u64) {
         match u16::try_from(offset / 8) {
             Ok(w) if offset % 8 == 0 && w != Self::WIDE => self.words.push(w),
             _ => {
-                self.wide.insert(self.words.len() as u32, offset);
+                self.wide.push((self.words.len() as u32, offset));
                 self.words.push(Self::WIDE);
             }
         }
@@ -302,7 +305,7 @@ impl Offsets {
 
     fn get(&self, k: usize) -> u64 {
         match self.words[k] {
-            Self::WIDE => self.wide.get(&(k as u32)).copied().unwrap_or(0),
+            Self::WIDE => self.wide.binary_search_by_key(&(k as u32), |w| w.0).map_or(0, |i| self.wide[i].1),
             w => u64::from(w) * 8,
         }
     }
@@ -316,6 +319,7 @@ impl Offsets {
 
     fn shrink_to_fit(&mut self) {
         self.words.shrink_to_fit();
+        self.wide.shrink_to_fit();
     }
 }
 
