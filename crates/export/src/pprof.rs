@@ -213,7 +213,7 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
     // Mappings: one per module with an executable segment.
     let mut mapping_of_module: HashMap<usize, u64> = HashMap::new();
     for (mi, m) in heap.modules.iter().enumerate() {
-        let Some(seg) = m.segments.iter().find(|s| s.flags & 1 != 0) else { continue };
+        let Some(seg) = m.segments.iter().find(|s| s.flags & heapdump_format::raw::SEG_X != 0) else { continue };
         let id = p.mapping.len() as u64 + 1;
         let build_id: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
         p.mapping.push(Mapping {
@@ -233,7 +233,7 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
     let module_of = |addr: u64| {
         heap.modules.iter().position(|m| {
             m.segments.iter().any(|sg| {
-                sg.flags & 1 != 0 && addr >= m.bias.wrapping_add(sg.vaddr) && addr < m.bias.wrapping_add(sg.vaddr).wrapping_add(sg.memsz)
+                sg.flags & heapdump_format::raw::SEG_X != 0 && addr >= m.bias.wrapping_add(sg.vaddr) && addr < m.bias.wrapping_add(sg.vaddr).wrapping_add(sg.memsz)
             })
         })
     };
