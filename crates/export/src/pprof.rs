@@ -233,7 +233,9 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
     let module_of = |addr: u64| {
         heap.modules.iter().position(|m| {
             m.segments.iter().any(|sg| {
-                sg.flags & heapdump_format::raw::SEG_X != 0 && addr >= m.bias.wrapping_add(sg.vaddr) && addr < m.bias.wrapping_add(sg.vaddr).wrapping_add(sg.memsz)
+                sg.flags & heapdump_format::raw::SEG_X != 0
+                    && addr >= m.bias.wrapping_add(sg.vaddr)
+                    && addr < m.bias.wrapping_add(sg.vaddr).wrapping_add(sg.memsz)
             })
         })
     };
