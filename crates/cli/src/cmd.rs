@@ -283,6 +283,39 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
 /// socket at `path` is written through, as a symlink is followed to what it
 /// names (`-o /dev/stdout` used to replace the device node by a file).
 fn write_atomically(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+    // `-o -`: standard output, as the usual tools take it.
+    if path.as_os_str() == "-" {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        return f(&mut out).and_then(|_| out.flush()).context("writing to standard output");
+    }
+    let mut written = 0u64;
+    write_file(path, |w| {
+        let mut counted = Counted { inner: w, n: &mut written };
+        f(&mut counted)
+    })?;
+    // Said on stderr, so that a script sees where the output went.
+    eprintln!("heapdump: wrote {} ({})", path.display(), output::bytes(written));
+    Ok(())
+}
+
+/// A writer that counts what goes through it.
+struct Counted<'a> {
+    inner: &'a mut dyn Write,
+    n: &'a mut u64,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let k = self.inner.write(buf)?;
+        *self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
     let target = match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
         _ => path.to_path_buf(),

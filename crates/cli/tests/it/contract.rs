@@ -219,3 +219,23 @@ fn export_writes_through_special_files_and_symlinks() {
         std::fs::read_dir(&d.0).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn export_to_standard_output_and_saying_what_was_written() {
+    let d = Scratch::new("stdout");
+    let p = demo_dump(&d);
+    // `-o -`: the data on stdout, nothing on stderr, no file named "-".
+    let o = heapdump().args(["export", "--format", "folded", "-o", "-"]).arg(&p).current_dir(&d.0).output().unwrap();
+    let out = ok(&o);
+    assert!(out.lines().count() > 3 && out.lines().all(|l| l.rsplit(' ').next().unwrap().parse::<u64>().is_ok()), "{out}");
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!d.path("-").exists());
+    // To a file: stdout empty, one line on stderr naming it.
+    let f = d.path("x.folded");
+    let o = heapdump().args(["export", "--format", "folded", "-o"]).arg(&f).arg(&p).output().unwrap();
+    assert!(ok(&o).is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with(&format!("heapdump: wrote {}", f.display())), "{err}");
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), out);
+}
