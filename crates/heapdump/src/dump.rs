@@ -445,16 +445,25 @@ fn page_size() -> u32 {
     }
 }
 
-/// Reads a thread's name from /proc/self/task/TID/comm.
-pub(crate) fn thread_name(tid: u32, out: &mut [u8; 16]) -> &[u8] {
+/// Reads `/proc/self/task/TID/<file>` (`file` NUL-terminated) into `out`;
+/// returns the length read (0 on any error).
+fn read_task_file(tid: u32, file: &[u8], out: &mut [u8]) -> usize {
     let mut path = [0u8; 64];
     let prefix = b"/proc/self/task/";
     path[..prefix.len()].copy_from_slice(prefix);
     let mut n = prefix.len();
     n += fmt_u64(tid.into(), &mut path[n..]);
-    path[n..n + 6].copy_from_slice(b"/comm\0");
-    let Ok(c) = core::ffi::CStr::from_bytes_until_nul(&path[..n + 6]) else { return &[] };
-    let k = sys::read_file(c, out).unwrap_or(0);
+    path[n] = b'/';
+    n += 1;
+    let k = file.len().min(path.len() - n);
+    path[n..n + k].copy_from_slice(&file[..k]);
+    let Ok(c) = core::ffi::CStr::from_bytes_until_nul(&path[..n + k]) else { return 0 };
+    sys::read_file(c, out).unwrap_or(0)
+}
+
+/// Reads a thread's name from /proc/self/task/TID/comm.
+pub(crate) fn thread_name(tid: u32, out: &mut [u8; 16]) -> &[u8] {
+    let k = read_task_file(tid, b"comm\0", out);
     let k = out[..k].iter().position(|&b| b == b'\n').unwrap_or(k);
     &out[..k]
 }
@@ -465,15 +474,8 @@ pub(crate) fn thread_name(tid: u32, out: &mut [u8; 16]) -> &[u8] {
 /// that blocks every signal cannot be stopped, but while it waits in the
 /// kernel its stack below this pointer is dead and above it unchanging.
 pub(crate) fn blocked_sp(tid: u32) -> u64 {
-    let mut path = [0u8; 64];
-    let prefix = b"/proc/self/task/";
-    path[..prefix.len()].copy_from_slice(prefix);
-    let mut n = prefix.len();
-    n += fmt_u64(tid.into(), &mut path[n..]);
-    path[n..n + 9].copy_from_slice(b"/syscall\0");
-    let Ok(c) = core::ffi::CStr::from_bytes_until_nul(&path[..n + 9]) else { return 0 };
     let mut text = [0u8; 256];
-    let k = sys::read_file(c, &mut text).unwrap_or(0);
+    let k = read_task_file(tid, b"syscall\0", &mut text);
     let mut fields = text[..k].split(|&b| b == b' ' || b == b'\n').filter(|f| !f.is_empty());
     // "running", or "-1 sp pc" (stopped outside a call) have no 9 fields.
     let Some(sp) = fields.nth(7) else { return 0 };
