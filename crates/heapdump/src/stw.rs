@@ -17,6 +17,9 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 pub const MAX_THREADS: usize = 8192;
 /// How long to wait for threads to stop, in total.
 pub const STOP_TIMEOUT_NS: u64 = 2_000_000_000;
+/// How long to wait, beyond the others, for threads that blocked the stop
+/// signal when they were signalled.
+const BLOCKED_GRACE_NS: u64 = 100_000_000;
 
 /// Registers as the format orders them: rax rbx rcx rdx rsi rdi rbp rsp
 /// r8..r15 rip.
@@ -474,6 +477,7 @@ pub fn stop(also_skip: u32) -> Stopped {
     let sig = claim_signal().unwrap_or(0);
     let deadline = sys::monotonic_ns() + STOP_TIMEOUT_NS;
     let mut expected = 0u32;
+    let mut blocked_waiting = 0u32;
     // Threads may be created by threads not yet stopped: enumerate again
     // until a round finds nothing new.
     for _round in 0..8 {
@@ -496,12 +500,20 @@ pub fn stop(also_skip: u32) -> Stopped {
             slot.tid.store(tid, Ordering::Relaxed);
             slot.state.store(SIGNALLED, Ordering::Relaxed);
             NSLOTS.store(n as u32 + 1, Ordering::Release);
-            if sig == 0 || blocks_signal(tid, sig) {
-                // It would never answer: recorded as not stopped at once
-                // (its stack is read while it runs), not waited for.
+            if sig == 0 {
+                // Nothing can stop it: recorded as not stopped.
                 return;
             }
+            // A thread blocking the signal may do so for a moment (glibc
+            // starts every new thread with all signals blocked) or for
+            // good (node's and the JVM's service threads): it is signalled
+            // all the same, and waited for only briefly below.
+            let blocked = blocks_signal(tid, sig);
             match sys::tgkill(tid, sig) {
+                Ok(()) if blocked => {
+                    blocked_waiting += 1;
+                    new += 1;
+                }
                 Ok(()) => {
                     expected += 1;
                     new += 1;
@@ -513,6 +525,13 @@ pub fn stop(also_skip: u32) -> Stopped {
         if new == 0 {
             break;
         }
+    }
+    if blocked_waiting > 0 {
+        // The threads that blocked the signal: at most 100 ms more. One
+        // that never unblocks is recorded as not stopped; the signal left
+        // pending finds no stop under way when it is delivered.
+        let mut all = expected + blocked_waiting;
+        wait_acks(&mut all, deadline.min(sys::monotonic_ns() + BLOCKED_GRACE_NS));
     }
     let mut out = Stopped::default();
     for i in 0..slots().len() {
@@ -551,7 +570,7 @@ fn wait_acks(expected: &mut u32, deadline: u64) {
         for s in slots() {
             if s.state.load(Ordering::Acquire) == SIGNALLED && sys::tgkill(s.tid.load(Ordering::Relaxed), 0).is_err() {
                 s.state.store(GONE, Ordering::Release);
-                *expected -= 1;
+                *expected = expected.saturating_sub(1);
             }
         }
     }
