@@ -117,10 +117,11 @@ pub struct RootRegion {
     pub address: u64,
     /// Thread id, for stacks and registers.
     pub tid: u32,
-    /// Thread name or module path.
-    pub owner: String,
+    /// Thread name or module path (shared by the regions that have it: a
+    /// dump of thousands of STATIC records holds each name once).
+    pub owner: std::sync::Arc<str>,
     /// Static region name.
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// Whether this is the C library's own data (see [`Heap::load`]).
     pub libc: bool,
 }
@@ -452,11 +453,12 @@ impl Heap {
         }
         // Pass 2: edges in record order, and roots; the two halves of the
         // records on two threads, then joined.
+        let module_paths: Vec<std::sync::Arc<str>> = heap.modules.iter().map(|m| m.path.as_str().into()).collect();
         let ctx = Pass2 {
             blocks: &heap.blocks,
             dir: &dir,
             libc_modules: &libc_modules,
-            modules: &heap.modules,
+            module_paths: &module_paths,
             thread_names: &thread_names,
             path: file.path(),
             bytes: file.bytes().len() as u64,
@@ -660,13 +662,15 @@ impl Heap {
     pub fn root_source(&self, r: &Root) -> RootSource {
         let reg = &self.root_regions[r.region as usize];
         match reg.kind {
-            RootKind::Stack => RootSource::Stack { tid: reg.tid, thread: reg.owner.clone(), address: reg.address + r.offset },
+            RootKind::Stack => RootSource::Stack { tid: reg.tid, thread: reg.owner.to_string(), address: reg.address + r.offset },
             RootKind::Registers => RootSource::Register {
                 tid: reg.tid,
-                thread: reg.owner.clone(),
+                thread: reg.owner.to_string(),
                 register: raw::X86_64_REG_NAMES.get(r.offset as usize).copied().unwrap_or("fs (thread pointer)"),
             },
-            RootKind::Static => RootSource::Static { module: reg.owner.clone(), name: reg.name.clone(), address: reg.address + r.offset },
+            RootKind::Static => {
+                RootSource::Static { module: reg.owner.to_string(), name: reg.name.to_string(), address: reg.address + r.offset }
+            }
         }
     }
 
@@ -759,7 +763,8 @@ struct Pass2<'a> {
     blocks: &'a Blocks,
     dir: &'a Directory,
     libc_modules: &'a [bool],
-    modules: &'a [ModuleInfo],
+    /// The modules' paths, shared by their STATIC records' regions.
+    module_paths: &'a [std::sync::Arc<str>],
     thread_names: &'a HashMap<u32, String>,
     path: &'a std::path::Path,
     bytes: u64,
@@ -840,14 +845,14 @@ impl Pass2<'_> {
                     }
                 }
                 Record::Thread(t) => {
-                    let name = self.thread_names.get(&t.tid).cloned().unwrap_or_default();
+                    let name: std::sync::Arc<str> = self.thread_names.get(&t.tid).map_or_else(|| "".into(), |n| n.as_str().into());
                     let region = p.root_regions.len() as u32;
                     p.root_regions.push(RootRegion {
                         kind: RootKind::Stack,
                         address: t.stack_start,
                         tid: t.tid,
                         owner: name.clone(),
-                        name: String::new(),
+                        name: "".into(),
                         libc: false,
                     });
                     for (o, v) in t.contents.words(t.stack_start) {
@@ -861,7 +866,7 @@ impl Pass2<'_> {
                         address: 0,
                         tid: t.tid,
                         owner: name,
-                        name: String::new(),
+                        name: "".into(),
                         libc: false,
                     });
                     for (i, v) in t.regs().enumerate() {
@@ -875,20 +880,14 @@ impl Pass2<'_> {
                 }
                 Record::Static(s) => {
                     let libc = self.libc_modules.get(s.module as usize).copied().unwrap_or(false);
-                    let module = if s.module == raw::NO_MODULE {
-                        String::from_utf8_lossy(s.name).into_owned()
+                    let name: std::sync::Arc<str> = String::from_utf8_lossy(s.name).into();
+                    let owner = if s.module == raw::NO_MODULE {
+                        name.clone()
                     } else {
-                        self.modules.get(s.module as usize).map(|m| m.path.clone()).unwrap_or_default()
+                        self.module_paths.get(s.module as usize).cloned().unwrap_or_else(|| "".into())
                     };
                     let region = p.root_regions.len() as u32;
-                    p.root_regions.push(RootRegion {
-                        kind: RootKind::Static,
-                        address: s.address,
-                        tid: 0,
-                        owner: module,
-                        name: String::from_utf8_lossy(s.name).into_owned(),
-                        libc,
-                    });
+                    p.root_regions.push(RootRegion { kind: RootKind::Static, address: s.address, tid: 0, owner, name, libc });
                     for (o, v) in s.contents.words(s.address) {
                         if let Some((b, interior)) = find(v) {
                             if libc && interior {
