@@ -358,18 +358,10 @@ fn write_body(
                         continue;
                     }
                     let start = md.bias.wrapping_add(seg.vaddr);
-                    let end = start + seg.memsz;
-                    let pieces = if own_a < end && start < own_b {
-                        [(start, own_a.max(start)), (own_b.min(end), end)]
-                    } else {
-                        [(start, end), (end, end)]
-                    };
-                    for (a, b) in pieces {
-                        if b > a {
-                            let info = StaticInfo { address: a, size: b - a, module: i as u32, name: b".data+.bss" };
-                            region(&mut w, mode, &index, pairs, a, b - a, |w, c| w.static_root(&info, c))?;
-                        }
-                    }
+                    outside_holes(start, start + seg.memsz, &mut [(own_a, own_b)], |a, b| {
+                        let info = StaticInfo { address: a, size: b - a, module: i as u32, name: b".data+.bss" };
+                        region(&mut w, mode, &index, pairs, a, b - a, |w, c| w.static_root(&info, c))
+                    })?;
                 }
             }
         }
@@ -762,7 +754,7 @@ fn write_alloc(w: &mut Writer<'_, PipeSink>, mode: Mode, index: &Index, pairs: &
 /// live contents (see `heapdump_format::hashbrown`), read where the dump
 /// reads it anyway (the compact scan reads every word of the block).
 fn hashbrown_flags(e: &Entry) -> u8 {
-    if e.size < 36 || e.addr % 8 != 0 {
+    if e.addr % 8 != 0 {
         return 0;
     }
     let end = e.addr + e.size;
@@ -773,6 +765,32 @@ fn hashbrown_flags(e: &Entry) -> u8 {
         unsafe { core::slice::from_raw_parts((e.addr + offset) as *const u8, (end - e.addr - offset) as usize) }
     });
     log2 << raw::ALLOC_HASHBROWN_SHIFT
+}
+
+/// Calls `emit(a, b)` for each part of `[start, end)` outside every hole,
+/// in address order. Holes may overlap, be empty or reach outside the
+/// range; they are sorted here.
+fn outside_holes(
+    start: u64,
+    end: u64,
+    holes: &mut [(u64, u64)],
+    mut emit: impl FnMut(u64, u64) -> Result<(), DumpError>,
+) -> Result<(), DumpError> {
+    holes.sort_unstable_by_key(|h| h.0);
+    let mut cur = start;
+    for &(a, b) in holes.iter() {
+        if a >= b || b <= cur || a >= end {
+            continue;
+        }
+        if a > cur {
+            emit(cur, a)?;
+        }
+        cur = b;
+    }
+    if end > cur {
+        emit(cur, end)?;
+    }
+    Ok(())
 }
 
 /// Most pieces one anonymous mapping is cut into.
@@ -828,10 +846,7 @@ fn anon_roots(start: u64, end: u64, index: &Index, mut emit: impl FnMut(u64, u64
             push((a.max(start), b.min(end)), &mut n);
         }
     });
-    let holes = &mut holes[..n];
-    holes.sort_unstable_by_key(|h| h.0);
-    let mut cur = start;
-    let mut gap = |a: u64, b: u64| -> Result<(), DumpError> {
+    let gap = |a: u64, b: u64| -> Result<(), DumpError> {
         // Within a gap, leave out the stacks of ended threads.
         let mut from = a;
         let mut r = Ok(());
@@ -847,16 +862,7 @@ fn anon_roots(start: u64, end: u64, index: &Index, mut emit: impl FnMut(u64, u64
         }
         Ok(())
     };
-    for &(a, b) in holes.iter() {
-        if a > cur {
-            gap(cur, a)?;
-        }
-        cur = cur.max(b);
-    }
-    if end > cur {
-        gap(cur, end)?;
-    }
-    Ok(())
+    outside_holes(start, end, &mut holes[..n], gap)
 }
 
 /// The chunk `[start, end)` of a block that glibc's malloc mapped for
@@ -965,23 +971,8 @@ fn tls_root(
     // The runtime's own thread-local variables are left out.
     let mut holes =
         crate::own_tls(stw::fs_base()).map(|(off, len)| if len == 0 { (0, 0) } else { (fs.wrapping_add(off), fs.wrapping_add(off) + len) });
-    holes.sort_unstable_by_key(|h| h.0);
-    let mut cur = start;
-    let mut piece = |a: u64, b: u64| -> Result<(), DumpError> {
+    outside_holes(start, end, &mut holes, |a, b| {
         let info = StaticInfo { address: a, size: b - a, module: raw::NO_MODULE, name: &name[..n] };
         region(w, mode, index, pairs, a, b - a, |w, c| w.static_root(&info, c))
-    };
-    for (a, b) in holes {
-        if b <= cur || a >= end {
-            continue;
-        }
-        if a > cur {
-            piece(cur, a)?;
-        }
-        cur = b;
-    }
-    if end > cur {
-        piece(cur, end)?;
-    }
-    Ok(())
+    })
 }

@@ -209,6 +209,18 @@ impl Directory {
         Ok(Directory { clusters, nclusters, buckets, map, map_len })
     }
 
+    /// The first block's address and one past the last byte of any block
+    /// (clusters are in address order, and each ends past every block
+    /// before it); (0, 0) when empty.
+    fn bounds(&self) -> (u64, u64) {
+        if self.nclusters == 0 {
+            return (0, 0);
+        }
+        // SAFETY: nclusters clusters were written by `build`.
+        let cl = unsafe { core::slice::from_raw_parts(self.clusters, self.nclusters) };
+        (cl[0].lo, cl[self.nclusters - 1].hi)
+    }
+
     /// The cluster holding `v` and `v`'s bucket in it.
     #[inline]
     fn bucket_of(&self, v: u64) -> Option<(Cluster, usize)> {
@@ -335,11 +347,7 @@ pub(crate) fn build_index(state: &State) -> Result<Index, DumpError> {
     let n = out;
     // SAFETY: our mapping, no longer referenced.
     unsafe { sys::munmap(tmp.cast(), tmp_len) };
-    // SAFETY: n entries initialised.
-    let s = unsafe { core::slice::from_raw_parts(ptr, n) };
-    let lo = s.first().map_or(0, |e| e.addr);
-    let hi = s.iter().map(|e| (e.addr + e.size).max(e.addr + 1)).max().unwrap_or(0);
-    let mut index = Index { ptr, len: n, map_len, lo, hi, dir: Directory::EMPTY };
+    let mut index = Index { ptr, len: n, map_len, lo: 0, hi: 0, dir: Directory::EMPTY };
     match Directory::build(index.as_slice()) {
         Ok(d) => index.dir = d,
         Err(errno) => {
@@ -347,6 +355,9 @@ pub(crate) fn build_index(state: &State) -> Result<Index, DumpError> {
             return Err(map_err(errno));
         }
     }
+    // The clusters' bounds, found while building them: no second pass
+    // over the entries with the world stopped.
+    (index.lo, index.hi) = index.dir.bounds();
     Ok(index)
 }
 
@@ -391,6 +402,7 @@ mod tests {
             let lo = entries[0].addr;
             let hi = entries.iter().map(|e| (e.addr + e.size).max(e.addr + 1)).max().unwrap();
             let dir = Directory::build(&entries).unwrap();
+            assert_eq!(dir.bounds(), (lo, hi), "layout {layout}: the clusters' bounds are the index's");
             let index = Index { ptr: entries.as_mut_ptr(), len: entries.len(), map_len: 0, lo, hi, dir };
             let mut probes: Vec<u64> =
                 entries.iter().flat_map(|e| [e.addr, e.addr + e.size / 2, e.addr + e.size, e.addr.wrapping_sub(1)]).collect();
