@@ -376,6 +376,24 @@ fn the_report_channel_is_private() {
     assert_eq!(mode_uid, format!("700 {uid}"), "the report's directory is private: {out}");
     assert!(!Path::new(report).exists(), "removed after the run");
     assert!(!Path::new(report).parent().unwrap().exists(), "its directory too");
+    // As root (CI), a second user tries what the attack did: a symlink to a
+    // root-owned file and a FIFO at the report path, while the program runs.
+    if uid != "0" {
+        return;
+    }
+    let d = Scratch::new("channel");
+    let victim = d.path("victim");
+    std::fs::write(&victim, "root's\n").unwrap();
+    let as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups --";
+    let script = format!(
+        "{as_nobody} ln -s {v} \"$HEAPDUMP_REPORT\" 2>/dev/null && echo symlink planted; \
+         {as_nobody} mkfifo \"$HEAPDUMP_REPORT.fifo\" 2>/dev/null && echo fifo planted; \
+         {as_nobody} ls \"$(dirname \"$HEAPDUMP_REPORT\")\" >/dev/null 2>&1 && echo listed; echo done",
+        v = victim.display()
+    );
+    let o = heapdump().args(["run", "--no-at-exit", "--", "/bin/sh", "-c", &script]).output().unwrap();
+    assert_eq!(ok(&o).trim(), "done", "user nobody reached the report channel");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
 }
 
 #[test]
