@@ -38,6 +38,18 @@ fuzz_target!(|data: &[u8]| {
                     assert!(off + 8 <= s.size);
                 }
             }
+            Record::Allocs(a) => {
+                let mut prev = None;
+                for e in a.entries() {
+                    let Ok(e) = e else { break };
+                    assert!(prev.is_none_or(|p| e.address > p));
+                    prev = Some(e.address);
+                    assert!(e.links.len() as u64 <= e.size / 8);
+                    for l in e.links {
+                        assert!(l.offset + 8 <= e.size);
+                    }
+                }
+            }
             _ => {}
         }
     }

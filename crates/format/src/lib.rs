@@ -35,6 +35,7 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+mod dense;
 mod error;
 pub mod hashbrown;
 pub mod raw;
@@ -43,6 +44,7 @@ pub mod settings;
 mod types;
 mod writer;
 
+pub use dense::{Allocs, DenseAlloc, Entries, FirstWord, Link, Links};
 pub use error::{Error, WriteError};
 pub use reader::{
     ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Module, Pointers, Process, Record, Records, Site, Static, Thread, Words,

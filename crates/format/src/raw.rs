@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"HDUMP\0\r\n";
 /// Major version: bumped on any change that an older reader would misread.
 pub const MAJOR: u16 = 1;
 /// Minor version: bumped when a record type is added (old readers skip it).
-pub const MINOR: u16 = 1;
+pub const MINOR: u16 = 2;
 /// Size of the file header in bytes.
 pub const FILE_HEADER_SIZE: usize = 32;
 /// Size of every record header (tag u32, length u64).
@@ -35,6 +35,9 @@ pub mod tag {
     pub const ALLOC: u32 = 0x06;
     /// The trailer: counts, totals and the checksum. Always last.
     pub const END: u32 = 0x07;
+    /// Many live allocations of a compact dump, in address order, with
+    /// their pointers as ordinals (since 1.2).
+    pub const ALLOCS: u32 = 0x08;
 }
 
 /// Fixed part of a PROCESS payload.

@@ -8,6 +8,7 @@
 //! or missing part are yielded intact, so a dump cut short can still be
 //! analysed as far as it goes.
 
+use crate::dense::{self, Allocs};
 use crate::error::Error;
 use crate::raw::{self, tag};
 use crate::types::{Backtrace, Header, Mode, Reason, Segment, Trailer};
@@ -192,6 +193,8 @@ pub enum Record<'a> {
     Site(Site<'a>),
     /// ALLOC.
     Alloc(Alloc<'a>),
+    /// ALLOCS (compact dumps since 1.2): many allocations.
+    Allocs(Allocs<'a>),
     /// The verified trailer.
     End(Trailer),
     /// A record this reader does not know (from a newer minor version).
@@ -490,6 +493,22 @@ impl<'a> Records<'a> {
                     self.counted.pointers += ptrs.len() as u64;
                 }
                 Record::Alloc(a)
+            }
+            tag::ALLOCS => {
+                if self.mode != Mode::Compact {
+                    return Err(Error::Malformed { offset, what: "ALLOCS record in a full dump" });
+                }
+                let a = dense::allocs(payload, offset)?;
+                // Ordinals count the file's allocations in order: a record
+                // must start where the ones before it end (only a whole
+                // walk knows; a walk between offsets trusts the first one).
+                if self.limit.is_none() && a.first != self.counted.allocations {
+                    return Err(Error::Malformed { offset, what: "ALLOCS record out of sequence" });
+                }
+                self.counted.allocations += u64::from(a.count);
+                self.counted.alloc_bytes = self.counted.alloc_bytes.wrapping_add(a.bytes);
+                self.counted.pointers = self.counted.pointers.wrapping_add(a.pointers);
+                Record::Allocs(a)
             }
             _ => Record::Unknown { tag, payload },
         };

@@ -6,6 +6,7 @@
 //! buffer, and hands them to a [`Sink`] (a file descriptor via raw
 //! `write(2)`). Every failure is returned as a [`WriteError`] value.
 
+use crate::dense::{self, Link};
 use crate::error::WriteError;
 use crate::raw::{self, tag};
 use crate::types::{Backtrace, Header, Mode, Segment, Trailer};
@@ -187,6 +188,19 @@ pub struct Writer<'b, S: Sink> {
     owed: u64,
     totals: Trailer,
     poisoned: bool,
+    /// The ALLOCS record being gathered: its entries are encoded here
+    /// until it is full (the record's length must precede them).
+    batch: &'b mut [u8],
+    batch_len: usize,
+    batch_count: u32,
+    batch_first: u64,
+    batch_pointers: u64,
+    batch_bytes: u64,
+    /// The record's running state: end of the previous entry, its site.
+    prev_end: u64,
+    prev_site: u32,
+    /// Address of the last allocation written with [`Writer::dense_alloc`].
+    last_dense: Option<u64>,
 }
 
 /// Smallest staging buffer: must hold the largest fixed record part.
@@ -209,6 +223,15 @@ impl<'b, S: Sink> Writer<'b, S> {
             owed: 0,
             totals: Trailer::default(),
             poisoned: false,
+            batch: &mut [],
+            batch_len: 0,
+            batch_count: 0,
+            batch_first: 0,
+            batch_pointers: 0,
+            batch_bytes: 0,
+            prev_end: 0,
+            prev_site: 0,
+            last_dense: None,
         };
         w.put(&raw::MAGIC)?;
         w.u16(header.major)?;
@@ -373,11 +396,126 @@ impl<'b, S: Sink> Writer<'b, S> {
         self.end()
     }
 
+    /// Gives the writer the buffer in which [`Writer::dense_alloc`] gathers
+    /// an ALLOCS record (a record's length precedes its payload, so its
+    /// entries are staged here; 64 KiB or more keeps the records' own cost
+    /// negligible). Without one, each allocation is a record of its own.
+    pub fn set_batch_buffer(&mut self, batch: &'b mut [u8]) -> Result<(), WriteError> {
+        self.flush_batch()?;
+        self.batch = batch;
+        Ok(())
+    }
+
+    /// The ordinal the next allocation written will have: the number of
+    /// allocations written so far. [`Link::target`] names allocations so.
+    pub fn next_ordinal(&self) -> u64 {
+        self.totals.allocations
+    }
+
+    /// Writes an allocation into an ALLOCS record (compact mode, since
+    /// 1.2): allocations in strictly increasing address order, `count`
+    /// pointers from `links` in increasing offset order, each naming its
+    /// target by ordinal. `links` is walked twice when the entry is too
+    /// large for the batch buffer (its exact length is counted first), so
+    /// it must yield the same pointers each time.
+    ///
+    /// An allocation out of order, a pointer outside it or out of order,
+    /// or a count that disagrees with `links` is an error that writes
+    /// nothing, unless the entry was being streamed (then the writer is
+    /// poisoned).
+    pub fn dense_alloc<I>(&mut self, a: &AllocInfo, count: u64, links: I) -> Result<(), WriteError>
+    where
+        I: Iterator<Item = Link> + Clone,
+    {
+        if self.poisoned {
+            return Err(WriteError::Poisoned);
+        }
+        if self.mode != Mode::Compact {
+            return Err(WriteError::ModeMismatch);
+        }
+        if self.last_dense.is_some_and(|p| a.address <= p) {
+            return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
+        }
+        if a.address.checked_add(a.size).is_none() || a.align_log2 >= 64 {
+            return Err(WriteError::LengthMismatch { what: "allocation wraps the address space" });
+        }
+        let ordinal = self.totals.allocations;
+        let first_link = links.clone().next().is_some_and(|l| l.offset == 0);
+        let first = dense::first_form(a.first_word, first_link);
+        let bound = (dense::ENTRY_HEAD_MAX as u64).saturating_add(count.saturating_mul(dense::LINK_MAX as u64));
+        if (self.batch_len as u64).saturating_add(bound) > self.batch.len() as u64 {
+            self.flush_batch()?;
+        }
+        if bound <= self.batch.len() as u64 {
+            if self.batch_count == 0 {
+                self.batch_first = ordinal;
+                self.prev_end = 0;
+                self.prev_site = 0;
+            }
+            let start = self.batch_len;
+            let b = &mut self.batch[start..];
+            let mut n = dense::put_head(b, self.prev_end, self.prev_site, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
+            let mut next_offset = 0u64;
+            let mut k = 0u64;
+            for l in links {
+                k += 1;
+                if k > count || l.offset < next_offset || l.offset.checked_add(8).is_none_or(|e| e > a.size) {
+                    return Err(WriteError::LengthMismatch { what: "pointers out of order, outside the allocation or more than declared" });
+                }
+                n += dense::put_link(&mut b[n..], next_offset, ordinal, &l);
+                next_offset = l.offset + 8;
+            }
+            if k != count {
+                return Err(WriteError::LengthMismatch { what: "fewer pointers than declared" });
+            }
+            self.batch_len = start + n;
+            self.batch_count += 1;
+            self.batch_pointers += count;
+            self.batch_bytes = self.batch_bytes.wrapping_add(a.size);
+            self.prev_end = a.address + a.size;
+            self.prev_site = a.site;
+        } else {
+            // Alone in a record, its length counted first.
+            let mut head = [0u8; dense::ENTRY_HEAD_MAX];
+            let hn = dense::put_head(&mut head, 0, 0, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
+            let mut len = hn as u64;
+            let (mut next_offset, mut k) = (0u64, 0u64);
+            for l in links.clone() {
+                k += 1;
+                if k > count || l.offset < next_offset || l.offset.checked_add(8).is_none_or(|e| e > a.size) {
+                    return Err(WriteError::LengthMismatch { what: "pointers out of order, outside the allocation or more than declared" });
+                }
+                len += dense::link_len(next_offset, ordinal, &l) as u64;
+                next_offset = l.offset + 8;
+            }
+            if k != count {
+                return Err(WriteError::LengthMismatch { what: "fewer pointers than declared" });
+            }
+            self.begin(tag::ALLOCS, dense::ALLOCS_FIXED as u64 + len)?;
+            self.allocs_fixed(ordinal, 1, count, a.size)?;
+            self.put(&head[..hn])?;
+            let mut next_offset = 0u64;
+            let mut one = [0u8; dense::LINK_MAX];
+            for l in links {
+                let n = dense::put_link(&mut one, next_offset, ordinal, &l);
+                self.put(&one[..n])?;
+                next_offset = l.offset.wrapping_add(8);
+            }
+            self.end()?;
+        }
+        self.totals.allocations += 1;
+        self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(a.size);
+        self.totals.pointers += count;
+        self.last_dense = Some(a.address);
+        Ok(())
+    }
+
     /// Writes the trailer and flushes. Returns the sink and the file size.
     pub fn finish(mut self, pause_ns: u64) -> Result<(S, u64), WriteError> {
         if self.poisoned || self.open {
             return Err(WriteError::Poisoned);
         }
+        self.flush_batch()?;
         let mut t = Trailer { pause_ns, ..self.totals };
         self.begin(tag::END, raw::END_SIZE as u64)?;
         self.u64(t.records)?;
@@ -402,6 +540,35 @@ impl<'b, S: Sink> Writer<'b, S> {
     }
 
     // --- internals -------------------------------------------------------
+
+    fn allocs_fixed(&mut self, first: u64, count: u32, pointers: u64, bytes: u64) -> Result<(), WriteError> {
+        let mut fixed = [0u8; dense::ALLOCS_FIXED];
+        fixed[0..8].copy_from_slice(&first.to_le_bytes());
+        fixed[8..12].copy_from_slice(&count.to_le_bytes());
+        fixed[16..24].copy_from_slice(&pointers.to_le_bytes());
+        fixed[24..32].copy_from_slice(&bytes.to_le_bytes());
+        self.put(&fixed)
+    }
+
+    /// Writes the ALLOCS record gathered so far, if any.
+    fn flush_batch(&mut self) -> Result<(), WriteError> {
+        if self.batch_count == 0 {
+            return Ok(());
+        }
+        let (len, count) = (self.batch_len, self.batch_count);
+        self.batch_len = 0;
+        self.batch_count = 0;
+        self.begin(tag::ALLOCS, (dense::ALLOCS_FIXED + len) as u64)?;
+        self.allocs_fixed(self.batch_first, count, self.batch_pointers, self.batch_bytes)?;
+        self.batch_pointers = 0;
+        self.batch_bytes = 0;
+        // The batch is a distinct buffer: lend it out while `put` copies.
+        let batch = core::mem::take(&mut self.batch);
+        let r = self.put(batch.get(..len).unwrap_or(&[]));
+        self.batch = batch;
+        r?;
+        self.end()
+    }
 
     fn contents_len<I>(&self, size: u64, c: &Contents<'_, I>) -> Result<u64, WriteError> {
         match (self.mode, c) {
@@ -449,6 +616,11 @@ impl<'b, S: Sink> Writer<'b, S> {
     fn begin(&mut self, tag: u32, len: u64) -> Result<(), WriteError> {
         if self.poisoned {
             return Err(WriteError::Poisoned);
+        }
+        // Another record: the gathered allocations go first, so ordinals
+        // stay in file order.
+        if tag != tag::ALLOCS && self.batch_count > 0 && !self.open {
+            self.flush_batch()?;
         }
         if self.open {
             return self.poison(WriteError::LengthMismatch { what: "record started before the previous one ended" });

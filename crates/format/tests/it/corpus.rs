@@ -20,7 +20,7 @@ fn seeds_are_written_on_request() {
     std::fs::create_dir_all(corpus_dir()).unwrap();
     for i in 0..8 {
         let d = model::dump().new_tree(&mut runner).unwrap().current();
-        std::fs::write(corpus_dir().join(format!("seed-{i}-{}.hdump", d.mode.as_str())), model::write(&d)).unwrap();
+        std::fs::write(corpus_dir().join(format!("seed-1.2-{i}-{}.hdump", d.mode.as_str())), model::write(&d)).unwrap();
     }
 }
 
@@ -31,6 +31,7 @@ fn every_corpus_file_reads_without_panic() {
     };
     let mut n = 0;
     let mut valid = 0;
+    let mut dense = 0;
     for e in dir {
         let bytes = std::fs::read(e.unwrap().path()).unwrap();
         n += 1;
@@ -44,6 +45,13 @@ fn every_corpus_file_reads_without_panic() {
                         assert!(off + 8 <= a.size);
                     }
                 }
+                Ok((_, Record::Allocs(a))) => {
+                    dense += 1;
+                    for e in a.entries() {
+                        let Ok(e) = e else { break };
+                        assert!(e.links.clone().all(|l| l.offset + 8 <= e.size));
+                    }
+                }
                 Ok(_) => {}
                 Err(_) => break,
             }
@@ -52,4 +60,5 @@ fn every_corpus_file_reads_without_panic() {
     }
     assert!(n >= 8, "the corpus holds at least the eight seeds, found {n}");
     assert!(valid >= 8, "the eight seeds are complete valid dumps, {valid} were");
+    assert!(dense >= 8, "the 1.2 seeds hold ALLOCS records, {dense} found");
 }

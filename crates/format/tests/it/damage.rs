@@ -12,6 +12,16 @@ fn read_all(bytes: &[u8]) -> (usize, Option<Error>) {
     let mut n = 0;
     for r in d.records() {
         match r {
+            Ok((_, Record::Allocs(a))) => {
+                // The entries are checked as they are read.
+                for e in a.entries() {
+                    match e {
+                        Ok(e) => assert!(e.links.clone().all(|l| l.offset + 8 <= e.size)),
+                        Err(e) => return (n, Some(e)),
+                    }
+                }
+                n += 1
+            }
             Ok(_) => n += 1,
             Err(e) => return (n, Some(e)),
         }
@@ -25,7 +35,7 @@ fn sample() -> Vec<u8> {
     let mut runner = TestRunner::deterministic();
     loop {
         let d = model::dump().new_tree(&mut runner).unwrap().current();
-        if d.allocs.len() >= 5 && !d.threads.is_empty() && !d.modules.is_empty() {
+        if d.allocs.len() >= 5 && d.dense.len() >= 5 && d.batch > 0 && !d.threads.is_empty() && !d.modules.is_empty() {
             return model::write(&d);
         }
     }

@@ -29,6 +29,18 @@ pub struct MAlloc {
     pub region: MRegion,
 }
 
+/// An allocation of an ALLOCS record (compact dumps since 1.2).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MDense {
+    pub address: u64,
+    pub size: u64,
+    pub site: u32,
+    pub align_log2: u8,
+    pub flags: u8,
+    pub first_word: FirstWord,
+    pub links: Vec<Link>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct MThread {
     pub tid: u32,
@@ -60,7 +72,45 @@ pub struct MDump {
     pub statics: Vec<(u64, MRegion, u64)>, // address, region, size
     pub sites: Vec<(u32, Vec<u64>)>,
     pub allocs: Vec<MAlloc>,
+    /// Written after `allocs` with [`Writer::dense_alloc`] (compact only).
+    pub dense: Vec<MDense>,
+    /// The batch buffer's size (0: none, every entry a record).
+    pub batch: usize,
     pub pause_ns: u64,
+}
+
+/// Dense allocations in address order, their pointers naming any of the
+/// `total` allocations of the dump.
+fn dense(n: usize) -> impl Strategy<Value = Vec<MDense>> {
+    let one = (
+        prop_oneof![4 => 0u64..64, 1 => 0u64..1 << 20],
+        prop_oneof![8 => 0u64..200, 1 => 200u64..4000],
+        prop_oneof![3 => 0u32..4, 1 => any::<u32>()],
+        0u8..64,
+        any::<u8>(),
+        prop_oneof![2 => Just(0u64), 2 => 0u64..1000, 1 => any::<u64>()],
+        proptest::collection::vec((0u64..512, any::<u64>(), prop_oneof![3 => Just(0u64), 1 => 0u64..1 << 20]), 0..12),
+    );
+    proptest::collection::vec(one, n).prop_map(|v| {
+        let total = v.len() as u64;
+        let mut next = 0x5555_0000_0000u64;
+        v.into_iter()
+            .map(|(gap, size, site, align_log2, flags, w, raw_links)| {
+                let address = next + gap;
+                next = address + size;
+                let mut words: Vec<u64> = raw_links.iter().map(|l| l.0).filter(|&i| (i + 1) * 8 <= size).collect();
+                words.sort_unstable();
+                words.dedup();
+                let links: Vec<Link> = words
+                    .iter()
+                    .zip(raw_links.iter())
+                    .map(|(&i, &(_, t, delta))| Link { offset: i * 8, target: t % total.max(1), delta })
+                    .collect();
+                let first_word = if links.first().is_some_and(|l| l.offset == 0) { FirstWord::FirstLink } else { FirstWord::Value(w) };
+                MDense { address, size, site, align_log2, flags, first_word, links }
+            })
+            .collect()
+    })
 }
 
 fn region(mode: Mode, size: u64) -> impl Strategy<Value = MRegion> {
@@ -149,9 +199,11 @@ pub fn dump() -> impl Strategy<Value = MDump> {
             ),
             proptest::collection::vec((1u32.., proptest::collection::vec(any::<u64>(), 0..8)), 0..5),
             proptest::collection::vec(alloc(mode), 0..20),
+            (if mode == Mode::Compact { (0usize..40).boxed() } else { Just(0usize).boxed() }).prop_flat_map(dense),
+            prop_oneof![Just(0usize), Just(64), Just(256), Just(4096)],
             any::<u64>(),
         )
-            .prop_map(move |((reason, pid), (exe, cmdline), modules, threads, statics, sites, allocs, pause_ns)| MDump {
+            .prop_map(move |((reason, pid), (exe, cmdline), modules, threads, statics, sites, allocs, dense, batch, pause_ns)| MDump {
                 mode,
                 reason,
                 pid,
@@ -161,7 +213,21 @@ pub fn dump() -> impl Strategy<Value = MDump> {
                 threads,
                 statics,
                 sites,
+                // Targets among every allocation of the dump, ALLOC ones first.
+                dense: {
+                    let total = (allocs.len() + dense.len()) as u64;
+                    dense
+                        .into_iter()
+                        .map(|mut a| {
+                            for l in &mut a.links {
+                                l.target %= total;
+                            }
+                            a
+                        })
+                        .collect()
+                },
                 allocs,
+                batch,
                 pause_ns,
             })
     })
@@ -211,6 +277,16 @@ pub fn write(d: &MDump) -> Vec<u8> {
         };
         w.alloc(&info, contents(d.mode, &a.region)).unwrap();
     }
+    let mut batch = vec![0u8; d.batch];
+    w.set_batch_buffer(&mut batch).unwrap();
+    for a in &d.dense {
+        let first_word = match a.first_word {
+            FirstWord::Value(v) => v,
+            FirstWord::FirstLink => 0xdead,
+        };
+        let info = AllocInfo { address: a.address, size: a.size, site: a.site, align_log2: a.align_log2, flags: a.flags, first_word };
+        w.dense_alloc(&info, a.links.len() as u64, a.links.iter().copied()).unwrap();
+    }
     let (VecSink(bytes), n) = w.finish(d.pause_ns).unwrap();
     assert_eq!(n, bytes.len() as u64, "writer's byte count equals the bytes it emitted");
     bytes
@@ -238,6 +314,8 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
         statics: vec![],
         sites: vec![],
         allocs: vec![],
+        dense: vec![],
+        batch: 0,
         pause_ns: 0,
     };
     let mut trailer = None;
@@ -273,6 +351,20 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
                 first_word: a.first_word,
                 region: mregion(a.contents),
             }),
+            Record::Allocs(a) => {
+                for e in a.entries() {
+                    let e = e?;
+                    d.dense.push(MDense {
+                        address: e.address,
+                        size: e.size,
+                        site: e.site,
+                        align_log2: e.align_log2,
+                        flags: e.flags,
+                        first_word: e.first_word,
+                        links: e.links.collect(),
+                    });
+                }
+            }
             Record::End(t) => {
                 d.pause_ns = t.pause_ns;
                 trailer = Some(t);

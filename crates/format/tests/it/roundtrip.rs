@@ -1,4 +1,4 @@
-use crate::model::{self, VecSink};
+use crate::model::{self, MDump, VecSink};
 use heapdump_format::*;
 use proptest::prelude::*;
 
@@ -11,9 +11,11 @@ proptest! {
     fn write_then_read_is_identity(d in model::dump()) {
         let bytes = model::write(&d);
         let (back, trailer) = model::read(&bytes).unwrap();
-        prop_assert_eq!(&back, &d);
-        prop_assert_eq!(trailer.allocations, d.allocs.len() as u64);
-        prop_assert_eq!(trailer.alloc_bytes, d.allocs.iter().map(|a| a.size).sum::<u64>());
+        prop_assert_eq!(&back.dense, &d.dense);
+        prop_assert_eq!(&back, &MDump { batch: back.batch, ..d.clone() });
+        prop_assert_eq!(trailer.allocations, (d.allocs.len() + d.dense.len()) as u64);
+        prop_assert_eq!(trailer.alloc_bytes, d.allocs.iter().chain([]).map(|a| a.size).sum::<u64>() + d.dense.iter().map(|a| a.size).sum::<u64>());
+        prop_assert_eq!(trailer.pointers, d.allocs.iter().map(|a| a.region.pointers.len() as u64).sum::<u64>() + d.dense.iter().map(|a| a.links.len() as u64).sum::<u64>());
         prop_assert_eq!(trailer.threads as usize, d.threads.len());
         prop_assert_eq!(trailer.statics as usize, d.statics.len());
         prop_assert_eq!(trailer.modules as usize, d.modules.len());
