@@ -189,6 +189,9 @@ pub struct Heap {
     edge_offset: Offsets,
     /// Offsets into the target of interior edges, by edge index.
     interior_into: HashMap<u32, u64>,
+    /// The block of each allocation ordinal (file order), when the dump's
+    /// allocations were not in address order; else the ordinal is the block.
+    block_of: Option<Vec<u32>>,
     /// Root pointers.
     pub roots: Vec<Root>,
     /// Where roots live.
@@ -423,6 +426,27 @@ impl Heap {
                     }
                     list.push(Block { addr: a.address, size: a.size, site: a.site, flags: a.flags });
                 }
+                Record::Allocs(a) => {
+                    after_roots = true;
+                    if split.is_none() && off >= middle {
+                        split = Some((off, list.len()));
+                    }
+                    if list.len() + a.count as usize > MAX_BLOCKS {
+                        return Err(AnalyzeError::TooLarge {
+                            path: file.path().to_path_buf(),
+                            what: format!("more than {MAX_BLOCKS} allocations"),
+                        });
+                    }
+                    pointers[usize::from(split.is_some())] += a.pointers as usize;
+                    list.reserve(a.count as usize);
+                    for e in a.entries() {
+                        let e = e.map_err(fmt_err)?;
+                        if let Some(last) = list.last() {
+                            sorted &= last.addr < e.address;
+                        }
+                        list.push(Block { addr: e.address, size: e.size, site: e.site, flags: e.flags });
+                    }
+                }
                 Record::End(t) => heap.trailer = Some(t),
                 Record::Static(_) | Record::Unknown { .. } => {}
             }
@@ -445,6 +469,15 @@ impl Heap {
         }
         heap.blocks = Blocks::from_sorted(&list);
         drop(list);
+        // ALLOCS pointers name their targets by ordinal (file order): the
+        // block of each ordinal, when the sort moved them.
+        let block_of: Option<Vec<u32>> = rec_of.as_ref().map(|rec_of| {
+            let mut v = vec![0u32; n];
+            for (b, &r) in rec_of.iter().enumerate() {
+                v[r as usize] = b as u32;
+            }
+            v
+        });
         let dir = Directory::new(&heap.blocks);
         let libc_modules: Vec<bool> = heap.modules.iter().map(|m| is_libc(&m.path)).collect();
         let mut thread_names: HashMap<u32, String> = HashMap::new();
@@ -456,6 +489,7 @@ impl Heap {
         let module_paths: Vec<std::sync::Arc<str>> = heap.modules.iter().map(|m| m.path.as_str().into()).collect();
         let ctx = Pass2 {
             blocks: &heap.blocks,
+            block_of: block_of.as_deref(),
             dir: &dir,
             libc_modules: &libc_modules,
             module_paths: &module_paths,
@@ -491,6 +525,7 @@ impl Heap {
         heap.edge_target = target;
         heap.edge_offset = offset;
         heap.interior_into = interior_into;
+        heap.block_of = block_of;
         heap.roots = roots;
         heap.root_regions = root_regions;
         Ok(heap)
@@ -545,6 +580,14 @@ impl Heap {
         }
     }
 
+    /// The address of the allocation with this ordinal (its number in the
+    /// file, as ALLOCS pointers name their targets).
+    pub fn block_ordinal_address(&self, ordinal: u64) -> Option<u64> {
+        let i = usize::try_from(ordinal).ok().filter(|&i| i < self.blocks.len())?;
+        let b = self.block_of.as_ref().map_or(i, |m| m[i] as usize);
+        Some(self.blocks.addr(b))
+    }
+
     fn empty(header: Header) -> Heap {
         Heap {
             header,
@@ -560,6 +603,7 @@ impl Heap {
             edge_target: vec![],
             edge_offset: Offsets::default(),
             interior_into: HashMap::new(),
+            block_of: None,
             roots: vec![],
             root_regions: vec![],
             trailer: None,
@@ -761,6 +805,8 @@ pub fn round_keeping_sum(values: &[f64]) -> Vec<u64> {
 /// What pass 2 of [`Heap::load`] reads, shared by its threads.
 struct Pass2<'a> {
     blocks: &'a Blocks,
+    /// The block of each ordinal, when it is not the ordinal itself.
+    block_of: Option<&'a [u32]>,
     dir: &'a Directory,
     libc_modules: &'a [bool],
     /// The modules' paths, shared by their STATIC records' regions.
@@ -844,6 +890,27 @@ impl Pass2<'_> {
                         }
                     }
                 }
+                Record::Allocs(a) => {
+                    for e in a.entries() {
+                        let Ok(e) = e else { break };
+                        if records_seen >= allocs {
+                            break;
+                        }
+                        records_seen += 1;
+                        pipe.push(Pending::Start, &mut p).map_err(|_| too_many())?;
+                        for l in e.links {
+                            // Resolved by ordinal: no lookup. A target past
+                            // the blocks read (a cut dump) or a delta past
+                            // its size is not a pointer.
+                            let Some(b) = usize::try_from(l.target).ok().filter(|&t| t < blocks.len()) else { continue };
+                            let b = self.block_of.map_or(b as u32, |m| m[b]);
+                            if l.delta != 0 && l.delta >= blocks.size(b as usize) {
+                                continue;
+                            }
+                            pipe.push(Pending::Resolved { b, o: l.offset, into: l.delta }, &mut p).map_err(|_| too_many())?;
+                        }
+                    }
+                }
                 Record::Thread(t) => {
                     let name: std::sync::Arc<str> = self.thread_names.get(&t.tid).map_or_else(|| "".into(), |n| n.as_str().into());
                     let region = p.root_regions.len() as u32;
@@ -924,6 +991,9 @@ enum Pending {
     Start,
     /// A word (offset, value) that may point into a block, located.
     Word { v: u64, o: u64, located: (u32, Option<usize>) },
+    /// A pointer whose block is known (ALLOCS): at offset `o`, `into` bytes
+    /// into block `b`.
+    Resolved { b: u32, o: u64, into: u64 },
 }
 
 impl<'a> Pipeline<'a> {
@@ -972,6 +1042,13 @@ impl<'a> Pipeline<'a> {
                     return Err(());
                 }
                 p.start.push(p.target.len() as u32);
+            }
+            Pending::Resolved { b, o, into } => {
+                if into != 0 {
+                    p.interior_into.insert(p.target.len() as u32, into);
+                }
+                p.target.push(b | if into != 0 { INTERIOR } else { 0 });
+                p.offset.push(o);
             }
             Pending::Word { v, o, located } => {
                 if let Some((b, interior)) = self.dir.finish(self.blocks, v, located) {
@@ -1051,11 +1128,27 @@ impl<'a> DumpContents<'a> {
         }
         let Ok(dump) = heapdump_format::Dump::parse(file.bytes()) else { return DumpContents { words } };
         for r in dump.records() {
-            let Ok((_, Record::Alloc(a))) = r else {
-                if r.is_err() {
-                    break;
+            let a = match r {
+                Ok((_, Record::Alloc(a))) => a,
+                Ok((_, Record::Allocs(a))) => {
+                    // Compact: the first word alone, which may be the
+                    // block's first pointer (its target's address plus
+                    // its delta).
+                    for e in a.entries() {
+                        let Ok(e) = e else { break };
+                        let Some(b) = heap.find_start(e.address).filter(|b| wanted.contains(&b.0)) else { continue };
+                        let first = match e.first_word {
+                            heapdump_format::FirstWord::Value(v) => v,
+                            heapdump_format::FirstWord::FirstLink => e.links.clone().next().map_or(0, |l| {
+                                heap.block_ordinal_address(l.target).map_or(0, |t| t.wrapping_add(l.delta))
+                            }),
+                        };
+                        words.insert(b.0, (first, None, None));
+                    }
+                    continue;
                 }
-                continue;
+                Ok(_) => continue,
+                Err(_) => break,
             };
             let Some(b) = heap.find_start(a.address) else { continue };
             if !wanted.contains(&b.0) {

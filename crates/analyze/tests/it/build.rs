@@ -41,7 +41,19 @@ impl Spec {
     }
 
     pub fn write(&self) -> Vec<u8> {
+        self.write_as(false)
+    }
+
+    /// The same heap with its allocations in ALLOCS records (format 1.2),
+    /// as the runtime writes compact dumps: in address order, pointers by
+    /// ordinal (a value inside no block is no pointer).
+    pub fn write_dense(&self) -> Vec<u8> {
+        self.write_as(true)
+    }
+
+    fn write_as(&self, dense: bool) -> Vec<u8> {
         let mut buf = vec![0u8; 4096];
+        let mut batch = vec![0u8; 256];
         let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
         w.process(&ProcessInfo { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/test", cmdline: b"test\0" })
             .unwrap();
@@ -74,14 +86,30 @@ impl Spec {
         for &(from, offset, to) in &self.ptrs {
             by_block.entry(from).or_default().push((offset, to));
         }
-        for &(addr, size) in &self.blocks {
+        let mut sorted = self.blocks.clone();
+        sorted.sort();
+        let ordinal = |v: u64| {
+            let i = sorted.partition_point(|b| b.0 <= v).checked_sub(1)?;
+            let (a, n) = sorted[i];
+            (v == a || v < a + n).then_some((i as u64, v - a))
+        };
+        if dense {
+            w.set_batch_buffer(&mut batch).unwrap();
+        }
+        for &(addr, size) in if dense { &sorted } else { &self.blocks } {
             let mut p = by_block.remove(&addr).unwrap_or_default();
             p.sort();
             let first_word = self.first_words.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
             let site = if self.site.is_empty() { 0 } else { 1 };
             let flags = self.flags.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
             let info = AllocInfo { address: addr, size, site, align_log2: 4, flags, first_word };
-            w.alloc(&info, Contents::Compact { count: p.len() as u64, pointers: p.into_iter() }).unwrap();
+            if dense {
+                let links: Vec<Link> =
+                    p.iter().filter_map(|&(o, v)| ordinal(v).map(|(target, delta)| Link { offset: o, target, delta })).collect();
+                w.dense_alloc(&info, links.len() as u64, links.into_iter()).unwrap();
+            } else {
+                w.alloc(&info, Contents::Compact { count: p.len() as u64, pointers: p.into_iter() }).unwrap();
+            }
         }
         w.finish(0).unwrap().0 .0
     }
@@ -91,8 +119,26 @@ impl Spec {
         std::fs::write(&path.0, self.write()).unwrap();
         let f = DumpFile::open(&path.0).unwrap();
         let h = Heap::load(&f, &mut |_, _| {}).unwrap();
+        // Every heap of the tests is also written the 1.2 way: it must load
+        // to the same graph.
+        let dense = tempfile_path::TempPath::new();
+        std::fs::write(&dense.0, self.write_dense()).unwrap();
+        let df = DumpFile::open(&dense.0).unwrap();
+        let d = Heap::load(&df, &mut |_, _| {}).unwrap();
+        assert_eq!(graph(&d), graph(&h), "ALLOCS and ALLOC records load to different graphs");
+        // And to the same leak classes, heuristics (which read first words)
+        // included.
+        let (ld, lh) = (heapdump_analyze::leaks::of_dump(&df, &d), heapdump_analyze::leaks::of_dump(&f, &h));
+        assert_eq!((&ld.kind, format!("{:?}", ld.via_heuristic)), (&lh.kind, format!("{:?}", lh.via_heuristic)));
         (path, h)
     }
+}
+
+/// Blocks, their edges and the roots, comparable.
+pub fn graph(h: &Heap) -> (Vec<heapdump_analyze::Block>, Vec<Vec<heapdump_analyze::Edge>>, Vec<heapdump_analyze::Root>) {
+    let blocks: Vec<_> = h.blocks().collect();
+    let edges = (0..h.len()).map(|b| h.edges(heapdump_analyze::BlockId(b as u32)).collect()).collect();
+    (blocks, edges, h.roots.clone())
 }
 
 pub mod tempfile_path {
