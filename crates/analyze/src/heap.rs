@@ -1139,9 +1139,11 @@ impl<'a> DumpContents<'a> {
                         let Some(b) = heap.find_start(e.address).filter(|b| wanted.contains(&b.0)) else { continue };
                         let first = match e.first_word {
                             heapdump_format::FirstWord::Value(v) => v,
-                            heapdump_format::FirstWord::FirstLink => e.links.clone().next().map_or(0, |l| {
-                                heap.block_ordinal_address(l.target).map_or(0, |t| t.wrapping_add(l.delta))
-                            }),
+                            heapdump_format::FirstWord::FirstLink => e
+                                .links
+                                .clone()
+                                .next()
+                                .map_or(0, |l| heap.block_ordinal_address(l.target).map_or(0, |t| t.wrapping_add(l.delta))),
                         };
                         words.insert(b.0, (first, None, None));
                     }

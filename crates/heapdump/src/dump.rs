@@ -13,8 +13,8 @@ use crate::table::Entry;
 use crate::{sys, State};
 use core::sync::atomic::{AtomicBool, Ordering};
 use heapdump_format::{
-    raw, AllocInfo, Backtrace as FmtBacktrace, Contents, Header, Mode, ModuleInfo, ProcessInfo, Reason, StaticInfo, ThreadInfo, WriteError,
-    Writer,
+    raw, AllocInfo, Backtrace as FmtBacktrace, Contents, Header, Link, Mode, ModuleInfo, ProcessInfo, Reason, StaticInfo, ThreadInfo,
+    WriteError, Writer,
 };
 
 /// What a finished dump holds.
@@ -84,6 +84,10 @@ struct Scratch {
     maps: *mut u8,
     maps_cap: usize,
     pairs: *mut (u64, u64),
+    /// An allocation's first pointers, as the ALLOCS record names them.
+    links: *mut Link,
+    /// Where the writer gathers an ALLOCS record.
+    batch: *mut u8,
     modules: Option<Modules>,
     /// Shared with the forked writer: its result.
     shared: *mut DumpInfo,
@@ -97,6 +101,8 @@ static mut SCRATCH: Scratch = Scratch {
     maps: core::ptr::null_mut(),
     maps_cap: 0,
     pairs: core::ptr::null_mut(),
+    links: core::ptr::null_mut(),
+    batch: core::ptr::null_mut(),
     modules: None,
     shared: core::ptr::null_mut(),
     pipe: core::ptr::null_mut(),
@@ -108,6 +114,9 @@ static mut SCRATCH: Scratch = Scratch {
 /// 64 KiB were slower again).
 const WRITE_BUF: usize = 1 << 19;
 const PAIRS: usize = 4096;
+/// The ALLOCS batch: some 15 000 small allocations to a record; a block
+/// with more than about 8 000 pointers is a record of its own.
+const BATCH: usize = 1 << 18;
 /// How many blocks ahead of the scan the compact dump's lookups are
 /// prefetched (twice that for the directory's buckets).
 const PREFETCH_AHEAD: usize = 8;
@@ -136,6 +145,9 @@ fn scratch() -> Result<&'static mut Scratch, DumpError> {
         s.buf = sys::mmap_anon(WRITE_BUF).map_err(|errno| DumpError::Os { what: "mapping the write buffer", errno })?;
         s.buf_len = WRITE_BUF;
         s.pairs = sys::mmap_anon(PAIRS * 16).map_err(|errno| DumpError::Os { what: "mapping scratch", errno })?.cast();
+        s.links =
+            sys::mmap_anon(PAIRS * core::mem::size_of::<Link>()).map_err(|errno| DumpError::Os { what: "mapping scratch", errno })?.cast();
+        s.batch = sys::mmap_anon(BATCH).map_err(|errno| DumpError::Os { what: "mapping scratch", errno })?;
         s.shared = sys::mmap_shared(4096).map_err(|errno| DumpError::Os { what: "mapping shared scratch", errno })?.cast();
         s.pipe = pipe::map();
     }
@@ -250,9 +262,14 @@ fn write_body(
     let buf = unsafe { core::slice::from_raw_parts_mut(sc.buf, sc.buf_len) };
     // SAFETY: pairs maps PAIRS entries, used only under DUMPING.
     let pairs = unsafe { core::slice::from_raw_parts_mut(sc.pairs, PAIRS) };
+    // SAFETY: links maps PAIRS entries, used only under DUMPING.
+    let links = unsafe { core::slice::from_raw_parts_mut(sc.links, PAIRS) };
+    // SAFETY: batch maps BATCH bytes, used only under DUMPING.
+    let batch = unsafe { core::slice::from_raw_parts_mut(sc.batch, BATCH) };
     let header = Header::new(mode, reason, page_size(), sys::getpid(), sys::realtime_ns());
     let result = (|| -> Result<DumpInfo, DumpError> {
         let mut w = Writer::new(sink, buf, &header)?;
+        w.set_batch_buffer(batch)?;
         process_record(&mut w, config)?;
         let modules = sc.modules.as_ref();
         if let Some(m) = modules {
@@ -391,7 +408,16 @@ fn write_body(
                     index.prefetch(f.addr, f.size, true);
                 }
             }
-            write_alloc(&mut w, mode, &index, pairs, e)?;
+            if mode == Mode::Compact {
+                // ALLOCS pointers name their targets by index position:
+                // the writer's ordinals must be the same.
+                if w.next_ordinal() != i as u64 {
+                    return Err(DumpError::Write(WriteError::LengthMismatch { what: "allocation ordinals and the index disagree" }));
+                }
+                write_dense(&mut w, &index, links, e)?;
+            } else {
+                write_alloc(&mut w, mode, &index, pairs, e)?;
+            }
         }
         let pause = pause_override.unwrap_or_else(|| sys::monotonic_ns() - t0);
         let totals = *w.totals();
@@ -748,6 +774,75 @@ fn write_alloc(w: &mut Writer<'_, PipeSink>, mode: Mode, index: &Index, pairs: &
         first_word,
     };
     region(w, mode, index, pairs, e.addr, e.size, |w, c| w.alloc(&info, c))
+}
+
+/// The pointers of `[start, start + len)` as ALLOCS links, from `off`:
+/// each word that points into a live allocation, named by its index
+/// position and the offset into it.
+#[derive(Clone)]
+struct LinkScan<'a> {
+    index: &'a Index,
+    start: u64,
+    off: u64,
+    len: u64,
+}
+
+impl Iterator for LinkScan<'_> {
+    type Item = Link;
+    #[inline]
+    fn next(&mut self) -> Option<Link> {
+        while self.off + 8 <= self.len {
+            let off = self.off;
+            self.off += 8;
+            // SAFETY: as in `Rescan`: readable memory of this process, an
+            // 8-aligned word inside the region.
+            let v = unsafe { core::ptr::read_volatile((self.start + off) as *const u64) };
+            if let Some((i, delta)) = self.index.find(v) {
+                return Some(Link { offset: off, target: i as u64, delta });
+            }
+        }
+        None
+    }
+}
+
+/// Writes one allocation of a compact dump into the writer's ALLOCS
+/// record: its first pointers gathered in `links` as the scan finds them
+/// (one read of the block), the rest, if any, scanned again when written.
+fn write_dense(w: &mut Writer<'_, PipeSink>, index: &Index, links: &mut [Link], e: &Entry) -> Result<(), DumpError> {
+    let first_word = if e.size >= 8 && e.addr % 8 == 0 {
+        // SAFETY: a live allocation of at least 8 bytes, aligned.
+        unsafe { core::ptr::read_volatile(e.addr as *const u64) }
+    } else {
+        let mut b = [0u8; 8];
+        for (i, x) in b.iter_mut().enumerate().take(e.size.min(8) as usize) {
+            // SAFETY: i < size, inside the live allocation.
+            *x = unsafe { core::ptr::read_volatile((e.addr + i as u64) as *const u8) };
+        }
+        u64::from_le_bytes(b)
+    };
+    let info = AllocInfo {
+        address: e.addr,
+        size: e.size,
+        site: e.site,
+        align_log2: e.align_log2,
+        flags: if e.sampled { raw::ALLOC_SAMPLED } else { 0 } | hashbrown_flags(e),
+        first_word,
+    };
+    let first = e.addr.next_multiple_of(8) - e.addr;
+    let (mut count, mut filled, mut resume) = (0u64, 0usize, e.size);
+    for l in (LinkScan { index, start: e.addr, off: first, len: e.size }) {
+        if filled < links.len() {
+            links[filled] = l;
+            filled += 1;
+            if filled == links.len() {
+                resume = l.offset + 8;
+            }
+        }
+        count += 1;
+    }
+    let it = links[..filled].iter().copied().chain(LinkScan { index, start: e.addr, off: resume, len: e.size });
+    w.dense_alloc(&info, count, it)?;
+    Ok(())
 }
 
 /// The hashbrown bits of a block's ALLOC flags: the layout proven on its

@@ -59,6 +59,21 @@ impl Index {
         v < e.addr + e.size || v == e.addr
     }
 
+    /// The live allocation `v` points at or into: its position in the
+    /// index (its ordinal in the dump, allocations being written in index
+    /// order) and the offset of `v` in it.
+    #[inline]
+    pub(crate) fn find(&self, v: u64) -> Option<(usize, u64)> {
+        if v < self.lo || v >= self.hi {
+            return None;
+        }
+        let s = self.as_slice();
+        let (from, to) = self.dir.window(v)?;
+        let i = from + s[from..to].partition_point(|e| e.addr <= v);
+        let e = s.get(i.checked_sub(1)?)?;
+        (v < e.addr + e.size || v == e.addr).then_some((i - 1, v - e.addr))
+    }
+
     /// Starts the memory reads that [`Index::hits`] will make for the
     /// words of the live block `[addr, addr + size)` (its first 64): the
     /// directory's buckets, or (`entries`) the index entries those buckets

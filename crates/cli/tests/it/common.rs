@@ -91,8 +91,10 @@ pub fn blocks(dump: &Path) -> Vec<(u64, u64)> {
     let d = heapdump_format::Dump::parse(&bytes).unwrap();
     let mut v = vec![];
     for r in d.records() {
-        if let heapdump_format::Record::Alloc(a) = r.unwrap().1 {
-            v.push((a.address, a.size));
+        match r.unwrap().1 {
+            heapdump_format::Record::Alloc(a) => v.push((a.address, a.size)),
+            heapdump_format::Record::Allocs(a) => v.extend(a.entries().map(|e| e.unwrap()).map(|e| (e.address, e.size))),
+            _ => {}
         }
     }
     v

@@ -152,3 +152,17 @@ fn a_pool_merged_with_a_mapped_block_is_scanned() {
         compare("anon_pool.c", &["-O0"], mode);
     }
 }
+
+#[test]
+fn a_dump_written_by_format_1_1_is_still_read() {
+    // tests/data/leaks_tree-1.1-compact.hdump: `heapdump run --mode compact`
+    // of leaks_tree.c (-O0) by the runtime of format 1.1, whose compact
+    // dumps held one ALLOC record per allocation (1.2 writes ALLOCS). Its
+    // leak classes are valgrind's on the same program, built here.
+    let old = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/leaks_tree-1.1-compact.hdump");
+    let bytes = std::fs::read(&old).unwrap();
+    assert_eq!((u16::from_le_bytes([bytes[8], bytes[9]]), u16::from_le_bytes([bytes[10], bytes[11]])), (1, 1), "a 1.1 dump");
+    let d = Scratch::new("old-format");
+    let prog = compile(&d, "leaks_tree.c", &["-O0"]);
+    assert_eq!(ours(&old), valgrind_summary(&prog), "[definitely, indirectly, possibly, still reachable] (bytes, blocks)");
+}

@@ -203,32 +203,34 @@ pub fn dump() -> impl Strategy<Value = MDump> {
             prop_oneof![Just(0usize), Just(64), Just(256), Just(4096)],
             any::<u64>(),
         )
-            .prop_map(move |((reason, pid), (exe, cmdline), modules, threads, statics, sites, allocs, dense, batch, pause_ns)| MDump {
-                mode,
-                reason,
-                pid,
-                exe,
-                cmdline,
-                modules,
-                threads,
-                statics,
-                sites,
-                // Targets among every allocation of the dump, ALLOC ones first.
-                dense: {
-                    let total = (allocs.len() + dense.len()) as u64;
-                    dense
-                        .into_iter()
-                        .map(|mut a| {
-                            for l in &mut a.links {
-                                l.target %= total;
-                            }
-                            a
-                        })
-                        .collect()
-                },
-                allocs,
-                batch,
-                pause_ns,
+            .prop_map(move |((reason, pid), (exe, cmdline), modules, threads, statics, sites, allocs, dense, batch, pause_ns)| {
+                MDump {
+                    mode,
+                    reason,
+                    pid,
+                    exe,
+                    cmdline,
+                    modules,
+                    threads,
+                    statics,
+                    sites,
+                    // Targets among every allocation of the dump, ALLOC ones first.
+                    dense: {
+                        let total = (allocs.len() + dense.len()) as u64;
+                        dense
+                            .into_iter()
+                            .map(|mut a| {
+                                for l in &mut a.links {
+                                    l.target %= total;
+                                }
+                                a
+                            })
+                            .collect()
+                    },
+                    allocs,
+                    batch,
+                    pause_ns,
+                }
             })
     })
 }

@@ -86,8 +86,25 @@ pub struct Parsed {
 pub fn parse(bytes: &[u8]) -> Parsed {
     let d = Dump::parse(bytes).expect("dump header");
     let mut p = Parsed { reason: d.header().reason.as_str().into(), mode: d.header().mode.as_str().into(), ..Default::default() };
+    // ALLOCS pointers name their targets by ordinal: the address of each.
+    let mut by_ordinal = vec![];
     for r in d.records() {
         match r.expect("record").1 {
+            Record::Alloc(a) => by_ordinal.push(a.address),
+            Record::Allocs(a) => by_ordinal.extend(a.entries().map(|e| e.expect("ALLOCS entry").address)),
+            _ => {}
+        }
+    }
+    for r in d.records() {
+        match r.expect("record").1 {
+            Record::Allocs(a) => {
+                for e in a.entries() {
+                    let e = e.unwrap();
+                    p.allocs.insert(e.address, (e.size, e.site));
+                    let words = e.links.map(|l| (l.offset, by_ordinal[l.target as usize] + l.delta)).collect();
+                    p.pointers.insert(e.address, words);
+                }
+            }
             Record::Alloc(a) => {
                 p.allocs.insert(a.address, (a.size, a.site));
                 match a.contents {
