@@ -10,12 +10,32 @@ ratio baseline/new within a round.
 
   benches/dense.py --heapdump target/release/heapdump \
       [--baseline OLD/target/release/heapdump] [--sizes 1000000,10000000] [--rounds 5]
+
+With --analyse, each tool's own dump is also read back by that tool's
+`top`, `leaks` and `retained` (the dump of the first round, each command
+once per round, interleaved): wall time and peak resident memory (of
+which the mapped dump file is part), medians.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 here = os.path.dirname(os.path.abspath(__file__))
 
-def pause_us(heapdump, prog, n, mode, tmp):
+COMMANDS = ["top", "leaks", "retained"]
+
+def analyse(heapdump, dump):
+    """Seconds and peak RSS (bytes) of each analysis command on `dump`."""
+    res = {}
+    for c in COMMANDS:
+        t0 = time.monotonic()
+        p = subprocess.Popen([heapdump, c, dump], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            sys.exit(f"{heapdump} {c} {dump}: exit {p.returncode}: {p.stderr.read().decode()}")
+        res[c] = (time.monotonic() - t0, ru.ru_maxrss * 1024)
+    return res
+
+def pause_us(heapdump, prog, n, mode, tmp, keep=None):
     out = os.path.join(tmp, "d.hdump")
     if os.path.exists(out):
         os.remove(out)
@@ -27,7 +47,10 @@ def pause_us(heapdump, prog, n, mode, tmp):
         sys.exit(f"{heapdump}: no dump: {r.stderr}")
     s = json.loads(subprocess.run([heapdump, "summary", "--json", out], capture_output=True, text=True, check=True).stdout)
     size = os.path.getsize(out)
-    os.remove(out)
+    if keep:
+        os.replace(out, keep)
+    else:
+        os.remove(out)
     return s["pause_us"], size, s["allocations"]
 
 def main():
@@ -37,6 +60,7 @@ def main():
     ap.add_argument("--sizes", default="1000000,2000000,10000000")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--mode", default="compact")
+    ap.add_argument("--analyse", action="store_true", help="also time top, leaks and retained on the dumps")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         prog = os.path.join(tmp, "dense")
@@ -47,9 +71,13 @@ def main():
         for n in [int(x) for x in a.sizes.split(",")]:
             res = {t: [] for t, _ in tools}
             size = allocs = 0
-            for _ in range(a.rounds):
+            kept = {}
+            for r in range(a.rounds):
                 for t, h in tools:
-                    p, sz, al = pause_us(h, prog, n, a.mode, tmp)
+                    keep = os.path.join(tmp, f"{t}.hdump") if a.analyse and r == 0 else None
+                    p, sz, al = pause_us(h, prog, n, a.mode, tmp, keep)
+                    if keep:
+                        kept[t] = keep
                     res[t].append(p / 1e6)
                     if t == "new":
                         size, allocs = sz, al
@@ -58,6 +86,21 @@ def main():
                 cells.append(f"{statistics.median(b / x for b, x in zip(res['baseline'], res['new'])):.1f}x")
             cells.append(f"{size / allocs:.0f}")
             print(f"| {n:,} | {' | '.join(cells)} |", flush=True)
+            if kept:
+                runs = {t: [] for t in kept}
+                for _ in range(a.rounds):
+                    for t, h in tools:
+                        runs[t].append(analyse(h, kept[t]))
+                for t in kept:
+                    sz = os.path.getsize(kept[t])
+                    row = []
+                    for c in COMMANDS:
+                        secs = statistics.median(x[c][0] for x in runs[t])
+                        rss = statistics.median(x[c][1] for x in runs[t])
+                        row.append(f"{c} {secs:.2f} s, {rss / 2**20:.0f} MiB ({(rss - sz) / allocs:.0f} B/block beyond the file)")
+                    print(f"|   {t}: file {sz / 2**20:.0f} MiB | {' | '.join(row)} |", flush=True)
+                for k in kept.values():
+                    os.remove(k)
 
 if __name__ == "__main__":
     main()

@@ -118,7 +118,7 @@ fn mutate(b: &mut Vec<u8>, r: &mut Rng) -> String {
 
 /// Makes the trailer's counts and checksum agree with the mutated body, so
 /// the reader accepts what a careless or hostile writer could produce.
-fn reseal(b: &mut Vec<u8>) {
+fn reseal(b: &mut [u8]) {
     let recs = records(b);
     let Some(&(last, _, last_len)) = recs.last() else { return };
     let end = last + 12 + last_len;
