@@ -61,10 +61,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--mode", default="compact")
     ap.add_argument("--analyse", action="store_true", help="also time top, leaks and retained on the dumps")
+    ap.add_argument("--program", default="c", choices=["c", "rust"],
+                    help="c: benches/c/dense.c (one 48-byte block per node); rust: benches/src/bin/dense_rust.rs "
+                         "(a Box of 48 bytes and a Vec of 16 per node)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        prog = os.path.join(tmp, "dense")
-        subprocess.run(["gcc", "-O2", "-o", prog, os.path.join(here, "c", "dense.c")], check=True)
+        if a.program == "c":
+            prog = os.path.join(tmp, "dense")
+            subprocess.run(["gcc", "-O2", "-o", prog, os.path.join(here, "c", "dense.c")], check=True)
+        else:
+            subprocess.run(["cargo", "build", "--release", "-q", "--manifest-path", os.path.join(here, "Cargo.toml"),
+                            "--bin", "dense_rust"], check=True)
+            prog = os.path.join(here, "target", "release", "dense_rust")
         tools = [("new", a.heapdump)] + ([("baseline", a.baseline)] if a.baseline else [])
         print(f"| blocks | {' | '.join(f'{t} pause (s)' for t, _ in tools)} |{' baseline/new (paired) |' if a.baseline else ''} file (B per block) |")
         print(f"|---:|{'---:|' * len(tools)}{'---:|' if a.baseline else ''}---:|")
