@@ -1005,6 +1005,10 @@ impl<'a> Pipeline<'a> {
     /// `Err` when the edges outgrow 2^31.
     #[inline]
     fn push(&mut self, step: Pending, p: &mut Part) -> std::result::Result<(), ()> {
+        // Nothing waiting: a step with no lookup (ALLOCS) is done at once.
+        if self.ring.is_empty() && !matches!(step, Pending::Word { .. }) {
+            return self.finish(step, p);
+        }
         if let Pending::Word { located: (_, Some(e)), .. } = step {
             prefetch(self.dir.table(), e);
         }

@@ -176,8 +176,41 @@ struct Dec<'a> {
 }
 
 impl Dec<'_> {
-    #[inline]
+    /// One varint; most are a single byte, read inline.
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64, Error> {
+        match self.data.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Ok(u64::from(b))
+            }
+            _ => self.varint_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn varint_long(&mut self) -> Result<u64, Error> {
+        // Eight bytes at once when there are eight: the first byte without
+        // its high bit ends the number; its 7-bit groups are gathered with
+        // shifts, no loop.
+        if let Some(b) = self.data.get(self.pos..self.pos + 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            let x = u64::from_le_bytes(w);
+            let stop = !x & 0x8080_8080_8080_8080;
+            if stop != 0 {
+                let len = stop.trailing_zeros() / 8 + 1;
+                let x = if len == 8 { x } else { x & ((1u64 << (8 * len)) - 1) };
+                let mut v = 0u64;
+                let mut k = 0;
+                while k < 8 {
+                    v |= (x >> k) & (0x7f << (7 * k));
+                    k += 1;
+                }
+                self.pos += len as usize;
+                return Ok(v);
+            }
+        }
         let mut v = 0u64;
         for i in 0..VARINT_MAX {
             let Some(&b) = self.data.get(self.pos + i) else {
@@ -447,7 +480,9 @@ pub(crate) fn first_form(w: u64, first_link: bool) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
+    use std::vec::Vec;
 
     #[test]
     fn varints_round_trip_at_every_length() {
@@ -457,6 +492,12 @@ mod tests {
             assert_eq!(n, varint_len(v), "{v}");
             let mut d = Dec { data: &b[..n], pos: 0, record: 0 };
             assert_eq!(d.varint().unwrap(), v);
+            assert_eq!(d.pos, n);
+            // With bytes after it, as inside a record (the eight-byte path).
+            let mut padded = b[..n].to_vec();
+            padded.extend_from_slice(&[0xff; 12]);
+            let mut d = Dec { data: &padded, pos: 0, record: 0 };
+            assert_eq!(d.varint().unwrap(), v, "{v} followed by more bytes");
             assert_eq!(d.pos, n);
         }
         for d in [0i64, -1, 1, i64::MIN, i64::MAX] {
