@@ -198,6 +198,8 @@ pub struct Heap {
     pub root_regions: Vec<RootRegion>,
     /// The trailer, when the dump is complete.
     pub trailer: Option<Trailer>,
+    /// The signal the dump was taken for, when one was.
+    pub signal: Option<heapdump_format::SignalInfo>,
     /// What is missing when the dump was cut short.
     pub truncated: Option<String>,
     /// Whether every root record was read: the dump is complete, or was cut
@@ -448,6 +450,7 @@ impl Heap {
                     }
                 }
                 Record::End(t) => heap.trailer = Some(t),
+                Record::Signal(g) => heap.signal = Some(g),
                 Record::Static(_) | Record::Unknown { .. } => {}
             }
         }
@@ -607,6 +610,7 @@ impl Heap {
             roots: vec![],
             root_regions: vec![],
             trailer: None,
+            signal: None,
             truncated: None,
             roots_complete: true,
             sample_scale: std::sync::OnceLock::new(),

@@ -26,6 +26,9 @@ pub struct Summary {
     pub roots: u64,
     /// Why the dump was taken.
     pub reason: &'static str,
+    /// The signal it was taken for (the dump signal, a signal that ended
+    /// the program, a crash), when one was.
+    pub signal: Option<SignalSummary>,
     /// How long the program's threads were held stopped, in microseconds
     /// (null when the trailer is missing).
     pub pause_us: Option<u64>,
@@ -53,6 +56,50 @@ pub struct Summary {
     pub truncated: Option<String>,
 }
 
+/// The `signal` of `summary --json`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SignalSummary {
+    /// Its number.
+    pub number: u32,
+    /// Its name (`SIGSEGV`), or `SIG<number>`.
+    pub name: String,
+    /// `si_code`: above 0 when the kernel raised it (a fault).
+    pub code: i32,
+    /// The thread that received it (for a crash, the faulting one).
+    pub tid: u32,
+    /// The faulting address, `"0x…"`, for a fault; else null.
+    pub address: Option<String>,
+    /// The process that sent it, when one did; else null.
+    pub sender: Option<u32>,
+}
+
+impl SignalSummary {
+    /// From the SIGNAL record.
+    pub fn of(g: &heapdump_format::SignalInfo) -> SignalSummary {
+        SignalSummary {
+            number: g.signal,
+            name: heapdump_format::settings::signal_name(g.signal).map_or_else(|| format!("SIG{}", g.signal), str::to_string),
+            code: g.code,
+            tid: g.tid,
+            address: (g.code > 0 && g.address != 0).then(|| format!("{:#x}", g.address)),
+            sender: (g.sender != 0).then_some(g.sender),
+        }
+    }
+
+    /// One line: `SIGSEGV at 0x10 in thread 1234`, `SIGTERM from process 99`.
+    pub fn describe(&self) -> String {
+        let mut s = self.name.clone();
+        if let Some(a) = &self.address {
+            s += &format!(" at {a}");
+        }
+        s += &format!(" in thread {}", self.tid);
+        if let Some(p) = self.sender {
+            s += &format!(", sent by process {p}");
+        }
+        s
+    }
+}
+
 impl Summary {
     /// Reads `file` once. A dump cut short is summarised as far as it goes,
     /// with `truncated` saying where it stops; any other damage is an error.
@@ -68,6 +115,7 @@ impl Summary {
             threads_not_stopped: 0,
             roots: 0,
             reason: h.reason.as_str(),
+            signal: None,
             pause_us: None,
             time: h.time_ns as f64 / 1e9,
             exe: String::new(),
@@ -93,6 +141,7 @@ impl Summary {
                     s.sample_mean = p.sample_mean;
                 }
                 Ok((_, Record::End(t))) => trailer = Some(t),
+                Ok((_, Record::Signal(g))) => s.signal = Some(SignalSummary::of(&g)),
                 Ok((_, Record::Thread(t))) if t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0 => s.threads_not_stopped += 1,
                 Ok(_) => {}
                 Err(e) if e.is_truncation() => {

@@ -72,6 +72,12 @@ enum Command {
         /// Do not dump when the program exits.
         #[arg(long)]
         no_at_exit: bool,
+        /// Do not dump when a signal ends the program (SIGTERM, SIGINT,
+        /// SIGHUP, SIGQUIT) or it crashes (SIGSEGV, SIGBUS, SIGABRT, SIGFPE,
+        /// SIGILL). Without this, such a dump is taken and the signal given
+        /// back, so the program ends as it would have.
+        #[arg(long)]
+        no_on_fatal: bool,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         program: Vec<std::ffi::OsString>,
@@ -178,7 +184,7 @@ enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Run { mode, output, signal, threshold, fork, collapse, backtrace, no_at_exit, program } => {
+        Command::Run { mode, output, signal, threshold, fork, collapse, backtrace, no_at_exit, no_on_fatal, program } => {
             crate::run::run(crate::run::RunOptions {
                 mode: match mode {
                     DumpMode::Full => "full".into(),
@@ -191,6 +197,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 collapse,
                 backtrace,
                 no_at_exit,
+                no_on_fatal,
                 program,
             })
         }
@@ -248,6 +255,9 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
     t.row(vec!["program".into(), if s.cmdline.is_empty() { s.exe.clone() } else { s.cmdline.join(" ") }]);
     t.row(vec!["pid".into(), s.pid.to_string()]);
     t.row(vec!["reason".into(), s.reason.into()]);
+    if let Some(g) = &s.signal {
+        t.row(vec!["signal".into(), g.describe()]);
+    }
     t.row(vec!["mode".into(), s.mode.into()]);
     t.row(vec!["live allocations".into(), s.allocations.to_string()]);
     t.row(vec!["live bytes".into(), format!("{} ({})", s.bytes, output::bytes(s.bytes))]);

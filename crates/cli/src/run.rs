@@ -21,6 +21,7 @@ pub struct RunOptions {
     pub collapse: bool,
     pub backtrace: Option<String>,
     pub no_at_exit: bool,
+    pub no_on_fatal: bool,
     pub program: Vec<OsString>,
 }
 
@@ -107,6 +108,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     cmd.env("LD_PRELOAD", preload)
         .env("HEAPDUMP_MODE", &o.mode)
         .env("HEAPDUMP_AT_EXIT", if o.no_at_exit { "0" } else { "1" })
+        .env("HEAPDUMP_ON_FATAL", if o.no_on_fatal { "0" } else { "1" })
         .env(
             "HEAPDUMP_FORK",
             match (o.fork, o.collapse) {
@@ -181,22 +183,30 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
             forwarded.push(s);
         }
     }
-    let mut signals = signal_hook::iterator::Signals::new(&forwarded).context("cannot install signal handlers")?;
+    let mut signals = signal_hook::iterator::SignalsInfo::<signal_hook::iterator::exfiltrator::WithRawSiginfo>::new(&forwarded)
+        .context("cannot install signal handlers")?;
     let handle = signals.handle();
     let exited = Arc::new(AtomicBool::new(false));
     let interrupted = Arc::new(AtomicBool::new(false));
     let forwarder = {
         let (exited, interrupted) = (exited.clone(), interrupted.clone());
         std::thread::spawn(move || {
-            for sig in signals.forever() {
+            for info in signals.forever() {
+                let sig = info.si_signo;
+                // Ctrl-C and Ctrl-\ at a terminal (raised by the kernel,
+                // si_code > 0) reach the whole foreground group, the
+                // program too: not sent again.
+                let from_terminal = info.si_code > 0 && [signal_hook::consts::SIGINT, signal_hook::consts::SIGQUIT].contains(&sig);
                 if exited.load(Ordering::Acquire) {
                     // The program has ended; a user interrupting the wait
                     // for its dumps stops the wait.
                     if [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP].contains(&sig) {
                         interrupted.store(true, Ordering::Release);
                     }
-                } else if let (Some(pid), Some(s)) = (pid, rustix::process::Signal::from_named_raw(sig)) {
-                    let _ = rustix::process::kill_process(pid, s);
+                } else if !from_terminal {
+                    if let (Some(pid), Some(s)) = (pid, rustix::process::Signal::from_named_raw(sig)) {
+                        let _ = rustix::process::kill_process(pid, s);
+                    }
                 }
             }
         })

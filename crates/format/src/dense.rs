@@ -482,7 +482,6 @@ pub(crate) fn first_form(w: u64, first_link: bool) -> (u64, u64) {
 mod tests {
     extern crate std;
     use super::*;
-    use std::vec::Vec;
 
     #[test]
     fn varints_round_trip_at_every_length() {

@@ -38,6 +38,8 @@ pub mod tag {
     /// Many live allocations of a compact dump, in address order, with
     /// their pointers as ordinals (since 1.2).
     pub const ALLOCS: u32 = 0x08;
+    /// The signal the dump was taken for (since 1.2).
+    pub const SIGNAL: u32 = 0x09;
 }
 
 /// Fixed part of a PROCESS payload.
@@ -54,6 +56,8 @@ pub const STATIC_FIXED: usize = 24;
 pub const SITE_FIXED: usize = 8;
 /// Fixed part of an ALLOC payload (before the mode-specific contents).
 pub const ALLOC_FIXED: usize = 24;
+/// Size of the SIGNAL payload.
+pub const SIGNAL_SIZE: usize = 32;
 /// Size of the END payload.
 pub const END_SIZE: usize = 72;
 /// Size of one (offset, value) pointer entry in compact contents.

@@ -11,7 +11,7 @@
 use crate::dense::{self, Allocs};
 use crate::error::Error;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, Mode, Reason, Segment, Trailer};
+use crate::types::{Backtrace, Header, Mode, Reason, Segment, SignalInfo, Trailer};
 
 /// A little-endian cursor over a byte slice that knows its file offset.
 #[derive(Clone, Copy)]
@@ -195,6 +195,8 @@ pub enum Record<'a> {
     Alloc(Alloc<'a>),
     /// ALLOCS (compact dumps since 1.2): many allocations.
     Allocs(Allocs<'a>),
+    /// SIGNAL (since 1.2): the signal the dump was taken for.
+    Signal(SignalInfo),
     /// The verified trailer.
     End(Trailer),
     /// A record this reader does not know (from a newer minor version).
@@ -494,6 +496,7 @@ impl<'a> Records<'a> {
                 }
                 Record::Alloc(a)
             }
+            tag::SIGNAL => Record::Signal(signal(p)?),
             tag::ALLOCS => {
                 if self.mode != Mode::Compact {
                     return Err(Error::Malformed { offset, what: "ALLOCS record in a full dump" });
@@ -679,6 +682,21 @@ fn static_root(mut p: Cur<'_>, mode: Mode) -> Result<Static<'_>, Error> {
     }
     let contents = contents(&mut p, mode, size)?;
     Ok(Static { address, size, module, name, contents })
+}
+
+fn signal(mut p: Cur<'_>) -> Result<SignalInfo, Error> {
+    let signal = p.u32("signal")?;
+    let code = p.u32("signal code")? as i32;
+    let tid = p.u32("signal thread")?;
+    let r1 = p.u32("reserved")?;
+    let address = p.u64("fault address")?;
+    let sender = p.u32("sender")?;
+    let r2 = p.u32("reserved")?;
+    p.expect_end("SIGNAL record of the wrong length")?;
+    if r1 != 0 || r2 != 0 || signal == 0 || signal > 64 {
+        return Err(Error::Malformed { offset: p.record, what: "SIGNAL record with a bad signal number or reserved bits" });
+    }
+    Ok(SignalInfo { signal, code, tid, address, sender })
 }
 
 fn site(mut p: Cur<'_>) -> Result<Site<'_>, Error> {

@@ -57,6 +57,47 @@ pub fn parse_backtrace(v: &[u8]) -> Option<Backtrace> {
     }
 }
 
+/// The signals of Linux on x86-64 by number, as `kill -l` names them.
+const SIGNAL_NAMES: [&str; 32] = [
+    "",
+    "SIGHUP",
+    "SIGINT",
+    "SIGQUIT",
+    "SIGILL",
+    "SIGTRAP",
+    "SIGABRT",
+    "SIGBUS",
+    "SIGFPE",
+    "SIGKILL",
+    "SIGUSR1",
+    "SIGSEGV",
+    "SIGUSR2",
+    "SIGPIPE",
+    "SIGALRM",
+    "SIGTERM",
+    "SIGSTKFLT",
+    "SIGCHLD",
+    "SIGCONT",
+    "SIGSTOP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGVTALRM",
+    "SIGPROF",
+    "SIGWINCH",
+    "SIGIO",
+    "SIGPWR",
+    "SIGSYS",
+];
+
+/// A signal's name (`SIGTERM`), or `None` for a real-time or unknown one.
+pub fn signal_name(sig: u32) -> Option<&'static str> {
+    SIGNAL_NAMES.get(sig as usize).copied().filter(|n| !n.is_empty())
+}
+
 /// Parses a signal name (`USR2`, `SIGUSR2`) or number; `0` means none.
 pub fn parse_signal(v: &[u8]) -> Option<i32> {
     if let Some(n) = parse_u64(v) {

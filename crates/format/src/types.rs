@@ -47,6 +47,9 @@ pub enum Reason {
     AllocFailure,
     /// The live heap crossed the configured threshold.
     Threshold,
+    /// The program crashed (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL);
+    /// since 1.2. A SIGNAL record says which signal, thread and address.
+    Crash,
 }
 
 impl Reason {
@@ -58,6 +61,7 @@ impl Reason {
             Reason::Exit => 3,
             Reason::AllocFailure => 4,
             Reason::Threshold => 5,
+            Reason::Crash => 7,
         }
     }
     /// Decodes the header byte.
@@ -68,6 +72,7 @@ impl Reason {
             3 => Some(Reason::Exit),
             4 => Some(Reason::AllocFailure),
             5 => Some(Reason::Threshold),
+            7 => Some(Reason::Crash),
             _ => None,
         }
     }
@@ -77,6 +82,7 @@ impl Reason {
             Reason::Api => "api",
             Reason::Signal => "signal",
             Reason::Exit => "exit",
+            Reason::Crash => "crash",
             Reason::AllocFailure => "alloc_failure",
             Reason::Threshold => "threshold",
         }
@@ -186,4 +192,22 @@ pub struct Trailer {
     pub pause_ns: u64,
     /// CRC-32 (IEEE) of every byte of the file before this field.
     pub checksum: u32,
+}
+
+/// What the SIGNAL record says: the signal a dump was taken for (since
+/// 1.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SignalInfo {
+    /// Signal number.
+    pub signal: u32,
+    /// `si_code` as the kernel gave it: above 0 for a fault the kernel
+    /// raised, 0 or below for a signal a process sent.
+    pub code: i32,
+    /// The thread that received it (for a crash, the faulting thread).
+    pub tid: u32,
+    /// The faulting address (`si_addr`) of a SIGSEGV, SIGBUS, SIGFPE or
+    /// SIGILL the kernel raised; else 0.
+    pub address: u64,
+    /// The process that sent it (`si_pid`), when one did; else 0.
+    pub sender: u32,
 }

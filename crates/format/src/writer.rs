@@ -9,7 +9,7 @@
 use crate::dense::{self, Link};
 use crate::error::WriteError;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, Mode, Segment, Trailer};
+use crate::types::{Backtrace, Header, Mode, Segment, SignalInfo, Trailer};
 
 /// Where dump bytes go.
 ///
@@ -273,6 +273,19 @@ impl<'b, S: Sink> Writer<'b, S> {
         self.u32(len32(p.cmdline.len(), "command line")?)?;
         self.put(p.exe)?;
         self.put(p.cmdline)?;
+        self.end()
+    }
+
+    /// Writes the SIGNAL record: the signal the dump was taken for.
+    pub fn signal(&mut self, s: &SignalInfo) -> Result<(), WriteError> {
+        self.begin(tag::SIGNAL, raw::SIGNAL_SIZE as u64)?;
+        let mut b = [0u8; raw::SIGNAL_SIZE];
+        b[0..4].copy_from_slice(&s.signal.to_le_bytes());
+        b[4..8].copy_from_slice(&s.code.to_le_bytes());
+        b[8..12].copy_from_slice(&s.tid.to_le_bytes());
+        b[16..24].copy_from_slice(&s.address.to_le_bytes());
+        b[24..28].copy_from_slice(&s.sender.to_le_bytes());
+        self.put(&b)?;
         self.end()
     }
 

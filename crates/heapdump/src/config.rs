@@ -19,6 +19,9 @@ pub struct Config {
     pub mode: Mode,
     /// Dump at exit.
     pub at_exit: bool,
+    /// Dump when a fatal signal ends the program or it crashes
+    /// (`HEAPDUMP_ON_FATAL`, off unless `1`; `heapdump run` sets it).
+    pub on_fatal: bool,
     /// Dump signal, 0 for none.
     pub signal: i32,
     /// Live-heap threshold in bytes, 0 for none.
@@ -57,6 +60,7 @@ impl Config {
             output_buf: [0; 1024],
             mode: Mode::Compact,
             at_exit: false,
+            on_fatal: false,
             signal: libc::SIGUSR2,
             threshold: 0,
             fork: false,
@@ -94,6 +98,9 @@ impl Config {
         }
         if let Some(b) = either(c"HEAPDUMP_AT_EXIT", b"1", b"0", b"expected 1 or 0") {
             c.at_exit = b;
+        }
+        if let Some(b) = either(c"HEAPDUMP_ON_FATAL", b"1", b"0", b"expected 1 or 0") {
+            c.on_fatal = b;
         }
         if let Some(v) = var(c"HEAPDUMP_SIGNAL") {
             match parse_signal(v) {

@@ -271,6 +271,11 @@ fn write_body(
         let mut w = Writer::new(sink, buf, &header)?;
         w.set_batch_buffer(batch)?;
         process_record(&mut w, config)?;
+        if matches!(reason, Reason::Signal | Reason::Crash) {
+            if let Some(cause) = crate::fatal::cause() {
+                w.signal(&cause)?;
+            }
+        }
         let modules = sc.modules.as_ref();
         if let Some(m) = modules {
             for md in m.iter() {
@@ -302,9 +307,7 @@ fn write_body(
             if s.stopped() {
                 let regs = s.regs();
                 let sp = regs[RSP];
-                let start = sp.saturating_sub(128);
-                let end = maps.end_of(sp).unwrap_or(sp);
-                let start = maps.start_of(sp).map_or(start, |ms| start.max(ms));
+                let (start, end) = maps.stack_of(sp);
                 let info = ThreadInfo { tid, flags: 0, stack_start: start, stack_end: end, tls: s.fs(), name, regs: &regs };
                 region(&mut w, mode, &index, pairs, start, end - start, |w, c| w.thread(&info, c))?;
                 tls_root(&mut w, mode, &index, pairs, &maps, s.fs(), start, end, tid)?;
@@ -312,10 +315,7 @@ fn write_body(
                 // Not stopped: its stack as it is while the thread waits in
                 // the kernel (registers unknown), when it does.
                 let sp = s.blocked_sp();
-                let (start, end) = match maps.end_of(sp) {
-                    Some(end) if sp != 0 => (maps.start_of(sp).map_or(sp.saturating_sub(128), |ms| sp.saturating_sub(128).max(ms)), end),
-                    _ => (0, 0),
-                };
+                let (start, end) = if sp != 0 { maps.stack_of(sp) } else { (0, 0) };
                 let info = ThreadInfo { tid, flags: raw::THREAD_NOT_STOPPED, stack_start: start, stack_end: end, tls: 0, name, regs: &[] };
                 region(&mut w, mode, &index, pairs, start, end - start, |w, c| w.thread(&info, c))?;
             }
@@ -567,11 +567,33 @@ impl Maps<'_> {
         }
     }
 
+    /// The stack to scan for a thread stopped with stack pointer `sp`:
+    /// from its red zone (`sp` - 128, within the mapping) to the mapping's
+    /// end. A thread that overflowed its stack has `sp` below the stack's
+    /// mapping (in the guard gap, unmapped): then the mapping just above,
+    /// within the 1 MiB gap Linux keeps below stacks. Empty (`sp`, `sp`)
+    /// when neither is there: nothing unmapped is ever read.
+    fn stack_of(&self, sp: u64) -> (u64, u64) {
+        if let Some((a, b)) = self.find(sp) {
+            return (sp.saturating_sub(128).max(a), b);
+        }
+        let mut above: Option<(u64, u64)> = None;
+        for line in self.text.split(|&b| b == b'\n') {
+            let Some(dash) = line.iter().position(|&b| b == b'-') else { continue };
+            let Some(space) = line.iter().position(|&b| b == b' ') else { continue };
+            if space <= dash {
+                continue;
+            }
+            let (Some(a), Some(b)) = (hex(&line[..dash]), hex(&line[dash + 1..space])) else { continue };
+            if a > sp && a - sp <= (1 << 20) && above.is_none_or(|m| a < m.0) {
+                above = Some((a, b));
+            }
+        }
+        above.unwrap_or((sp, sp))
+    }
+
     fn end_of(&self, addr: u64) -> Option<u64> {
         self.find(addr).map(|m| m.1)
-    }
-    fn start_of(&self, addr: u64) -> Option<u64> {
-        self.find(addr).map(|m| m.0)
     }
 }
 

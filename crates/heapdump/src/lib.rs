@@ -32,6 +32,7 @@
 
 mod config;
 mod dump;
+mod fatal;
 mod guard;
 mod index;
 mod lock;
@@ -868,15 +869,36 @@ extern "C" fn at_exit(regs: *const stw::Regs, _: *mut core::ffi::c_void) {
     }
 }
 
-extern "C" fn on_dump_signal(_sig: i32) {
+/// What a byte on the helper's pipe asks for.
+const ASK_DUMP: u8 = 1;
+const ASK_FATAL: u8 = 2;
+
+/// Asks the helper for the dump of a fatal signal (see `fatal`); false
+/// when there is no helper.
+fn request_fatal_dump() -> bool {
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    if fd == u64::MAX {
+        return false;
+    }
+    SIGNALS_PENDING.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: write(2) of one byte to our own pipe is async-signal-safe.
+    if unsafe { libc::write((fd & 0xffff_ffff) as i32, [ASK_FATAL].as_ptr().cast(), 1) } != 1 {
+        SIGNALS_PENDING.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    true
+}
+
+extern "C" fn on_dump_signal(sig: i32) {
     let saved = sys::errno();
+    fatal::set_cause(sig, 0, sys::gettid(), 0, 0);
     let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
     if fd != u64::MAX {
         // Counted before the helper wakes, so that an exit right after
         // (a program that raises the signal and returns) waits for the dump.
         SIGNALS_PENDING.fetch_add(1, Ordering::AcqRel);
         // SAFETY: write(2) of one byte to our own pipe is async-signal-safe.
-        if unsafe { libc::write((fd & 0xffff_ffff) as i32, [1u8].as_ptr().cast(), 1) } != 1 {
+        if unsafe { libc::write((fd & 0xffff_ffff) as i32, [ASK_DUMP].as_ptr().cast(), 1) } != 1 {
             // The pipe is full: dumps are already pending; this one merges.
             SIGNALS_PENDING.fetch_sub(1, Ordering::AcqRel);
         }
@@ -896,7 +918,13 @@ extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc::c_void {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     let regs = stw::current_regs();
-                    auto_dump(&STATE, Reason::Signal, &regs, true);
+                    let fatal = b[..n].contains(&ASK_FATAL);
+                    let reason = if fatal && fatal::is_crash() { Reason::Crash } else { Reason::Signal };
+                    auto_dump(&STATE, reason, &regs, true);
+                    fatal::clear_cause();
+                    if fatal {
+                        fatal::dump_done();
+                    }
                     // The signals read were all answered by this dump.
                     SIGNALS_PENDING.fetch_sub(n as u64, Ordering::AcqRel);
                 }
@@ -940,7 +968,7 @@ extern "C" fn start() {
         // SAFETY: registering a function that lives as long as the process.
         unsafe { __cxa_atexit(heapdump_rt_at_exit, core::ptr::null_mut(), core::ptr::null_mut()) };
     }
-    if c.signal != 0 {
+    if c.signal != 0 || c.on_fatal {
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two descriptors into fds.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
@@ -989,13 +1017,18 @@ extern "C" fn start() {
                     // SAFETY: sched_yield has no preconditions.
                     unsafe { libc::sched_yield() };
                 }
-                // SAFETY: a zeroed sigaction with a plain handler and SA_RESTART.
-                unsafe {
-                    let mut sa: libc::sigaction = core::mem::zeroed();
-                    sa.sa_sigaction = on_dump_signal as *const () as usize;
-                    sa.sa_flags = libc::SA_RESTART;
-                    libc::sigemptyset(&mut sa.sa_mask);
-                    libc::sigaction(c.signal, &sa, core::ptr::null_mut());
+                if c.signal != 0 {
+                    // SAFETY: a zeroed sigaction with a plain handler and SA_RESTART.
+                    unsafe {
+                        let mut sa: libc::sigaction = core::mem::zeroed();
+                        sa.sa_sigaction = on_dump_signal as *const () as usize;
+                        sa.sa_flags = libc::SA_RESTART;
+                        libc::sigemptyset(&mut sa.sa_mask);
+                        sys::sigaction_raw(c.signal, &sa, core::ptr::null_mut());
+                    }
+                }
+                if c.on_fatal {
+                    fatal::install();
                 }
             }
         }
@@ -1036,6 +1069,39 @@ pub mod testing {
 #[doc(hidden)]
 pub mod hooks {
     use super::*;
+
+    /// The program's `sigaction` (the preload library interposes it): a
+    /// fatal signal the runtime holds keeps its handler in front, the
+    /// program's action being recorded for after the dump.
+    ///
+    /// # Safety
+    /// As `sigaction(2)`: `act` and `old` are null or valid.
+    pub unsafe fn sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> i32 {
+        // SAFETY: the caller's pointers.
+        unsafe { fatal::program_sigaction(sig, act, old) }
+    }
+
+    /// The program's `signal` (and `bsd_signal`: the same BSD semantics
+    /// as glibc's, restarting system calls and blocking the signal in its
+    /// handler), through [`sigaction`].
+    pub fn signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
+        // SAFETY: a zeroed sigaction, then filled.
+        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+        sa.sa_sigaction = handler;
+        sa.sa_flags = libc::SA_RESTART;
+        // SAFETY: an initialised sigset.
+        unsafe {
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaddset(&mut sa.sa_mask, sig);
+        }
+        // SAFETY: as above.
+        let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+        // SAFETY: valid pointers to our locals.
+        if unsafe { fatal::program_sigaction(sig, &sa, &mut old) } != 0 {
+            return libc::SIG_ERR;
+        }
+        old.sa_sigaction
+    }
 
     /// Code was unloaded (`dlclose`): forget the unwind rules cached for
     /// addresses other code may now occupy.

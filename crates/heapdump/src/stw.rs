@@ -187,7 +187,7 @@ fn handler_of(sig: i32) -> Option<usize> {
     // into a zeroed struct we own.
     unsafe {
         let mut old: libc::sigaction = core::mem::zeroed();
-        (libc::sigaction(sig, core::ptr::null(), &mut old) == 0).then_some(old.sa_sigaction)
+        (sys::sigaction_raw(sig, core::ptr::null(), &mut old) == 0).then_some(old.sa_sigaction)
     }
 }
 
@@ -215,7 +215,7 @@ fn claim_signal() -> Result<i32, i32> {
             sa.sa_sigaction = ours;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigfillset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, core::ptr::null_mut()) == 0
+            sys::sigaction_raw(sig, &sa, core::ptr::null_mut()) == 0
         };
         if ok {
             SUSPEND_SIG.store(sig, Ordering::Release);
@@ -264,11 +264,16 @@ extern "C" fn on_suspend(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc:
         let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
         regs = regs_from_gregs(&uc.uc_mcontext.gregs);
     }
+    // The thread that crashed waits in the crash handler (on its
+    // alternate stack): it is dumped as the fault left it.
+    if let Some(r) = crate::fatal::crash_regs(sys::gettid()) {
+        regs = r;
+    }
     park(&regs);
     sys::set_errno(saved);
 }
 
-fn regs_from_gregs(g: &[i64; 23]) -> Regs {
+pub(crate) fn regs_from_gregs(g: &[i64; 23]) -> Regs {
     let r = |i: i32| g[i as usize] as u64;
     [
         r(libc::REG_RAX),

@@ -470,3 +470,49 @@ impl Drop for XfszBlocked {
         }
     }
 }
+
+/// The C library's `sigaction`, found once past the preload library's
+/// interposer (which would otherwise route the runtime's own calls back
+/// to itself); 0 until resolved.
+static REAL_SIGACTION: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+type SigactionFn = unsafe extern "C" fn(i32, *const libc::sigaction, *mut libc::sigaction) -> i32;
+
+fn real_sigaction() -> Option<SigactionFn> {
+    use core::sync::atomic::Ordering;
+    let mut f = REAL_SIGACTION.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT from this
+        // object finds the C library's definition. Resolved at start-up,
+        // before any handler of ours can run.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
+        REAL_SIGACTION.store(f, Ordering::Release);
+    }
+    // SAFETY: a non-null address dlsym gave for `sigaction`.
+    (f != 0).then(|| unsafe { core::mem::transmute::<usize, SigactionFn>(f) })
+}
+
+/// `sigaction(2)` through the C library, never through the interposer.
+///
+/// # Safety
+/// `act` and `old` are null or valid.
+pub unsafe fn sigaction_raw(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> i32 {
+    match real_sigaction() {
+        // SAFETY: the caller's pointers, as sigaction(2) takes them.
+        Some(f) => unsafe { f(sig, act, old) },
+        // SAFETY: as above.
+        None => unsafe { libc::sigaction(sig, act, old) },
+    }
+}
+
+/// [`sigaction_raw`] with references.
+pub fn sigaction(sig: i32, act: Option<&libc::sigaction>, old: Option<&mut libc::sigaction>) -> Result<(), i32> {
+    let a = act.map_or(core::ptr::null(), |a| a as *const libc::sigaction);
+    let o = old.map_or(core::ptr::null_mut(), |o| o as *mut libc::sigaction);
+    // SAFETY: null or valid references.
+    if unsafe { sigaction_raw(sig, a, o) } == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}

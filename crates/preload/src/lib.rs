@@ -248,6 +248,31 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> i32 {
     r
 }
 
+/// The program's `sigaction`: with `HEAPDUMP_ON_FATAL=1` the runtime keeps
+/// its handler of the fatal signals in front and records the program's, to
+/// call after the dump; otherwise the C library's, unchanged.
+///
+/// # Safety
+/// As `sigaction(2)`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn sigaction(sig: i32, act: *const libc::sigaction, old: *mut libc::sigaction) -> i32 {
+    // SAFETY: the caller's pointers, as sigaction(2) takes them.
+    unsafe { heapdump::hooks::sigaction(sig, act, old) }
+}
+
+/// The program's `signal`, through [`sigaction`] (glibc's own `signal`
+/// calls its internal sigaction, which the interposer would not see).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
+    heapdump::hooks::signal(sig, handler)
+}
+
+/// `bsd_signal`: `signal`'s semantics under another name.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn bsd_signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
+    heapdump::hooks::signal(sig, handler)
+}
+
 /// `malloc(3)`.
 ///
 /// # Safety

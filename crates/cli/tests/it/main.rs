@@ -5,6 +5,7 @@
 mod common;
 mod contract;
 mod exports;
+mod fatal;
 mod hostile;
 mod preload;
 mod real_programs;

@@ -76,6 +76,8 @@ pub struct MDump {
     pub dense: Vec<MDense>,
     /// The batch buffer's size (0: none, every entry a record).
     pub batch: usize,
+    /// The SIGNAL record (1.2), when the dump was taken for a signal.
+    pub signal: Option<SignalInfo>,
     pub pause_ns: u64,
 }
 
@@ -97,7 +99,7 @@ fn dense(n: usize) -> impl Strategy<Value = Vec<MDense>> {
         v.into_iter()
             .map(|(gap, size, site, align_log2, flags, w, raw_links)| {
                 let address = next + gap;
-                next = address + size;
+                next = address + size.max(1);
                 let mut words: Vec<u64> = raw_links.iter().map(|l| l.0).filter(|&i| (i + 1) * 8 <= size).collect();
                 words.sort_unstable();
                 words.dedup();
@@ -186,7 +188,8 @@ pub fn dump() -> impl Strategy<Value = MDump> {
                     Just(Reason::Signal),
                     Just(Reason::Exit),
                     Just(Reason::AllocFailure),
-                    Just(Reason::Threshold)
+                    Just(Reason::Threshold),
+                    Just(Reason::Crash)
                 ],
                 any::<u32>(),
             ),
@@ -200,38 +203,44 @@ pub fn dump() -> impl Strategy<Value = MDump> {
             proptest::collection::vec((1u32.., proptest::collection::vec(any::<u64>(), 0..8)), 0..5),
             proptest::collection::vec(alloc(mode), 0..20),
             (if mode == Mode::Compact { (0usize..40).boxed() } else { Just(0usize).boxed() }).prop_flat_map(dense),
-            prop_oneof![Just(0usize), Just(64), Just(256), Just(4096)],
+            (
+                prop_oneof![Just(0usize), Just(64), Just(256), Just(4096)],
+                proptest::option::of((1u32..=64, any::<i32>(), any::<u32>(), any::<u64>(), any::<u32>())),
+            ),
             any::<u64>(),
         )
-            .prop_map(move |((reason, pid), (exe, cmdline), modules, threads, statics, sites, allocs, dense, batch, pause_ns)| {
-                MDump {
-                    mode,
-                    reason,
-                    pid,
-                    exe,
-                    cmdline,
-                    modules,
-                    threads,
-                    statics,
-                    sites,
-                    // Targets among every allocation of the dump, ALLOC ones first.
-                    dense: {
-                        let total = (allocs.len() + dense.len()) as u64;
-                        dense
-                            .into_iter()
-                            .map(|mut a| {
-                                for l in &mut a.links {
-                                    l.target %= total;
-                                }
-                                a
-                            })
-                            .collect()
-                    },
-                    allocs,
-                    batch,
-                    pause_ns,
-                }
-            })
+            .prop_map(
+                move |((reason, pid), (exe, cmdline), modules, threads, statics, sites, allocs, dense, (batch, signal), pause_ns)| {
+                    MDump {
+                        mode,
+                        reason,
+                        pid,
+                        exe,
+                        cmdline,
+                        modules,
+                        threads,
+                        statics,
+                        sites,
+                        // Targets among every allocation of the dump, ALLOC ones first.
+                        dense: {
+                            let total = (allocs.len() + dense.len()) as u64;
+                            dense
+                                .into_iter()
+                                .map(|mut a| {
+                                    for l in &mut a.links {
+                                        l.target %= total;
+                                    }
+                                    a
+                                })
+                                .collect()
+                        },
+                        allocs,
+                        batch,
+                        signal: signal.map(|(signal, code, tid, address, sender)| SignalInfo { signal, code, tid, address, sender }),
+                        pause_ns,
+                    }
+                },
+            )
     })
 }
 
@@ -247,6 +256,9 @@ pub fn write(d: &MDump) -> Vec<u8> {
     let header = Header::new(d.mode, d.reason, 4096, d.pid, 1_700_000_000_000_000_000);
     let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &header).unwrap();
     w.process(&ProcessInfo { backtrace: Backtrace::All, max_frames: 32, sample_mean: 0, exe: &d.exe, cmdline: &d.cmdline }).unwrap();
+    if let Some(s) = &d.signal {
+        w.signal(s).unwrap();
+    }
     for m in &d.modules {
         w.module(&ModuleInfo { bias: m.bias, path: &m.path, build_id: &m.build_id, segments: &m.segments }).unwrap();
     }
@@ -318,6 +330,7 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
         allocs: vec![],
         dense: vec![],
         batch: 0,
+        signal: None,
         pause_ns: 0,
     };
     let mut trailer = None;
@@ -353,6 +366,7 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
                 first_word: a.first_word,
                 region: mregion(a.contents),
             }),
+            Record::Signal(s) => d.signal = Some(s),
             Record::Allocs(a) => {
                 for e in a.entries() {
                     let e = e?;
