@@ -253,6 +253,15 @@ pub fn init() -> Result<(), i32> {
 
 extern "C" fn on_suspend(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let saved = sys::errno();
+    // The thread that crashed waits in the crash handler (on its alternate
+    // stack) until the dump is written: it is dumped as the fault left it,
+    // at once, even when the fault was inside the tracker (a corrupted
+    // heap's abort in `free`), whose tables the dump reads without locks.
+    if let Some(r) = crate::fatal::crash_regs(sys::gettid()) {
+        park(&r);
+        sys::set_errno(saved);
+        return;
+    }
     if crate::guard::defer_stop() {
         // Inside the tracker: park when leaving it.
         sys::set_errno(saved);
@@ -263,11 +272,6 @@ extern "C" fn on_suspend(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc:
         // SAFETY: for an SA_SIGINFO handler the kernel passes a ucontext_t.
         let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
         regs = regs_from_gregs(&uc.uc_mcontext.gregs);
-    }
-    // The thread that crashed waits in the crash handler (on its
-    // alternate stack): it is dumped as the fault left it.
-    if let Some(r) = crate::fatal::crash_regs(sys::gettid()) {
-        regs = r;
     }
     park(&regs);
     sys::set_errno(saved);

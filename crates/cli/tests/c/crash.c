@@ -1,7 +1,9 @@
 /* A program that crashes holding a list of 100 nodes only from the
-   crashing frame (a local). Usage: crash segv|abort|overflow
-     segv:     writes to address 0x10;
-     abort:    calls abort();
+   crashing frame (a local). Usage: crash segv|abort|doublefree|overflow
+     segv:       writes to address 0x10;
+     abort:      calls abort();
+     doublefree: frees a block twice: glibc aborts inside free, that is
+                 inside the tracker's free;
      overflow: recurses until the stack overflows (the handler must run
                on an alternate stack). */
 #include <signal.h>
@@ -23,6 +25,11 @@ int main(int argc, char **argv) {
         list = n;
     }
     if (argc > 1 && !strcmp(argv[1], "abort")) abort();
+    if (argc > 1 && !strcmp(argv[1], "doublefree")) {
+        char *volatile p = malloc(64);
+        free(p);
+        free(p);
+    }
     if (argc > 1 && !strcmp(argv[1], "overflow")) return (int)deep(0);
     *(volatile int *)(uintptr_t)0x10 = 1;
     return list == 0;

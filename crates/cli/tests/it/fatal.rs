@@ -124,7 +124,9 @@ fn crashes_leave_a_dump_and_still_end_the_program() {
     ensure_preload();
     let d = Scratch::new("crash");
     let prog = compile(&d, "crash.c", &["-O0", "-g"]);
-    for (how, code, name) in [("segv", 139, "SIGSEGV"), ("abort", 134, "SIGABRT"), ("overflow", 139, "SIGSEGV")] {
+    for (how, code, name) in
+        [("segv", 139, "SIGSEGV"), ("abort", 134, "SIGABRT"), ("doublefree", 134, "SIGABRT"), ("overflow", 139, "SIGSEGV")]
+    {
         let (o, dumps) = run_traced(&d.path(&format!("{how}.hdump")), &prog, &[how], &[]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(code), "{how}: dies of the same signal: {err}");
@@ -136,6 +138,10 @@ fn crashes_leave_a_dump_and_still_end_the_program() {
         if how == "segv" {
             assert_eq!(s["signal"]["address"], "0x10", "the faulting address: {s}");
         }
+        // A crash inside the tracker (glibc aborting in the free it
+        // forwarded) must not stall the dump: the crashed thread is stopped
+        // at once (it was left out, and the dump waited 2 s for it).
+        assert_eq!(s["threads_not_stopped"], 0, "{how}: {s}");
         // The list is held only by the crashing frame: the thread is dumped
         // with the registers and stack of the fault (not of the handler, on
         // its alternate stack), so nothing is taken for lost.
