@@ -29,4 +29,4 @@ pub use file::DumpFile;
 pub use heap::{
     round_keeping_sum, Block, BlockId, DumpContents, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, ThreadInfo, MAX_BLOCKS,
 };
-pub use summary::{SignalSummary, Summary};
+pub use summary::{LimitSummary, SignalSummary, Summary};

@@ -29,6 +29,8 @@ pub struct Summary {
     /// The signal it was taken for (the dump signal, a signal that ended
     /// the program, a crash), when one was.
     pub signal: Option<SignalSummary>,
+    /// The memory limit a near-limit dump was taken for.
+    pub limit: Option<LimitSummary>,
     /// How long the program's threads were held stopped, in microseconds
     /// (null when the trailer is missing).
     pub pause_us: Option<u64>,
@@ -54,6 +56,18 @@ pub struct Summary {
     pub file_bytes: u64,
     /// Present when the dump is incomplete: what is missing and where.
     pub truncated: Option<String>,
+}
+
+/// The `limit` of `summary --json`: which limit, and what it counted.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LimitSummary {
+    /// `cgroup memory.max`, `cgroup memory.high`, `cgroup
+    /// memory.limit_in_bytes`, `RLIMIT_AS`, `RLIMIT_DATA`, `physical memory`.
+    pub kind: &'static str,
+    /// The limit in bytes.
+    pub bytes: u64,
+    /// What it counted when the dump was decided.
+    pub used: u64,
 }
 
 /// The `signal` of `summary --json`.
@@ -116,6 +130,7 @@ impl Summary {
             roots: 0,
             reason: h.reason.as_str(),
             signal: None,
+            limit: None,
             pause_us: None,
             time: h.time_ns as f64 / 1e9,
             exe: String::new(),
@@ -142,6 +157,7 @@ impl Summary {
                 }
                 Ok((_, Record::End(t))) => trailer = Some(t),
                 Ok((_, Record::Signal(g))) => s.signal = Some(SignalSummary::of(&g)),
+                Ok((_, Record::Limit(l))) => s.limit = Some(LimitSummary { kind: l.kind_name(), bytes: l.bytes, used: l.used }),
                 Ok((_, Record::Thread(t))) if t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0 => s.threads_not_stopped += 1,
                 Ok(_) => {}
                 Err(e) if e.is_truncation() => {

@@ -72,6 +72,11 @@ enum Command {
         /// Do not dump when the program exits.
         #[arg(long)]
         no_at_exit: bool,
+        /// Dump when the memory a limit counts (the cgroup's, RLIMIT_AS,
+        /// RLIMIT_DATA, physical memory) crosses this percentage of it, then
+        /// at each step of half the headroom left.
+        #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(1..=100))]
+        near_limit: Option<u32>,
         /// Do not dump when a signal ends the program (SIGTERM, SIGINT,
         /// SIGHUP, SIGQUIT) or it crashes (SIGSEGV, SIGBUS, SIGABRT, SIGFPE,
         /// SIGILL). Without this, such a dump is taken and the signal given
@@ -184,7 +189,7 @@ enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Run { mode, output, signal, threshold, fork, collapse, backtrace, no_at_exit, no_on_fatal, program } => {
+        Command::Run { mode, output, signal, threshold, fork, collapse, backtrace, no_at_exit, near_limit, no_on_fatal, program } => {
             crate::run::run(crate::run::RunOptions {
                 mode: match mode {
                     DumpMode::Full => "full".into(),
@@ -197,6 +202,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 collapse,
                 backtrace,
                 no_at_exit,
+                near_limit,
                 no_on_fatal,
                 program,
             })
@@ -257,6 +263,10 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
     t.row(vec!["reason".into(), s.reason.into()]);
     if let Some(g) = &s.signal {
         t.row(vec!["signal".into(), g.describe()]);
+    }
+    if let Some(l) = &s.limit {
+        let share = l.used as f64 * 100.0 / l.bytes.max(1) as f64;
+        t.row(vec!["limit".into(), format!("{} of {} {} ({share:.0}%)", output::bytes(l.used), output::bytes(l.bytes), l.kind)]);
     }
     t.row(vec!["mode".into(), s.mode.into()]);
     t.row(vec!["live allocations".into(), s.allocations.to_string()]);

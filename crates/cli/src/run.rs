@@ -21,6 +21,7 @@ pub struct RunOptions {
     pub collapse: bool,
     pub backtrace: Option<String>,
     pub no_at_exit: bool,
+    pub near_limit: Option<u32>,
     pub no_on_fatal: bool,
     pub program: Vec<OsString>,
 }
@@ -109,6 +110,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
         .env("HEAPDUMP_MODE", &o.mode)
         .env("HEAPDUMP_AT_EXIT", if o.no_at_exit { "0" } else { "1" })
         .env("HEAPDUMP_ON_FATAL", if o.no_on_fatal { "0" } else { "1" })
+        .env("HEAPDUMP_NEAR_LIMIT", o.near_limit.map_or("0".into(), |p| p.to_string()))
         .env(
             "HEAPDUMP_FORK",
             match (o.fork, o.collapse) {

@@ -40,6 +40,8 @@ pub mod tag {
     pub const ALLOCS: u32 = 0x08;
     /// The signal the dump was taken for (since 1.2).
     pub const SIGNAL: u32 = 0x09;
+    /// The memory limit a near-limit dump was taken for (since 1.2).
+    pub const LIMIT: u32 = 0x0A;
 }
 
 /// Fixed part of a PROCESS payload.
@@ -58,6 +60,8 @@ pub const SITE_FIXED: usize = 8;
 pub const ALLOC_FIXED: usize = 24;
 /// Size of the SIGNAL payload.
 pub const SIGNAL_SIZE: usize = 32;
+/// Size of the LIMIT payload.
+pub const LIMIT_SIZE: usize = 24;
 /// Size of the END payload.
 pub const END_SIZE: usize = 72;
 /// Size of one (offset, value) pointer entry in compact contents.

@@ -11,7 +11,7 @@
 use crate::dense::{self, Allocs};
 use crate::error::Error;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, Mode, Reason, Segment, SignalInfo, Trailer};
+use crate::types::{Backtrace, Header, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
 
 /// A little-endian cursor over a byte slice that knows its file offset.
 #[derive(Clone, Copy)]
@@ -197,6 +197,8 @@ pub enum Record<'a> {
     Allocs(Allocs<'a>),
     /// SIGNAL (since 1.2): the signal the dump was taken for.
     Signal(SignalInfo),
+    /// LIMIT (since 1.2): the memory limit a near-limit dump was taken for.
+    Limit(LimitInfo),
     /// The verified trailer.
     End(Trailer),
     /// A record this reader does not know (from a newer minor version).
@@ -497,6 +499,7 @@ impl<'a> Records<'a> {
                 Record::Alloc(a)
             }
             tag::SIGNAL => Record::Signal(signal(p)?),
+            tag::LIMIT => Record::Limit(limit(p)?),
             tag::ALLOCS => {
                 if self.mode != Mode::Compact {
                     return Err(Error::Malformed { offset, what: "ALLOCS record in a full dump" });
@@ -697,6 +700,18 @@ fn signal(mut p: Cur<'_>) -> Result<SignalInfo, Error> {
         return Err(Error::Malformed { offset: p.record, what: "SIGNAL record with a bad signal number or reserved bits" });
     }
     Ok(SignalInfo { signal, code, tid, address, sender })
+}
+
+fn limit(mut p: Cur<'_>) -> Result<LimitInfo, Error> {
+    let kind = p.u32("limit kind")?;
+    let reserved = p.u32("reserved")?;
+    let bytes = p.u64("limit")?;
+    let used = p.u64("limit usage")?;
+    p.expect_end("LIMIT record of the wrong length")?;
+    if reserved != 0 || !(1..=6).contains(&kind) || bytes == 0 {
+        return Err(Error::Malformed { offset: p.record, what: "LIMIT record with an unknown kind, no limit or reserved bits" });
+    }
+    Ok(LimitInfo { kind, bytes, used })
 }
 
 fn site(mut p: Cur<'_>) -> Result<Site<'_>, Error> {

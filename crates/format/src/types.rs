@@ -47,6 +47,9 @@ pub enum Reason {
     AllocFailure,
     /// The live heap crossed the configured threshold.
     Threshold,
+    /// The memory one of the process's limits counts crossed the share
+    /// asked (since 1.2); a LIMIT record says which limit.
+    NearLimit,
     /// The program crashed (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL);
     /// since 1.2. A SIGNAL record says which signal, thread and address.
     Crash,
@@ -61,6 +64,7 @@ impl Reason {
             Reason::Exit => 3,
             Reason::AllocFailure => 4,
             Reason::Threshold => 5,
+            Reason::NearLimit => 6,
             Reason::Crash => 7,
         }
     }
@@ -72,6 +76,7 @@ impl Reason {
             3 => Some(Reason::Exit),
             4 => Some(Reason::AllocFailure),
             5 => Some(Reason::Threshold),
+            6 => Some(Reason::NearLimit),
             7 => Some(Reason::Crash),
             _ => None,
         }
@@ -83,6 +88,7 @@ impl Reason {
             Reason::Signal => "signal",
             Reason::Exit => "exit",
             Reason::Crash => "crash",
+            Reason::NearLimit => "near_limit",
             Reason::AllocFailure => "alloc_failure",
             Reason::Threshold => "threshold",
         }
@@ -210,4 +216,33 @@ pub struct SignalInfo {
     pub address: u64,
     /// The process that sent it (`si_pid`), when one did; else 0.
     pub sender: u32,
+}
+
+/// What the LIMIT record says: the memory limit a near-limit dump was
+/// taken for (since 1.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitInfo {
+    /// Which limit: 1 cgroup `memory.max`, 2 cgroup `memory.high`, 3 cgroup
+    /// v1 `memory.limit_in_bytes`, 4 `RLIMIT_AS`, 5 `RLIMIT_DATA`, 6
+    /// physical memory.
+    pub kind: u32,
+    /// The limit, in bytes.
+    pub bytes: u64,
+    /// What it counted when the dump was decided, in bytes.
+    pub used: u64,
+}
+
+impl LimitInfo {
+    /// The limit's name, as `summary` shows it.
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            1 => "cgroup memory.max",
+            2 => "cgroup memory.high",
+            3 => "cgroup memory.limit_in_bytes",
+            4 => "RLIMIT_AS",
+            5 => "RLIMIT_DATA",
+            6 => "physical memory",
+            _ => "unknown",
+        }
+    }
 }

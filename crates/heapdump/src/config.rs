@@ -22,6 +22,9 @@ pub struct Config {
     /// Dump when a fatal signal ends the program or it crashes
     /// (`HEAPDUMP_ON_FATAL`, off unless `1`; `heapdump run` sets it).
     pub on_fatal: bool,
+    /// Dump when the memory a limit counts crosses this percentage of it
+    /// (`HEAPDUMP_NEAR_LIMIT`, 1-100; 0 for none).
+    pub near_limit: u32,
     /// Dump signal, 0 for none.
     pub signal: i32,
     /// Live-heap threshold in bytes, 0 for none.
@@ -61,6 +64,7 @@ impl Config {
             mode: Mode::Compact,
             at_exit: false,
             on_fatal: false,
+            near_limit: 0,
             signal: libc::SIGUSR2,
             threshold: 0,
             fork: false,
@@ -101,6 +105,12 @@ impl Config {
         }
         if let Some(b) = either(c"HEAPDUMP_ON_FATAL", b"1", b"0", b"expected 1 or 0") {
             c.on_fatal = b;
+        }
+        if let Some(v) = var(c"HEAPDUMP_NEAR_LIMIT") {
+            match crate::config::parse_u64(v).filter(|&p| p <= 100) {
+                Some(p) => c.near_limit = p as u32,
+                None => warn(b"HEAPDUMP_NEAR_LIMIT", v, b"expected a percentage from 1 to 100, or 0"),
+            }
         }
         if let Some(v) = var(c"HEAPDUMP_SIGNAL") {
             match parse_signal(v) {

@@ -180,8 +180,12 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
         m.refresh();
     }
     let config = state.config();
+    // Never fork near the memory limit: the forked writer is charged to the
+    // same cgroup, and each page the program writes after the fork would be
+    // copied.
+    let fork = config.fork && reason != Reason::NearLimit;
     // Not on allocation failure: collapsing takes memory.
-    let collapse_ns = if config.fork && config.collapse && reason != Reason::AllocFailure {
+    let collapse_ns = if fork && config.collapse && reason != Reason::AllocFailure {
         let c0 = sys::monotonic_ns();
         collapse_heap(&read_maps(sc), &state.table);
         sys::monotonic_ns() - c0
@@ -191,10 +195,10 @@ fn write_locked(state: &State, fd: i32, mode: Mode, reason: Reason, entry_regs: 
     // The writer thread is started before the world stops, and left
     // running by it; a forked writer starts its own (here: none).
     let pipe = if writes_much(state, mode) { sc.pipe } else { core::ptr::null_mut() };
-    let sink = PipeSink::start(fd, if config.fork { core::ptr::null_mut() } else { pipe });
+    let sink = PipeSink::start(fd, if fork { core::ptr::null_mut() } else { pipe });
     let t0 = sys::monotonic_ns();
     let stopped = stw::stop(sink.helper_tid());
-    if config.fork {
+    if fork {
         let r = match sys::raw_fork() {
             Ok(0) => {
                 // Child: one thread, a copy of the stopped image. Write and leave.
@@ -275,6 +279,10 @@ fn write_body(
             if let Some(cause) = crate::fatal::cause() {
                 w.signal(&cause)?;
             }
+        }
+        if reason == Reason::NearLimit {
+            let r = crate::limit::last();
+            w.limit(&heapdump_format::LimitInfo { kind: r.kind, bytes: r.bytes, used: r.used })?;
         }
         let modules = sc.modules.as_ref();
         if let Some(m) = modules {

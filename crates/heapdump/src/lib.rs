@@ -35,6 +35,7 @@ mod dump;
 mod fatal;
 mod guard;
 mod index;
+mod limit;
 mod lock;
 mod modules;
 mod pipe;
@@ -61,7 +62,13 @@ pub struct State {
     sites: sites::Sites,
     config: core::cell::UnsafeCell<Config>,
     init: AtomicU8,
+    /// What the allocation path compares the live bytes with: the lower of
+    /// `user_mark` and `check_mark`.
     next_threshold: AtomicU64,
+    /// The next step of `HEAPDUMP_THRESHOLD`.
+    user_mark: AtomicU64,
+    /// Live bytes at which the helper looks at the memory limits again.
+    check_mark: AtomicU64,
     oom_dumped: AtomicBool,
     dump_count: AtomicU64,
 }
@@ -76,6 +83,8 @@ static STATE: State = State {
     config: core::cell::UnsafeCell::new(Config::default()),
     init: AtomicU8::new(0),
     next_threshold: AtomicU64::new(u64::MAX),
+    user_mark: AtomicU64::new(u64::MAX),
+    check_mark: AtomicU64::new(u64::MAX),
     oom_dumped: AtomicBool::new(false),
     dump_count: AtomicU64::new(0),
 };
@@ -103,6 +112,7 @@ fn init_slow() {
             // SAFETY: we won the race to 1; nobody reads config before 2.
             unsafe { *STATE.config.get() = c };
             if c.threshold > 0 {
+                STATE.user_mark.store(c.threshold, Ordering::Relaxed);
                 STATE.next_threshold.store(c.threshold, Ordering::Relaxed);
             }
             if !c.shadow {
@@ -356,18 +366,44 @@ fn threshold_entered(st: &State, live: u64, free: &dyn Fn(*mut u8, usize, usize)
 
 #[cold]
 fn threshold_crossed(st: &State, live: u64) {
+    // The near-limit check: the helper looks at the limits (once per mark).
+    let check = st.check_mark.load(Ordering::Relaxed);
+    if live >= check && st.check_mark.compare_exchange(check, u64::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        refresh_marks(st);
+        wake_helper(ASK_CHECK);
+    }
     let step = st.config().threshold;
-    let cur = st.next_threshold.load(Ordering::Relaxed);
+    let cur = st.user_mark.load(Ordering::Relaxed);
     if live < cur || step == 0 {
         return;
     }
     // Next step above the current live size; only the thread that moves
     // the threshold dumps.
     let next = (live / step + 1).saturating_mul(step);
-    if st.next_threshold.compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+    if st.user_mark.compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        refresh_marks(st);
         let regs = stw::current_regs();
         auto_dump(st, Reason::Threshold, &regs, false);
     }
+}
+
+/// The allocation path's one comparison: the lower of the two marks. (A
+/// race may leave it low for a moment: one more call of the cold path.)
+fn refresh_marks(st: &State) {
+    let m = st.user_mark.load(Ordering::Acquire).min(st.check_mark.load(Ordering::Acquire));
+    st.next_threshold.store(m, Ordering::Release);
+}
+
+/// Looks at the memory limits (on the helper thread) and dumps when one is
+/// near; then sets the live size at which to look again.
+fn near_limit_check() {
+    if limit::check().is_some() {
+        let regs = stw::current_regs();
+        auto_dump(&STATE, Reason::NearLimit, &regs, true);
+    }
+    let (_, live) = STATE.table.live();
+    STATE.check_mark.store(live.saturating_add(limit::check_step()), Ordering::Release);
+    refresh_marks(&STATE);
 }
 
 /// Applies the table updates a signal handler deferred on this thread;
@@ -872,6 +908,18 @@ extern "C" fn at_exit(regs: *const stw::Regs, _: *mut core::ffi::c_void) {
 /// What a byte on the helper's pipe asks for.
 const ASK_DUMP: u8 = 1;
 const ASK_FATAL: u8 = 2;
+/// Look at the memory limits (no dump unless one is near).
+const ASK_CHECK: u8 = 3;
+
+/// Wakes the helper with one byte (never blocks: the pipe's write end is
+/// non-blocking, and a full pipe already holds a wake-up).
+fn wake_helper(what: u8) {
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    if fd != u64::MAX {
+        // SAFETY: write(2) of one byte to our own pipe.
+        unsafe { libc::write((fd & 0xffff_ffff) as i32, [what].as_ptr().cast(), 1) };
+    }
+}
 
 /// Asks the helper for the dump of a fatal signal (see `fatal`); false
 /// when there is no helper.
@@ -913,12 +961,31 @@ extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc::c_void {
         stw::register_runtime_thread(stack_end as u64);
         let rfd = (SIGNAL_PIPE.load(Ordering::Relaxed) >> 32) as i32;
         let mut b = [0u8; 64];
+        let near = limit::armed();
+        if near {
+            near_limit_check();
+        }
         loop {
+            // Near-limit dumps: the limits are looked at every 100 ms too
+            // (memory the heap does not count grows as well).
+            if near && sys::poll_in(rfd, 100) == Ok(false) {
+                near_limit_check();
+                continue;
+            }
             match sys::read(rfd, &mut b) {
                 Ok(0) | Err(_) => return,
-                Ok(n) => {
+                Ok(got) => {
+                    let asked = &b[..got];
+                    if asked.contains(&ASK_CHECK) {
+                        near_limit_check();
+                    }
+                    // The dumps asked for (a check is not one).
+                    let n = asked.iter().filter(|&&x| x != ASK_CHECK).count();
+                    if n == 0 {
+                        continue;
+                    }
                     let regs = stw::current_regs();
-                    let fatal = b[..n].contains(&ASK_FATAL);
+                    let fatal = asked.contains(&ASK_FATAL);
                     let reason = if fatal && fatal::is_crash() { Reason::Crash } else { Reason::Signal };
                     auto_dump(&STATE, reason, &regs, true);
                     fatal::clear_cause();
@@ -968,7 +1035,8 @@ extern "C" fn start() {
         // SAFETY: registering a function that lives as long as the process.
         unsafe { __cxa_atexit(heapdump_rt_at_exit, core::ptr::null_mut(), core::ptr::null_mut()) };
     }
-    if c.signal != 0 || c.on_fatal {
+    limit::init(c.near_limit);
+    if c.signal != 0 || c.on_fatal || limit::armed() {
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two descriptors into fds.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {

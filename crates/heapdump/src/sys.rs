@@ -516,3 +516,26 @@ pub fn sigaction(sig: i32, act: Option<&libc::sigaction>, old: Option<&mut libc:
         Err(errno())
     }
 }
+
+/// Waits at most `ms` milliseconds for `fd` to be readable: `Ok(true)`
+/// when it is, `Ok(false)` on timeout.
+pub fn poll_in(fd: i32, ms: i32) -> Result<bool, i32> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd we own.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r > 0)
+    }
+}
+
+/// The soft `RLIMIT_AS` in bytes, when there is one.
+pub fn address_space_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(r.rlim_cur)
+}

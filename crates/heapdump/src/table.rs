@@ -417,7 +417,15 @@ impl Pool {
         let mut r = self.region.load(Ordering::Acquire);
         if r == 0 {
             let mut mine = Self::FAILED;
-            for l in (Self::MIN_LOG2..=self.max_log2).rev() {
+            // Under an address-space limit (RLIMIT_AS) a reservation is
+            // charged in full: each pool takes at most a 32nd of the limit,
+            // or the pools would leave the program a tenth of its own (a
+            // 512 MiB limit gave the program 53 MiB of heap, not 507).
+            let cap = match sys::address_space_limit() {
+                Some(limit) => (63 - (limit / 32).max(1).leading_zeros()).max(Self::MIN_LOG2),
+                None => self.max_log2,
+            };
+            for l in (Self::MIN_LOG2..=self.max_log2.min(cap)).rev() {
                 if let Ok(p) = sys::reserve(1 << l) {
                     mine = p as usize | l as usize;
                     break;

@@ -44,6 +44,18 @@ fn records(b: &[u8]) -> Vec<(usize, u32, usize)> {
     v
 }
 
+/// A FIFO for modules to be named after (made once per test process).
+fn fifo() -> std::path::PathBuf {
+    static F: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    F.get_or_init(|| {
+        let p = std::env::temp_dir().join(format!("hd-hostile-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        assert!(Command::new("mkfifo").arg(&p).status().unwrap().success());
+        p
+    })
+    .clone()
+}
+
 /// Values that break arithmetic and allocation sizes.
 fn extreme(r: &mut Rng) -> u64 {
     [0, 1, 7, 0xFFFF, 0xFFFF_FFFF, 1 << 32, 1 << 40, u64::MAX, u64::MAX - 7, 1 << 63, r.next()][r.below(11)]
@@ -64,8 +76,7 @@ fn mutate(b: &mut Vec<u8>, r: &mut Rng) -> String {
         let modules: Vec<_> = recs.iter().filter(|x| x.1 == 2).collect();
         let &&(at, _, len) = modules.get(r.below(modules.len())).unwrap_or(&&(0, 0, 0));
         if at != 0 && len >= 24 {
-            let fifo = std::env::temp_dir().join(format!("hd-hostile-fifo-{}", std::process::id()));
-            let _ = Command::new("mkfifo").arg(&fifo).status();
+            let fifo = fifo();
             let hostile = ["/proc/kmsg", "/proc/self/pagemap", "/dev/zero", "/dev/stdin", "/", fifo.to_str().unwrap()][r.below(6)];
             let old_len = u32::from_le_bytes(b[at + 20..at + 24].try_into().unwrap()) as usize;
             let mut payload = b[at + 12..at + 12 + len].to_vec();

@@ -78,6 +78,8 @@ pub struct MDump {
     pub batch: usize,
     /// The SIGNAL record (1.2), when the dump was taken for a signal.
     pub signal: Option<SignalInfo>,
+    /// The LIMIT record (1.2), when it was taken near a memory limit.
+    pub limit: Option<LimitInfo>,
     pub pause_ns: u64,
 }
 
@@ -189,6 +191,7 @@ pub fn dump() -> impl Strategy<Value = MDump> {
                     Just(Reason::Exit),
                     Just(Reason::AllocFailure),
                     Just(Reason::Threshold),
+                    Just(Reason::NearLimit),
                     Just(Reason::Crash)
                 ],
                 any::<u32>(),
@@ -206,11 +209,23 @@ pub fn dump() -> impl Strategy<Value = MDump> {
             (
                 prop_oneof![Just(0usize), Just(64), Just(256), Just(4096)],
                 proptest::option::of((1u32..=64, any::<i32>(), any::<u32>(), any::<u64>(), any::<u32>())),
+                proptest::option::of((1u32..=6, 1u64.., any::<u64>())),
             ),
             any::<u64>(),
         )
             .prop_map(
-                move |((reason, pid), (exe, cmdline), modules, threads, statics, sites, allocs, dense, (batch, signal), pause_ns)| {
+                move |(
+                    (reason, pid),
+                    (exe, cmdline),
+                    modules,
+                    threads,
+                    statics,
+                    sites,
+                    allocs,
+                    dense,
+                    (batch, signal, limit),
+                    pause_ns,
+                )| {
                     MDump {
                         mode,
                         reason,
@@ -237,6 +252,7 @@ pub fn dump() -> impl Strategy<Value = MDump> {
                         allocs,
                         batch,
                         signal: signal.map(|(signal, code, tid, address, sender)| SignalInfo { signal, code, tid, address, sender }),
+                        limit: limit.map(|(kind, bytes, used)| LimitInfo { kind, bytes, used }),
                         pause_ns,
                     }
                 },
@@ -258,6 +274,9 @@ pub fn write(d: &MDump) -> Vec<u8> {
     w.process(&ProcessInfo { backtrace: Backtrace::All, max_frames: 32, sample_mean: 0, exe: &d.exe, cmdline: &d.cmdline }).unwrap();
     if let Some(s) = &d.signal {
         w.signal(s).unwrap();
+    }
+    if let Some(l) = &d.limit {
+        w.limit(l).unwrap();
     }
     for m in &d.modules {
         w.module(&ModuleInfo { bias: m.bias, path: &m.path, build_id: &m.build_id, segments: &m.segments }).unwrap();
@@ -331,6 +350,7 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
         dense: vec![],
         batch: 0,
         signal: None,
+        limit: None,
         pause_ns: 0,
     };
     let mut trailer = None;
@@ -367,6 +387,7 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
                 region: mregion(a.contents),
             }),
             Record::Signal(s) => d.signal = Some(s),
+            Record::Limit(l) => d.limit = Some(l),
             Record::Allocs(a) => {
                 for e in a.entries() {
                     let e = e?;
