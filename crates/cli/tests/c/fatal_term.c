@@ -4,6 +4,7 @@
      own:    installs its own SIGTERM and SIGINT handler in main (after the
              runtime's), which says "handler" and ends with the signal's
              default action, as servers that clean up do;
+     exit:   its own SIGTERM handler exits cleanly (exit(0));
      ignore: ignores SIGTERM, then exits by itself after 1 s. */
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +13,10 @@
 #include <unistd.h>
 struct node { struct node *next; long v[5]; };
 struct node *list;
+static void clean_exit(int sig) {
+    (void)sig;
+    exit(0);
+}
 static void own(int sig) {
     static const char msg[] = "handler\n";
     write(1, msg, sizeof msg - 1);
@@ -46,6 +51,7 @@ int main(int argc, char **argv) {
         signal(SIGINT, own);
     }
     if (argc > 1 && !strcmp(argv[1], "ignore")) signal(SIGTERM, SIG_IGN);
+    if (argc > 1 && !strcmp(argv[1], "exit")) signal(SIGTERM, clean_exit);
     printf("ready %d\n", getpid());
     fflush(stdout);
     if (argc > 1 && !strcmp(argv[1], "ignore")) {

@@ -82,6 +82,17 @@ fn sigterm_dumps_a_server_and_ends_it_as_before() {
 }
 
 #[test]
+fn a_handler_that_exits_cleanly_gets_the_exit_dump_too() {
+    // The signal dump first, then the program's handler, whose exit(0)
+    // runs the exit dump: two dumps, status 0.
+    let d = Scratch::new("cleanexit");
+    let r = stop_server(&d, "exit", "TERM", false, &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let reasons: Vec<String> = r.dumps.iter().map(|p| summary(p)["reason"].as_str().unwrap().to_string()).collect();
+    assert_eq!(reasons, ["signal", "exit"], "{}", r.stderr);
+}
+
+#[test]
 fn ctrl_c_at_a_terminal_dumps_once() {
     // The terminal sends SIGINT to the whole foreground group: heapdump run
     // must not send it again, and the program's handler runs once.
