@@ -99,6 +99,7 @@ def main():
     variants = [
         ("untracked (System)", ([w("plain")], {})),
         ("heapdump, addresses only", ([w("tracked")], {"HEAPDUMP_BACKTRACE": "off", "HEAPDUMP_SIGNAL": "0"})),
+        ("heapdump, addresses only, --near-limit 90", ([w("tracked")], {"HEAPDUMP_BACKTRACE": "off", "HEAPDUMP_SIGNAL": "0", "HEAPDUMP_NEAR_LIMIT": "90"})),
         ("heapdump, sampled sites (512 KiB)", ([w("tracked")], {"HEAPDUMP_BACKTRACE": "sampled", "HEAPDUMP_SIGNAL": "0"})),
         ("heapdump, a site for every allocation", ([w("tracked")], {"HEAPDUMP_BACKTRACE": "all", "HEAPDUMP_SIGNAL": "0"})),
         ("heapdump, every site, libgcc unwinder", ([w("tracked")], {"HEAPDUMP_BACKTRACE": "all", "HEAPDUMP_SIGNAL": "0", "HEAPDUMP_UNWINDER": "libgcc"})),

@@ -270,7 +270,7 @@ fn write_body(
     let links = unsafe { core::slice::from_raw_parts_mut(sc.links, PAIRS) };
     // SAFETY: batch maps BATCH bytes, used only under DUMPING.
     let batch = unsafe { core::slice::from_raw_parts_mut(sc.batch, BATCH) };
-    let header = Header::new(mode, reason, page_size(), sys::getpid(), sys::realtime_ns());
+    let header = Header::new(mode, reason, sys::page_size(), sys::getpid(), sys::realtime_ns());
     let result = (|| -> Result<DumpInfo, DumpError> {
         let mut w = Writer::new(sink, buf, &header)?;
         w.set_batch_buffer(batch)?;
@@ -459,16 +459,6 @@ fn process_record(w: &mut Writer<'_, PipeSink>, config: &Config) -> Result<(), D
     };
     w.process(&ProcessInfo { backtrace: bt, max_frames: config.max_frames as u32, sample_mean: mean, exe, cmdline: &cmd[..n] })?;
     Ok(())
-}
-
-fn page_size() -> u32 {
-    // SAFETY: getauxval has no preconditions.
-    let p = unsafe { libc::getauxval(libc::AT_PAGESZ) } as u32;
-    if p.is_power_of_two() && p >= 512 {
-        p
-    } else {
-        4096
-    }
 }
 
 /// Reads `/proc/self/task/TID/<file>` (`file` NUL-terminated) into `out`;

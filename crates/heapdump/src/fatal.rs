@@ -143,25 +143,10 @@ pub(crate) fn install() {
         }
     }
     if crash {
-        alternate_stack();
+        // So that a stack overflow can still be dumped; the stack is the
+        // runtime's own mapping (never a root).
+        sys::alternate_stack_if_none(64 * 1024);
     }
-}
-
-/// Gives the calling thread an alternate signal stack when it has none, so
-/// that a stack overflow can still be dumped. The stack is the runtime's
-/// own mapping (never a root) and stays for the life of the process.
-fn alternate_stack() {
-    const ALT: usize = 64 * 1024;
-    // SAFETY: an all-zero stack_t is a valid out-parameter.
-    let mut cur: libc::stack_t = unsafe { core::mem::zeroed() };
-    // SAFETY: sigaltstack with a null new stack only reads the current one.
-    if unsafe { libc::sigaltstack(core::ptr::null(), &mut cur) } != 0 || cur.ss_flags & libc::SS_DISABLE == 0 {
-        return;
-    }
-    let Ok(p) = sys::mmap_anon(ALT) else { return };
-    let st = libc::stack_t { ss_sp: p.cast(), ss_flags: 0, ss_size: ALT };
-    // SAFETY: a fresh mapping of ALT bytes that is never unmapped.
-    unsafe { libc::sigaltstack(&st, core::ptr::null_mut()) };
 }
 
 /// The SIGNAL record of the next signal dump, when a signal asked for it.
@@ -305,13 +290,7 @@ fn give_back(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, crash
         return;
     }
     // Sent (or abort's): raise it again, unblocked, on this thread.
-    // SAFETY: a sigset of one signal, unblocked for this thread.
-    unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
-    }
+    sys::unblock_signal(sig);
     let _ = sys::tgkill(sys::gettid(), sig);
 }
 

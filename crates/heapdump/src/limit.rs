@@ -86,7 +86,8 @@ struct FoundCell(core::cell::UnsafeCell<Found>);
 // SAFETY: written once by `init`, before the helper thread (the only
 // reader) starts; never written again.
 unsafe impl Sync for FoundCell {}
-static FOUND: FoundCell = FoundCell(core::cell::UnsafeCell::new(Found { limits: Limits { items: [None; 4], usage_path: [0; PATH] }, ok: false }));
+static FOUND: FoundCell =
+    FoundCell(core::cell::UnsafeCell::new(Found { limits: Limits { items: [None; 4], usage_path: [0; PATH] }, ok: false }));
 
 /// Finds the limits (at start-up, before the helper runs) and arms the
 /// first mark at `percent`.
@@ -101,10 +102,8 @@ pub(crate) fn init(percent: u32) {
         n += 1;
     }
     for (res, kind, usage) in [(libc::RLIMIT_AS, Kind::AddressSpace, Usage::VmSize), (libc::RLIMIT_DATA, Kind::Data, Usage::VmData)] {
-        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: getrlimit writes the struct we own.
-        if unsafe { libc::getrlimit(res, &mut r) } == 0 && r.rlim_cur != libc::RLIM_INFINITY && r.rlim_cur > 0 {
-            l.items[n] = Some(Limit { kind, bytes: r.rlim_cur, usage });
+        if let Some(bytes) = sys::soft_limit(res) {
+            l.items[n] = Some(Limit { kind, bytes, usage });
             n += 1;
         }
     }
@@ -208,8 +207,7 @@ fn statm() -> Option<(u64, u64)> {
     let mut f = b[..n].split(|&c| c == b' ');
     let size = parse_dec(f.next()?)?;
     let rss = parse_dec(f.next()?)?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let page = u64::from(sys::page_size());
     Some((size * page, rss * page))
 }
 

@@ -530,12 +530,56 @@ pub fn poll_in(fd: i32, ms: i32) -> Result<bool, i32> {
     }
 }
 
-/// The soft `RLIMIT_AS` in bytes, when there is one.
-pub fn address_space_limit() -> Option<u64> {
+/// The soft limit of resource `res` (`RLIMIT_AS`, `RLIMIT_DATA`) in
+/// bytes, when there is one.
+pub fn soft_limit(res: libc::__rlimit_resource_t) -> Option<u64> {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY {
+    if unsafe { libc::getrlimit(res, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur == 0 {
         return None;
     }
     Some(r.rlim_cur)
+}
+
+/// The soft `RLIMIT_AS` in bytes, when there is one.
+pub fn address_space_limit() -> Option<u64> {
+    soft_limit(libc::RLIMIT_AS)
+}
+
+/// The page size (from the auxiliary vector; 4096 if it makes no sense).
+pub fn page_size() -> u32 {
+    // SAFETY: getauxval has no preconditions.
+    let p = unsafe { libc::getauxval(libc::AT_PAGESZ) } as u32;
+    if p.is_power_of_two() && p >= 512 {
+        p
+    } else {
+        4096
+    }
+}
+
+/// Unblocks `sig` for the calling thread.
+pub fn unblock_signal(sig: i32) {
+    // SAFETY: a sigset of one signal, built and used on this stack.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+    }
+}
+
+/// Gives the calling thread an alternate signal stack of `len` bytes (a
+/// mapping of its own that stays for the life of the process) when it has
+/// none.
+pub fn alternate_stack_if_none(len: usize) {
+    // SAFETY: an all-zero stack_t is a valid out-parameter.
+    let mut cur: libc::stack_t = unsafe { core::mem::zeroed() };
+    // SAFETY: sigaltstack with a null new stack only reads the current one.
+    if unsafe { libc::sigaltstack(core::ptr::null(), &mut cur) } != 0 || cur.ss_flags & libc::SS_DISABLE == 0 {
+        return;
+    }
+    let Ok(p) = mmap_anon(len) else { return };
+    let st = libc::stack_t { ss_sp: p.cast(), ss_flags: 0, ss_size: len };
+    // SAFETY: a fresh mapping of `len` bytes that is never unmapped.
+    unsafe { libc::sigaltstack(&st, core::ptr::null_mut()) };
 }
