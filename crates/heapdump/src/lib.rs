@@ -397,9 +397,19 @@ fn refresh_marks(st: &State) {
 /// Looks at the memory limits (on the helper thread) and dumps when one is
 /// near; then sets the live size at which to look again.
 fn near_limit_check() {
-    if limit::check().is_some() {
-        let regs = stw::current_regs();
-        auto_dump(&STATE, Reason::NearLimit, &regs, true);
+    if let Some(r) = limit::check() {
+        // The dump maps memory of its own: the sorted index and its
+        // directory (about 26 bytes per live allocation) and 1.5 MiB of
+        // buffers. Taken from what the limit leaves, it must not be what
+        // brings the program to it: skipped (and said) past half of that.
+        let need = STATE.table.live_count().saturating_mul(26).saturating_add(3 << 19);
+        if need > r.bytes.saturating_sub(r.used) / 2 {
+            let e = DumpError::Os { what: "skipped: the dump would take more than half the memory the limit leaves", errno: libc::ENOMEM };
+            report::failed(Reason::NearLimit, b"", &e);
+        } else {
+            let regs = stw::current_regs();
+            auto_dump(&STATE, Reason::NearLimit, &regs, true);
+        }
     }
     let (_, live) = STATE.table.live();
     STATE.check_mark.store(live.saturating_add(limit::check_step()), Ordering::Release);

@@ -1,6 +1,8 @@
 /* Grows until malloc fails: 1 MiB blocks, written to (so they are
    resident), held in a list from one site, `grow`. Small blocks of another
-   site, `steady`, stay constant. Prints how many MiB it held. */
+   site, `steady`, stay constant: 1000, or a million with the argument
+   "many" (a dump of them takes some 26 MB of its own). Prints how many MiB
+   it held. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +10,8 @@ struct block { struct block *next; char data[(1 << 20) - 16]; };
 struct small { struct small *next; long v[6]; };
 struct block *blocks;
 struct small *smalls;
-__attribute__((noinline)) static void steady(void) {
-    for (int i = 0; i < 1000; i++) {
+__attribute__((noinline)) static void steady(int n) {
+    for (int i = 0; i < n; i++) {
         struct small *s = malloc(sizeof *s);
         s->next = smalls;
         smalls = s;
@@ -24,8 +26,8 @@ __attribute__((noinline)) static struct block *grow(void) {
     }
     return b;
 }
-int main(void) {
-    steady();
+int main(int argc, char **argv) {
+    steady(argc > 1 && !strcmp(argv[1], "many") ? 1000000 : 1000);
     int n = 0;
     while (grow()) n++;
     printf("%d\n", n);

@@ -59,6 +59,33 @@ fn a_program_growing_to_its_limit_is_dumped_at_the_share_asked() {
 }
 
 #[test]
+fn a_near_limit_dump_that_would_take_what_is_left_is_skipped_and_said() {
+    // A million small blocks: a dump maps some 26 MB for them. Near the
+    // end of the headroom that is more than half of what is left: the
+    // dump is skipped (it would bring the program to its limit itself).
+    ensure_preload();
+    let d = Scratch::new("skip");
+    let prog = compile(&d, "near_limit.c", &["-O1"]);
+    let out = d.path("s.hdump");
+    let o = prlimit_as()
+        .arg(env!("CARGO_BIN_EXE_heapdump"))
+        .args(["run", "--no-at-exit", "--near-limit", "50", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&prog)
+        .arg("many")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.lines().any(|l| l.starts_with("heapdump: wrote ") && l.contains("(near_limit,")),
+        "the first near-limit dump is taken: {err}"
+    );
+    assert!(err.contains("near_limit dump failed: skipped: the dump would take more than half the memory the limit leaves"), "{err}");
+}
+
+#[test]
 fn tracing_leaves_a_program_the_room_its_address_space_limit_gives() {
     // The runtime's tables reserved the largest address ranges the kernel
     // would grant (halving until one fit): under a 512 MiB RLIMIT_AS the
