@@ -451,7 +451,7 @@ impl Heap {
                 }
                 Record::End(t) => heap.trailer = Some(t),
                 Record::Signal(g) => heap.signal = Some(g),
-                Record::Limit(_) => {}
+                Record::Limit(_) | Record::History(_) => {}
                 Record::Static(_) | Record::Unknown { .. } => {}
             }
         }

@@ -31,6 +31,13 @@ pub struct Summary {
     pub signal: Option<SignalSummary>,
     /// The memory limit a near-limit dump was taken for.
     pub limit: Option<LimitSummary>,
+    /// The highest live bytes since the program started, where the capture
+    /// knows it (null for dumps before format 1.2).
+    pub peak_bytes: Option<u64>,
+    /// Allocations made since the program started (null where unknown).
+    pub total_allocations: Option<u64>,
+    /// Bytes allocated since the program started (null where unknown).
+    pub total_bytes: Option<u64>,
     /// How long the program's threads were held stopped, in microseconds
     /// (null when the trailer is missing).
     pub pause_us: Option<u64>,
@@ -131,6 +138,9 @@ impl Summary {
             reason: h.reason.as_str(),
             signal: None,
             limit: None,
+            peak_bytes: None,
+            total_allocations: None,
+            total_bytes: None,
             pause_us: None,
             time: h.time_ns as f64 / 1e9,
             exe: String::new(),
@@ -157,6 +167,11 @@ impl Summary {
                 }
                 Ok((_, Record::End(t))) => trailer = Some(t),
                 Ok((_, Record::Signal(g))) => s.signal = Some(SignalSummary::of(&g)),
+                Ok((_, Record::History(h))) => {
+                    s.peak_bytes = Some(h.peak_bytes);
+                    s.total_allocations = Some(h.total_allocations);
+                    s.total_bytes = Some(h.total_bytes);
+                }
                 Ok((_, Record::Limit(l))) => s.limit = Some(LimitSummary { kind: l.kind_name(), bytes: l.bytes, used: l.used }),
                 Ok((_, Record::Thread(t))) if t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0 => s.threads_not_stopped += 1,
                 Ok(_) => {}

@@ -271,6 +271,10 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
     t.row(vec!["mode".into(), s.mode.into()]);
     t.row(vec!["live allocations".into(), s.allocations.to_string()]);
     t.row(vec!["live bytes".into(), format!("{} ({})", s.bytes, output::bytes(s.bytes))]);
+    if let (Some(peak), Some(n), Some(b)) = (s.peak_bytes, s.total_allocations, s.total_bytes) {
+        t.row(vec!["peak live bytes".into(), format!("{peak} ({})", output::bytes(peak))]);
+        t.row(vec!["allocated since start".into(), format!("{n} allocations, {}", output::bytes(b))]);
+    }
     t.row(vec![
         "threads".into(),
         if s.threads_not_stopped > 0 {

@@ -49,5 +49,5 @@ pub use error::{Error, WriteError};
 pub use reader::{
     ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Module, Pointers, Process, Record, Records, Site, Static, Thread, Words,
 };
-pub use types::{Backtrace, Header, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
+pub use types::{Backtrace, Header, History, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
 pub use writer::{AllocInfo, Contents, FdSink, ModuleInfo, NoPointers, ProcessInfo, Sink, StaticInfo, ThreadInfo, Writer, MIN_BUFFER};

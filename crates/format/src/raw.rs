@@ -42,6 +42,8 @@ pub mod tag {
     pub const SIGNAL: u32 = 0x09;
     /// The memory limit a near-limit dump was taken for (since 1.2).
     pub const LIMIT: u32 = 0x0A;
+    /// The heap's history since start: peak, totals (since 1.2).
+    pub const HISTORY: u32 = 0x0B;
 }
 
 /// Fixed part of a PROCESS payload.
@@ -62,6 +64,8 @@ pub const ALLOC_FIXED: usize = 24;
 pub const SIGNAL_SIZE: usize = 32;
 /// Size of the LIMIT payload.
 pub const LIMIT_SIZE: usize = 24;
+/// Size of the HISTORY payload.
+pub const HISTORY_SIZE: usize = 24;
 /// Size of the END payload.
 pub const END_SIZE: usize = 72;
 /// Size of one (offset, value) pointer entry in compact contents.

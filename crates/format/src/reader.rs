@@ -11,7 +11,7 @@
 use crate::dense::{self, Allocs};
 use crate::error::Error;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
+use crate::types::{Backtrace, Header, History, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
 
 /// A little-endian cursor over a byte slice that knows its file offset.
 #[derive(Clone, Copy)]
@@ -199,6 +199,8 @@ pub enum Record<'a> {
     Signal(SignalInfo),
     /// LIMIT (since 1.2): the memory limit a near-limit dump was taken for.
     Limit(LimitInfo),
+    /// HISTORY (since 1.2): peak and totals since the program started.
+    History(History),
     /// The verified trailer.
     End(Trailer),
     /// A record this reader does not know (from a newer minor version).
@@ -500,6 +502,16 @@ impl<'a> Records<'a> {
             }
             tag::SIGNAL => Record::Signal(signal(p)?),
             tag::LIMIT => Record::Limit(limit(p)?),
+            tag::HISTORY => {
+                let mut p = p;
+                let h = History {
+                    peak_bytes: p.u64("peak")?,
+                    total_allocations: p.u64("total allocations")?,
+                    total_bytes: p.u64("total bytes")?,
+                };
+                p.expect_end("HISTORY record of the wrong length")?;
+                Record::History(h)
+            }
             tag::ALLOCS => {
                 if self.mode != Mode::Compact {
                     return Err(Error::Malformed { offset, what: "ALLOCS record in a full dump" });

@@ -246,3 +246,16 @@ impl LimitInfo {
         }
     }
 }
+
+/// What the HISTORY record says: the heap's history since the program
+/// started, as the tracker counted it (since 1.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    /// The highest live bytes seen (short of the true peak by at most
+    /// 64 KiB per thread: each adds to the global count in such steps).
+    pub peak_bytes: u64,
+    /// Allocations made since start.
+    pub total_allocations: u64,
+    /// Bytes allocated since start.
+    pub total_bytes: u64,
+}

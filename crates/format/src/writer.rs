@@ -9,7 +9,7 @@
 use crate::dense::{self, Link};
 use crate::error::WriteError;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, LimitInfo, Mode, Segment, SignalInfo, Trailer};
+use crate::types::{Backtrace, Header, History, LimitInfo, Mode, Segment, SignalInfo, Trailer};
 
 /// Where dump bytes go.
 ///
@@ -285,6 +285,17 @@ impl<'b, S: Sink> Writer<'b, S> {
         b[8..12].copy_from_slice(&s.tid.to_le_bytes());
         b[16..24].copy_from_slice(&s.address.to_le_bytes());
         b[24..28].copy_from_slice(&s.sender.to_le_bytes());
+        self.put(&b)?;
+        self.end()
+    }
+
+    /// Writes the HISTORY record: peak and totals since start.
+    pub fn history(&mut self, h: &History) -> Result<(), WriteError> {
+        self.begin(tag::HISTORY, raw::HISTORY_SIZE as u64)?;
+        let mut b = [0u8; raw::HISTORY_SIZE];
+        b[0..8].copy_from_slice(&h.peak_bytes.to_le_bytes());
+        b[8..16].copy_from_slice(&h.total_allocations.to_le_bytes());
+        b[16..24].copy_from_slice(&h.total_bytes.to_le_bytes());
         self.put(&b)?;
         self.end()
     }

@@ -280,6 +280,8 @@ fn write_body(
                 w.signal(&cause)?;
             }
         }
+        let (total_allocations, total_bytes, peak_bytes) = state.table.history();
+        w.history(&heapdump_format::History { peak_bytes, total_allocations, total_bytes })?;
         if reason == Reason::NearLimit {
             let r = crate::limit::last();
             w.limit(&heapdump_format::LimitInfo { kind: r.kind, bytes: r.bytes, used: r.used })?;

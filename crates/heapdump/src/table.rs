@@ -1266,6 +1266,14 @@ impl Table {
     }
 
     /// The stripes' counters summed: allocations, frees, bytes in, bytes out.
+    /// Allocations and bytes since start, and the peak of live bytes
+    /// (see `Stats::peak_bytes`): atomics only, for the dump to read with
+    /// the world stopped.
+    pub fn history(&self) -> (u64, u64, u64) {
+        let [allocs, _, bytes_in, bytes_out] = self.sums();
+        (allocs, bytes_in, self.peak.load(Ordering::Relaxed).max(bytes_in.wrapping_sub(bytes_out)))
+    }
+
     fn sums(&self) -> [u64; 4] {
         let mut t = [0u64; 4];
         for s in &self.stripes {

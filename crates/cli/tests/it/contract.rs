@@ -16,9 +16,27 @@ fn json_documents_have_the_documented_keys() {
     let d = Scratch::new("json");
     let p = demo_dump(&d);
     let s = json(&["summary".as_ref(), "--json".as_ref(), p.as_os_str()]);
-    for k in ["allocations", "bytes", "mode", "pid", "threads", "roots", "reason", "pause_us"] {
+    for k in [
+        "allocations",
+        "bytes",
+        "mode",
+        "pid",
+        "threads",
+        "threads_not_stopped",
+        "roots",
+        "reason",
+        "pause_us",
+        "peak_bytes",
+        "total_allocations",
+        "total_bytes",
+    ] {
         assert!(!s[k].is_null(), "summary lacks {k}");
     }
+    // Present, null unless the dump was taken for a signal or a limit.
+    for k in ["signal", "limit"] {
+        assert!(s.as_object().unwrap().contains_key(k), "summary lacks {k}");
+    }
+    assert!(s["peak_bytes"].as_u64() >= s["bytes"].as_u64() && s["total_bytes"].as_u64() >= s["peak_bytes"].as_u64(), "{s}");
     assert_eq!(s["mode"], "full");
     assert_eq!(s["reason"], "api");
     let l = json(&["leaks".as_ref(), "--json".as_ref(), p.as_os_str()]);

@@ -166,3 +166,33 @@ fn a_dump_written_by_format_1_1_is_still_read() {
     let prog = compile(&d, "leaks_tree.c", &["-O0"]);
     assert_eq!(ours(&old), valgrind_summary(&prog), "[definitely, indirectly, possibly, still reachable] (bytes, blocks)");
 }
+
+#[test]
+fn allocations_since_start_match_valgrinds_totals() {
+    // summary's total_allocations and total_bytes (format 1.2's HISTORY
+    // record) against valgrind's "total heap usage: N allocs, F frees, B
+    // bytes allocated", for a single-threaded and a threaded program.
+    // Each thread's TLS vector (glibc's DTV, a calloc at thread start) has
+    // one more slot under `heapdump run`: the preload library is a TLS
+    // module. 16 bytes more per thread the program starts (4 in threads.c).
+    for (source, flags, dtv) in [("leaks.c", &["-O0"][..], 0), ("threads.c", &["-O1", "-pthread"][..], 4 * 16)] {
+        let d = Scratch::new("totals");
+        let prog = compile(&d, source, flags);
+        let o = valgrind().args(["--run-libc-freeres=no", "--run-cxx-freeres=no"]).arg(&prog).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let line = err.lines().find(|l| l.contains("total heap usage:")).unwrap_or_else(|| panic!("{err}"));
+        let nums: Vec<u64> =
+            line.split("usage:").nth(1).unwrap().split_whitespace().filter_map(|w| w.replace(',', "").parse().ok()).collect();
+        let (allocs, bytes) = (nums[0], nums[2]);
+        let (out, dumps) = run_traced(&d.path("t.hdump"), &prog, &[], &[]);
+        ok(&out);
+        let s = json(&["summary".as_ref(), "--json".as_ref(), dumps[0].as_os_str()]);
+        assert_eq!(
+            (s["total_allocations"].as_u64(), s["total_bytes"].as_u64()),
+            (Some(allocs), Some(bytes + dtv)),
+            "{source}: {line}\n{s}"
+        );
+        let peak = s["peak_bytes"].as_u64().unwrap();
+        assert!(peak >= s["bytes"].as_u64().unwrap() && peak <= bytes, "{source}: peak {peak}: {s}");
+    }
+}

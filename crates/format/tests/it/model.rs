@@ -80,6 +80,8 @@ pub struct MDump {
     pub signal: Option<SignalInfo>,
     /// The LIMIT record (1.2), when it was taken near a memory limit.
     pub limit: Option<LimitInfo>,
+    /// The HISTORY record (1.2).
+    pub history: Option<History>,
     pub pause_ns: u64,
 }
 
@@ -210,6 +212,7 @@ pub fn dump() -> impl Strategy<Value = MDump> {
                 prop_oneof![Just(0usize), Just(64), Just(256), Just(4096)],
                 proptest::option::of((1u32..=64, any::<i32>(), any::<u32>(), any::<u64>(), any::<u32>())),
                 proptest::option::of((1u32..=6, 1u64.., any::<u64>())),
+                proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>())),
             ),
             any::<u64>(),
         )
@@ -223,7 +226,7 @@ pub fn dump() -> impl Strategy<Value = MDump> {
                     sites,
                     allocs,
                     dense,
-                    (batch, signal, limit),
+                    (batch, signal, limit, history),
                     pause_ns,
                 )| {
                     MDump {
@@ -253,6 +256,11 @@ pub fn dump() -> impl Strategy<Value = MDump> {
                         batch,
                         signal: signal.map(|(signal, code, tid, address, sender)| SignalInfo { signal, code, tid, address, sender }),
                         limit: limit.map(|(kind, bytes, used)| LimitInfo { kind, bytes, used }),
+                        history: history.map(|(peak_bytes, total_allocations, total_bytes)| History {
+                            peak_bytes,
+                            total_allocations,
+                            total_bytes,
+                        }),
                         pause_ns,
                     }
                 },
@@ -277,6 +285,9 @@ pub fn write(d: &MDump) -> Vec<u8> {
     }
     if let Some(l) = &d.limit {
         w.limit(l).unwrap();
+    }
+    if let Some(h) = &d.history {
+        w.history(h).unwrap();
     }
     for m in &d.modules {
         w.module(&ModuleInfo { bias: m.bias, path: &m.path, build_id: &m.build_id, segments: &m.segments }).unwrap();
@@ -351,6 +362,7 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
         batch: 0,
         signal: None,
         limit: None,
+        history: None,
         pause_ns: 0,
     };
     let mut trailer = None;
@@ -388,6 +400,7 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
             }),
             Record::Signal(s) => d.signal = Some(s),
             Record::Limit(l) => d.limit = Some(l),
+            Record::History(h) => d.history = Some(h),
             Record::Allocs(a) => {
                 for e in a.entries() {
                     let e = e?;
