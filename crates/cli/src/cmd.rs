@@ -10,9 +10,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// The version line: the tool's, and the dump format it writes and reads
+/// (a test checks the numbers against `heapdump_format::raw`).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.2; reads 1.0 to 1.2)");
+
 /// Heap dumps of native programs, and what they mean.
 #[derive(Parser, Debug)]
-#[command(name = "heapdump", version, about)]
+#[command(name = "heapdump", version = VERSION, about)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -184,6 +188,13 @@ enum Command {
     },
     /// Runs a bundled example with a leak and a large cache, dumps it, and explains the dump.
     Demo,
+    /// Prints a shell completion script (bash, zsh, fish) on standard output.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff) on standard output: `heapdump man > heapdump.1`.
+    Man,
 }
 
 /// Runs the parsed command line.
@@ -237,6 +248,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo => demo(),
+        Command::Completions { shell } => {
+            let mut out = std::io::stdout().lock();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "heapdump", &mut out);
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            let mut out = std::io::stdout().lock();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut out)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod cmd;
 mod output;
+mod preload;
 mod run;
 mod views;
 

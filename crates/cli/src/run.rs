@@ -38,8 +38,9 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
-/// Finds `libheapdump_preload.so`: next to this executable, or in the
-/// cargo target directories the README's build uses.
+/// Finds `libheapdump_preload.so`: the one `HEAPDUMP_PRELOAD` names; else
+/// the one built next to this executable (a build from source); else the
+/// copy this executable carries, in the private cache (`preload.rs`).
 pub fn preload_library() -> Result<PathBuf> {
     const NAME: &str = "libheapdump_preload.so";
     if let Some(p) = std::env::var_os("HEAPDUMP_PRELOAD") {
@@ -63,7 +64,7 @@ pub fn preload_library() -> Result<PathBuf> {
             return Ok(c.clone());
         }
     }
-    bail!("{NAME} not found next to {} : build it with `cargo build --release -p heapdump-preload` (or set HEAPDUMP_PRELOAD)", me.display())
+    crate::preload::cached()
 }
 
 pub fn run(o: RunOptions) -> Result<ExitCode> {

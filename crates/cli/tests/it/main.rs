@@ -7,6 +7,7 @@ mod contract;
 mod exports;
 mod fatal;
 mod hostile;
+mod install;
 mod limits;
 mod preload;
 mod real_programs;
