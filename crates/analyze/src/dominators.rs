@@ -40,6 +40,54 @@ impl Dominators {
     pub fn top_level(&self) -> impl Iterator<Item = BlockId> + '_ {
         self.idom.iter().enumerate().filter(|(_, &d)| d == NONE).map(|(i, _)| BlockId(i as u32))
     }
+
+    /// What each group of blocks retains, each byte once: `group_of[b]` is
+    /// block `b`'s group (below `groups`); a group retains the dominator
+    /// subtrees of its members that no other member dominates (as DevTools
+    /// and MAT give a class's retained size: a tree of one site is its own
+    /// size, not the sum of its nodes' nested retained sizes). One walk of
+    /// the dominator tree, counting the members of each group on the path.
+    pub fn retained_by_group(&self, groups: usize, group_of: &[u32]) -> Vec<u64> {
+        let n = self.idom.len();
+        // Children lists of the dominator tree (node 0 the virtual root,
+        // block b node b + 1).
+        let mut start = vec![0u32; n + 2];
+        for &d in &self.idom {
+            let parent = if d == NONE { 0 } else { d as usize + 1 };
+            start[parent + 1] += 1;
+        }
+        for i in 1..start.len() {
+            start[i] += start[i - 1];
+        }
+        let mut fill = start.clone();
+        let mut child = vec![0u32; n];
+        for (b, &d) in self.idom.iter().enumerate() {
+            let parent = if d == NONE { 0 } else { d as usize + 1 };
+            child[fill[parent] as usize] = b as u32;
+            fill[parent] += 1;
+        }
+        let mut out = vec![0u64; groups];
+        let mut on_path = vec![0u32; groups];
+        // (block, entered): entering adds the block to its group's path
+        // count (and its subtree to the group when it is the first on the
+        // path), leaving takes it off.
+        let mut stack: Vec<(u32, bool)> = child[start[0] as usize..start[1] as usize].iter().map(|&c| (c, false)).collect();
+        while let Some((b, entered)) = stack.pop() {
+            let g = group_of[b as usize] as usize;
+            if entered {
+                on_path[g] -= 1;
+                continue;
+            }
+            if on_path[g] == 0 {
+                out[g] += self.retained[b as usize];
+            }
+            on_path[g] += 1;
+            stack.push((b, true));
+            let node = b as usize + 1;
+            stack.extend(child[start[node] as usize..start[node + 1] as usize].iter().map(|&c| (c, false)));
+        }
+        out
+    }
 }
 
 /// Computes dominators from the roots, then from `extra_roots` (in order)

@@ -109,6 +109,65 @@ pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: Gro
     rows
 }
 
+/// One row of `retained --by site|type`. Field names are its JSON keys.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RetainedRow {
+    /// The site or type.
+    pub key: String,
+    /// Number of blocks.
+    pub blocks: u64,
+    /// Their requested bytes.
+    pub bytes: u64,
+    /// What the group retains, each byte once (see
+    /// [`crate::dominators::Dominators::retained_by_group`]).
+    pub retained: u64,
+}
+
+/// Blocks grouped by site or type with what each group retains, largest
+/// first.
+pub fn retained_by(
+    heap: &Heap,
+    dom: &crate::dominators::Dominators,
+    sym: &mut Symbolizer<'_>,
+    types: &mut Types<'_>,
+    by: GroupBy,
+) -> Vec<RetainedRow> {
+    let mut index: HashMap<String, u32> = HashMap::new();
+    let mut names: Vec<String> = Vec::new();
+    let mut by_site: HashMap<u32, u32> = HashMap::new();
+    let mut group_of = Vec::with_capacity(heap.len());
+    let mut intern = |name: String, names: &mut Vec<String>| -> u32 {
+        *index.entry(name.clone()).or_insert_with(|| {
+            names.push(name);
+            (names.len() - 1) as u32
+        })
+    };
+    for (i, b) in heap.blocks().enumerate() {
+        let g = match by {
+            GroupBy::Site => match by_site.get(&b.site) {
+                Some(&g) => g,
+                None => {
+                    let g = intern(sym.site_label(b.site), &mut names);
+                    by_site.insert(b.site, g);
+                    g
+                }
+            },
+            GroupBy::Size => intern(size_class(b.size), &mut names),
+            GroupBy::Type => intern(types.of_block(sym, heap, BlockId(i as u32)), &mut names),
+        };
+        group_of.push(g);
+    }
+    let retained = dom.retained_by_group(names.len(), &group_of);
+    let mut rows: Vec<RetainedRow> =
+        names.into_iter().zip(retained).map(|(key, retained)| RetainedRow { key, blocks: 0, bytes: 0, retained }).collect();
+    for (b, &g) in heap.blocks().zip(&group_of) {
+        rows[g as usize].blocks += 1;
+        rows[g as usize].bytes += b.size;
+    }
+    rows.sort_by(|a, b| b.retained.cmp(&a.retained).then_with(|| b.bytes.cmp(&a.bytes)).then_with(|| a.key.cmp(&b.key)));
+    rows
+}
+
 /// One row of a diff. Field names are the `diff --json` keys.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct DiffRow {

@@ -30,6 +30,13 @@ enum By {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+enum RetainedBy {
+    Block,
+    Site,
+    Type,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum DumpMode {
     Full,
     Compact,
@@ -128,6 +135,10 @@ enum Command {
     Retained {
         /// The dump file.
         dump: PathBuf,
+        /// block: the blocks that retain most; site, type: groups, each
+        /// retaining what its members dominate, every byte once.
+        #[arg(long, value_enum, default_value = "block")]
+        by: RetainedBy,
         /// Rows to show.
         #[arg(short = 'n', default_value_t = 20)]
         n: usize,
@@ -228,7 +239,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             views::top(&dump, by, n, json).map(|_| ExitCode::SUCCESS)
         }
         Command::Leaks { dump, n, json } => views::leaks(&dump, n, json).map(|v| if v { ExitCode::SUCCESS } else { ExitCode::from(1) }),
-        Command::Retained { dump, n, json } => views::retained(&dump, n, json).map(|_| ExitCode::SUCCESS),
+        Command::Retained { dump, by, n, json } => match by {
+            RetainedBy::Block => views::retained(&dump, n, json),
+            RetainedBy::Site => views::retained_grouped(&dump, GroupBy::Site, n, json),
+            RetainedBy::Type => views::retained_grouped(&dump, GroupBy::Type, n, json),
+        }
+        .map(|_| ExitCode::SUCCESS),
         Command::Path { dump, address, json } => views::path(&dump, &address, json).map(|_| ExitCode::SUCCESS),
         Command::Diff { old, new, json } => views::diff(&old, &new, json).map(|_| ExitCode::SUCCESS),
         Command::Export { dump, format, output, address, depth, max_nodes } => {

@@ -314,6 +314,33 @@ pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `retained --by site|type`: groups and what each retains.
+pub fn retained_grouped(path: &Path, by: heapdump_analyze::group::GroupBy, n: usize, json: bool) -> Result<()> {
+    let (file, heap) = load(path)?;
+    let mut sym = Symbolizer::new(&heap);
+    let mut types = Types::new(&file, &heap);
+    let (_, d) = dominators::of_dump(&file, &heap);
+    let mut rows = heapdump_analyze::group::retained_by(&heap, &d, &mut sym, &mut types, by);
+    rows.truncate(n);
+    if json {
+        return output::json(&rows);
+    }
+    let total = heap.total_bytes();
+    let mut t =
+        Table::new(&[">retained", ">%", ">bytes", ">blocks", if by == heapdump_analyze::group::GroupBy::Type { "type" } else { "site" }]);
+    for r in &rows {
+        t.row(vec![
+            output::bytes(r.retained),
+            format!("{:.1}", r.retained as f64 * 100.0 / total.max(1) as f64),
+            output::bytes(r.bytes),
+            r.blocks.to_string(),
+            r.key.clone(),
+        ]);
+    }
+    t.print(&mut std::io::stdout().lock())?;
+    Ok(())
+}
+
 pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> std::io::Result<()> {
     let typed = rows.iter().any(|r| r.ty != UNKNOWN);
     let mut t = Table::new(if typed {

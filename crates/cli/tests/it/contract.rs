@@ -257,3 +257,45 @@ fn export_to_standard_output_and_saying_what_was_written() {
     assert!(err.starts_with(&format!("heapdump: wrote {}", f.display())), "{err}");
     assert_eq!(std::fs::read_to_string(&f).unwrap(), out);
 }
+
+#[test]
+fn retained_by_site_and_type_count_each_byte_once() {
+    // leaks_tree.c: a tree of 31 nodes kept, one of 63 lost, all from the
+    // site `tree`. Block by block the nested nodes repeat their subtrees'
+    // bytes (63, 31, 31, … blocks); grouped, the site retains each byte once.
+    let d = Scratch::new("retained-by");
+    let prog = compile(&d, "leaks_tree.c", &["-O0", "-g"]);
+    let (o, dumps) = run_traced(&d.path("t.hdump"), &prog, &[], &[]);
+    ok(&o);
+    let dump = dumps[0].as_os_str();
+    let rows = json(&["retained".as_ref(), "--by".as_ref(), "site".as_ref(), "--json".as_ref(), dump]);
+    let tree =
+        rows.as_array().unwrap().iter().find(|r| r["key"].as_str().unwrap().starts_with("tree ")).unwrap_or_else(|| panic!("{rows}"));
+    assert_eq!(
+        (tree["blocks"].as_u64(), tree["bytes"].as_u64(), tree["retained"].as_u64()),
+        (Some(94), Some(94 * 24), Some(94 * 24)),
+        "{rows}"
+    );
+    for r in rows.as_array().unwrap() {
+        for k in ["key", "blocks", "bytes", "retained"] {
+            assert!(!r[k].is_null(), "{k}: {r}");
+        }
+    }
+    let blocks = json(&["retained".as_ref(), "-n".as_ref(), "1000".as_ref(), "--json".as_ref(), dump]);
+    let nested: u64 = blocks
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["site"].as_str().unwrap_or("").starts_with("tree "))
+        .map(|r| r["retained"].as_u64().unwrap())
+        .sum();
+    assert!(nested > 3 * 94 * 24, "block by block the site's nodes count their subtrees again: {nested}");
+    // By type: the groups partition the heap, and none retains more than it.
+    let s = json(&["summary".as_ref(), "--json".as_ref(), dump]);
+    let total = s["bytes"].as_u64().unwrap();
+    let types = json(&["retained".as_ref(), "--by".as_ref(), "type".as_ref(), "-n".as_ref(), "1000".as_ref(), "--json".as_ref(), dump]);
+    let rows = types.as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["bytes"].as_u64().unwrap()).sum::<u64>(), total, "{types}");
+    assert!(rows.iter().all(|r| r["retained"].as_u64().unwrap() <= total && r["retained"].as_u64() >= r["bytes"].as_u64()), "{types}");
+    assert_eq!(heapdump().args(["retained", "--by", "colour"]).arg(dump).output().unwrap().status.code(), Some(2));
+}
