@@ -116,6 +116,15 @@ enum Command {
         /// Rows to show.
         #[arg(short = 'n', default_value_t = 20)]
         n: usize,
+        /// Frames shown per site: the first outside the allocator and its
+        /// wrappers, then its callers.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        depth: u32,
+        /// Also see through the functions this regular expression matches
+        /// (whole names) when naming a site, as through the built-in list of
+        /// allocation wrappers (xmalloc, g_malloc, PyMem_*, …).
+        #[arg(long, value_name = "REGEX")]
+        skip: Option<String>,
         /// Print one JSON document.
         #[arg(long)]
         json: bool,
@@ -230,13 +239,20 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Command::Summary { dump, json } => summary(&dump, json),
-        Command::Top { dump, by, n, json } => {
+        Command::Top { dump, by, n, depth, skip, json } => {
             let by = match by {
                 By::Site => GroupBy::Site,
                 By::Type => GroupBy::Type,
                 By::Size => GroupBy::Size,
             };
-            views::top(&dump, by, n, json).map(|_| ExitCode::SUCCESS)
+            let skip = match skip {
+                Some(r) => Some(
+                    regex::Regex::new(&format!("^(?:{r})$"))
+                        .map_err(|e| crate::run::Usage(format!("invalid --skip {r:?}: {}", e.to_string().replace('\n', " "))))?,
+                ),
+                None => None,
+            };
+            views::top(&dump, by, n, depth as usize, skip, json).map(|_| ExitCode::SUCCESS)
         }
         Command::Leaks { dump, n, json } => views::leaks(&dump, n, json).map(|v| if v { ExitCode::SUCCESS } else { ExitCode::from(1) }),
         Command::Retained { dump, by, n, json } => match by {

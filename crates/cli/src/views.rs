@@ -51,9 +51,11 @@ fn hex(a: u64) -> String {
 
 // --- top -------------------------------------------------------------------------
 
-pub fn top(path: &Path, by: GroupBy, n: usize, json: bool) -> Result<()> {
+pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
     let mut sym = Symbolizer::new(&heap);
+    sym.depth(depth);
+    sym.skip(skip);
     let mut types = Types::new(&file, &heap);
     let mut rows = group::top(&heap, &mut sym, &mut types, by);
     rows.truncate(n);

@@ -112,3 +112,33 @@ fn gawk_string_keys_prove_no_rust_table_in_compact_mode() {
         assert_eq!(got[..2], expected[..2], "run {round}: {got:?} vs {expected:?}");
     }
 }
+
+#[test]
+fn sites_are_named_past_allocation_wrappers() {
+    // perl allocates through Perl_safesysmalloc, which took 91% of `top`.
+    ensure_preload();
+    let d = Scratch::new("wrappers");
+    let o = heapdump()
+        .args(["run", "-o"])
+        .arg(d.path("p.hdump"))
+        .args(["--", "/usr/bin/perl", "-e", "my %h; $h{$_} = [$_] for 1..20000; print scalar(keys %h), qq(\\n)"])
+        .output()
+        .unwrap();
+    assert_eq!(ok(&o).trim(), "20000");
+    let dump = d.path("p.hdump");
+    let top = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["top".as_ref(), "--json".as_ref(), "-n".as_ref(), "50".as_ref()];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        args.push(dump.as_os_str());
+        json(&args).as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap().to_string()).collect()
+    };
+    let keys = top(&[]);
+    assert!(!keys.iter().any(|k| k.starts_with("Perl_safesys")), "{keys:?}");
+    assert!(keys.iter().take(3).any(|k| k.starts_with("Perl_")), "the interpreter's own functions name the sites: {keys:?}");
+    // Seen through on request too, and callers shown.
+    let keys = top(&["--skip", "Perl_more_.*"]);
+    assert!(!keys.iter().any(|k| k.starts_with("Perl_more_") || k.starts_with("Perl_safesys")), "{keys:?}");
+    let keys = top(&["--depth", "3"]);
+    assert!(keys[0].matches(" < ").count() == 2, "three frames: {keys:?}");
+    assert_eq!(heapdump().args(["top", "--skip", "("]).arg(&dump).output().unwrap().status.code(), Some(2));
+}
