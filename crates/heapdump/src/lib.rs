@@ -674,6 +674,32 @@ fn dump_path(p: &[u8], mode: Mode, regs: &stw::Regs) -> Result<DumpInfo, DumpErr
     r
 }
 
+/// Like [`dump`], but never fails because the file exists: when `path` is
+/// taken, the dump gets the first free `<stem>.<pid>.<n><ext>` beside it
+/// (as automatic dumps are named). Returns where it was written.
+///
+/// ```no_run
+/// # #[global_allocator]
+/// # static ALLOC: heapdump::Tracked<std::alloc::System> = heapdump::Tracked::new(std::alloc::System);
+/// let (path, info) = heapdump::dump_numbered("app.hdump", heapdump::Mode::Compact).unwrap();
+/// println!("{} ({} allocations)", path.display(), info.allocations);
+/// ```
+pub fn dump_numbered(path: impl AsRef<std::path::Path>, mode: Mode) -> Result<(std::path::PathBuf, DumpInfo), DumpError> {
+    let p = path.as_ref().as_os_str().as_bytes();
+    let mut out = [0u8; 1100];
+    let r = stw::with_entry_regs(|regs| {
+        if p.contains(&0) {
+            return Err(DumpError::PathTooLong);
+        }
+        let (fd, len) = open_numbered(p, true, &mut out)?;
+        let r = dump_fd_inner(state(), fd, mode, Reason::Api, regs, false);
+        sys::close(fd);
+        r.map(|info| (len, info))
+    });
+    // Allocating again: the dump is over.
+    r.map(|(len, info)| (std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&out[..len])), info))
+}
+
 /// Writes a dump to an open file descriptor (not closed afterwards).
 #[inline(always)]
 pub fn dump_to_fd(fd: std::os::fd::RawFd, mode: Mode) -> Result<DumpInfo, DumpError> {
@@ -707,10 +733,19 @@ fn create(path_nul: &[u8]) -> Result<i32, DumpError> {
 /// `<stem>.<pid>.<n><ext>` (n from 1), taking the first free number.
 /// Returns the descriptor and path length.
 fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError> {
-    let pid = sys::getpid() as u64;
     let c = st.config();
     let default = b"heapdump.hdump";
-    let path = c.output().unwrap_or(default);
+    open_numbered(c.output().unwrap_or(default), c.output().is_some(), out)
+}
+
+/// Opens `path` exclusively when `plain_first` and it is free, else the
+/// first free `<stem>.<pid>.<n><ext>` (without `.<n>` for n = 0 when not
+/// `plain_first`). Returns the descriptor and the path's length in `out`.
+fn open_numbered(path: &[u8], plain_first: bool, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError> {
+    let pid = sys::getpid() as u64;
+    if path.len() >= out.len() - 48 {
+        return Err(DumpError::PathTooLong);
+    }
     // Insert .<pid>.<n> before the extension of the last component.
     let slash = path.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
     let dot = path[slash..].iter().rposition(|&b| b == b'.').filter(|&i| i > 0).map(|i| slash + i);
@@ -726,7 +761,7 @@ fn open_next(st: &State, out: &mut [u8; 1100]) -> Result<(i32, usize), DumpError
             *len += k;
         };
         let mut num = [0u8; 20];
-        if c.output().is_some() && n == 0 {
+        if plain_first && n == 0 {
             put(path, &mut len);
         } else {
             put(stem, &mut len);

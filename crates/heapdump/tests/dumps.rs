@@ -519,6 +519,20 @@ fn files_are_never_overwritten() {
     heapdump::dump(&q, heapdump::Mode::Compact).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&q).unwrap().permissions().mode() & 0o777, 0o600);
+    // dump_numbered never fails because the file exists (the README's
+    // example panicked on its second run): the name, then .<pid>.<n>.
+    let pid = std::process::id();
+    let (a, _) = heapdump::dump_numbered(&p, heapdump::Mode::Compact).unwrap();
+    let (b, _) = heapdump::dump_numbered(&p, heapdump::Mode::Compact).unwrap();
+    assert_eq!((a.clone(), b.clone()), (dir.join(format!("x.{pid}.1.hdump")), dir.join(format!("x.{pid}.2.hdump"))));
+    assert_eq!(std::fs::read(&p).unwrap(), b"precious");
+    let (c, info) = heapdump::dump_numbered(dir.join("fresh.hdump"), heapdump::Mode::Compact).unwrap();
+    assert_eq!(c, dir.join("fresh.hdump"));
+    for f in [&a, &b, &c] {
+        let d = common::parse(&std::fs::read(f).unwrap());
+        assert!(d.complete, "{}", f.display());
+    }
+    assert!(info.allocations > 0);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
