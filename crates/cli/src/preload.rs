@@ -38,6 +38,16 @@ fn private(m: &std::fs::Metadata) -> bool {
     m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0
 }
 
+/// Whether `lib` (a library found beside the executable) may be loaded
+/// into the traced program: a regular file of this user, writable by no
+/// one else, in a directory of this user writable by no one else.
+pub fn trusted_beside(lib: &Path) -> bool {
+    let Ok(m) = std::fs::symlink_metadata(lib) else { return false };
+    let Some(dir) = lib.parent() else { return false };
+    let Ok(d) = std::fs::metadata(dir) else { return false };
+    m.is_file() && private(&m) && private(&d)
+}
+
 /// Whether `path` is this user's private, unaltered copy of the library.
 fn intact(path: &Path) -> bool {
     let Ok(m) = std::fs::symlink_metadata(path) else { return false };

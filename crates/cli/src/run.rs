@@ -54,13 +54,18 @@ pub fn preload_library() -> Result<PathBuf> {
     let mut candidates = vec![];
     if let Some(dir) = me.parent() {
         candidates.push(dir.join(NAME));
-        // target/<profile>/deps/.. when run from tests
-        if let Some(up) = dir.parent() {
-            candidates.push(up.join(NAME));
+        // target/<profile>/deps/.. when run from a test binary.
+        if dir.file_name().is_some_and(|n| n == "deps") {
+            if let Some(up) = dir.parent() {
+                candidates.push(up.join(NAME));
+            }
         }
     }
+    // A library beside the executable is a build from source's, taken only
+    // when it is this user's and nobody else could have put it there (a
+    // heapdump copied to /tmp must not load /tmp/libheapdump_preload.so).
     for c in &candidates {
-        if c.exists() {
+        if crate::preload::trusted_beside(c) {
             return Ok(c.clone());
         }
     }

@@ -17,6 +17,9 @@ fn a_heapdump_copied_alone_traces_with_the_library_it_carries() {
     std::fs::copy(env!("CARGO_BIN_EXE_heapdump"), &hd).unwrap();
     let prog = compile(&d, "leaks.c", &["-O0"]);
     let cache = d.path("cache");
+    // A library planted beside the copy's directory (a copy in /tmp would
+    // have picked up /tmp/libheapdump_preload.so) is never loaded.
+    std::fs::write(d.path("libheapdump_preload.so"), b"planted").unwrap();
     let run = |out: &str| {
         Command::new(&hd)
             .env_remove("HEAPDUMP_PRELOAD")
@@ -31,6 +34,13 @@ fn a_heapdump_copied_alone_traces_with_the_library_it_carries() {
     let o = run("a.hdump");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(d.path("a.hdump").exists());
+    // Nor one beside it in a directory others may write to.
+    std::fs::write(bin.join("libheapdump_preload.so"), b"planted").unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = run("a2.hdump");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_file(bin.join("libheapdump_preload.so")).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let dir = cache.join("heapdump");
     let m = std::fs::metadata(&dir).unwrap();
     assert_eq!((m.mode() & 0o777, m.uid()), (0o700, rustix_uid()), "the cache directory is private");
