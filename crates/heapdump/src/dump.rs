@@ -776,6 +776,13 @@ fn region<'b>(
 }
 
 fn write_alloc(w: &mut Writer<'_, PipeSink>, mode: Mode, index: &Index, pairs: &mut [(u64, u64)], e: &Entry) -> Result<(), DumpError> {
+    let info = alloc_info(e);
+    region(w, mode, index, pairs, e.addr, e.size, |w, c| w.alloc(&info, c))
+}
+
+/// What the dump says of a live allocation, its first word read from it
+/// (zero-padded below 8 bytes).
+fn alloc_info(e: &Entry) -> AllocInfo {
     let first_word = if e.size >= 8 && e.addr % 8 == 0 {
         // SAFETY: a live allocation of at least 8 bytes, aligned.
         unsafe { core::ptr::read_volatile(e.addr as *const u64) }
@@ -787,15 +794,14 @@ fn write_alloc(w: &mut Writer<'_, PipeSink>, mode: Mode, index: &Index, pairs: &
         }
         u64::from_le_bytes(b)
     };
-    let info = AllocInfo {
+    AllocInfo {
         address: e.addr,
         size: e.size,
         site: e.site,
         align_log2: e.align_log2,
         flags: if e.sampled { raw::ALLOC_SAMPLED } else { 0 } | hashbrown_flags(e),
         first_word,
-    };
-    region(w, mode, index, pairs, e.addr, e.size, |w, c| w.alloc(&info, c))
+    }
 }
 
 /// The pointers of `[start, start + len)` as ALLOCS links, from `off`:
@@ -831,25 +837,7 @@ impl Iterator for LinkScan<'_> {
 /// record: its first pointers gathered in `links` as the scan finds them
 /// (one read of the block), the rest, if any, scanned again when written.
 fn write_dense(w: &mut Writer<'_, PipeSink>, index: &Index, links: &mut [Link], e: &Entry) -> Result<(), DumpError> {
-    let first_word = if e.size >= 8 && e.addr % 8 == 0 {
-        // SAFETY: a live allocation of at least 8 bytes, aligned.
-        unsafe { core::ptr::read_volatile(e.addr as *const u64) }
-    } else {
-        let mut b = [0u8; 8];
-        for (i, x) in b.iter_mut().enumerate().take(e.size.min(8) as usize) {
-            // SAFETY: i < size, inside the live allocation.
-            *x = unsafe { core::ptr::read_volatile((e.addr + i as u64) as *const u8) };
-        }
-        u64::from_le_bytes(b)
-    };
-    let info = AllocInfo {
-        address: e.addr,
-        size: e.size,
-        site: e.site,
-        align_log2: e.align_log2,
-        flags: if e.sampled { raw::ALLOC_SAMPLED } else { 0 } | hashbrown_flags(e),
-        first_word,
-    };
+    let info = alloc_info(e);
     let first = e.addr.next_multiple_of(8) - e.addr;
     let (mut count, mut filled, mut resume) = (0u64, 0usize, e.size);
     for l in (LinkScan { index, start: e.addr, off: first, len: e.size }) {

@@ -11,6 +11,26 @@ fn kind(h: &Heap, l: &leaks::Leaks, addr: u64) -> LeakKind {
     l.kind[id(h, addr).index()]
 }
 
+/// A heap built directly: `blocks`, `edges` (source, target, offset,
+/// offset into the target) and roots in one stack region.
+fn heap_of(blocks: Vec<heapdump_analyze::Block>, edges: &[(u32, u32, u64, u64)], roots: Vec<heapdump_analyze::Root>) -> Heap {
+    let region = heapdump_analyze::RootRegion {
+        kind: heapdump_analyze::RootKind::Stack,
+        address: 0,
+        tid: 1,
+        owner: "main".into(),
+        name: "".into(),
+        libc: false,
+    };
+    Heap::from_parts(
+        heapdump_format::Header::new(heapdump_format::Mode::Compact, heapdump_format::Reason::Api, 4096, 1, 0),
+        blocks,
+        edges,
+        roots,
+        vec![region],
+    )
+}
+
 const A: u64 = 0x1000;
 const B: u64 = 0x2000;
 const C: u64 = 0x3000;
@@ -166,21 +186,7 @@ fn ten_million_long_chain_does_not_overflow_the_stack() {
         (0..n).map(|i| heapdump_analyze::Block { addr: 0x10_0000 + u64::from(i) * 32, size: 24, site: 0, flags: 0 }).collect();
     let edges: Vec<(u32, u32, u64, u64)> = (0..n - 1).map(|i| (i, i + 1, 0, 0)).collect();
     let root = heapdump_analyze::Root { region: 0, offset: 0, target: BlockId(0), interior: false, into: 0 };
-    let region = heapdump_analyze::RootRegion {
-        kind: heapdump_analyze::RootKind::Stack,
-        address: 0,
-        tid: 1,
-        owner: "main".into(),
-        name: "".into(),
-        libc: false,
-    };
-    let h = Heap::from_parts(
-        heapdump_format::Header::new(heapdump_format::Mode::Compact, heapdump_format::Reason::Api, 4096, 1, 0),
-        blocks,
-        &edges,
-        vec![root],
-        vec![region],
-    );
+    let h = heap_of(blocks, &edges, vec![root]);
     let l = leaks::analyze(&h, &NoContents);
     assert_eq!(l.still_reachable.blocks, u64::from(n));
     let d = dominators::compute(&h, &[]);
@@ -507,21 +513,7 @@ proptest::proptest! {
             .iter()
             .map(|&r| heapdump_analyze::Root { region: 0, offset: 0, target: BlockId(r % n), interior: false, into: 0 })
             .collect();
-        let region = heapdump_analyze::RootRegion {
-            kind: heapdump_analyze::RootKind::Stack,
-            address: 0,
-            tid: 1,
-            owner: "main".into(),
-            name: "".into(),
-            libc: false,
-        };
-        let h = Heap::from_parts(
-            heapdump_format::Header::new(heapdump_format::Mode::Compact, heapdump_format::Reason::Api, 4096, 1, 0),
-            blocks,
-            &edges,
-            roots,
-            vec![region],
-        );
+        let h = heap_of(blocks, &edges, roots);
         let l = leaks::analyze(&h, &NoContents);
         let d = dominators::compute(&h, &l.heads());
         let group_of: Vec<u32> = (0..n).map(|i| (i.wrapping_mul(2654435761).wrapping_add(salt) >> 7) % groups).collect();
