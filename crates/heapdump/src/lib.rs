@@ -370,7 +370,7 @@ fn threshold_crossed(st: &State, live: u64) {
     let check = st.check_mark.load(Ordering::Relaxed);
     if live >= check && st.check_mark.compare_exchange(check, u64::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
         refresh_marks(st);
-        wake_helper(ASK_CHECK);
+        ask_helper(ASK_CHECK);
     }
     let step = st.config().threshold;
     let cur = st.user_mark.load(Ordering::Relaxed);
@@ -397,7 +397,8 @@ fn refresh_marks(st: &State) {
 /// Looks at the memory limits (on the helper thread) and dumps when one is
 /// near; then sets the live size at which to look again.
 fn near_limit_check() {
-    if let Some(r) = limit::check() {
+    let (due, step) = limit::check();
+    if let Some(r) = due {
         // The dump maps memory of its own: the sorted index and its
         // directory (about 26 bytes per live allocation) and 1.5 MiB of
         // buffers. Taken from what the limit leaves, it must not be what
@@ -412,7 +413,7 @@ fn near_limit_check() {
         }
     }
     let (_, live) = STATE.table.live();
-    STATE.check_mark.store(live.saturating_add(limit::check_step()), Ordering::Release);
+    STATE.check_mark.store(live.saturating_add(step), Ordering::Release);
     refresh_marks(&STATE);
 }
 
@@ -956,46 +957,38 @@ const ASK_FATAL: u8 = 2;
 /// Look at the memory limits (no dump unless one is near).
 const ASK_CHECK: u8 = 3;
 
-/// Wakes the helper with one byte (never blocks: the pipe's write end is
-/// non-blocking, and a full pipe already holds a wake-up).
-fn wake_helper(what: u8) {
+/// Writes one byte to the helper's pipe (never blocks: its write end is
+/// non-blocking; a full pipe already holds a wake-up). Async-signal-safe.
+/// False when there is no helper or the byte was not written.
+fn ask_helper(what: u8) -> bool {
     let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
-    if fd != u64::MAX {
-        // SAFETY: write(2) of one byte to our own pipe.
-        unsafe { libc::write((fd & 0xffff_ffff) as i32, [what].as_ptr().cast(), 1) };
+    // SAFETY: write(2) of one byte to our own pipe.
+    fd != u64::MAX && unsafe { libc::write((fd & 0xffff_ffff) as i32, [what].as_ptr().cast(), 1) } == 1
+}
+
+/// [`ask_helper`] for a dump, counted in `SIGNALS_PENDING` before the
+/// helper wakes, so that an exit right after (a program that raises the
+/// signal and returns) waits for it. A full pipe means dumps are already
+/// pending: this one merges with them.
+fn ask_helper_for_dump(what: u8) -> bool {
+    SIGNALS_PENDING.fetch_add(1, Ordering::AcqRel);
+    if ask_helper(what) {
+        return true;
     }
+    SIGNALS_PENDING.fetch_sub(1, Ordering::AcqRel);
+    false
 }
 
 /// Asks the helper for the dump of a fatal signal (see `fatal`); false
 /// when there is no helper.
 fn request_fatal_dump() -> bool {
-    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
-    if fd == u64::MAX {
-        return false;
-    }
-    SIGNALS_PENDING.fetch_add(1, Ordering::AcqRel);
-    // SAFETY: write(2) of one byte to our own pipe is async-signal-safe.
-    if unsafe { libc::write((fd & 0xffff_ffff) as i32, [ASK_FATAL].as_ptr().cast(), 1) } != 1 {
-        SIGNALS_PENDING.fetch_sub(1, Ordering::AcqRel);
-        return false;
-    }
-    true
+    ask_helper_for_dump(ASK_FATAL)
 }
 
 extern "C" fn on_dump_signal(sig: i32) {
     let saved = sys::errno();
     fatal::set_cause(sig, 0, sys::gettid(), 0, 0);
-    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
-    if fd != u64::MAX {
-        // Counted before the helper wakes, so that an exit right after
-        // (a program that raises the signal and returns) waits for the dump.
-        SIGNALS_PENDING.fetch_add(1, Ordering::AcqRel);
-        // SAFETY: write(2) of one byte to our own pipe is async-signal-safe.
-        if unsafe { libc::write((fd & 0xffff_ffff) as i32, [ASK_DUMP].as_ptr().cast(), 1) } != 1 {
-            // The pipe is full: dumps are already pending; this one merges.
-            SIGNALS_PENDING.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
+    ask_helper_for_dump(ASK_DUMP);
     sys::set_errno(saved);
 }
 

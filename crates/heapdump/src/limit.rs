@@ -155,40 +155,30 @@ pub(crate) fn nearest() -> Option<(Reading, u64)> {
     best
 }
 
-/// Checks the limits (on the helper thread); when the nearest has crossed
-/// the mark, returns its reading and moves the mark half-way to the
-/// limit. `Some` means: dump now.
-pub(crate) fn check() -> Option<Reading> {
-    let mark = NEXT_MARK.load(Ordering::Acquire);
+/// One look at the limits (on the helper thread, reading them once): the
+/// reading of the nearest when it has crossed the mark (a dump is due; the
+/// mark moves half-way to the limit), and how much the heap may grow
+/// before the next look is due (a sixteenth of the headroom to the mark,
+/// at least 1 MiB; `u64::MAX` when nothing is watched).
+pub(crate) fn check() -> (Option<Reading>, u64) {
+    let mut mark = NEXT_MARK.load(Ordering::Acquire);
     if mark == 0 {
-        return None;
+        return (None, u64::MAX);
     }
-    let (r, share) = nearest()?;
-    if share < mark {
-        return None;
+    let Some((r, share)) = nearest() else { return (None, u64::MAX) };
+    let mut due = None;
+    if share >= mark {
+        // Half the headroom left, but at least 1% of the limit: near 100%
+        // the halves would be a dump per page.
+        mark = (share + (1000 - share.min(1000)) / 2).max(share + 10);
+        NEXT_MARK.store(mark, Ordering::Release);
+        LAST_KIND.store(u64::from(r.kind), Ordering::Relaxed);
+        LAST_BYTES.store(r.bytes, Ordering::Relaxed);
+        LAST_USED.store(r.used, Ordering::Release);
+        due = Some(r);
     }
-    // Half the headroom left, but at least 1% of the limit: near 100%
-    // the halves would be a dump per page.
-    let next = (share + (1000 - share.min(1000)) / 2).max(share + 10);
-    NEXT_MARK.store(next, Ordering::Release);
-    LAST_KIND.store(u64::from(r.kind), Ordering::Relaxed);
-    LAST_BYTES.store(r.bytes, Ordering::Relaxed);
-    LAST_USED.store(r.used, Ordering::Release);
-    Some(r)
-}
-
-/// The headroom of the nearest limit to the next mark, in bytes: how much
-/// the heap may grow before the next check is due (a sixteenth of it, at
-/// least 1 MiB).
-pub(crate) fn check_step() -> u64 {
-    let mark = NEXT_MARK.load(Ordering::Acquire);
-    match nearest() {
-        Some((r, _)) if mark != 0 => {
-            let at = (u128::from(r.bytes) * u128::from(mark.min(1000)) / 1000) as u64;
-            (at.saturating_sub(r.used) / 16).max(1 << 20)
-        }
-        _ => u64::MAX,
-    }
+    let at = (u128::from(r.bytes) * u128::from(mark.min(1000)) / 1000) as u64;
+    (due, (at.saturating_sub(r.used) / 16).max(1 << 20))
 }
 
 /// The reading of the near-limit dump being written.
