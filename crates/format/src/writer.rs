@@ -490,19 +490,7 @@ impl<'b, S: Sink> Writer<'b, S> {
             let start = self.batch_len;
             let b = &mut self.batch[start..];
             let mut n = dense::put_head(b, self.prev_end, self.prev_site, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
-            let mut next_offset = 0u64;
-            let mut k = 0u64;
-            for l in links {
-                k += 1;
-                if k > count || l.offset < next_offset || l.offset.checked_add(8).is_none_or(|e| e > a.size) {
-                    return Err(WriteError::LengthMismatch { what: "pointers out of order, outside the allocation or more than declared" });
-                }
-                n += dense::put_link(&mut b[n..], next_offset, ordinal, &l);
-                next_offset = l.offset + 8;
-            }
-            if k != count {
-                return Err(WriteError::LengthMismatch { what: "fewer pointers than declared" });
-            }
+            checked_links(links, count, a.size, |l, next_offset| n += dense::put_link(&mut b[n..], next_offset, ordinal, l))?;
             self.batch_len = start + n;
             self.batch_count += 1;
             self.batch_pointers += count;
@@ -514,18 +502,7 @@ impl<'b, S: Sink> Writer<'b, S> {
             let mut head = [0u8; dense::ENTRY_HEAD_MAX];
             let hn = dense::put_head(&mut head, 0, 0, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
             let mut len = hn as u64;
-            let (mut next_offset, mut k) = (0u64, 0u64);
-            for l in links.clone() {
-                k += 1;
-                if k > count || l.offset < next_offset || l.offset.checked_add(8).is_none_or(|e| e > a.size) {
-                    return Err(WriteError::LengthMismatch { what: "pointers out of order, outside the allocation or more than declared" });
-                }
-                len += dense::link_len(next_offset, ordinal, &l) as u64;
-                next_offset = l.offset + 8;
-            }
-            if k != count {
-                return Err(WriteError::LengthMismatch { what: "fewer pointers than declared" });
-            }
+            checked_links(links.clone(), count, a.size, |l, next_offset| len += dense::link_len(next_offset, ordinal, l) as u64)?;
             self.begin(tag::ALLOCS, dense::ALLOCS_FIXED as u64 + len)?;
             self.allocs_fixed(ordinal, 1, count, a.size)?;
             self.put(&head[..hn])?;
@@ -750,6 +727,26 @@ impl<'b, S: Sink> Writer<'b, S> {
         }
         Ok(())
     }
+}
+
+/// Walks an allocation's pointers for [`Writer::dense_alloc`], checking
+/// them (in increasing offset order, inside the `size` bytes, exactly
+/// `count`) and calling `each` with each and the end of the previous
+/// one's word; nothing is written on an error.
+fn checked_links<I: Iterator<Item = Link>>(links: I, count: u64, size: u64, mut each: impl FnMut(&Link, u64)) -> Result<(), WriteError> {
+    let (mut next_offset, mut k) = (0u64, 0u64);
+    for l in links {
+        k += 1;
+        if k > count || l.offset < next_offset || l.offset.checked_add(8).is_none_or(|e| e > size) {
+            return Err(WriteError::LengthMismatch { what: "pointers out of order, outside the allocation or more than declared" });
+        }
+        each(&l, next_offset);
+        next_offset = l.offset + 8;
+    }
+    if k != count {
+        return Err(WriteError::LengthMismatch { what: "fewer pointers than declared" });
+    }
+    Ok(())
 }
 
 fn len32(n: usize, what: &'static str) -> Result<u32, WriteError> {
