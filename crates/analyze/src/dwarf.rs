@@ -39,13 +39,52 @@ unsafe impl gimli::StableDeref for Bytes {}
 #[allow(unsafe_code)]
 unsafe impl gimli::CloneStableDeref for Bytes {}
 
+/// Why a module's symbols and debug information could not be read: its
+/// frames then stay as addresses.
+#[derive(Debug, thiserror::Error)]
+pub enum DebugError {
+    /// The file could not be opened or mapped.
+    #[error("{path}: {source}; its frames stay as addresses")]
+    Open {
+        /// The file the dump names.
+        path: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The file is empty.
+    #[error("{path}: empty file; its frames stay as addresses")]
+    Empty {
+        /// The file the dump names.
+        path: String,
+    },
+    /// The file is not the one the dump saw.
+    #[error("{path}: build id differs from the dump's; its frames stay as addresses")]
+    BuildId {
+        /// The file the dump names.
+        path: String,
+    },
+    /// The object file or its DWARF could not be parsed.
+    #[error("{path}: {what}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What the parser said.
+        what: String,
+    },
+}
+
 /// Maps a file a dump names (a regular file only: see `crate::input`).
-fn map(path: &str) -> Result<Rc<memmap2::Mmap>, String> {
+fn map(path: &str) -> Result<Rc<memmap2::Mmap>, DebugError> {
     match crate::input::map_regular(std::path::Path::new(path)) {
         Ok(Some(m)) => Ok(Rc::new(m)),
-        Ok(None) => Err(format!("{path}: empty file; its frames stay as addresses")),
-        Err(e) => Err(format!("{path}: {e}; its frames stay as addresses")),
+        Ok(None) => Err(DebugError::Empty { path: path.into() }),
+        Err(source) => Err(DebugError::Open { path: path.into(), source }),
     }
+}
+
+/// A parser's complaint about `path`.
+fn parse_error(path: &str, e: impl std::fmt::Display) -> DebugError {
+    DebugError::Parse { path: path.into(), what: e.to_string() }
 }
 
 /// What DWARF says about one frame's function beyond its name.
@@ -92,14 +131,14 @@ impl ModuleDebug {
     /// Loads `path`, checking its GNU build id against `build_id` (when
     /// the dump has one). Debug info may also come from
     /// `/usr/lib/debug/.build-id/xx/yyyy.debug` when the file has none.
-    pub fn load(path: &str, build_id: &[u8]) -> Result<ModuleDebug, String> {
+    pub fn load(path: &str, build_id: &[u8]) -> Result<ModuleDebug, DebugError> {
         // The path comes from the dump: only a regular file is mapped.
         let bytes = map(path)?;
-        let file = object::File::parse(&bytes[..]).map_err(|e| format!("{path}: {e}"))?;
+        let file = object::File::parse(&bytes[..]).map_err(|e| parse_error(path, e))?;
         if !build_id.is_empty() {
             let id = file.build_id().ok().flatten();
             if id != Some(build_id) {
-                return Err(format!("{path}: build id differs from the dump's; its frames stay as addresses"));
+                return Err(DebugError::BuildId { path: path.into() });
             }
         }
         let mut symbols: Vec<(u64, u64, String)> = file
@@ -119,7 +158,7 @@ impl ModuleDebug {
             let separate = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
             match map(&separate) {
                 Ok(b) => {
-                    let f = object::File::parse(&b[..]).map_err(|e| format!("{separate}: {e}"))?;
+                    let f = object::File::parse(&b[..]).map_err(|e| parse_error(&separate, e))?;
                     load_dwarf(&f, &b)
                 }
                 Err(_) => load_dwarf(&file, &bytes),
@@ -127,12 +166,12 @@ impl ModuleDebug {
         } else {
             load_dwarf(&file, &bytes)
         }
-        .map_err(|e| format!("{path}: {e}"))?;
+        .map_err(|e| parse_error(path, e))?;
         // addr2line shares the sections through an Arc; the reader is Rc-based
         // and the whole analysis runs on one thread.
         #[allow(clippy::arc_with_non_send_sync)]
         let dwarf = std::sync::Arc::new(dwarf);
-        let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| format!("{path}: {e}"))?;
+        let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| parse_error(path, e))?;
         Ok(ModuleDebug { ctx, dwarf, symbols, units: HashMap::new(), unit_starts: None, type_names: HashMap::new(), vtables: None })
     }
 
@@ -359,7 +398,7 @@ fn die_name(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::Debugging
 pub fn parse_vtable_name(name: &str) -> Option<(&str, &str)> {
     let inner = name.strip_prefix('<')?.strip_suffix(">::{vtable}")?;
     // The last " as " at level 0 separates the type from the trait.
-    let split = crate::types::levels(inner)
+    let split = crate::names::levels(inner)
         .filter(|&(i, c, level)| c == b' ' && level == 0 && inner[i..].starts_with(" as "))
         .map(|(i, ..)| i)
         .last();
@@ -367,13 +406,13 @@ pub fn parse_vtable_name(name: &str) -> Option<(&str, &str)> {
     Some((&inner[..i], &inner[i + 4..]))
 }
 
-fn load_dwarf(file: &object::File<'_>, data: &Rc<memmap2::Mmap>) -> Result<gimli::Dwarf<R>, String> {
+fn load_dwarf(file: &object::File<'_>, data: &Rc<memmap2::Mmap>) -> Result<gimli::Dwarf<R>, object::Error> {
     let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
     let base = data.as_ptr() as usize;
     let empty = || R::new(Bytes::Owned(Rc::from(&[][..])), endian);
-    let load = |id: gimli::SectionId| -> Result<R, String> {
+    let load = |id: gimli::SectionId| -> Result<R, object::Error> {
         let Some(section) = file.section_by_name(id.name()) else { return Ok(empty()) };
-        match section.uncompressed_data().map_err(|e| e.to_string())? {
+        match section.uncompressed_data()? {
             std::borrow::Cow::Borrowed(s) => {
                 // A slice of the file: share the mapping. An empty section
                 // (`objcopy --update-section .debug_aranges=/dev/null`) may

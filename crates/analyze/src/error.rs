@@ -6,8 +6,9 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AnalyzeError {
-    /// The file could not be read.
-    #[error("{}: {source}", path.display())]
+    /// The file could not be read. (Its message is the path; the source
+    /// says what went wrong, once, as every error chain does.)
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -16,7 +17,7 @@ pub enum AnalyzeError {
         source: std::io::Error,
     },
     /// The file is not a readable dump.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Format {
         /// The file.
         path: PathBuf,
@@ -37,6 +38,14 @@ pub enum AnalyzeError {
     NoSuchAllocation {
         /// The address asked for.
         address: u64,
+    },
+    /// No chain of pointers reaches the allocation.
+    #[error("no chain of pointers leads to {address:#x} ({class})")]
+    NoPath {
+        /// The address asked for.
+        address: u64,
+        /// The allocation's leak class.
+        class: &'static str,
     },
 }
 

@@ -1,6 +1,6 @@
 //! Grouping blocks by site, size class or type; comparing two dumps.
 
-use crate::heap::Heap;
+use crate::heap::{Heap, SiteId};
 use crate::symbols::Symbolizer;
 use crate::types::Types;
 use crate::{BlockId, DumpFile};
@@ -52,6 +52,20 @@ fn size_class_id(size: u64) -> u64 {
     }
 }
 
+/// Every block by size class, smallest class first (a histogram).
+pub fn size_histogram(heap: &Heap) -> Vec<Row> {
+    let mut acc: std::collections::BTreeMap<u64, (u64, f64, f64)> = std::collections::BTreeMap::new();
+    for b in heap.blocks() {
+        let e = acc.entry(size_class_id(b.size)).or_insert((b.size, 0.0, 0.0));
+        e.1 += heap.count_weight(&b);
+        e.2 += heap.weight(&b);
+    }
+    let acc: Vec<(u64, f64, f64)> = acc.into_values().filter(|&(_, n, w)| n > 0.0 || w > 0.0).collect();
+    let counts = crate::heap::round_keeping_sum(&acc.iter().map(|r| r.1).collect::<Vec<_>>());
+    let bytes = crate::heap::round_keeping_sum(&acc.iter().map(|r| r.2).collect::<Vec<_>>());
+    acc.iter().zip(counts).zip(bytes).map(|((&(size, ..), allocations), bytes)| Row { key: size_class(size), allocations, bytes }).collect()
+}
+
 /// Groups every block, largest byte count first.
 pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: GroupBy) -> Vec<Row> {
     // Each block's key is found through a small number (its site, its size
@@ -73,7 +87,7 @@ pub fn top(heap: &Heap, sym: &mut Symbolizer<'_>, types: &mut Types<'_>, by: Gro
     for (i, b) in heap.blocks().enumerate() {
         let slot = match by {
             GroupBy::Size | GroupBy::Site => {
-                let k = if by == GroupBy::Size { (0, size_class_id(b.size)) } else { (b.site, 0) };
+                let k = if by == GroupBy::Size { (0, size_class_id(b.size)) } else { (b.site.0, 0) };
                 match last {
                     Some((lk, ls)) if lk == k => ls,
                     _ => {
@@ -134,7 +148,7 @@ pub fn retained_by(
 ) -> Vec<RetainedRow> {
     let mut index: HashMap<String, u32> = HashMap::new();
     let mut names: Vec<String> = Vec::new();
-    let mut by_site: HashMap<u32, u32> = HashMap::new();
+    let mut by_site: HashMap<SiteId, u32> = HashMap::new();
     let mut group_of = Vec::with_capacity(heap.len());
     let mut intern = |name: String, names: &mut Vec<String>| -> u32 {
         *index.entry(name.clone()).or_insert_with(|| {

@@ -1,4 +1,5 @@
-//! Loading a dump into a compact graph.
+//! The graph of a dump: its blocks, pointers and roots (loaded by
+//! [`Heap::load`], in `load.rs`).
 //!
 //! Blocks (live allocations) are sorted by address and numbered
 //! ([`BlockId`]); the pointers between them are stored in compressed
@@ -8,10 +9,7 @@
 //! the start or the inside of a live block). Roots come from the thread
 //! stacks and registers and the static segments.
 
-use crate::error::{AnalyzeError, Result};
-use crate::file::DumpFile;
-use crate::prefetch::prefetch;
-use heapdump_format::{raw, Header, Record, Trailer};
+use heapdump_format::{raw, Header, Trailer};
 use std::collections::HashMap;
 
 /// Index of a block in [`Heap::blocks`] (by address).
@@ -25,6 +23,22 @@ impl BlockId {
     }
 }
 
+/// An allocation site as the dump numbers it: the key of its SITE record
+/// (its return addresses); [`SiteId::NONE`] when no site was recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteId(pub u32);
+
+impl SiteId {
+    /// No site recorded (tracking without backtraces, an unsampled block).
+    pub const NONE: SiteId = SiteId(0);
+}
+
+impl std::fmt::Display for SiteId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// One live allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {
@@ -32,8 +46,8 @@ pub struct Block {
     pub addr: u64,
     /// Requested size.
     pub size: u64,
-    /// Site id (0 = none).
-    pub site: u32,
+    /// Its allocation site.
+    pub site: SiteId,
     /// `ALLOC_*` flags.
     pub flags: u8,
 }
@@ -180,18 +194,18 @@ pub struct Heap {
     /// Threads.
     pub threads: Vec<ThreadInfo>,
     /// Sites by id: return addresses, innermost first.
-    pub sites: HashMap<u32, Vec<u64>>,
+    pub sites: HashMap<SiteId, Vec<u64>>,
     /// Blocks sorted by address.
-    blocks: Blocks,
+    pub(crate) blocks: Blocks,
     /// Start of each block's edges (n + 1 entries).
-    edge_start: Vec<u32>,
-    edge_target: Vec<u32>,
-    edge_offset: Offsets,
+    pub(crate) edge_start: Vec<u32>,
+    pub(crate) edge_target: Vec<u32>,
+    pub(crate) edge_offset: Offsets,
     /// Offsets into the target of interior edges, by edge index.
-    interior_into: HashMap<u32, u64>,
+    pub(crate) interior_into: HashMap<u32, u64>,
     /// The block of each allocation ordinal (file order), when the dump's
     /// allocations were not in address order; else the ordinal is the block.
-    block_of: Option<Vec<u32>>,
+    pub(crate) block_of: Option<Vec<u32>>,
     /// Root pointers.
     pub roots: Vec<Root>,
     /// Where roots live.
@@ -205,9 +219,9 @@ pub struct Heap {
     /// Whether every root record was read: the dump is complete, or was cut
     /// after the roots (writers put THREAD and STATIC records before SITE
     /// and ALLOC ones).
-    roots_complete: bool,
+    pub(crate) roots_complete: bool,
     /// How sampled blocks stand for the unsampled rest (see [`Heap::weight`]).
-    sample_scale: std::sync::OnceLock<Option<(f64, f64)>>,
+    pub(crate) sample_scale: std::sync::OnceLock<Option<(f64, f64)>>,
 }
 
 /// The blocks, sorted by address, 16 bytes each: the address, then the
@@ -217,7 +231,7 @@ pub struct Heap {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Blocks {
     pub(crate) packed: Vec<Packed>,
-    wide: HashMap<u32, (u64, u32)>,
+    wide: HashMap<u32, (u64, SiteId)>,
 }
 
 /// A block as [`Blocks`] stores it.
@@ -230,11 +244,11 @@ pub(crate) struct Packed {
 impl Blocks {
     const WIDE: u64 = u32::MAX as u64;
 
-    fn from_sorted(list: &[Block]) -> Blocks {
+    pub(crate) fn from_sorted(list: &[Block]) -> Blocks {
         let mut b = Blocks { packed: Vec::with_capacity(list.len()), wide: HashMap::new() };
         for (i, x) in list.iter().enumerate() {
-            let (size, site) = if x.size < Self::WIDE && x.site < 1 << 24 {
-                (x.size, x.site)
+            let (size, site) = if x.size < Self::WIDE && x.site.0 < 1 << 24 {
+                (x.size, x.site.0)
             } else {
                 b.wide.insert(i as u32, (x.size, x.site));
                 (Self::WIDE, 0)
@@ -266,15 +280,15 @@ impl Blocks {
     pub(crate) fn get(&self, i: usize) -> Block {
         let p = self.packed[i];
         let (size, site) = match p.rest & Self::WIDE {
-            Self::WIDE => self.wide.get(&(i as u32)).copied().unwrap_or((0, 0)),
-            s => (s, (p.rest >> 32) as u32 & 0xff_ffff),
+            Self::WIDE => self.wide.get(&(i as u32)).copied().unwrap_or((0, SiteId::NONE)),
+            s => (s, SiteId((p.rest >> 32) as u32 & 0xff_ffff)),
         };
         Block { addr: p.addr, size, site, flags: (p.rest >> 56) as u8 }
     }
 
     /// `lo` plus the number of blocks in `lo..hi` starting at or before `v`.
     #[inline]
-    fn partition(&self, lo: usize, hi: usize, v: u64) -> usize {
+    pub(crate) fn partition(&self, lo: usize, hi: usize, v: u64) -> usize {
         lo + self.packed[lo..hi].partition_point(|b| b.addr <= v)
     }
 }
@@ -287,7 +301,7 @@ impl Blocks {
 /// edge index: a program's big pointer array (10 M entries) made a hash
 /// map of them the costliest part of loading.
 #[derive(Clone, Debug, Default)]
-struct Offsets {
+pub(crate) struct Offsets {
     words: Vec<u16>,
     wide: Vec<(u32, u64)>,
 }
@@ -295,11 +309,11 @@ struct Offsets {
 impl Offsets {
     const WIDE: u16 = u16::MAX;
 
-    fn with_capacity(n: usize) -> Offsets {
+    pub(crate) fn with_capacity(n: usize) -> Offsets {
         Offsets { words: Vec::with_capacity(n), wide: Vec::new() }
     }
 
-    fn push(&mut self, offset: u64) {
+    pub(crate) fn push(&mut self, offset: u64) {
         match u16::try_from(offset / 8) {
             Ok(w) if offset % 8 == 0 && w != Self::WIDE => self.words.push(w),
             _ => {
@@ -309,7 +323,7 @@ impl Offsets {
         }
     }
 
-    fn get(&self, k: usize) -> u64 {
+    pub(crate) fn get(&self, k: usize) -> u64 {
         match self.words[k] {
             Self::WIDE => self.wide.binary_search_by_key(&(k as u32), |w| w.0).map_or(0, |i| self.wide[i].1),
             w => u64::from(w) * 8,
@@ -317,13 +331,13 @@ impl Offsets {
     }
 
     /// Appends the offsets of the edges that follow these.
-    fn append(&mut self, next: Offsets) {
+    pub(crate) fn append(&mut self, next: Offsets) {
         let base = self.words.len() as u32;
         self.words.extend(next.words);
         self.wide.extend(next.wide.into_iter().map(|(k, v)| (k + base, v)));
     }
 
-    fn shrink_to_fit(&mut self) {
+    pub(crate) fn shrink_to_fit(&mut self) {
         self.words.shrink_to_fit();
         self.wide.shrink_to_fit();
     }
@@ -336,205 +350,6 @@ pub(crate) const INTERIOR: u32 = 1 << 31;
 pub const MAX_BLOCKS: usize = (1 << 31) - 1;
 
 impl Heap {
-    /// Loads a dump. `progress` is called with (bytes read, total) as the
-    /// records are walked (three passes).
-    ///
-    /// A dump cut short loads as far as it is intact, with `truncated`
-    /// saying where it stops; any other damage is an error.
-    ///
-    /// Roots that are not roots: the C library's own data holds the malloc
-    /// arena's state, whose `top` pointer names the chunk after the newest
-    /// block and so can point *inside* that block. Pointers from the C
-    /// library's writable segments therefore count as roots only when they
-    /// point at the start of a block (stdio buffers and other blocks libc
-    /// itself holds stay reachable; a block merely adjacent to the arena's
-    /// top does not become "possibly lost").
-    pub fn load(file: &DumpFile, progress: &mut dyn FnMut(u64, u64)) -> Result<Heap> {
-        let dump = file.dump()?;
-        let total = file.bytes().len() as u64 * 2;
-        let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
-        let mut heap = Heap::empty(*dump.header());
-        // Sized from the count the trailer claims (bounded by what the file
-        // could hold), so the table is not grown by doubling.
-        let claimed_allocs = dump.claimed_counts().map_or(0, |c| c.0);
-        let fit = (file.bytes().len() / (raw::RECORD_HEADER_SIZE + raw::ALLOC_FIXED)).min(MAX_BLOCKS);
-        // The blocks as read; packed once sorted.
-        let mut list: Vec<Block> = Vec::with_capacity((claimed_allocs as usize).min(fit));
-        // Writers emit ALLOC records in address order; when a dump's are
-        // not, the blocks are sorted and the edges permuted after pass 2.
-        let mut sorted = true;
-        // Pointers before and from the split (compact dumps), to size pass 2's tables.
-        let mut pointers = [0usize; 2];
-        // Pass 1: everything but edges. It also picks where pass 2 splits
-        // the records between two threads: the first ALLOC record past the
-        // middle of the file.
-        let mut end_of_valid = file.bytes().len();
-        let middle = file.bytes().len() as u64 / 2;
-        let mut split: Option<(u64, usize)> = None;
-        let mut after_roots = false;
-        for r in dump.records() {
-            let (off, rec) = match r {
-                Ok(x) => x,
-                Err(e) if e.is_truncation() => {
-                    heap.truncated = Some(e.to_string());
-                    end_of_valid = e.offset() as usize;
-                    break;
-                }
-                Err(e) => return Err(fmt_err(e)),
-            };
-            if list.len() % 65536 == 0 {
-                progress(off, total);
-            }
-            match rec {
-                Record::Process(p) => {
-                    heap.exe = String::from_utf8_lossy(p.exe).into_owned();
-                    heap.cmdline =
-                        p.cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-                    heap.backtrace = p.backtrace;
-                    heap.sample_mean = p.sample_mean;
-                }
-                Record::Module(m) => heap.modules.push(ModuleInfo {
-                    path: String::from_utf8_lossy(m.path).into_owned(),
-                    build_id: m.build_id.to_vec(),
-                    bias: m.bias,
-                    segments: m.segments().collect(),
-                }),
-                Record::Thread(t) => heap.threads.push(ThreadInfo {
-                    tid: t.tid,
-                    name: String::from_utf8_lossy(t.name).into_owned(),
-                    flags: t.flags,
-                    stack: (t.stack_start, t.stack_end),
-                }),
-                Record::Site(s) => {
-                    after_roots = true;
-                    heap.sites.insert(s.id, s.frames().collect());
-                }
-                Record::Alloc(a) => {
-                    after_roots = true;
-                    if split.is_none() && off >= middle {
-                        split = Some((off, list.len()));
-                    }
-                    if list.len() >= MAX_BLOCKS {
-                        return Err(AnalyzeError::TooLarge {
-                            path: file.path().to_path_buf(),
-                            what: format!("more than {MAX_BLOCKS} allocations"),
-                        });
-                    }
-                    if let Some(last) = list.last() {
-                        sorted &= last.addr < a.address;
-                    }
-                    if let heapdump_format::ContentsRef::Compact(p) = a.contents {
-                        pointers[usize::from(split.is_some())] += p.len();
-                    }
-                    list.push(Block { addr: a.address, size: a.size, site: a.site, flags: a.flags });
-                }
-                Record::Allocs(a) => {
-                    after_roots = true;
-                    if split.is_none() && off >= middle {
-                        split = Some((off, list.len()));
-                    }
-                    if list.len() + a.count as usize > MAX_BLOCKS {
-                        return Err(AnalyzeError::TooLarge {
-                            path: file.path().to_path_buf(),
-                            what: format!("more than {MAX_BLOCKS} allocations"),
-                        });
-                    }
-                    pointers[usize::from(split.is_some())] += a.pointers as usize;
-                    list.reserve(a.count as usize);
-                    for e in a.entries() {
-                        let e = e.map_err(fmt_err)?;
-                        if let Some(last) = list.last() {
-                            sorted &= last.addr < e.address;
-                        }
-                        list.push(Block { addr: e.address, size: e.size, site: e.site, flags: e.flags });
-                    }
-                }
-                Record::End(t) => heap.trailer = Some(t),
-                Record::Signal(g) => heap.signal = Some(g),
-                Record::Limit(_) | Record::History(_) => {}
-                Record::Static(_) | Record::Unknown { .. } => {}
-            }
-        }
-        heap.roots_complete = heap.truncated.is_none() || after_roots;
-        // Sort by address when needed, remembering each block's record.
-        let n = list.len();
-        let rec_of: Option<Vec<u32>> = (!sorted).then(|| {
-            let mut order: Vec<(u64, u32)> = list.iter().enumerate().map(|(i, b)| (b.addr, i as u32)).collect();
-            order.sort_unstable_by_key(|p| p.0);
-            list = order.iter().map(|&(_, i)| list[i as usize]).collect();
-            order.into_iter().map(|(_, i)| i).collect()
-        });
-        // Overlapping or duplicate blocks would make lookups ambiguous: a
-        // writer never produces them, so they mean a damaged dump.
-        for w in list.windows(2) {
-            if w[1].addr < w[0].addr.saturating_add(w[0].size.max(1)) {
-                return Err(fmt_err(heapdump_format::Error::Malformed { offset: 0, what: "two allocations overlap" }));
-            }
-        }
-        heap.blocks = Blocks::from_sorted(&list);
-        drop(list);
-        // ALLOCS pointers name their targets by ordinal (file order): the
-        // block of each ordinal, when the sort moved them.
-        let block_of: Option<Vec<u32>> = rec_of.as_ref().map(|rec_of| {
-            let mut v = vec![0u32; n];
-            for (b, &r) in rec_of.iter().enumerate() {
-                v[r as usize] = b as u32;
-            }
-            v
-        });
-        let dir = Directory::new(&heap.blocks);
-        let libc_modules: Vec<bool> = heap.modules.iter().map(|m| is_libc(&m.path)).collect();
-        let mut thread_names: HashMap<u32, String> = HashMap::new();
-        for t in &heap.threads {
-            thread_names.insert(t.tid, t.name.clone());
-        }
-        // Pass 2: edges in record order, and roots; the two halves of the
-        // records on two threads, then joined.
-        let module_paths: Vec<std::sync::Arc<str>> = heap.modules.iter().map(|m| m.path.as_str().into()).collect();
-        let ctx = Pass2 {
-            blocks: &heap.blocks,
-            block_of: block_of.as_deref(),
-            dir: &dir,
-            libc_modules: &libc_modules,
-            module_paths: &module_paths,
-            thread_names: &thread_names,
-            path: file.path(),
-            bytes: file.bytes().len() as u64,
-            total,
-        };
-        let header_end = raw::FILE_HEADER_SIZE as u64;
-        let (split_off, split_n) = split.unwrap_or((end_of_valid as u64, n));
-        let (first, second) = std::thread::scope(|sc| {
-            let second =
-                sc.spawn(|| ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, pointers[1], &mut |_, _| {}));
-            let first = ctx.run(dump.records_between(header_end, split_off), split_n, pointers[0] + pointers[1], progress);
-            (first, second.join())
-        });
-        let mut part = first?;
-        let second = second.map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "pass 2 failed".into() })??;
-        part.append(second)
-            .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() })?;
-        let Part { mut start, mut target, mut offset, mut interior_into, roots, root_regions } = part;
-        start.reserve_exact((n + 1).saturating_sub(start.len()));
-        while start.len() <= n {
-            start.push(target.len() as u32);
-        }
-        if let Some(rec_of) = rec_of {
-            (start, target, offset, interior_into) = to_block_order(&rec_of, &start, &target, &offset, &interior_into);
-        }
-        target.shrink_to_fit();
-        offset.shrink_to_fit();
-        progress(total, total);
-        heap.edge_start = start;
-        heap.edge_target = target;
-        heap.edge_offset = offset;
-        heap.interior_into = interior_into;
-        heap.block_of = block_of;
-        heap.roots = roots;
-        heap.root_regions = root_regions;
-        Ok(heap)
-    }
-
     /// Builds a heap directly (for tests and synthetic benchmarks): blocks
     /// sorted by address, edges as (source, target, offset, interior).
     /// Edges are (source, target, source offset, offset into the target;
@@ -592,7 +407,7 @@ impl Heap {
         Some(self.blocks.addr(b))
     }
 
-    fn empty(header: Header) -> Heap {
+    pub(crate) fn empty(header: Header) -> Heap {
         Heap {
             header,
             exe: String::new(),
@@ -631,6 +446,17 @@ impl Heap {
     /// `report`.
     pub fn root_region_count(&self) -> u64 {
         self.root_regions.iter().filter(|r| r.kind != RootKind::Registers).count() as u64
+    }
+
+    /// The module whose executable segment holds `addr` (its index in
+    /// [`Heap::modules`]): where a return address's code comes from.
+    pub fn code_module(&self, addr: u64) -> Option<usize> {
+        self.modules.iter().position(|m| {
+            m.segments.iter().any(|s| {
+                let start = m.bias.wrapping_add(s.vaddr);
+                s.flags & raw::SEG_X != 0 && addr >= start && addr < start.wrapping_add(s.memsz)
+            })
+        })
     }
 
     /// Number of blocks.
@@ -807,524 +633,10 @@ pub fn round_keeping_sum(values: &[f64]) -> Vec<u64> {
     out
 }
 
-/// What pass 2 of [`Heap::load`] reads, shared by its threads.
-struct Pass2<'a> {
-    blocks: &'a Blocks,
-    /// The block of each ordinal, when it is not the ordinal itself.
-    block_of: Option<&'a [u32]>,
-    dir: &'a Directory,
-    libc_modules: &'a [bool],
-    /// The modules' paths, shared by their STATIC records' regions.
-    module_paths: &'a [std::sync::Arc<str>],
-    thread_names: &'a HashMap<u32, String>,
-    path: &'a std::path::Path,
-    bytes: u64,
-    total: u64,
-}
-
-/// Edges and roots of a run of records.
-struct Part {
-    /// Start of each ALLOC record's edges.
-    start: Vec<u32>,
-    target: Vec<u32>,
-    offset: Offsets,
-    interior_into: HashMap<u32, u64>,
-    roots: Vec<Root>,
-    root_regions: Vec<RootRegion>,
-}
-
-impl Part {
-    /// Appends the part that follows this one in the file.
-    fn append(&mut self, next: Part) -> std::result::Result<(), ()> {
-        let base = u32::try_from(self.target.len()).map_err(|_| ())?;
-        if self.target.len() + next.target.len() >= INTERIOR as usize {
-            return Err(());
-        }
-        let regions = self.root_regions.len() as u32;
-        // Room for the final entry too: a doubling for that one push would
-        // cost 4 bytes per block.
-        self.start.reserve_exact(next.start.len() + 1);
-        self.start.extend(next.start.into_iter().map(|s| s + base));
-        self.target.extend(next.target);
-        self.offset.append(next.offset);
-        self.interior_into.extend(next.interior_into.into_iter().map(|(k, v)| (k + base, v)));
-        self.roots.extend(next.roots.into_iter().map(|r| Root { region: r.region + regions, ..r }));
-        self.root_regions.extend(next.root_regions);
-        Ok(())
-    }
-}
-
-impl Pass2<'_> {
-    /// Resolves the pointers of `records` (at most `allocs` ALLOC records).
-    /// `pointers` sizes the edge tables (the compact records' counts).
-    fn run(
-        &self,
-        records: heapdump_format::Records<'_>,
-        allocs: usize,
-        pointers: usize,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<Part> {
-        let too_many = || AnalyzeError::TooLarge { path: self.path.to_path_buf(), what: "more than 2^31 pointers".into() };
-        let mut p = Part {
-            start: Vec::with_capacity(allocs + 1),
-            target: Vec::with_capacity(pointers),
-            offset: Offsets::with_capacity(pointers),
-            interior_into: HashMap::new(),
-            roots: Vec::new(),
-            root_regions: Vec::new(),
-        };
-        let blocks = self.blocks;
-        let find = |v: u64| self.dir.find(blocks, v);
-        let mut pipe = Pipeline::new(self.dir, blocks);
-        let mut records_seen = 0usize;
-        for r in records {
-            let Ok((off, rec)) = r else { break };
-            if off % (1 << 22) < 64 {
-                progress(self.bytes + off, self.total);
-            }
-            match rec {
-                Record::Alloc(a) => {
-                    if records_seen >= allocs {
-                        break;
-                    }
-                    records_seen += 1;
-                    pipe.push(Pending::Start, &mut p).map_err(|_| too_many())?;
-                    for (o, v) in a.contents.words(a.address) {
-                        if let Some(located) = self.dir.in_range(v).then(|| self.dir.locate(v)).flatten() {
-                            pipe.push(Pending::Word { v, o, located }, &mut p).map_err(|_| too_many())?;
-                        }
-                    }
-                }
-                Record::Allocs(a) => {
-                    for e in a.entries() {
-                        let Ok(e) = e else { break };
-                        if records_seen >= allocs {
-                            break;
-                        }
-                        records_seen += 1;
-                        pipe.push(Pending::Start, &mut p).map_err(|_| too_many())?;
-                        for l in e.links {
-                            // Resolved by ordinal: no lookup. A target past
-                            // the blocks read (a cut dump) or a delta past
-                            // its size is not a pointer.
-                            let Some(b) = usize::try_from(l.target).ok().filter(|&t| t < blocks.len()) else { continue };
-                            let b = self.block_of.map_or(b as u32, |m| m[b]);
-                            if l.delta != 0 && l.delta >= blocks.size(b as usize) {
-                                continue;
-                            }
-                            pipe.push(Pending::Resolved { b, o: l.offset, into: l.delta }, &mut p).map_err(|_| too_many())?;
-                        }
-                    }
-                }
-                Record::Thread(t) => {
-                    let name: std::sync::Arc<str> = self.thread_names.get(&t.tid).map_or_else(|| "".into(), |n| n.as_str().into());
-                    let region = p.root_regions.len() as u32;
-                    p.root_regions.push(RootRegion {
-                        kind: RootKind::Stack,
-                        address: t.stack_start,
-                        tid: t.tid,
-                        owner: name.clone(),
-                        name: "".into(),
-                        libc: false,
-                    });
-                    for (o, v) in t.contents.words(t.stack_start) {
-                        if let Some((b, interior)) = find(v) {
-                            p.roots.push(Root { region, offset: o, target: b, interior, into: v - blocks.addr(b.index()) });
-                        }
-                    }
-                    let region = p.root_regions.len() as u32;
-                    p.root_regions.push(RootRegion {
-                        kind: RootKind::Registers,
-                        address: 0,
-                        tid: t.tid,
-                        owner: name,
-                        name: "".into(),
-                        libc: false,
-                    });
-                    for (i, v) in t.regs().enumerate() {
-                        if let Some((b, interior)) = find(v) {
-                            p.roots.push(Root { region, offset: i as u64, target: b, interior, into: v - blocks.addr(b.index()) });
-                        }
-                    }
-                    if let Some((b, interior)) = find(t.tls) {
-                        p.roots.push(Root { region, offset: u64::MAX, target: b, interior, into: t.tls - blocks.addr(b.index()) });
-                    }
-                }
-                Record::Static(s) => {
-                    let libc = self.libc_modules.get(s.module as usize).copied().unwrap_or(false);
-                    let name: std::sync::Arc<str> = String::from_utf8_lossy(s.name).into();
-                    let owner = if s.module == raw::NO_MODULE {
-                        name.clone()
-                    } else {
-                        self.module_paths.get(s.module as usize).cloned().unwrap_or_else(|| "".into())
-                    };
-                    let region = p.root_regions.len() as u32;
-                    p.root_regions.push(RootRegion { kind: RootKind::Static, address: s.address, tid: 0, owner, name, libc });
-                    for (o, v) in s.contents.words(s.address) {
-                        if let Some((b, interior)) = find(v) {
-                            if libc && interior {
-                                continue;
-                            }
-                            p.roots.push(Root { region, offset: o, target: b, interior, into: v - blocks.addr(b.index()) });
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        pipe.drain(&mut p).map_err(|_| too_many())?;
-        Ok(p)
-    }
-}
-
-/// Pass 2's lookups of the ALLOC records' words, pipelined so that the
-/// cache misses of many lookups overlap: a word's granule entry is
-/// prefetched as it enters, the block it names [`LAG`] words later, and
-/// the lookup finished [`LAG`] words after that, in record order.
-struct Pipeline<'a> {
-    dir: &'a Directory,
-    blocks: &'a Blocks,
-    ring: std::collections::VecDeque<Pending>,
-}
-
-const LAG: usize = 12;
-
-/// A step of pass 2 waiting in the [`Pipeline`].
-#[derive(Clone, Copy)]
-enum Pending {
-    /// The start of an ALLOC record's edges.
-    Start,
-    /// A word (offset, value) that may point into a block, located.
-    Word { v: u64, o: u64, located: (u32, Option<usize>) },
-    /// A pointer whose block is known (ALLOCS): at offset `o`, `into` bytes
-    /// into block `b`.
-    Resolved { b: u32, o: u64, into: u64 },
-}
-
-impl<'a> Pipeline<'a> {
-    fn new(dir: &'a Directory, blocks: &'a Blocks) -> Pipeline<'a> {
-        Pipeline { dir, blocks, ring: std::collections::VecDeque::with_capacity(2 * LAG + 1) }
-    }
-
-    /// Queues a step, finishing the oldest one when the pipeline is full.
-    /// `Err` when the edges outgrow 2^31.
-    #[inline]
-    fn push(&mut self, step: Pending, p: &mut Part) -> std::result::Result<(), ()> {
-        // Nothing waiting: a step with no lookup (ALLOCS) is done at once.
-        if self.ring.is_empty() && !matches!(step, Pending::Word { .. }) {
-            return self.finish(step, p);
-        }
-        if let Pending::Word { located: (_, Some(e)), .. } = step {
-            prefetch(self.dir.table(), e);
-        }
-        self.ring.push_back(step);
-        let n = self.ring.len();
-        if n > LAG {
-            if let Pending::Word { located, .. } = self.ring[n - 1 - LAG] {
-                prefetch(&self.blocks.packed, self.dir.first_block(located));
-            }
-        }
-        if n > 2 * LAG {
-            if let Some(step) = self.ring.pop_front() {
-                self.finish(step, p)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Finishes every queued step.
-    fn drain(&mut self, p: &mut Part) -> std::result::Result<(), ()> {
-        while let Some(step) = self.ring.pop_front() {
-            self.finish(step, p)?;
-        }
-        if p.target.len() >= INTERIOR as usize {
-            return Err(());
-        }
-        Ok(())
-    }
-
-    #[inline]
-    fn finish(&self, step: Pending, p: &mut Part) -> std::result::Result<(), ()> {
-        match step {
-            Pending::Start => {
-                if p.target.len() >= INTERIOR as usize {
-                    return Err(());
-                }
-                p.start.push(p.target.len() as u32);
-            }
-            Pending::Resolved { b, o, into } => {
-                if into != 0 {
-                    p.interior_into.insert(p.target.len() as u32, into);
-                }
-                p.target.push(b | if into != 0 { INTERIOR } else { 0 });
-                p.offset.push(o);
-            }
-            Pending::Word { v, o, located } => {
-                if let Some((b, interior)) = self.dir.finish(self.blocks, v, located) {
-                    if interior {
-                        p.interior_into.insert(p.target.len() as u32, v - self.blocks.addr(b.index()));
-                    }
-                    p.target.push(b.0 | if interior { INTERIOR } else { 0 });
-                    p.offset.push(o);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The edge tables of a dump whose ALLOC records were not in address
-/// order, from record order (`start`, …) to block order; `rec_of[b]` is
-/// block `b`'s record.
-fn to_block_order(
-    rec_of: &[u32],
-    start: &[u32],
-    target: &[u32],
-    offset: &Offsets,
-    interior_into: &HashMap<u32, u64>,
-) -> (Vec<u32>, Vec<u32>, Offsets, HashMap<u32, u64>) {
-    let mut new_start = Vec::with_capacity(rec_of.len() + 1);
-    let mut new_target = Vec::with_capacity(target.len());
-    let mut new_offset = Offsets::with_capacity(target.len());
-    let mut new_into = HashMap::with_capacity(interior_into.len());
-    for &r in rec_of {
-        new_start.push(new_target.len() as u32);
-        let (s, e) = (start[r as usize] as usize, start[r as usize + 1] as usize);
-        for (k, &t) in target.iter().enumerate().take(e).skip(s) {
-            if t & INTERIOR != 0 {
-                if let Some(&into) = interior_into.get(&(k as u32)) {
-                    new_into.insert(new_target.len() as u32, into);
-                }
-            }
-            new_target.push(t);
-            new_offset.push(offset.get(k));
-        }
-    }
-    new_start.push(new_target.len() as u32);
-    (new_start, new_target, new_offset, new_into)
-}
-
-fn is_libc(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    name.starts_with("libc.so") || name.starts_with("libc-2.")
-}
-
-/// Contents of the blocks that interior pointers point into: what the
-/// leak heuristics look at. Built by one more pass over the dump.
-pub struct DumpContents<'a> {
-    words: HashMap<u32, BlockWords<'a>>,
-}
-
-/// First word, second word (full dumps) and contents (full dumps).
-type BlockWords<'a> = (u64, Option<u64>, Option<&'a [u8]>);
-
-impl<'a> DumpContents<'a> {
-    /// Collects the first words (and, in full dumps, the contents) of every
-    /// block an interior pointer points into.
-    pub fn build(file: &'a DumpFile, heap: &Heap) -> DumpContents<'a> {
-        let mut wanted = std::collections::HashSet::new();
-        for r in &heap.roots {
-            if r.interior {
-                wanted.insert(r.target.0);
-            }
-        }
-        for &k in heap.interior_into.keys() {
-            wanted.insert(heap.edge_target[k as usize] & !INTERIOR);
-        }
-        let mut words = HashMap::new();
-        if wanted.is_empty() {
-            return DumpContents { words };
-        }
-        let Ok(dump) = heapdump_format::Dump::parse(file.bytes()) else { return DumpContents { words } };
-        for r in dump.records() {
-            let a = match r {
-                Ok((_, Record::Alloc(a))) => a,
-                Ok((_, Record::Allocs(a))) => {
-                    // Compact: the first word alone, which may be the
-                    // block's first pointer (its target's address plus
-                    // its delta).
-                    for e in a.entries() {
-                        let Ok(e) = e else { break };
-                        let Some(b) = heap.find_start(e.address).filter(|b| wanted.contains(&b.0)) else { continue };
-                        let first = match e.first_word {
-                            heapdump_format::FirstWord::Value(v) => v,
-                            heapdump_format::FirstWord::FirstLink => e
-                                .links
-                                .clone()
-                                .next()
-                                .map_or(0, |l| heap.block_ordinal_address(l.target).map_or(0, |t| t.wrapping_add(l.delta))),
-                        };
-                        words.insert(b.0, (first, None, None));
-                    }
-                    continue;
-                }
-                Ok(_) => continue,
-                Err(_) => break,
-            };
-            let Some(b) = heap.find_start(a.address) else { continue };
-            if !wanted.contains(&b.0) {
-                continue;
-            }
-            match a.contents {
-                heapdump_format::ContentsRef::Full(bytes) => {
-                    let w1 = bytes.get(8..16).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
-                    words.insert(b.0, (a.first_word, w1, Some(bytes)));
-                }
-                heapdump_format::ContentsRef::Compact(_) => {
-                    words.insert(b.0, (a.first_word, None, None));
-                }
-            }
-        }
-        DumpContents { words }
-    }
-}
-
-impl crate::leaks::Contents for DumpContents<'_> {
-    fn word(&self, b: BlockId, i: usize) -> Option<u64> {
-        let e = self.words.get(&b.0)?;
-        match i {
-            0 => Some(e.0),
-            1 => e.1,
-            _ => None,
-        }
-    }
-    fn tail(&self, b: BlockId, offset: u64) -> Option<&[u8]> {
-        self.words.get(&b.0)?.2?.get(usize::try_from(offset).ok()?..)
-    }
-}
-
-/// An index over the sorted blocks for "which block holds this address"
-/// during loading. The blocks are cut into regions wherever two
-/// consecutive blocks start more than [`REGION_GAP`] bytes apart (a heap
-/// arena, a thread's arena, a large mapped block); each region has a dense
-/// table with, for every granule of its address range, the first block
-/// starting at or after the granule. A lookup is a binary search over the
-/// few regions, one read of that table (a few bytes per granule: small
-/// enough to stay in cache), and a search among the blocks starting in the
-/// granule. The granule grows from 512 bytes until the tables hold at most
-/// a few entries per block, whatever the layout.
-struct Directory {
-    regions: Vec<Region>,
-    /// Every region's table, one after the other.
-    firsts: Vec<u32>,
-    /// log2 of the granule size.
-    shift: u32,
-    lo: u64,
-    hi: u64,
-}
-
-/// Blocks starting further apart than this begin a new region.
-const REGION_GAP: u64 = 1 << 20;
-
-#[derive(Clone, Copy)]
-struct Region {
-    /// Address of the region's first block.
-    start: u64,
-    /// One past its last block.
-    end: u32,
-    /// Its table: `firsts[table..table + granules]`, granule 0 being the
-    /// one `start` is in.
-    table: usize,
-    granules: usize,
-}
-
-impl Directory {
-    fn new(blocks: &Blocks) -> Directory {
-        let mut shift = 9;
-        loop {
-            // Table entries this granule needs; a coarser one when too many.
-            let mut total = 0u64;
-            for_each_region(blocks, |first, last| {
-                total += ((blocks.addr(last) >> shift) - (blocks.addr(first) >> shift)) + 1;
-            });
-            if total <= 4 * blocks.len() as u64 + 4096 || shift >= 40 {
-                break;
-            }
-            shift += 1;
-        }
-        let mut d = Directory { regions: Vec::new(), firsts: Vec::new(), shift, lo: u64::MAX, hi: 0 };
-        for_each_region(blocks, |first, last| {
-            let g0 = blocks.addr(first) >> shift;
-            let granules = ((blocks.addr(last) >> shift) - g0 + 1) as usize;
-            let table = d.firsts.len();
-            let mut i = first;
-            for g in 0..granules as u64 {
-                // First block at or after the granule's start.
-                while i <= last && blocks.addr(i) >> shift < g0 + g {
-                    i += 1;
-                }
-                d.firsts.push(i as u32);
-            }
-            d.regions.push(Region { start: blocks.addr(first), end: last as u32 + 1, table, granules });
-        });
-        d.lo = blocks.packed.first().map_or(u64::MAX, |b| b.addr);
-        d.hi = (0..blocks.len()).map(|i| blocks.addr(i).saturating_add(blocks.size(i).max(1))).max().unwrap_or(0);
-        d
-    }
-
-    /// Whether `v` may point into a block at all (a quick filter).
-    #[inline]
-    fn in_range(&self, v: u64) -> bool {
-        v >= self.lo && v < self.hi
-    }
-
-    /// First step of a lookup: the region holding `v` and the entry of its
-    /// granule (`None`: past the region's last block start).
-    #[inline]
-    fn locate(&self, v: u64) -> Option<(u32, Option<usize>)> {
-        let r = self.regions.partition_point(|r| r.start <= v).checked_sub(1)?;
-        let reg = &self.regions[r];
-        let g = (v >> self.shift) - (reg.start >> self.shift);
-        Some((r as u32, (g < reg.granules as u64).then(|| reg.table + g as usize)))
-    }
-
-    /// Where [`Directory::finish`] will read the table, for prefetching.
-    #[inline]
-    fn table(&self) -> &[u32] {
-        &self.firsts
-    }
-
-    /// The first block a lookup of `v` reads, once located.
-    #[inline]
-    fn first_block(&self, located: (u32, Option<usize>)) -> usize {
-        let reg = &self.regions[located.0 as usize];
-        match located.1 {
-            Some(e) => self.firsts[e] as usize,
-            None => reg.end as usize - 1,
-        }
-    }
-
-    /// Second step: the block holding `v`, and whether `v` is interior.
-    #[inline]
-    fn finish(&self, blocks: &Blocks, v: u64, located: (u32, Option<usize>)) -> Option<(BlockId, bool)> {
-        let lo = self.first_block(located);
-        let cand = match located.1 {
-            Some(e) => {
-                // Blocks starting in v's granule: lo..hi; the holder is the
-                // last block starting at or before v (maybe before lo).
-                let reg = &self.regions[located.0 as usize];
-                let hi = if e + 1 < reg.table + reg.granules { self.firsts[e + 1] as usize } else { reg.end as usize };
-                blocks.partition(lo, hi, v) - 1
-            }
-            None => lo,
-        };
-        holder(blocks, cand, v)
-    }
-
-    /// The block holding `v`, in one go.
-    #[inline]
-    fn find(&self, blocks: &Blocks, v: u64) -> Option<(BlockId, bool)> {
-        if !self.in_range(v) {
-            return None;
-        }
-        self.finish(blocks, v, self.locate(v)?)
-    }
-}
-
 /// Whether block `i`, the last one starting at or before `v`, holds `v`:
 /// its id, and whether `v` points inside it rather than at its start.
 #[inline]
-fn holder(blocks: &Blocks, i: usize, v: u64) -> Option<(BlockId, bool)> {
+pub(crate) fn holder(blocks: &Blocks, i: usize, v: u64) -> Option<(BlockId, bool)> {
     let a = blocks.addr(i);
     if v == a {
         Some((BlockId(i as u32), false))
@@ -1332,20 +644,6 @@ fn holder(blocks: &Blocks, i: usize, v: u64) -> Option<(BlockId, bool)> {
         Some((BlockId(i as u32), true))
     } else {
         None
-    }
-}
-
-/// Calls `f(first, last)` for each region of `blocks` (indices of its
-/// first and last block), in order.
-fn for_each_region(blocks: &Blocks, mut f: impl FnMut(usize, usize)) {
-    let mut first = 0;
-    for i in 1..=blocks.len() {
-        if i == blocks.len() || blocks.addr(i) - blocks.addr(i - 1) > REGION_GAP {
-            if i > first {
-                f(first, i - 1);
-            }
-            first = i;
-        }
     }
 }
 
@@ -1359,11 +657,11 @@ mod tests {
     #[test]
     fn blocks_keep_what_does_not_pack() {
         let list = [
-            Block { addr: 0x1000, size: 0, site: 0, flags: 0 },
-            Block { addr: 0x2000, size: u64::from(u32::MAX) - 1, site: (1 << 24) - 1, flags: 0xff },
-            Block { addr: 0x1_0000_2000, size: u64::from(u32::MAX), site: 7, flags: 1 },
-            Block { addr: 0x2_0000_2000, size: 5 << 32, site: 1 << 24, flags: 2 },
-            Block { addr: 0x4_0000_0000, size: 48, site: u32::MAX, flags: 3 },
+            Block { addr: 0x1000, size: 0, site: SiteId(0), flags: 0 },
+            Block { addr: 0x2000, size: u64::from(u32::MAX) - 1, site: SiteId((1 << 24) - 1), flags: 0xff },
+            Block { addr: 0x1_0000_2000, size: u64::from(u32::MAX), site: SiteId(7), flags: 1 },
+            Block { addr: 0x2_0000_2000, size: 5 << 32, site: SiteId(1 << 24), flags: 2 },
+            Block { addr: 0x4_0000_0000, size: 48, site: SiteId(u32::MAX), flags: 3 },
         ];
         let b = Blocks::from_sorted(&list);
         for (i, x) in list.iter().enumerate() {

@@ -15,6 +15,7 @@
 //! definitely lost block; a former leader reached from a later one is
 //! demoted to indirectly lost.
 
+pub use crate::contents::{Contents, NoContents};
 use crate::heap::{BlockId, Heap};
 use heapdump_format::{hashbrown, raw};
 use serde::Serialize;
@@ -115,30 +116,17 @@ pub struct Leaks {
 }
 
 impl Leaks {
+    /// The definitely lost block leading `b`'s lost structure (itself, for
+    /// a definitely lost block); `None` for a block that is not lost.
+    pub fn leader_of(&self, b: BlockId) -> Option<BlockId> {
+        let l = self.leader[b.index()];
+        (l != NO_LEADER).then_some(BlockId(l))
+    }
+
     /// The definitely lost blocks: each heads a lost structure (the extra
     /// roots of the dominator tree).
     pub fn heads(&self) -> Vec<BlockId> {
         self.kind.iter().enumerate().filter(|(_, k)| **k == LeakKind::DefinitelyLost).map(|(i, _)| BlockId(i as u32)).collect()
-    }
-}
-
-/// What the dump says about a block's contents, for the heuristics.
-pub trait Contents {
-    /// Word `i` (0 or 1) of the block, when the dump has it (compact dumps
-    /// keep only the first).
-    fn word(&self, b: BlockId, i: usize) -> Option<u64>;
-    /// The bytes from `offset` to the block's end, when the dump has them.
-    fn tail(&self, b: BlockId, offset: u64) -> Option<&[u8]>;
-}
-
-/// Contents of nothing: heuristics decide from sizes alone.
-pub struct NoContents;
-impl Contents for NoContents {
-    fn word(&self, _: BlockId, _: usize) -> Option<u64> {
-        None
-    }
-    fn tail(&self, _: BlockId, _: u64) -> Option<&[u8]> {
-        None
     }
 }
 

@@ -10,6 +10,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod analysis;
+mod contents;
 pub mod dominators;
 pub mod dwarf;
 mod error;
@@ -18,15 +20,19 @@ pub mod group;
 mod heap;
 pub mod input;
 pub mod leaks;
+mod load;
+mod names;
 pub mod paths;
 mod prefetch;
 mod summary;
 pub mod symbols;
 pub mod types;
 
+pub use analysis::{Analysis, LeakGroup, LeakReport, PathReport, PathStep, Retainer, SiteTotal};
+pub use contents::DumpContents;
 pub use error::{AnalyzeError, Result};
 pub use file::DumpFile;
 pub use heap::{
-    round_keeping_sum, Block, BlockId, DumpContents, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, ThreadInfo, MAX_BLOCKS,
+    round_keeping_sum, Block, BlockId, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, SiteId, ThreadInfo, MAX_BLOCKS,
 };
 pub use summary::{LimitSummary, SignalSummary, Summary};

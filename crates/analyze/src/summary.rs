@@ -156,6 +156,7 @@ impl Summary {
         };
         let mut records = dump.records();
         let mut trailer: Option<Trailer> = None;
+        let mut root_records = 0u64;
         for r in records.by_ref() {
             match r {
                 Ok((_, Record::Process(p))) => {
@@ -173,7 +174,15 @@ impl Summary {
                     s.total_bytes = Some(h.total_bytes);
                 }
                 Ok((_, Record::Limit(l))) => s.limit = Some(LimitSummary { kind: l.kind_name(), bytes: l.bytes, used: l.used }),
-                Ok((_, Record::Thread(t))) if t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0 => s.threads_not_stopped += 1,
+                Ok((_, Record::Thread(t))) => {
+                    root_records += 1;
+                    if t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0 {
+                        s.threads_not_stopped += 1;
+                    }
+                }
+                // A thread's stack and every static region: the root
+                // regions `Heap::root_region_count` counts.
+                Ok((_, Record::Static(_))) => root_records += 1,
                 Ok(_) => {}
                 Err(e) if e.is_truncation() => {
                     s.truncated = Some(e.to_string());
@@ -186,7 +195,7 @@ impl Summary {
         s.allocations = c.allocations;
         s.bytes = c.alloc_bytes;
         s.threads = c.threads.into();
-        s.roots = u64::from(c.threads) + u64::from(c.statics);
+        s.roots = root_records;
         s.modules = c.modules.into();
         s.sites = c.sites;
         s.pointers = c.pointers;

@@ -6,7 +6,7 @@
 //! addr2line (DWARF line tables, inlined frames, then the symbol table),
 //! with Rust and C++ names demangled.
 
-use crate::heap::Heap;
+use crate::heap::{Heap, SiteId};
 use std::collections::HashMap;
 
 /// One symbolized frame (an inlined call is its own frame).
@@ -69,7 +69,7 @@ pub struct Symbolizer<'h> {
     loaded: Vec<ModuleSyms>,
     files: HashMap<(String, Vec<u8>), usize>,
     cache: HashMap<u64, Vec<Frame>>,
-    site_cache: HashMap<u32, String>,
+    site_cache: HashMap<SiteId, String>,
     /// More functions to see through when naming a site (`--skip`).
     skip: Option<regex::Regex>,
     /// Frames a site's label shows (`--depth`).
@@ -119,12 +119,7 @@ impl<'h> Symbolizer<'h> {
     }
 
     fn module_of(&self, addr: u64) -> Option<usize> {
-        self.heap.modules.iter().position(|m| {
-            m.segments.iter().any(|s| {
-                let start = m.bias.wrapping_add(s.vaddr);
-                s.flags & heapdump_format::raw::SEG_X != 0 && addr >= start && addr < start.wrapping_add(s.memsz)
-            })
-        })
+        self.heap.code_module(addr)
     }
 
     fn open(&mut self, mi: usize) -> &mut ModuleSyms {
@@ -142,7 +137,7 @@ impl<'h> Symbolizer<'h> {
                 } else {
                     match crate::dwarf::ModuleDebug::load(path, &m.build_id) {
                         Ok(d) => ModuleSyms { debug: Some(d), problem: None },
-                        Err(e) => ModuleSyms { debug: None, problem: Some(e) },
+                        Err(e) => ModuleSyms { debug: None, problem: Some(e.to_string()) },
                     }
                 };
                 self.loaded.push(syms);
@@ -239,7 +234,7 @@ impl<'h> Symbolizer<'h> {
     /// The return addresses of a site, innermost first, without the
     /// tracker's own: a stack starts at the allocation function the
     /// program called (`malloc`, `operator new`, `__rust_alloc`).
-    pub fn site_addresses(&mut self, site: u32) -> Vec<u64> {
+    pub fn site_addresses(&mut self, site: SiteId) -> Vec<u64> {
         let Some(addrs) = self.heap.sites.get(&site).cloned() else { return vec![] };
         let skip = addrs.iter().take_while(|&&a| self.frames(a).iter().all(is_runtime)).count();
         if skip == addrs.len() {
@@ -260,15 +255,15 @@ impl<'h> Symbolizer<'h> {
 
     /// All frames of a site, inlined frames expanded, innermost first,
     /// starting at the allocation function the program called.
-    pub fn site_frames(&mut self, site: u32) -> Vec<Frame> {
+    pub fn site_frames(&mut self, site: SiteId) -> Vec<Frame> {
         self.site_addresses(site).into_iter().flat_map(|a| self.program_frames(a)).collect()
     }
 
     /// A one-line name for a site: the first frame outside the allocator
     /// machinery (heapdump itself, `alloc::`, `core::`, `std::`, hashbrown,
     /// malloc and `operator new`).
-    pub fn site_label(&mut self, site: u32) -> String {
-        if site == 0 {
+    pub fn site_label(&mut self, site: SiteId) -> String {
+        if site == SiteId::NONE {
             return "(no site recorded)".to_string();
         }
         if let Some(s) = self.site_cache.get(&site) {
@@ -301,27 +296,6 @@ fn demangle(s: &str) -> String {
         }
     }
     s.to_string()
-}
-
-/// The qualified name of a demangled C++ function, without the return
-/// type a template's demangling starts with (`void std::vector<P>::f(P)`
-/// → `std::vector<P>::f(P)`); other names are returned as they are.
-pub(crate) fn cxx_qualified_name(name: &str) -> &str {
-    let mut depth = 0i32;
-    let mut last_space = None;
-    for (i, c) in name.char_indices() {
-        match c {
-            '<' | '[' => depth += 1,
-            '>' | ']' => depth -= 1,
-            '(' => break,
-            ' ' if depth == 0 => last_space = Some(i),
-            _ => {}
-        }
-    }
-    match last_space {
-        Some(i) => &name[i + 1..],
-        None => name,
-    }
 }
 
 /// Whether a frame is the tracker's own (heapdump's runtime or its preload
@@ -494,7 +468,7 @@ pub fn is_machinery(f: &Frame) -> bool {
         return true;
     }
     let full = name.trim_start_matches('<');
-    let name = cxx_qualified_name(name).trim_start_matches('<');
+    let name = crate::names::cxx_qualified_name(name).trim_start_matches('<');
     const PREFIXES: [&str; 21] = [
         "heapdump::",
         "__rustc::",

@@ -23,7 +23,8 @@
 //! their allocation site. Without any debug info (symbols only) legacy
 //! mangling has no type arguments, and the answer is "unknown".
 
-use crate::heap::Heap;
+use crate::heap::{Heap, SiteId};
+use crate::names::levels;
 use crate::symbols::{is_machinery, Frame, Symbolizer};
 use crate::{BlockId, DumpFile};
 use std::collections::HashMap;
@@ -132,7 +133,7 @@ const CXX: &[(&str, &str, usize)] = &[
 
 /// The type a libstdc++ frame allocates for, from its demangled name.
 fn cxx_frame_type(name: &str) -> Option<String> {
-    let q = crate::symbols::cxx_qualified_name(name);
+    let q = crate::names::cxx_qualified_name(name);
     if q.starts_with("std::__cxx11::basic_string<char,") || q.starts_with("std::basic_string<char,") {
         return Some("std::string".to_string());
     }
@@ -254,27 +255,6 @@ fn generic_args(rest: &str) -> Option<Vec<String>> {
     None
 }
 
-/// Each byte of `s` with its bracket level: `<`, `(` and `[` open, `>`,
-/// `)` and `]` close, a bracket itself standing at the outer level; the
-/// `>` of `->` (`fn() -> T`) is no bracket. An unbalanced closer takes the
-/// level below zero.
-pub(crate) fn levels(s: &str) -> impl Iterator<Item = (usize, u8, i32)> + '_ {
-    let b = s.as_bytes();
-    let mut depth = 0i32;
-    b.iter().enumerate().map(move |(i, &c)| match c {
-        b'<' | b'(' | b'[' => {
-            depth += 1;
-            (i, c, depth - 1)
-        }
-        b'>' if i > 0 && b[i - 1] == b'-' => (i, c, depth),
-        b'>' | b')' | b']' => {
-            depth -= 1;
-            (i, c, depth)
-        }
-        _ => (i, c, depth),
-    })
-}
-
 /// `(A, B)` → `[A, B]`.
 fn tuple_items(t: &str) -> Option<Vec<String>> {
     let inner = t.strip_prefix('(')?.strip_suffix(')')?;
@@ -328,7 +308,7 @@ pub fn pretty(t: &str) -> String {
 
 /// Type names for the blocks of one dump.
 pub struct Types<'f> {
-    sites: HashMap<u32, String>,
+    sites: HashMap<SiteId, String>,
     /// The dump, for the vtable scan of a full dump, until it is done.
     file: Option<&'f DumpFile>,
     /// Blocks named by a trait-object vtable next to a pointer to them.
@@ -346,10 +326,12 @@ impl<'f> Types<'f> {
     }
 
     /// The type a site allocates, or [`UNKNOWN`].
-    pub fn of_site(&mut self, sym: &mut Symbolizer<'_>, site: u32) -> String {
+    pub fn of_site(&mut self, sym: &mut Symbolizer<'_>, site: SiteId) -> String {
         self.sites
             .entry(site)
-            .or_insert_with(|| if site == 0 { None } else { of_frames(&sym.site_frames(site)) }.unwrap_or_else(|| UNKNOWN.to_string()))
+            .or_insert_with(|| {
+                if site == SiteId::NONE { None } else { of_frames(&sym.site_frames(site)) }.unwrap_or_else(|| UNKNOWN.to_string())
+            })
             .clone()
     }
 

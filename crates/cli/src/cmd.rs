@@ -275,7 +275,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 None => None,
             };
-            let ex = heapdump_export::Explained::new(&file, &heap);
+            let ex = heapdump_analyze::Analysis::new(&file, &heap);
             write_atomically(&output, |w| heapdump_export::write_html(&ex, diff.as_ref(), w))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -431,7 +431,7 @@ fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>
 fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, depth: usize, max_nodes: usize) -> Result<ExitCode> {
     let address = address.map(views::parse_address).transpose()?;
     let (file, heap) = views::load(dump)?;
-    let ex = heapdump_export::Explained::new(&file, &heap);
+    let ex = heapdump_analyze::Analysis::new(&file, &heap);
     let opts = heapdump_export::GraphOptions { address, depth, max_nodes };
     write_atomically(output, |w| match format {
         Format::Pprof => heapdump_export::write_pprof(&ex, w),
@@ -476,15 +476,13 @@ fn demo() -> Result<ExitCode> {
     let file = DumpFile::open(&out)?;
     print_summary(&mut stdout, &out, &Summary::of(&file)?)?;
     let (file, heap) = views::load(&out)?;
-    let mut sym = heapdump_analyze::symbols::Symbolizer::new(&heap);
-    let mut types = heapdump_analyze::types::Types::new(&file, &heap);
+    // One analysis serves both views.
+    let a = heapdump_analyze::Analysis::new(&file, &heap);
+    a.dominators();
     writeln!(stdout, "\n== leaks")?;
-    // One leak classification serves both views.
-    let (leaks, doms) = heapdump_analyze::dominators::of_dump(&file, &heap);
-    let report = views::leak_report(&heap, &leaks, &mut sym, &mut types);
-    views::print_leaks(&mut stdout, &report, 3)?;
+    views::print_leaks(&mut stdout, &a.leak_report(), 3)?;
     writeln!(stdout, "\n== top retainers")?;
-    let rows = views::retainers(&heap, &leaks, &doms, &mut sym, &mut types, 8);
+    let rows = a.retainers(8);
     views::print_retainers(&mut stdout, &rows, heap.total_bytes())?;
     let abs = std::fs::canonicalize(&out).unwrap_or(out.clone());
     writeln!(stdout, "\nThe dump is {}. Go on with:", abs.display())?;

@@ -29,15 +29,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // One line: the error and its causes, no backtrace.
-            let mut msg = e.to_string();
-            for cause in e.chain().skip(1) {
-                let c = cause.to_string();
-                if !msg.contains(&c) {
-                    msg.push_str(": ");
-                    msg.push_str(&c);
-                }
-            }
-            eprintln!("heapdump: error: {}", msg.replace('\n', " "));
+            eprintln!("heapdump: error: {}", format!("{e:#}").replace('\n', " "));
             if e.downcast_ref::<run::Usage>().is_some() {
                 return ExitCode::from(2);
             }

@@ -1,15 +1,13 @@
-//! The analyses as the command line shows them: load with progress,
-//! compute with `heapdump-analyze`, print a table or one JSON document.
+//! The analyses as the command line shows them: load with progress, ask
+//! one [`Analysis`], print its answer as a table or one JSON document.
+//! Nothing here decides anything about the heap.
 
 use crate::output::{self, Table};
 use anyhow::{Context, Result};
 use heapdump_analyze::group::{self, GroupBy};
-use heapdump_analyze::leaks::{self, LeakKind, Leaks};
-use heapdump_analyze::symbols::Symbolizer;
-use heapdump_analyze::types::{Types, UNKNOWN};
-use heapdump_analyze::{dominators, paths, BlockId, DumpFile, Heap};
-use serde::Serialize;
-use std::collections::HashMap;
+use heapdump_analyze::leaks::{self, LeakKind};
+use heapdump_analyze::types::UNKNOWN;
+use heapdump_analyze::{Analysis, DumpFile, Heap, LeakReport, Retainer};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
@@ -45,19 +43,13 @@ pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
     Ok((file, heap))
 }
 
-fn hex(a: u64) -> String {
-    format!("{a:#x}")
-}
-
 // --- top -------------------------------------------------------------------------
 
 pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
-    let mut sym = Symbolizer::new(&heap);
-    sym.depth(depth);
-    sym.skip(skip);
-    let mut types = Types::new(&file, &heap);
-    let mut rows = group::top(&heap, &mut sym, &mut types, by);
+    let a = Analysis::new(&file, &heap);
+    a.name_sites(depth, skip);
+    let mut rows = a.top(by);
     rows.truncate(n);
     if json {
         return output::json(&rows);
@@ -82,99 +74,9 @@ pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex:
 
 // --- leaks -----------------------------------------------------------------------
 
-/// A group of lost blocks from one site.
-#[derive(Serialize)]
-pub struct LeakGroup {
-    kind: LeakKind,
-    site: String,
-    /// What the blocks hold, where the site or a vtable says.
-    #[serde(rename = "type")]
-    ty: String,
-    blocks: u64,
-    bytes: u64,
-    indirect_blocks: u64,
-    indirect_bytes: u64,
-    example: String,
-    stack: Vec<String>,
-    /// The example's address, to order groups that tie on bytes and site
-    /// (two sites can print alike) the same way on every run.
-    #[serde(skip)]
-    example_addr: u64,
-}
-
-#[derive(Serialize)]
-pub struct LeakReport {
-    definitely_lost: leaks::Count,
-    indirectly_lost: leaks::Count,
-    possibly_lost: leaks::Count,
-    still_reachable: leaks::Count,
-    via_heuristic: HashMap<&'static str, leaks::Count>,
-    /// Threads the dump could not stop: their stacks were read while they
-    /// waited in the kernel (or not at all), their registers are unknown,
-    /// so a block only they hold may be counted lost.
-    threads_not_stopped: u64,
-    groups: Vec<LeakGroup>,
-}
-
-pub fn leak_report(heap: &Heap, l: &Leaks, sym: &mut Symbolizer<'_>, types: &mut Types<'_>) -> LeakReport {
-    // Indirect bytes per clique leader.
-    let mut indirect: HashMap<u32, (u64, u64)> = HashMap::new();
-    for (i, k) in l.kind.iter().enumerate() {
-        if *k == LeakKind::IndirectlyLost {
-            let e = indirect.entry(l.leader[i]).or_default();
-            e.0 += 1;
-            e.1 += heap.size(BlockId(i as u32));
-        }
-    }
-    let mut groups: HashMap<(LeakKind, u32), LeakGroup> = HashMap::new();
-    for (i, k) in l.kind.iter().enumerate() {
-        if !matches!(k, LeakKind::DefinitelyLost | LeakKind::PossiblyLost) {
-            continue;
-        }
-        let b = heap.block(BlockId(i as u32));
-        let g = groups.entry((*k, b.site)).or_insert_with(|| LeakGroup {
-            kind: *k,
-            site: sym.site_label(b.site),
-            ty: types.of_block(sym, heap, BlockId(i as u32)),
-            blocks: 0,
-            bytes: 0,
-            indirect_blocks: 0,
-            indirect_bytes: 0,
-            example: hex(b.addr),
-            stack: user_frames(sym, b.site, 12),
-            example_addr: b.addr,
-        });
-        g.blocks += 1;
-        g.bytes += b.size;
-        if let Some(&(nb, bytes)) = indirect.get(&(i as u32)) {
-            g.indirect_blocks += nb;
-            g.indirect_bytes += bytes;
-        }
-    }
-    let mut groups: Vec<LeakGroup> = groups.into_values().collect();
-    groups.sort_by(|a, b| {
-        (b.bytes + b.indirect_bytes)
-            .cmp(&(a.bytes + a.indirect_bytes))
-            .then_with(|| a.site.cmp(&b.site))
-            .then_with(|| a.example_addr.cmp(&b.example_addr))
-    });
-    let report = LeakReport {
-        definitely_lost: l.definitely_lost,
-        indirectly_lost: l.indirectly_lost,
-        possibly_lost: l.possibly_lost,
-        still_reachable: l.still_reachable,
-        via_heuristic: l.via_heuristic.iter().map(|(h, c)| (h.as_str(), *c)).collect(),
-        threads_not_stopped: heap.threads.iter().filter(|t| t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0).count() as u64,
-        groups,
-    };
-    report
-}
-
 pub fn leaks(path: &Path, n: usize, json: bool) -> Result<bool> {
     let (file, heap) = load(path)?;
-    let mut sym = Symbolizer::new(&heap);
-    let mut types = Types::new(&file, &heap);
-    let r = leak_report(&heap, &leaks::of_dump(&file, &heap), &mut sym, &mut types);
+    let r = Analysis::new(&file, &heap).leak_report();
     // Without the roots (a dump cut before its thread and static records
     // ended) nothing can be called lost or reachable: no verdict.
     let verdict = heap.has_roots();
@@ -246,69 +148,11 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
     Ok(())
 }
 
-/// The frames of a site from the first one outside the allocator machinery.
-pub fn user_frames(sym: &mut Symbolizer<'_>, site: u32, n: usize) -> Vec<String> {
-    let frames = sym.site_frames(site);
-    let mut out = Vec::new();
-    for f in frames.iter().filter(|f| !heapdump_analyze::symbols::is_machinery(f)).take(n) {
-        out.push(f.label());
-        if f.function.as_deref() == Some("main") {
-            break;
-        }
-    }
-    if out.is_empty() {
-        out.extend(frames.iter().take(n).map(|f| f.label()));
-    }
-    out
-}
-
 // --- retained --------------------------------------------------------------------
-
-#[derive(Serialize)]
-pub struct Retainer {
-    pub address: String,
-    size: u64,
-    retained: u64,
-    site: String,
-    dominated: u32,
-    #[serde(rename = "type")]
-    ty: String,
-    class: LeakKind,
-}
-
-pub fn retainers(
-    heap: &Heap,
-    l: &Leaks,
-    d: &dominators::Dominators,
-    sym: &mut Symbolizer<'_>,
-    types: &mut Types<'_>,
-    n: usize,
-) -> Vec<Retainer> {
-    let mut ids: Vec<usize> = (0..heap.len()).collect();
-    ids.sort_by(|&a, &b| d.retained[b].cmp(&d.retained[a]).then(a.cmp(&b)));
-    ids.truncate(n);
-    ids.into_iter()
-        .map(|i| {
-            let b = heap.block(BlockId(i as u32));
-            Retainer {
-                address: hex(b.addr),
-                size: b.size,
-                retained: d.retained[i],
-                site: sym.site_label(b.site),
-                dominated: d.dominated[i],
-                ty: types.of_block(sym, heap, BlockId(i as u32)),
-                class: l.kind[i],
-            }
-        })
-        .collect()
-}
 
 pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
-    let mut sym = Symbolizer::new(&heap);
-    let mut types = Types::new(&file, &heap);
-    let (l, d) = dominators::of_dump(&file, &heap);
-    let rows = retainers(&heap, &l, &d, &mut sym, &mut types, n);
+    let rows = Analysis::new(&file, &heap).retainers(n);
     if json {
         return output::json(&rows);
     }
@@ -319,10 +163,7 @@ pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
 /// `retained --by site|type`: groups and what each retains.
 pub fn retained_grouped(path: &Path, by: heapdump_analyze::group::GroupBy, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
-    let mut sym = Symbolizer::new(&heap);
-    let mut types = Types::new(&file, &heap);
-    let (_, d) = dominators::of_dump(&file, &heap);
-    let mut rows = heapdump_analyze::group::retained_by(&heap, &d, &mut sym, &mut types, by);
+    let mut rows = Analysis::new(&file, &heap).retained_by(by);
     rows.truncate(n);
     if json {
         return output::json(&rows);
@@ -369,97 +210,27 @@ pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> s
 
 // --- path ------------------------------------------------------------------------
 
-#[derive(Serialize)]
-struct JsonStep {
-    from: String,
-    to: String,
-    offset: u64,
-}
-
 pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
     let (file, heap) = load(dump)?;
-    let (target, _) = heap.find(addr).ok_or(heapdump_analyze::AnalyzeError::NoSuchAllocation { address: addr })?;
-    let mut sym = Symbolizer::new(&heap);
-    let l = leaks::of_dump(&file, &heap);
-    let leader = l.leader[target.index()];
-    let fallback = (leader != u32::MAX).then_some(BlockId(leader));
-    let class = l.kind[target.index()].as_str();
-    if fallback == Some(target) {
-        // The head of a lost structure: nothing points to it at all.
-        if json {
-            return output::json(&Vec::<JsonStep>::new());
-        }
-        println!(
-            "{} ({} bytes, {class}, {}) has no pointer to it from any root or block.",
-            hex(heap.block(target).addr),
-            heap.block(target).size,
-            sym.site_label(heap.block(target).site)
-        );
-        return Ok(());
-    }
-    let p = paths::shortest(&heap, target, fallback).ok_or_else(|| anyhow::anyhow!("no chain of pointers leads to {addr:#x} ({class})"))?;
-    // Every step's offset is relative to what its `from` names: the first
-    // step from a static root to the symbol it names (or the region).
-    let mut first_offset = None;
-    let start = match &p.start {
-        paths::PathStart::Root(r) => {
-            let (text, off) = describe_root(&heap, &mut sym, r);
-            first_offset = off;
-            text
-        }
-        paths::PathStart::LostBlock(b) => {
-            format!("lost block {} (definitely lost, {})", hex(heap.block(*b).addr), sym.site_label(heap.block(*b).site))
-        }
-    };
-    let mut steps = Vec::new();
-    for (i, s) in p.steps.iter().enumerate() {
-        let from = match s.from {
-            Some(b) => hex(heap.block(b).addr),
-            None if i == 0 => start.clone(),
-            None => String::new(),
-        };
-        let offset = if i == 0 && s.from.is_none() { first_offset.unwrap_or(s.offset) } else { s.offset };
-        steps.push(JsonStep { from, to: hex(heap.block(s.to).addr), offset });
-    }
-    if let paths::PathStart::LostBlock(b) = p.start {
-        if steps.is_empty() {
-            steps.push(JsonStep { from: start.clone(), to: hex(heap.block(b).addr), offset: 0 });
-        } else {
-            steps[0].from = format!("{} <- {start}", steps[0].from);
-        }
-    }
+    let p = Analysis::new(&file, &heap).path(addr)?;
     if json {
-        return output::json(&steps);
+        return output::json(&p.steps);
     }
+    let class = p.class.as_str();
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "{} ({} bytes, {class}, {}) is reached by:",
-        hex(heap.block(target).addr),
-        heap.block(target).size,
-        sym.site_label(heap.block(target).site)
-    )?;
+    let Some(start) = &p.start else {
+        // The head of a lost structure: nothing points to it at all.
+        writeln!(out, "{} ({} bytes, {class}, {}) has no pointer to it from any root or block.", p.address, p.size, p.site)?;
+        return Ok(());
+    };
+    writeln!(out, "{} ({} bytes, {class}, {}) is reached by:", p.address, p.size, p.site)?;
     writeln!(out, "  {start}")?;
-    for (s, step) in p.steps.iter().zip(&steps) {
-        let b = heap.block(s.to);
+    for s in &p.steps {
         let how = if s.interior { " (interior pointer)" } else { "" };
-        writeln!(out, "  -> at offset {:<6} {} ({} bytes, {}){how}", step.offset, hex(b.addr), b.size, sym.site_label(b.site))?;
+        writeln!(out, "  -> at offset {:<6} {} ({} bytes, {}){how}", s.offset, s.to, s.size, s.site)?;
     }
     Ok(())
-}
-
-/// A root, named; for a static, by the symbol holding the word, with the
-/// word's offset in that symbol.
-fn describe_root(heap: &Heap, sym: &mut Symbolizer<'_>, r: &heapdump_analyze::Root) -> (String, Option<u64>) {
-    use heapdump_analyze::RootSource;
-    match heap.root_source(r) {
-        RootSource::Static { module, name, address } => match sym.data_symbol_at(address) {
-            Some((s, off)) => (format!("static {s} in {module} at {:#x}", address - off), Some(off)),
-            None => (format!("static {name} of {module} at {address:#x}"), Some(0)),
-        },
-        other => (other.to_string(), None),
-    }
 }
 
 pub fn parse_address(s: &str) -> Result<u64> {

@@ -1,33 +1,24 @@
 //! Folded stacks and SVG flamegraphs of live bytes by site.
 
-use crate::explained::Explained;
-use heapdump_analyze::symbols::is_machinery;
+use heapdump_analyze::Analysis;
+use heapdump_analyze::SiteId;
 use std::collections::HashMap;
 use std::io::Write;
 
 /// Folded stack lines (`outer;...;inner bytes`), one per distinct stack of
 /// program frames, sorted.
-pub fn folded_lines(ex: &Explained<'_>) -> Vec<String> {
-    let heap = ex.heap;
-    let mut by_site: HashMap<u32, f64> = HashMap::new();
-    for b in heap.blocks() {
-        *by_site.entry(b.site).or_default() += heap.weight(&b);
-    }
+pub fn folded_lines(ex: &Analysis<'_>) -> Vec<String> {
     let mut acc: HashMap<String, f64> = HashMap::new();
-    for (site, bytes) in by_site {
-        // The program's own frames: allocator machinery and the runtime's
-        // start-up frames (everything above `main`) left out.
-        let frames = ex.site_frames(site);
-        let mut names: Vec<String> = frames
+    for t in ex.live_by_site(false) {
+        let (site, bytes) = (t.site, t.bytes);
+        // The program's own frames (`Analysis::program_frames`).
+        let mut names: Vec<String> = ex
+            .program_frames(site)
             .iter()
-            .filter(|f| !is_machinery(f))
             .map(|f| f.function.clone().unwrap_or_else(|| format!("{:#x}", f.address)).replace(';', ":"))
             .collect();
-        if let Some(m) = names.iter().position(|n| n == "main" || n.ends_with("::main")) {
-            names.truncate(m + 1);
-        }
         if names.is_empty() {
-            names.push(if site == 0 { "(no site recorded)".into() } else { format!("site {site}") });
+            names.push(if site == SiteId::NONE { "(no site recorded)".into() } else { format!("site {site}") });
         }
         names.reverse();
         *acc.entry(names.join(";")).or_default() += bytes;
@@ -40,7 +31,7 @@ pub fn folded_lines(ex: &Explained<'_>) -> Vec<String> {
 }
 
 /// Writes folded stacks.
-pub fn write_folded(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> {
+pub fn write_folded(ex: &Analysis<'_>, out: &mut dyn Write) -> crate::Result<()> {
     for l in folded_lines(ex) {
         writeln!(out, "{l}")?;
     }
@@ -48,7 +39,7 @@ pub fn write_folded(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()
 }
 
 /// Writes an SVG flamegraph of live bytes by site (inferno).
-pub fn write_svg(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> {
+pub fn write_svg(ex: &Analysis<'_>, out: &mut dyn Write) -> crate::Result<()> {
     let lines = folded_lines(ex);
     let mut opt = inferno::flamegraph::Options::default();
     opt.title = "Live heap by allocation site".into();

@@ -1,7 +1,7 @@
 //! DOT and mermaid pictures of the graph around an allocation (or around
 //! the top retainers), with a size limit.
 
-use crate::explained::Explained;
+use heapdump_analyze::Analysis;
 use heapdump_analyze::BlockId;
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -30,8 +30,8 @@ struct Sub {
     truncated: bool,
 }
 
-fn subgraph(ex: &Explained<'_>, o: &GraphOptions) -> std::io::Result<Sub> {
-    let heap = ex.heap;
+fn subgraph(ex: &Analysis<'_>, o: &GraphOptions) -> std::io::Result<Sub> {
+    let heap = ex.heap();
     let centre: Vec<u32> = match o.address {
         Some(a) => match heap.find(a) {
             Some((b, _)) => vec![b.0],
@@ -87,11 +87,11 @@ fn subgraph(ex: &Explained<'_>, o: &GraphOptions) -> std::io::Result<Sub> {
     Ok(Sub { nodes, edges, centre, truncated })
 }
 
-fn label(ex: &Explained<'_>, b: u32, names: &mut HashMap<u32, String>) -> (String, &'static str) {
-    let blk = ex.heap.block(BlockId(b));
-    let kind = ex.leaks.kind[b as usize].as_str();
+fn label(ex: &Analysis<'_>, b: u32, names: &mut HashMap<heapdump_analyze::SiteId, String>) -> (String, &'static str) {
+    let blk = ex.heap().block(BlockId(b));
+    let kind = ex.leaks().kind[b as usize].as_str();
     let name = ex.block_name(BlockId(b), names);
-    let retained = ex.dominators.retained[b as usize];
+    let retained = ex.dominators().retained[b as usize];
     (format!("{:#x}\\n{} B (retains {} B)\\n{}\\n{kind}", blk.addr, blk.size, retained, name), kind)
 }
 
@@ -100,7 +100,7 @@ fn esc(s: &str) -> String {
 }
 
 /// Writes a DOT graph.
-pub fn write_dot(ex: &Explained<'_>, o: &GraphOptions, out: &mut dyn Write) -> crate::Result<()> {
+pub fn write_dot(ex: &Analysis<'_>, o: &GraphOptions, out: &mut dyn Write) -> crate::Result<()> {
     let sub = subgraph(ex, o)?;
     let mut names = HashMap::new();
     writeln!(out, "digraph heap {{")?;
@@ -126,7 +126,7 @@ pub fn write_dot(ex: &Explained<'_>, o: &GraphOptions, out: &mut dyn Write) -> c
 }
 
 /// Writes a mermaid flowchart.
-pub fn write_mermaid(ex: &Explained<'_>, o: &GraphOptions, out: &mut dyn Write) -> crate::Result<()> {
+pub fn write_mermaid(ex: &Analysis<'_>, o: &GraphOptions, out: &mut dyn Write) -> crate::Result<()> {
     let sub = subgraph(ex, o)?;
     let mut names = HashMap::new();
     writeln!(out, "flowchart LR")?;

@@ -2,10 +2,9 @@
 //! tree of the top retainers, leaks by site and a size histogram. No
 //! external resource; works offline.
 
-use crate::explained::Explained;
-use crate::json::{leak_rows, tree, Node};
-use heapdump_analyze::group::GroupBy;
+use crate::json::{tree, Node};
 use heapdump_analyze::leaks::LeakKind;
+use heapdump_analyze::Analysis;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -64,10 +63,10 @@ fn write_tree(out: &mut dyn Write, n: &Node, total: u64) -> std::io::Result<()> 
 
 /// Writes the report; with `diff` (from `heapdump_analyze::group::diff`
 /// against an older dump), a section on the growth since then.
-pub fn write_html(ex: &Explained<'_>, diff: Option<&heapdump_analyze::group::Diff>, out: &mut dyn Write) -> crate::Result<()> {
-    let heap = ex.heap;
+pub fn write_html(ex: &Analysis<'_>, diff: Option<&heapdump_analyze::group::Diff>, out: &mut dyn Write) -> crate::Result<()> {
+    let heap = ex.heap();
     let total = heap.total_bytes();
-    let l = &ex.leaks;
+    let l = &ex.leaks();
     let mut svg = Vec::new();
     crate::flame::write_svg(ex, &mut svg)?;
     let svg_b64 = base64(&svg);
@@ -115,7 +114,7 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
         allocs = heap.len(),
         total_h = human(total),
         edges = heap.edge_count(),
-        roots = heap.root_region_count(),
+        roots = ex.roots(),
         dl_b = l.definitely_lost.bytes,
         dl_n = l.definitely_lost.blocks,
         il_b = l.indirectly_lost.bytes,
@@ -127,16 +126,23 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
     )?;
     writeln!(out, "<input id=\"filter\" type=\"search\" placeholder=\"filter leaks by site\">")?;
     writeln!(out, "<table id=\"leak-sites\"><tr><th>class</th><th class=\"n\">blocks</th><th class=\"n\">bytes</th><th>site</th></tr>")?;
-    let rows = leak_rows(ex);
-    if rows.is_empty() {
+    let report = ex.leak_report();
+    if report.groups.is_empty() {
         writeln!(out, "<tr><td colspan=\"4\">No lost blocks.</td></tr>")?;
     }
-    for (k, site, n, b) in rows.into_iter().take(50) {
+    for g in report.groups.iter().take(50) {
+        let indirect = if g.indirect_blocks > 0 {
+            format!(" (+{} in {} blocks indirectly lost)", g.indirect_bytes, g.indirect_blocks)
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "<tr><td>{}</td><td class=\"n\">{n}</td><td class=\"n\">{b}</td><td>{}</td></tr>",
-            k.as_str(),
-            esc(&ex.site_label(site))
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}{indirect}</td><td>{}</td></tr>",
+            g.kind.as_str(),
+            g.blocks,
+            g.bytes,
+            esc(&g.site)
         )?;
     }
     writeln!(out, "</table>")?;
@@ -180,8 +186,7 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
     }
     writeln!(out, "</div>")?;
     // Size histogram.
-    let mut classes = ex.top(GroupBy::Size);
-    classes.sort_by_key(|r| r.key.split("..").next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0));
+    let classes = ex.size_histogram();
     let maxb = classes.iter().map(|r| r.bytes).max().unwrap_or(1).max(1);
     let h = 22 * classes.len() + 10;
     writeln!(out, "<h2 id=\"sizes\">Size histogram</h2>")?;

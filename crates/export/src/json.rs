@@ -1,8 +1,8 @@
 //! The whole analysis as one JSON document, for scripts.
 
-use crate::explained::Explained;
 use heapdump_analyze::group;
 use heapdump_analyze::leaks::LeakKind;
+use heapdump_analyze::Analysis;
 use heapdump_analyze::BlockId;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -47,12 +47,16 @@ struct Leaks {
     by_site: Vec<LeakRow>,
 }
 
+/// A lost group (`Analysis::leak_report`): its site's definitely or
+/// possibly lost blocks and the indirectly lost ones they hold.
 #[derive(Serialize)]
 struct LeakRow {
     kind: LeakKind,
     site: String,
     blocks: u64,
     bytes: u64,
+    indirect_blocks: u64,
+    indirect_bytes: u64,
 }
 
 /// A node of the dominator tree.
@@ -69,8 +73,8 @@ pub(crate) struct Node {
 }
 
 /// The dominator tree from `b` down to `depth` levels, `width` children each.
-pub(crate) fn tree(ex: &Explained<'_>, b: u32, depth: usize, width: usize, names: &mut HashMap<u32, String>) -> Node {
-    let blk = ex.heap.block(BlockId(b));
+pub(crate) fn tree(ex: &Analysis<'_>, b: u32, depth: usize, width: usize, names: &mut HashMap<heapdump_analyze::SiteId, String>) -> Node {
+    let blk = ex.heap().block(BlockId(b));
     let children = if depth == 0 {
         vec![]
     } else {
@@ -79,35 +83,19 @@ pub(crate) fn tree(ex: &Explained<'_>, b: u32, depth: usize, width: usize, names
     Node {
         address: format!("{:#x}", blk.addr),
         size: blk.size,
-        retained: ex.dominators.retained[b as usize],
-        dominated: ex.dominators.dominated[b as usize],
+        retained: ex.dominators().retained[b as usize],
+        dominated: ex.dominators().dominated[b as usize],
         name: ex.block_name(BlockId(b), names),
         site: ex.site_label(blk.site),
-        class: ex.leaks.kind[b as usize],
+        class: ex.leaks().kind[b as usize],
         children,
     }
 }
 
-pub(crate) fn leak_rows(ex: &Explained<'_>) -> Vec<(LeakKind, u32, u64, u64)> {
-    let mut m: HashMap<(LeakKind, u32), (u64, u64)> = HashMap::new();
-    for (i, k) in ex.leaks.kind.iter().enumerate() {
-        if matches!(k, LeakKind::StillReachable) {
-            continue;
-        }
-        let b = ex.heap.block(heapdump_analyze::BlockId(i as u32));
-        let e = m.entry((*k, b.site)).or_default();
-        e.0 += 1;
-        e.1 += b.size;
-    }
-    let mut v: Vec<(LeakKind, u32, u64, u64)> = m.into_iter().map(|((k, s), (n, b))| (k, s, n, b)).collect();
-    v.sort_by(|a, b| b.3.cmp(&a.3).then(a.1.cmp(&b.1)));
-    v
-}
-
 /// Writes the document.
-pub fn write_json(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> {
-    let heap = ex.heap;
-    let l = &ex.leaks;
+pub fn write_json(ex: &Analysis<'_>, out: &mut dyn Write) -> crate::Result<()> {
+    let heap = ex.heap();
+    let l = ex.leak_report();
     let c = |x: &heapdump_analyze::leaks::Count| Count { bytes: x.bytes, blocks: x.blocks };
     let rows =
         |by| ex.top(by).into_iter().take(50).map(|r| Row { key: r.key, allocations: r.allocations, bytes: r.bytes }).collect::<Vec<_>>();
@@ -124,16 +112,24 @@ pub fn write_json(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> 
         allocations: heap.len() as u64,
         bytes: heap.total_bytes(),
         edges: heap.edge_count() as u64,
-        roots: heap.root_region_count(),
+        roots: ex.roots(),
         leaks: Leaks {
             definitely_lost: c(&l.definitely_lost),
             indirectly_lost: c(&l.indirectly_lost),
             possibly_lost: c(&l.possibly_lost),
             still_reachable: c(&l.still_reachable),
-            by_site: leak_rows(ex)
-                .into_iter()
+            by_site: l
+                .groups
+                .iter()
                 .take(100)
-                .map(|(kind, s, blocks, bytes)| LeakRow { kind, site: ex.site_label(s), blocks, bytes })
+                .map(|g| LeakRow {
+                    kind: g.kind,
+                    site: g.site.clone(),
+                    blocks: g.blocks,
+                    bytes: g.bytes,
+                    indirect_blocks: g.indirect_blocks,
+                    indirect_bytes: g.indirect_bytes,
+                })
                 .collect(),
         },
         top_sites,

@@ -10,7 +10,6 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
-mod explained;
 mod flame;
 mod graph;
 mod html;
@@ -18,9 +17,9 @@ mod json;
 mod pprof;
 mod snapshot;
 
-pub use explained::Explained;
 pub use flame::{write_folded, write_svg};
 pub use graph::{write_dot, write_mermaid, GraphOptions};
+pub use heapdump_analyze::Analysis;
 pub use html::{human as human_bytes, write_html};
 pub use json::write_json;
 pub use pprof::{profile, write_pprof};

@@ -3,7 +3,7 @@
 //! Messages are declared with prost's derive (no code generator needed);
 //! field numbers follow google/pprof's `proto/profile.proto`.
 
-use crate::explained::Explained;
+use heapdump_analyze::Analysis;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -193,8 +193,8 @@ impl Strings {
 /// Builds the profile: one sample per allocation site with the in-use
 /// object count and bytes (sampled sites scaled by their weights), a
 /// `type` label, locations with their mappings and symbolized lines.
-pub fn profile(ex: &Explained<'_>) -> Profile {
-    let heap = ex.heap;
+pub fn profile(ex: &Analysis<'_>) -> Profile {
+    let heap = ex.heap();
     let mut s = Strings::new();
     let mut p = Profile {
         sample_type: vec![
@@ -230,38 +230,17 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
         });
         mapping_of_module.insert(mi, id);
     }
-    let module_of = |addr: u64| {
-        heap.modules.iter().position(|m| {
-            m.segments.iter().any(|sg| {
-                sg.flags & heapdump_format::raw::SEG_X != 0
-                    && addr >= m.bias.wrapping_add(sg.vaddr)
-                    && addr < m.bias.wrapping_add(sg.vaddr).wrapping_add(sg.memsz)
-            })
-        })
-    };
     let mut functions: HashMap<(String, String), u64> = HashMap::new();
     let mut locations: HashMap<u64, u64> = HashMap::new();
     // Aggregate blocks by site, and by type where blocks of one site have
     // types of their own (trait objects named by their vtables).
-    let per_block = ex.has_block_types();
-    let mut by_site: HashMap<(u32, Option<String>), (f64, f64)> = HashMap::new();
-    for (i, b) in heap.blocks().enumerate() {
-        let w = heap.weight(&b);
-        let ty = per_block.then(|| ex.type_of_block(heapdump_analyze::BlockId(i as u32)));
-        let e = by_site.entry((b.site, ty)).or_default();
-        e.0 += heap.count_weight(&b);
-        e.1 += w;
-    }
-    // Unsampled blocks weigh nothing when sites are sampled.
-    by_site.retain(|_, (n, w)| *n > 0.0 || *w > 0.0);
-    let mut sites: Vec<(u32, Option<String>)> = by_site.keys().cloned().collect();
-    sites.sort_unstable();
+    let sites = ex.live_by_site(ex.has_block_types());
     let type_key = s.id("type");
     // Whole numbers that add up to the totals they estimate.
-    let counts = heapdump_analyze::round_keeping_sum(&sites.iter().map(|k| by_site[k].0).collect::<Vec<_>>());
-    let byte_counts = heapdump_analyze::round_keeping_sum(&sites.iter().map(|k| by_site[k].1).collect::<Vec<_>>());
-    for (key, (count, bytes)) in sites.into_iter().zip(counts.into_iter().zip(byte_counts)) {
-        let (site, ty) = key;
+    let counts = heapdump_analyze::round_keeping_sum(&sites.iter().map(|t| t.count).collect::<Vec<_>>());
+    let byte_counts = heapdump_analyze::round_keeping_sum(&sites.iter().map(|t| t.bytes).collect::<Vec<_>>());
+    for (t, (count, bytes)) in sites.into_iter().zip(counts.into_iter().zip(byte_counts)) {
+        let (site, ty) = (t.site, t.ty);
         let mut loc_ids = Vec::new();
         let addrs: Vec<u64> = ex.site_addresses(site);
         if addrs.is_empty() {
@@ -298,7 +277,7 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
                         lines.push(Line { function_id: fid, line: i64::from(f.line.unwrap_or(0)) });
                     }
                     let id = p.location.len() as u64 + 1;
-                    let mapping_id = module_of(a).and_then(|mi| mapping_of_module.get(&mi).copied()).unwrap_or(0);
+                    let mapping_id = heap.code_module(a).and_then(|mi| mapping_of_module.get(&mi).copied()).unwrap_or(0);
                     // pprof's addresses are the call instruction: return address - 1.
                     p.location.push(Location { id, mapping_id, address: a.saturating_sub(1), line: lines });
                     locations.insert(a, id);
@@ -316,7 +295,7 @@ pub fn profile(ex: &Explained<'_>) -> Profile {
 }
 
 /// Writes the gzipped profile.
-pub fn write_pprof(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> {
+pub fn write_pprof(ex: &Analysis<'_>, out: &mut dyn Write) -> crate::Result<()> {
     let p = profile(ex);
     let bytes = prost::Message::encode_to_vec(&p);
     let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());

@@ -8,8 +8,8 @@
 //! analysis graph, so the retained sizes DevTools and memlab compute equal
 //! heapdump's. Streamed: nodes and edges are written as they are produced.
 
-use crate::explained::Explained;
 use heapdump_analyze::leaks::LeakKind;
+use heapdump_analyze::Analysis;
 use heapdump_analyze::{BlockId, RootKind};
 use std::collections::HashMap;
 use std::io::Write;
@@ -27,8 +27,8 @@ pub fn block_node_id(i: usize) -> u64 {
 }
 
 /// Writes the snapshot.
-pub fn write_heapsnapshot(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Result<()> {
-    let heap = ex.heap;
+pub fn write_heapsnapshot(ex: &Analysis<'_>, out: &mut dyn Write) -> crate::Result<()> {
+    let heap = ex.heap();
     let n = heap.len();
     let mut strings: Vec<String> = vec![String::new()];
     let mut string_ids: HashMap<String, usize> = HashMap::from([(String::new(), 0)]);
@@ -63,7 +63,7 @@ pub fn write_heapsnapshot(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Res
         }
     }
     drop((seen_t, seen_s));
-    let lost: Vec<u32> = (0..n as u32).filter(|&i| ex.leaks.kind[i as usize] == LeakKind::DefinitelyLost).collect();
+    let lost: Vec<u32> = (0..n as u32).filter(|&i| ex.leaks().kind[i as usize] == LeakKind::DefinitelyLost).collect();
     let edge_count = 3 + threads.len() + statics.len() + lost.len() + heap.edge_count();
     let node_count = 4 + n;
     // Node index (in the flat array) of block i.
@@ -95,7 +95,7 @@ pub fn write_heapsnapshot(ex: &Explained<'_>, out: &mut dyn Write) -> crate::Res
     node(out, T_SYNTHETIC, g2, 5, 0, statics.len())?;
     let g3 = sid("(lost)");
     node(out, T_SYNTHETIC, g3, 7, 0, lost.len())?;
-    let mut names: HashMap<u32, String> = HashMap::new();
+    let mut names: HashMap<heapdump_analyze::SiteId, String> = HashMap::new();
     for i in 0..n {
         let b = BlockId(i as u32);
         let name = ex.block_name(b, &mut names);

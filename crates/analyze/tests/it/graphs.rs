@@ -182,8 +182,9 @@ fn heuristics_explain_normal_interior_pointers() {
 #[test]
 fn ten_million_long_chain_does_not_overflow_the_stack() {
     let n = 10_000_000u32;
-    let blocks: Vec<heapdump_analyze::Block> =
-        (0..n).map(|i| heapdump_analyze::Block { addr: 0x10_0000 + u64::from(i) * 32, size: 24, site: 0, flags: 0 }).collect();
+    let blocks: Vec<heapdump_analyze::Block> = (0..n)
+        .map(|i| heapdump_analyze::Block { addr: 0x10_0000 + u64::from(i) * 32, size: 24, site: heapdump_analyze::SiteId(0), flags: 0 })
+        .collect();
     let edges: Vec<(u32, u32, u64, u64)> = (0..n - 1).map(|i| (i, i + 1, 0, 0)).collect();
     let root = heapdump_analyze::Root { region: 0, offset: 0, target: BlockId(0), interior: false, into: 0 };
     let h = heap_of(blocks, &edges, vec![root]);
@@ -372,7 +373,7 @@ fn a_module_that_is_not_a_file_is_refused() {
     s.site = vec![0x40_0100, 0x40_0200];
     let (_f, h) = s.load();
     let mut sym = heapdump_analyze::symbols::Symbolizer::new(&h);
-    let label = sym.site_label(1);
+    let label = sym.site_label(heapdump_analyze::SiteId(1));
     assert!(label.contains("zero"), "{label}");
     let problems = sym.problems();
     assert!(problems.iter().any(|p| p.contains("/dev/zero") && p.contains("not a regular file")), "{problems:?}");
@@ -392,7 +393,7 @@ fn kernel_files_named_as_modules_are_refused() {
             s.site = vec![0x40_0100];
             let (_f, h) = s.load();
             let mut sym = heapdump_analyze::symbols::Symbolizer::new(&h);
-            let _ = sym.site_label(1);
+            let _ = sym.site_label(heapdump_analyze::SiteId(1));
             let _ = tx.send(sym.problems());
         });
         let problems = rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap_or_else(|_| panic!("{path}: still reading after 30 s"));
@@ -506,7 +507,7 @@ proptest::proptest! {
         salt in 0u32..1000,
     ) {
         let blocks: Vec<heapdump_analyze::Block> = (0..n)
-            .map(|i| heapdump_analyze::Block { addr: 0x10_0000 + u64::from(i) * 64, size: 8 + u64::from(i % 7) * 8, site: 0, flags: 0 })
+            .map(|i| heapdump_analyze::Block { addr: 0x10_0000 + u64::from(i) * 64, size: 8 + u64::from(i % 7) * 8, site: heapdump_analyze::SiteId(0), flags: 0 })
             .collect();
         let edges: Vec<(u32, u32, u64, u64)> = edges.iter().map(|&(a, b)| (a % n, b % n, 0, 0)).collect();
         let roots: Vec<heapdump_analyze::Root> = roots

@@ -118,8 +118,8 @@ fn analyse(module: &std::path::Path) {
     for &a in &s.site {
         let _ = sym.frames(a);
     }
-    let _ = sym.site_label(1);
-    let _ = sym.site_frames(1);
+    let _ = sym.site_label(heapdump_analyze::SiteId(1));
+    let _ = sym.site_frames(heapdump_analyze::SiteId(1));
     let _ = sym.data_symbol(text);
     let _ = sym.vtables();
     for b in 0..h.len() {

@@ -9,6 +9,7 @@ mod fatal;
 mod hostile;
 mod install;
 mod limits;
+mod one_answer;
 mod preload;
 mod real_programs;
 mod trust;

@@ -1,0 +1,549 @@
+//! One analysis of one dump, shared by every view.
+//!
+//! [`Analysis`] holds the loaded graph with what is computed from it on
+//! demand, once: the leak classes, the dominator tree (with its children
+//! lists), the symbolizer and the type namer. It answers the questions at
+//! the level a report asks them (leak groups by site with their indirect
+//! bytes, the top retainers, a path with its steps, the program's frames of
+//! a site, totals by site, type or size), so that the command line and
+//! every export give one answer to one question: they only print or
+//! encode what it returns.
+
+use crate::dominators::{self, Dominators};
+use crate::error::{AnalyzeError, Result};
+use crate::group::{self, GroupBy, RetainedRow, Row};
+use crate::heap::{BlockId, Heap, RootSource, SiteId};
+use crate::leaks::{self, LeakKind, Leaks};
+use crate::paths::{self, PathStart};
+use crate::symbols::{is_machinery, Frame, Symbolizer};
+use crate::types::{Types, UNKNOWN};
+use crate::DumpFile;
+use serde::Serialize;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
+
+/// A loaded dump and everything computed from it, each at most once.
+pub struct Analysis<'h> {
+    file: &'h DumpFile,
+    heap: &'h Heap,
+    sym: RefCell<Symbolizer<'h>>,
+    types: RefCell<Types<'h>>,
+    leaks: OnceCell<Leaks>,
+    dominators: OnceCell<Dominators>,
+    children: OnceCell<Children>,
+}
+
+/// The dominator tree's children lists: those of block `b` are
+/// `list[start[b]..start[b + 1]]`, the virtual root's at index `n`.
+struct Children {
+    start: Vec<u32>,
+    list: Vec<u32>,
+}
+
+/// A group of lost blocks from one site: the definitely (or possibly) lost
+/// blocks of the site, and the indirectly lost blocks their structures
+/// hold, as valgrind's loss records say "N (D direct, I indirect) bytes".
+/// Field names are the `leaks --json` keys.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeakGroup {
+    /// Definitely or possibly lost.
+    pub kind: LeakKind,
+    /// The site, as `top` names it.
+    pub site: String,
+    /// What the blocks hold, where the site or a vtable says.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// Blocks of this kind from the site.
+    pub blocks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Indirectly lost blocks their structures hold.
+    pub indirect_blocks: u64,
+    /// Their bytes.
+    pub indirect_bytes: u64,
+    /// One block's address, `0x…`.
+    pub example: String,
+    /// The program's frames of the site, innermost first (see
+    /// [`Analysis::program_frames`]).
+    pub stack: Vec<String>,
+    /// The example's address, to order groups that tie on bytes and site
+    /// (two sites can print alike) the same way on every run.
+    #[serde(skip)]
+    pub example_addr: u64,
+}
+
+/// The leak classes' totals and the lost groups, largest first. Field
+/// names are the `leaks --json` keys.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeakReport {
+    /// Definitely lost.
+    pub definitely_lost: leaks::Count,
+    /// Indirectly lost.
+    pub indirectly_lost: leaks::Count,
+    /// Possibly lost.
+    pub possibly_lost: leaks::Count,
+    /// Still reachable.
+    pub still_reachable: leaks::Count,
+    /// Of the still reachable, those reached thanks to each heuristic.
+    pub via_heuristic: std::collections::BTreeMap<&'static str, leaks::Count>,
+    /// Threads the dump could not stop: their stacks were read while they
+    /// waited in the kernel (or not at all), their registers are unknown,
+    /// so a block only they hold may be counted lost.
+    pub threads_not_stopped: u64,
+    /// Lost groups by site, largest (direct and indirect bytes) first.
+    pub groups: Vec<LeakGroup>,
+}
+
+/// A block of the dominator tree as `retained` lists it. Field names are
+/// the `retained --json` keys.
+#[derive(Clone, Debug, Serialize)]
+pub struct Retainer {
+    /// `0x…`.
+    pub address: String,
+    /// Its requested size.
+    pub size: u64,
+    /// Bytes its dominator subtree holds, itself included.
+    pub retained: u64,
+    /// Its site.
+    pub site: String,
+    /// Blocks it dominates, itself included.
+    pub dominated: u32,
+    /// Its type, where known.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// Its leak class.
+    pub class: LeakKind,
+}
+
+/// One step of a path. `from`, `to` and `offset` are the `path --json`
+/// keys; the rest is for the text.
+#[derive(Clone, Debug, Serialize)]
+pub struct PathStep {
+    /// What holds the pointer: the root named for the first step, else a
+    /// block's address.
+    pub from: String,
+    /// The block pointed to, `0x…`.
+    pub to: String,
+    /// Offset of the pointer in what `from` names (the symbol, the block).
+    pub offset: u64,
+    /// Whether the pointer points inside `to`.
+    #[serde(skip)]
+    pub interior: bool,
+    /// `to`'s size.
+    #[serde(skip)]
+    pub size: u64,
+    /// `to`'s site.
+    #[serde(skip)]
+    pub site: String,
+}
+
+/// How a block is reached.
+#[derive(Clone, Debug)]
+pub struct PathReport {
+    /// The block asked about, `0x…`.
+    pub address: String,
+    /// Its size.
+    pub size: u64,
+    /// Its leak class.
+    pub class: LeakKind,
+    /// Its site.
+    pub site: String,
+    /// Where the chain starts (a root, or the lost block heading the
+    /// target's structure); `None` when the target heads a lost structure
+    /// itself: nothing points to it at all.
+    pub start: Option<String>,
+    /// The steps, from the start to the target.
+    pub steps: Vec<PathStep>,
+}
+
+/// Live blocks of one site (and type, where blocks of a site are named
+/// apart), weighted as [`Heap::weight`] says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiteTotal {
+    /// The site.
+    pub site: SiteId,
+    /// The blocks' own type, when they are named apart from their site's.
+    pub ty: Option<String>,
+    /// Blocks they stand for.
+    pub count: f64,
+    /// Bytes they stand for.
+    pub bytes: f64,
+}
+
+fn hex(a: u64) -> String {
+    format!("{a:#x}")
+}
+
+impl<'h> Analysis<'h> {
+    /// An analysis of `heap`, loaded from `file`; nothing is computed yet.
+    pub fn new(file: &'h DumpFile, heap: &'h Heap) -> Analysis<'h> {
+        Analysis {
+            file,
+            heap,
+            sym: RefCell::new(Symbolizer::new(heap)),
+            types: RefCell::new(Types::new(file, heap)),
+            leaks: OnceCell::new(),
+            dominators: OnceCell::new(),
+            children: OnceCell::new(),
+        }
+    }
+
+    /// Sites are named by `depth` frames, past the functions `skip`
+    /// matches too (`top --depth`, `--skip`).
+    pub fn name_sites(&self, depth: usize, skip: Option<regex::Regex>) {
+        let mut s = self.sym.borrow_mut();
+        s.depth(depth);
+        s.skip(skip);
+    }
+
+    /// The graph.
+    pub fn heap(&self) -> &'h Heap {
+        self.heap
+    }
+
+    /// The file.
+    pub fn file(&self) -> &'h DumpFile {
+        self.file
+    }
+
+    /// Leak classes (computed on first use).
+    pub fn leaks(&self) -> &Leaks {
+        // Set by `dominators` when it ran first.
+        self.leaks.get_or_init(|| leaks::of_dump(self.file, self.heap))
+    }
+
+    /// The dominator tree, lost structures hanging off the virtual root
+    /// led by their definitely lost block (computed on first use, with the
+    /// leak classes on a second thread when they are not known yet).
+    pub fn dominators(&self) -> &Dominators {
+        self.dominators.get_or_init(|| match self.leaks.get() {
+            Some(l) => dominators::compute_with(self.heap, || l.heads()),
+            None => {
+                let (l, d) = dominators::of_dump(self.file, self.heap);
+                let _ = self.leaks.set(l);
+                d
+            }
+        })
+    }
+
+    /// Blocks immediately dominated by `b` (`None` = the virtual root),
+    /// largest retained size first.
+    pub fn dominated_by(&self, b: Option<BlockId>) -> &[u32] {
+        let c = self.children.get_or_init(|| {
+            let d = self.dominators();
+            let n = self.heap.len();
+            let parent = |i: usize| d.idom(BlockId(i as u32)).map_or(n, |b| b.index());
+            let mut start = vec![0u32; n + 2];
+            for i in 0..n {
+                start[parent(i) + 1] += 1;
+            }
+            for i in 0..=n {
+                start[i + 1] += start[i];
+            }
+            let mut fill = start.clone();
+            let mut list = vec![0u32; n];
+            for i in 0..n {
+                let p = parent(i);
+                list[fill[p] as usize] = i as u32;
+                fill[p] += 1;
+            }
+            for p in 0..=n {
+                let s = &mut list[start[p] as usize..start[p + 1] as usize];
+                s.sort_by(|&a, &b| d.retained[b as usize].cmp(&d.retained[a as usize]).then(a.cmp(&b)));
+            }
+            Children { start, list }
+        });
+        let p = b.map_or(self.heap.len(), |b| b.index());
+        &c.list[c.start[p] as usize..c.start[p + 1] as usize]
+    }
+
+    // --- names -----------------------------------------------------------------
+
+    /// One-line name of a site.
+    pub fn site_label(&self, site: SiteId) -> String {
+        self.sym.borrow_mut().site_label(site)
+    }
+
+    /// All frames of a site, innermost first.
+    pub fn site_frames(&self, site: SiteId) -> Vec<Frame> {
+        self.sym.borrow_mut().site_frames(site)
+    }
+
+    /// The program's own frames of a site, innermost first: the allocator
+    /// machinery left out, and nothing past `main` (the runtime's start-up
+    /// frames). When no frame is the program's, all of them. The one rule
+    /// of the leak groups' stacks and the flamegraphs' frames.
+    pub fn program_frames(&self, site: SiteId) -> Vec<Frame> {
+        let frames = self.site_frames(site);
+        let mut out = Vec::new();
+        for f in frames.iter().filter(|f| !is_machinery(f)) {
+            out.push(f.clone());
+            if f.function.as_deref().is_some_and(|n| n == "main" || n.ends_with("::main")) {
+                break;
+            }
+        }
+        if out.is_empty() {
+            return frames;
+        }
+        out
+    }
+
+    /// The frames at one return address (inlined first), without the
+    /// tracker's own.
+    pub fn frames_at(&self, addr: u64) -> Vec<Frame> {
+        self.sym.borrow_mut().program_frames(addr)
+    }
+
+    /// A site's return addresses, innermost first, starting at the
+    /// allocation function the program called.
+    pub fn site_addresses(&self, site: SiteId) -> Vec<u64> {
+        self.sym.borrow_mut().site_addresses(site)
+    }
+
+    /// The type a site allocates, where its frames say (`unknown` if not).
+    pub fn type_of(&self, site: SiteId) -> String {
+        self.types.borrow_mut().of_site(&mut self.sym.borrow_mut(), site)
+    }
+
+    /// The type of one block: its site's, or the concrete type of a trait
+    /// object pointing at it.
+    pub fn type_of_block(&self, b: BlockId) -> String {
+        self.types.borrow_mut().of_block(&mut self.sym.borrow_mut(), self.heap, b)
+    }
+
+    /// Whether some blocks are named individually (by vtables), not only
+    /// by their site.
+    pub fn has_block_types(&self) -> bool {
+        self.types.borrow_mut().has_block_names(&mut self.sym.borrow_mut(), self.heap)
+    }
+
+    /// A short name for a block: its type if known, else its site
+    /// (`site_labels` caches the sites' names across calls).
+    pub fn block_name(&self, b: BlockId, site_labels: &mut HashMap<SiteId, String>) -> String {
+        let t = self.type_of_block(b);
+        if t != UNKNOWN {
+            return t;
+        }
+        let site = self.heap.block(b).site;
+        site_labels.entry(site).or_insert_with(|| self.site_label(site)).clone()
+    }
+
+    /// The static symbol holding `addr`, and `addr`'s offset in it.
+    pub fn data_symbol_at(&self, addr: u64) -> Option<(String, u64)> {
+        self.sym.borrow_mut().data_symbol_at(addr)
+    }
+
+    // --- totals ----------------------------------------------------------------
+
+    /// Live blocks grouped by site, type or size class, largest first.
+    pub fn top(&self, by: GroupBy) -> Vec<Row> {
+        group::top(self.heap, &mut self.sym.borrow_mut(), &mut self.types.borrow_mut(), by)
+    }
+
+    /// Live blocks by size class, smallest class first (a histogram).
+    pub fn size_histogram(&self) -> Vec<Row> {
+        group::size_histogram(self.heap)
+    }
+
+    /// Live blocks by site, and by type within a site where blocks have
+    /// types of their own (`split_types`), ordered by site; unsampled
+    /// blocks of sampled dumps weigh nothing and have no row.
+    pub fn live_by_site(&self, split_types: bool) -> Vec<SiteTotal> {
+        let mut by: HashMap<(SiteId, Option<String>), (f64, f64)> = HashMap::new();
+        for (i, b) in self.heap.blocks().enumerate() {
+            let ty = split_types.then(|| self.type_of_block(BlockId(i as u32)));
+            let e = by.entry((b.site, ty)).or_default();
+            e.0 += self.heap.count_weight(&b);
+            e.1 += self.heap.weight(&b);
+        }
+        let mut rows: Vec<SiteTotal> = by
+            .into_iter()
+            .filter(|(_, (n, w))| *n > 0.0 || *w > 0.0)
+            .map(|((site, ty), (count, bytes))| SiteTotal { site, ty, count, bytes })
+            .collect();
+        rows.sort_by(|a, b| (a.site, &a.ty).cmp(&(b.site, &b.ty)));
+        rows
+    }
+
+    /// The number of root regions, as [`Heap::root_region_count`] defines
+    /// it: the `roots` of every view.
+    pub fn roots(&self) -> u64 {
+        self.heap.root_region_count()
+    }
+
+    // --- leaks -----------------------------------------------------------------
+
+    /// The leak totals and the lost groups by site.
+    pub fn leak_report(&self) -> LeakReport {
+        let heap = self.heap;
+        let l = self.leaks();
+        // Indirect bytes per clique leader.
+        let mut indirect: HashMap<u32, (u64, u64)> = HashMap::new();
+        for (i, k) in l.kind.iter().enumerate() {
+            if *k == LeakKind::IndirectlyLost {
+                let e = indirect.entry(l.leader[i]).or_default();
+                e.0 += 1;
+                e.1 += heap.size(BlockId(i as u32));
+            }
+        }
+        let mut groups: HashMap<(LeakKind, SiteId), LeakGroup> = HashMap::new();
+        for (i, k) in l.kind.iter().enumerate() {
+            if !matches!(k, LeakKind::DefinitelyLost | LeakKind::PossiblyLost) {
+                continue;
+            }
+            let b = heap.block(BlockId(i as u32));
+            let g = groups.entry((*k, b.site)).or_insert_with(|| LeakGroup {
+                kind: *k,
+                site: self.site_label(b.site),
+                ty: self.type_of_block(BlockId(i as u32)),
+                blocks: 0,
+                bytes: 0,
+                indirect_blocks: 0,
+                indirect_bytes: 0,
+                example: hex(b.addr),
+                stack: self.program_frames(b.site).iter().take(12).map(Frame::label).collect(),
+                example_addr: b.addr,
+            });
+            g.blocks += 1;
+            g.bytes += b.size;
+            if let Some(&(nb, bytes)) = indirect.get(&(i as u32)) {
+                g.indirect_blocks += nb;
+                g.indirect_bytes += bytes;
+            }
+        }
+        let mut groups: Vec<LeakGroup> = groups.into_values().collect();
+        groups.sort_by(|a, b| {
+            (b.bytes + b.indirect_bytes)
+                .cmp(&(a.bytes + a.indirect_bytes))
+                .then_with(|| a.site.cmp(&b.site))
+                .then_with(|| a.example_addr.cmp(&b.example_addr))
+        });
+        LeakReport {
+            definitely_lost: l.definitely_lost,
+            indirectly_lost: l.indirectly_lost,
+            possibly_lost: l.possibly_lost,
+            still_reachable: l.still_reachable,
+            via_heuristic: l.via_heuristic.iter().map(|(h, c)| (h.as_str(), *c)).collect(),
+            threads_not_stopped: heap.threads.iter().filter(|t| t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0).count() as u64,
+            groups,
+        }
+    }
+
+    // --- retention -------------------------------------------------------------
+
+    /// The `n` blocks that retain the most, largest first.
+    pub fn retainers(&self, n: usize) -> Vec<Retainer> {
+        let d = self.dominators();
+        let l = self.leaks();
+        let mut ids: Vec<usize> = (0..self.heap.len()).collect();
+        let n = n.min(ids.len());
+        if n > 0 && n < ids.len() {
+            ids.select_nth_unstable_by(n - 1, |&a, &b| d.retained[b].cmp(&d.retained[a]).then(a.cmp(&b)));
+        }
+        ids.truncate(n);
+        ids.sort_by(|&a, &b| d.retained[b].cmp(&d.retained[a]).then(a.cmp(&b)));
+        ids.into_iter().map(|i| self.retainer(BlockId(i as u32), d, l)).collect()
+    }
+
+    fn retainer(&self, id: BlockId, d: &Dominators, l: &Leaks) -> Retainer {
+        let b = self.heap.block(id);
+        Retainer {
+            address: hex(b.addr),
+            size: b.size,
+            retained: d.retained[id.index()],
+            site: self.site_label(b.site),
+            dominated: d.dominated[id.index()],
+            ty: self.type_of_block(id),
+            class: l.kind[id.index()],
+        }
+    }
+
+    /// Groups by site or type with what each retains, every byte once.
+    pub fn retained_by(&self, by: GroupBy) -> Vec<RetainedRow> {
+        group::retained_by(self.heap, self.dominators(), &mut self.sym.borrow_mut(), &mut self.types.borrow_mut(), by)
+    }
+
+    // --- paths -----------------------------------------------------------------
+
+    /// The shortest chain of pointers from a root to the block holding
+    /// `addr` (or from the head of its lost structure).
+    pub fn path(&self, addr: u64) -> Result<PathReport> {
+        let heap = self.heap;
+        let (target, _) = heap.find(addr).ok_or(AnalyzeError::NoSuchAllocation { address: addr })?;
+        let l = self.leaks();
+        let fallback = l.leader_of(target);
+        let tb = heap.block(target);
+        let mut report = PathReport {
+            address: hex(tb.addr),
+            size: tb.size,
+            class: l.kind[target.index()],
+            site: self.site_label(tb.site),
+            start: None,
+            steps: Vec::new(),
+        };
+        if fallback == Some(target) {
+            return Ok(report);
+        }
+        let p = paths::shortest(heap, target, fallback).ok_or(AnalyzeError::NoPath { address: addr, class: report.class.as_str() })?;
+        // Every step's offset is relative to what its `from` names: the
+        // first step from a static root to the symbol it names (or the
+        // region).
+        let mut first_offset = None;
+        let start = match &p.start {
+            PathStart::Root(r) => {
+                let (text, off) = self.describe_root(r);
+                first_offset = off;
+                text
+            }
+            PathStart::LostBlock(b) => {
+                format!("lost block {} (definitely lost, {})", hex(heap.block(*b).addr), self.site_label(heap.block(*b).site))
+            }
+        };
+        for (i, s) in p.steps.iter().enumerate() {
+            let from = match s.from {
+                Some(b) => hex(heap.block(b).addr),
+                None if i == 0 => start.clone(),
+                None => String::new(),
+            };
+            let offset = if i == 0 && s.from.is_none() { first_offset.unwrap_or(s.offset) } else { s.offset };
+            let to = heap.block(s.to);
+            report.steps.push(PathStep {
+                from,
+                to: hex(to.addr),
+                offset,
+                interior: s.interior,
+                size: to.size,
+                site: self.site_label(to.site),
+            });
+        }
+        if let PathStart::LostBlock(b) = p.start {
+            if report.steps.is_empty() {
+                let to = heap.block(b);
+                report.steps.push(PathStep {
+                    from: start.clone(),
+                    to: hex(to.addr),
+                    offset: 0,
+                    interior: false,
+                    size: to.size,
+                    site: self.site_label(to.site),
+                });
+            } else {
+                report.steps[0].from = format!("{} <- {start}", report.steps[0].from);
+            }
+        }
+        report.start = Some(start);
+        Ok(report)
+    }
+
+    /// A root, named; for a static, by the symbol holding the word, with
+    /// the word's offset in that symbol.
+    fn describe_root(&self, r: &crate::Root) -> (String, Option<u64>) {
+        match self.heap.root_source(r) {
+            RootSource::Static { module, name, address } => match self.data_symbol_at(address) {
+                Some((s, off)) => (format!("static {s} in {module} at {:#x}", address - off), Some(off)),
+                None => (format!("static {name} of {module} at {address:#x}"), Some(0)),
+            },
+            other => (other.to_string(), None),
+        }
+    }
+}
