@@ -158,15 +158,7 @@ impl Config {
 }
 
 fn var(name: &CStr) -> Option<&'static [u8]> {
-    // SAFETY: getenv reads the environment; the returned string lives as
-    // long as the environment is not modified, which we read only once, at
-    // start-up, and copy what we keep.
-    let p = unsafe { libc::getenv(name.as_ptr()) };
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: getenv returns a NUL-terminated string.
-    Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+    crate::sys::getenv(name)
 }
 
 /// Writes `heapdump: ignoring NAME=VALUE: WHY` to stderr with one write.

@@ -22,7 +22,6 @@
 //! (its real stack, not the handler's). Written by hand: it runs in a
 //! signal handler of someone else's process, allocation-free.
 
-use crate::stw::Regs;
 use crate::sys;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -67,14 +66,6 @@ static CAUSE_CODE: AtomicU32 = AtomicU32::new(0);
 static CAUSE_TID: AtomicU32 = AtomicU32::new(0);
 static CAUSE_ADDR: AtomicU64 = AtomicU64::new(0);
 static CAUSE_SENDER: AtomicU32 = AtomicU32::new(0);
-
-/// The crashing thread and the registers its fault left.
-static CRASH_TID: AtomicU32 = AtomicU32::new(0);
-struct RegsCell(UnsafeCell<Regs>);
-// SAFETY: written by the crashing thread before it publishes CRASH_TID
-// (release), read by the dump after seeing it (acquire).
-unsafe impl Sync for RegsCell {}
-static CRASH_REGS: RegsCell = RegsCell(UnsafeCell::new([0; 17]));
 
 fn bit(sig: i32) -> u64 {
     if (1..64).contains(&sig) {
@@ -180,16 +171,6 @@ pub(crate) fn is_crash() -> bool {
     CRASHES.contains(&(FATAL.load(Ordering::Acquire) as i32))
 }
 
-/// The registers to record for thread `tid` when it is the one that
-/// crashed (those of the fault, not of the handler it waits in).
-pub(crate) fn crash_regs(tid: u32) -> Option<Regs> {
-    if tid == 0 || CRASH_TID.load(Ordering::Acquire) != tid {
-        return None;
-    }
-    // SAFETY: published before CRASH_TID (see RegsCell).
-    Some(unsafe { *CRASH_REGS.0.get() })
-}
-
 /// The helper finished the dump of the fatal signal.
 pub(crate) fn dump_done() {
     DONE.store(1, Ordering::Release);
@@ -228,15 +209,12 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
             FATAL_TID.store(me, Ordering::Release);
             if crash && !ctx.is_null() {
                 // SAFETY: for an SA_SIGINFO handler the kernel passes a
-                // ucontext_t; only this thread writes CRASH_REGS.
-                unsafe {
-                    let uc = &*(ctx as *const libc::ucontext_t);
-                    *CRASH_REGS.0.get() = crate::stw::regs_from_gregs(&uc.uc_mcontext.gregs);
-                }
-                CRASH_TID.store(me, Ordering::Release);
+                // ucontext_t.
+                let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+                crate::stw::note_crash(me, &crate::stw::regs_from_gregs(&uc.uc_mcontext.gregs));
             }
             set_cause(sig, code, me, address, sender);
-            if crate::request_fatal_dump() {
+            if crate::helper::request_fatal_dump() {
                 wait_done();
             }
         }

@@ -3,6 +3,12 @@
 //! `const`-initialised thread-locals without destructors: reading them
 //! never allocates, and they stay usable while the thread's other
 //! thread-local destructors run (which may allocate and free).
+//!
+//! With `stw` this is one handshake in two files, and they name each other
+//! on purpose: the stop's signal handler asks here whether its thread is
+//! inside the tracker (`defer_stop`), and a thread leaving the tracker with
+//! a stop pending parks through `stw::park`. Neither half means anything
+//! without the other.
 
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -206,7 +212,7 @@ pub enum Deferred {
     /// No operation.
     None,
     /// Insert this allocation.
-    Insert(crate::table::Entry),
+    Insert(crate::entry::Entry),
     /// Remove this address, then free it with this size and alignment.
     Free(u64, usize, usize),
 }

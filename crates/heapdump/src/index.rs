@@ -14,9 +14,11 @@
 //! Written by hand: it is built and used with the world stopped, inside
 //! the traced process, from memory mapped from the kernel.
 
-use crate::dump::DumpError;
-use crate::table::Entry;
-use crate::{sys, State};
+use crate::outcome::DumpError;
+
+use crate::entry::Entry;
+use crate::sys;
+use crate::table::Table;
 
 /// The live allocations sorted by address: the lookup index of the compact
 /// scan, and the order allocations are written in (so their contents are
@@ -272,8 +274,7 @@ impl Directory {
     }
 }
 
-pub(crate) fn build_index(state: &State) -> Result<Index, DumpError> {
-    let table = &state.table;
+pub(crate) fn build_index(table: &Table) -> Result<Index, DumpError> {
     let size = core::mem::size_of::<Entry>();
     let map_err = |errno| DumpError::Os { what: "mapping the address index", errno };
     // SAFETY: world stopped or forked child (so for the table calls below).

@@ -46,8 +46,7 @@ impl<T> SpinLock<T> {
                 if spins < 64 {
                     core::hint::spin_loop();
                 } else {
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
+                    crate::sys::yield_now();
                 }
             }
             if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {

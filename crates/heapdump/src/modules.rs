@@ -60,9 +60,9 @@ impl Modules {
     pub fn refresh(&mut self) {
         self.len = 0;
         self.paths_len = 0;
-        // SAFETY: the callback matches dl_iterate_phdr's signature and `self`
-        // outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(each), (self as *mut Modules).cast()) };
+        // SAFETY: `each` takes the C library's info and a `Modules`, which
+        // `self` is and outlives the call.
+        unsafe { sys::for_each_object(each, (self as *mut Modules).cast()) };
     }
 
     /// The modules.
@@ -107,10 +107,9 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mu
     let mut exe = [0u8; 1024];
     let name = if name.is_empty() && m.len == 0 {
         // The main program: the loader gives no name.
-        // SAFETY: readlink writes at most exe.len() bytes into exe.
-        let n = unsafe { libc::readlink(c"/proc/self/exe".as_ptr(), exe.as_mut_ptr().cast(), exe.len()) };
+        let n = crate::procfs::exe_path(&mut exe);
         if n > 0 {
-            &exe[..n as usize]
+            &exe[..n]
         } else {
             name
         }

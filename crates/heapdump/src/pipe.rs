@@ -55,27 +55,10 @@ pub enum PipeSink {
 
 // --- raw system calls (no errno: this runs on a thread without TLS) -----
 
-/// A raw system call with four arguments (pass 0 for those it does not
-/// take: FUTEX_WAIT reads its fourth, the timeout, and a null one waits
-/// without a limit).
-///
-/// # Safety
-/// A system call with these arguments must be valid.
-unsafe fn syscall4(n: i64, a: u64, b: u64, c: u64, d: u64) -> i64 {
-    let r: i64;
-    // SAFETY: the caller guarantees the call; `syscall` clobbers rcx and
-    // r11, declared; the fourth argument goes in r10.
-    unsafe {
-        core::arch::asm!("syscall", inlateout("rax") n => r, in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d,
-            lateout("rcx") _, lateout("r11") _, options(nostack));
-    }
-    r
-}
-
 fn futex_wait(word: &AtomicU32, seen: u32) {
     // SAFETY: FUTEX_WAIT on a valid, aligned u32: returns at once if it no
     // longer holds `seen`; no timeout.
-    unsafe { syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAIT as u64, u64::from(seen), 0) };
+    unsafe { sys::raw_syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAIT as u64, u64::from(seen), 0) };
 }
 
 /// Waits until `word` no longer holds `seen`: spinning a while first, since
@@ -90,7 +73,7 @@ fn wait_change(word: &AtomicU32, seen: u32) {
         if i % 256 == 255 {
             // Should the two threads share a CPU, let the other one run.
             // SAFETY: sched_yield takes no arguments and touches no memory.
-            unsafe { syscall4(libc::SYS_sched_yield, 0, 0, 0, 0) };
+            unsafe { sys::raw_syscall4(libc::SYS_sched_yield, 0, 0, 0, 0) };
         } else {
             core::hint::spin_loop();
         }
@@ -103,7 +86,7 @@ const SPINS: u32 = 20_000;
 
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a valid, aligned u32 wakes waiters; no memory is touched.
-    unsafe { syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAKE as u64, i32::MAX as u64, 0) };
+    unsafe { sys::raw_syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAKE as u64, i32::MAX as u64, 0) };
 }
 
 fn shared(map: *mut u8) -> &'static Shared {
@@ -137,7 +120,7 @@ extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
             while off < len {
                 // SAFETY: write(2) reads [p + off, p + len) of the slot,
                 // which the dumping thread filled before counting it.
-                let n = unsafe { syscall4(libc::SYS_write, sh.fd as u64, p.wrapping_add(off) as u64, (len - off) as u64, 0) };
+                let n = unsafe { sys::raw_syscall4(libc::SYS_write, sh.fd as u64, p.wrapping_add(off) as u64, (len - off) as u64, 0) };
                 if n == -(libc::EINTR as i64) {
                     continue;
                 }
@@ -172,39 +155,11 @@ impl PipeSink {
         // helper only after the clone below.
         unsafe { (*map.cast::<Shared>()).fd = fd };
         let stack_top = map.wrapping_add(MAP_LEN);
-        let flags = libc::CLONE_VM
-            | libc::CLONE_FS
-            | libc::CLONE_FILES
-            | libc::CLONE_SIGHAND
-            | libc::CLONE_THREAD
-            | libc::CLONE_SYSVSEM
-            | libc::CLONE_PARENT_SETTID
-            | libc::CLONE_CHILD_CLEARTID;
-        // The helper inherits the signal mask in force at the clone: every
-        // signal blocked, glibc's own included (so the raw system call, not
-        // pthread_sigmask, which leaves those open); restored here at once.
-        let all = u64::MAX;
-        let mut old = 0u64;
-        // SAFETY: rt_sigprocmask with 8-byte kernel sigsets we own.
-        unsafe { syscall4(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as u64, &all as *const u64 as u64, &mut old as *mut u64 as u64, 8) };
         // SAFETY: the stack is the top of our mapping, unused by anyone
         // else; `helper` touches only the mapping and raw system calls; the
         // kernel stores the helper's id in `tid` before clone returns and
-        // clears it when the helper exits.
-        let started = unsafe {
-            let r = libc::clone(
-                helper,
-                stack_top.cast(),
-                flags,
-                map.cast(),
-                sh.tid.as_ptr().cast::<libc::pid_t>(),
-                core::ptr::null_mut::<libc::c_void>(),
-                sh.tid.as_ptr().cast::<libc::pid_t>(),
-            );
-            r > 0
-        };
-        // SAFETY: as above, restoring the mask read there.
-        unsafe { syscall4(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as u64, &old as *const u64 as u64, 0, 8) };
+        // clears it when the helper exits; the mapping outlives the helper.
+        let started = unsafe { sys::clone_thread(helper, stack_top, map.cast(), sh.tid.as_ptr().cast::<i32>()) };
         if started {
             PipeSink::Helper(map)
         } else {

@@ -19,7 +19,7 @@
 //! `run` waits while a started dump has neither `wrote` nor `failed` and
 //! its process or writer is alive. Paths are absolute.
 
-use crate::dump::{self, DumpError, DumpInfo};
+use crate::outcome::{DumpError, DumpInfo};
 use crate::sys;
 use heapdump_format::Reason;
 
@@ -41,16 +41,14 @@ impl Line {
     }
     pub(crate) fn n(&mut self, v: u64) -> &mut Self {
         let mut t = [0u8; 20];
-        let k = dump::fmt_u64(v, &mut t);
+        let k = crate::text::fmt_u64(v, &mut t);
         self.s(&t[..k])
     }
     /// `path`, made absolute with the current directory when relative.
     fn abs(&mut self, path: &[u8]) -> &mut Self {
         if path.first() != Some(&b'/') {
             let mut cwd = [0u8; 1024];
-            // SAFETY: getcwd writes at most cwd.len() bytes, NUL included.
-            if !unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
-                let k = cwd.iter().position(|&b| b == 0).unwrap_or(0);
+            if let Some(k) = sys::getcwd(&mut cwd) {
                 self.s(&cwd[..k]).s(b"/");
             }
         }
@@ -59,10 +57,8 @@ impl Line {
     /// This process's executable (`/proc/self/exe`), or `?`.
     fn exe(&mut self) -> &mut Self {
         let mut b = [0u8; 512];
-        // SAFETY: readlink writes at most b.len() bytes and adds no NUL.
-        let n = unsafe { libc::readlink(c"/proc/self/exe".as_ptr(), b.as_mut_ptr().cast(), b.len()) };
+        let n = crate::procfs::exe_path(&mut b);
         if n > 0 {
-            let n = n as usize;
             // A tab or newline in the name would split the line.
             for c in &mut b[..n] {
                 if *c == b'\t' || *c == b'\n' {
@@ -85,8 +81,7 @@ pub(crate) fn write_stderr(b: &[u8]) {
         return;
     }
     let _xfsz = sys::XfszBlocked::new();
-    // SAFETY: writing an initialised buffer to fd 2.
-    unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+    let _ = sys::write(2, b);
 }
 
 /// Device and inode of the stderr the program was started with (0: none).
@@ -94,11 +89,7 @@ static STDERR_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64:
 static STDERR_DEV: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 fn fd2_id() -> Option<(u64, u64)> {
-    // SAFETY: fstat writes into a zeroed struct we own.
-    unsafe {
-        let mut st: libc::stat = core::mem::zeroed();
-        (libc::fstat(2, &mut st) == 0).then_some((st.st_dev, st.st_ino))
-    }
+    sys::fstat(2).map(|(dev, ino, _)| (dev, ino))
 }
 
 /// Remembers which file descriptor 2 is at start-up.
@@ -124,21 +115,20 @@ fn stderr_is_ours() -> bool {
 
 /// Appends one line to the report file; false when there is none.
 fn append(line: &Line) -> bool {
-    // SAFETY: getenv with a NUL-terminated name; the environment is not
-    // modified by the runtime.
-    let report = unsafe { libc::getenv(c"HEAPDUMP_REPORT".as_ptr()) };
-    if report.is_null() {
-        return false;
+    let Some(report) = sys::getenv(c"HEAPDUMP_REPORT") else { return false };
+    let mut path = [0u8; 4097];
+    if report.len() >= path.len() {
+        return true;
     }
-    // SAFETY: getenv returns a NUL-terminated string.
-    let rp = unsafe { core::ffi::CStr::from_ptr(report) };
+    path[..report.len()].copy_from_slice(report);
+    let Ok(rp) = core::ffi::CStr::from_bytes_until_nul(&path) else { return true };
     // `heapdump run` makes the file's directory private (0700); still,
     // never follow a symlink or block on a FIFO there.
     let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     let _xfsz = sys::XfszBlocked::new();
     if let Ok(fd) = sys::open(rp, flags, 0o600) {
-        // SAFETY: one write of an initialised buffer (atomic with O_APPEND).
-        unsafe { libc::write(fd, line.bytes().as_ptr().cast(), line.len) };
+        // One write (atomic with O_APPEND).
+        let _ = sys::write(fd, line.bytes());
         sys::close(fd);
     }
     true
@@ -154,8 +144,7 @@ pub(crate) fn started(path: &[u8]) {
 /// Called in a forked writer: it writes the dump its parent started.
 pub(crate) fn writer() {
     let mut l = Line::new();
-    // SAFETY: getppid has no preconditions.
-    let parent = unsafe { libc::getppid() } as u64;
+    let parent = u64::from(sys::getppid());
     l.s(b"writer\t").n(parent).s(b"\t").n(sys::getpid() as u64).s(b"\n");
     append(&l);
 }

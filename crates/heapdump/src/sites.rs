@@ -33,10 +33,7 @@ extern "C" {
     fn _Unwind_GetIP(ctx: *mut UnwindContext) -> usize;
 }
 
-/// Room for a backtrace: written from the front, never read past what the
-/// capture says it wrote (so the caller need not zero it: 512 bytes per
-/// allocation with a site).
-pub type Frames = [core::mem::MaybeUninit<u64>];
+pub use crate::unwind::Frames;
 
 /// The first `n` frames of `f`, which a capture wrote.
 ///
@@ -308,4 +305,44 @@ impl Sites {
         // SAFETY: forwarded to the caller.
         unsafe { crate::lock::unlock_all_after_fork(&self.shards) }
     }
+}
+
+/// A thread's last site and its frames (site ids are never reused, so the
+/// pair stays true).
+struct LastSite {
+    n: core::cell::Cell<usize>,
+    frames: [core::cell::Cell<u64>; MAX_FRAMES],
+    id: core::cell::Cell<u32>,
+}
+
+thread_local! {
+    static LAST_SITE: LastSite = const {
+        LastSite { n: core::cell::Cell::new(0), frames: [const { core::cell::Cell::new(0) }; MAX_FRAMES], id: core::cell::Cell::new(0) }
+    };
+}
+
+/// Where this thread's last site lives (address, size): no root.
+pub fn tls_last_site() -> (u64, u64) {
+    LAST_SITE.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}
+
+/// This thread's last site, when `frames` are its frames.
+#[inline]
+pub fn last_site(frames: &[u64]) -> Option<u32> {
+    let n = frames.len();
+    LAST_SITE
+        .try_with(|l| if l.n.get() == n && l.frames[..n].iter().zip(frames).all(|(a, b)| a.get() == *b) { l.id.get() } else { 0 })
+        .ok()
+        .filter(|&id| id != 0)
+}
+
+/// Remembers `id` as this thread's last site, of `frames`.
+pub fn remember_last_site(frames: &[u64], id: u32) {
+    let _ = LAST_SITE.try_with(|l| {
+        for (a, b) in l.frames.iter().zip(frames) {
+            a.set(*b);
+        }
+        l.n.set(frames.len());
+        l.id.set(id);
+    });
 }

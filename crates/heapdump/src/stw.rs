@@ -7,7 +7,9 @@
 //! there: the handler marks the stop pending and the thread parks as it
 //! leaves the tracker, so no stopped thread ever holds a tracker lock. A
 //! thread that blocks the signal, or does not answer within the time
-//! limit, is reported as not stopped rather than waited for.
+//! limit, is reported as not stopped rather than waited for. The marking
+//! and the parking on leaving live in `guard`: the two files are one
+//! handshake (see there).
 
 use crate::sys;
 use core::cell::UnsafeCell;
@@ -107,7 +109,7 @@ static TID_OFFSET: AtomicU64 = AtomicU64::new(0);
 /// top of the stack the runtime mapped for it.
 pub fn register_runtime_thread(stack_end: u64) {
     let here = 0u8;
-    let fs = fs_base();
+    let fs = sys::fs_base();
     RUNTIME_SP.store(&here as *const u8 as u64, Ordering::Relaxed);
     RUNTIME_FS.store(fs, Ordering::Relaxed);
     if fs < stack_end && stack_end - fs < 16384 {
@@ -120,7 +122,7 @@ pub fn register_runtime_thread(stack_end: u64) {
 /// 4-byte word past the header that holds the calling thread's id (the
 /// kernel clears it when the thread ends: `CLONE_CHILD_CLEARTID`).
 pub fn find_tid_offset() {
-    let fs = fs_base();
+    let fs = sys::fs_base();
     if fs == 0 || fs % 64 != 0 {
         return;
     }
@@ -154,30 +156,6 @@ pub fn runtime_thread() -> (u64, u64) {
     (RUNTIME_SP.load(Ordering::Relaxed), RUNTIME_FS.load(Ordering::Relaxed))
 }
 
-/// Whether thread `tid` blocks signal `sig` (from /proc/self/task/TID/status,
-/// `SigBlk`): such a thread cannot answer a stop, so it is not waited for.
-fn blocks_signal(tid: u32, sig: i32) -> bool {
-    let mut path = [0u8; 48];
-    let pre = b"/proc/self/task/";
-    path[..pre.len()].copy_from_slice(pre);
-    let mut n = pre.len();
-    n += crate::dump::fmt_u64(tid.into(), &mut path[n..]);
-    let post = b"/status\0";
-    path[n..n + post.len()].copy_from_slice(post);
-    let Ok(c) = core::ffi::CStr::from_bytes_with_nul(&path[..n + post.len()]) else { return false };
-    let mut buf = [0u8; 2048];
-    let Ok(len) = sys::read_file(c, &mut buf) else { return false };
-    let text = &buf[..len];
-    let key = b"SigBlk:";
-    let Some(at) = text.windows(key.len()).position(|w| w == key) else { return false };
-    let mut mask: u64 = 0;
-    for &b in text[at + key.len()..].iter().skip_while(|b| b.is_ascii_whitespace()).take_while(|b| b.is_ascii_hexdigit()) {
-        let d = (b as char).to_digit(16).unwrap_or(0) as u64;
-        mask = (mask << 4) | d;
-    }
-    (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0
-}
-
 /// The signal used to stop threads (0 before one is claimed).
 static SUSPEND_SIG: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
@@ -207,16 +185,14 @@ fn claim_signal() -> Result<i32, i32> {
         if sig == cur || handler_of(sig) != Some(libc::SIG_DFL) {
             continue;
         }
-        // SAFETY: a zeroed sigaction is a valid starting point; we fill the
-        // handler, flags and a full mask (no other signal interrupts a
+        // The handler, flags and a full mask (no other signal interrupts a
         // parked thread).
-        let ok = unsafe {
-            let mut sa: libc::sigaction = core::mem::zeroed();
-            sa.sa_sigaction = ours;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigfillset(&mut sa.sa_mask);
-            sys::sigaction_raw(sig, &sa, core::ptr::null_mut()) == 0
-        };
+        let mut sa = sys::empty_sigaction();
+        sa.sa_sigaction = ours;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        sa.sa_mask = sys::sigset(true, &[]);
+        // SAFETY: a valid action, no old one asked for.
+        let ok = unsafe { sys::sigaction_raw(sig, &sa, core::ptr::null_mut()) } == 0;
         if ok {
             SUSPEND_SIG.store(sig, Ordering::Release);
             return Ok(sig);
@@ -251,13 +227,42 @@ pub fn init() -> Result<(), i32> {
     Ok(())
 }
 
+/// The crashing thread and the registers its fault left.
+static CRASH_TID: AtomicU32 = AtomicU32::new(0);
+struct RegsCell(UnsafeCell<Regs>);
+// SAFETY: written by the crashing thread before it publishes CRASH_TID
+// (release), read by the stop after seeing it (acquire); only the first
+// crashing thread writes it (the fatal handler lets one through).
+unsafe impl Sync for RegsCell {}
+static CRASH_REGS: RegsCell = RegsCell(UnsafeCell::new([0; 17]));
+
+/// Thread `tid` crashed with `regs` (from the fatal signal's handler): a
+/// stop parks it at once and the dump records these registers, those of
+/// the fault, not of the handler it waits in.
+pub fn note_crash(tid: u32, regs: &Regs) {
+    // SAFETY: see RegsCell: the one crashing thread writes before it
+    // publishes its tid.
+    unsafe { *CRASH_REGS.0.get() = *regs };
+    CRASH_TID.store(tid, Ordering::Release);
+}
+
+/// The registers to record for thread `tid` when it is the one that
+/// crashed.
+fn crash_regs(tid: u32) -> Option<Regs> {
+    if tid == 0 || CRASH_TID.load(Ordering::Acquire) != tid {
+        return None;
+    }
+    // SAFETY: published before CRASH_TID (see RegsCell).
+    Some(unsafe { *CRASH_REGS.0.get() })
+}
+
 extern "C" fn on_suspend(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let saved = sys::errno();
     // The thread that crashed waits in the crash handler (on its alternate
     // stack) until the dump is written: it is dumped as the fault left it,
     // at once, even when the fault was inside the tracker (a corrupted
     // heap's abort in `free`), whose tables the dump reads without locks.
-    if let Some(r) = crate::fatal::crash_regs(sys::gettid()) {
+    if let Some(r) = crash_regs(sys::gettid()) {
         park(&r);
         sys::set_errno(saved);
         return;
@@ -410,16 +415,7 @@ pub fn with_entry_regs<F: FnOnce(&Regs) -> R, R>(f: F) -> R {
 
 #[cold]
 fn unreachable_abort() -> ! {
-    // SAFETY: abort has no preconditions.
-    unsafe { libc::abort() }
-}
-
-/// The calling thread's thread pointer (fs base).
-pub fn fs_base() -> u64 {
-    let mut v: u64 = 0;
-    // SAFETY: ARCH_GET_FS writes the fs base into `v`.
-    unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1003, &mut v as *mut u64) };
-    v
+    sys::abort()
 }
 
 /// Parks the calling thread until the current stop ends, if one is active
@@ -442,7 +438,7 @@ pub fn park(regs: &Regs) {
     // reads them only after seeing STOPPED (release below, acquire there).
     unsafe {
         *slot.regs.get() = *regs;
-        *slot.fs.get() = fs_base();
+        *slot.fs.get() = sys::fs_base();
     }
     slot.state.store(STOPPED, Ordering::Release);
     ACKS.fetch_add(1, Ordering::AcqRel);
@@ -491,7 +487,7 @@ pub fn stop(also_skip: u32) -> Stopped {
     // until a round finds nothing new.
     for _round in 0..8 {
         let mut new = 0;
-        for_each_task(|tid| {
+        crate::procfs::for_each_task(|tid| {
             if tid == me
                 || tid == also_skip
                 || tid == RUNTIME_TID.load(Ordering::Acquire)
@@ -517,7 +513,7 @@ pub fn stop(also_skip: u32) -> Stopped {
             // starts every new thread with all signals blocked) or for
             // good (node's and the JVM's service threads): it is signalled
             // all the same, and waited for only briefly below.
-            let blocked = blocks_signal(tid, sig);
+            let blocked = crate::procfs::blocks_signal(tid, sig);
             match sys::tgkill(tid, sig) {
                 Ok(()) if blocked => {
                     blocked_waiting += 1;
@@ -553,11 +549,11 @@ pub fn stop(also_skip: u32) -> Stopped {
             GONE => continue,
             _ => {
                 out.not_stopped += 1;
-                slots()[i].blocked_sp.store(crate::dump::blocked_sp(tid), Ordering::Release);
+                slots()[i].blocked_sp.store(crate::procfs::blocked_sp(tid), Ordering::Release);
             }
         }
         let mut name = [0u8; 16];
-        let n = crate::dump::thread_name(tid, &mut name).len();
+        let n = crate::procfs::thread_name(tid, &mut name).len();
         // SAFETY: only the stopper writes a slot's name, before reading it.
         unsafe { *slots()[i].name.get() = (name, n as u8) };
     }
@@ -597,27 +593,10 @@ pub fn resume() {
     sys::futex_wake_all(&RELEASE);
 }
 
-/// Calls `f` with each thread id in /proc/self/task.
-pub fn for_each_task(mut f: impl FnMut(u32)) {
-    let Ok(fd) = sys::open(c"/proc/self/task", libc::O_RDONLY | libc::O_DIRECTORY, 0) else { return };
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = sys::getdents(fd, &mut buf) {
-        if n == 0 {
-            break;
-        }
-        let mut off = 0;
-        while off + 19 < n {
-            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
-            if reclen == 0 {
-                break;
-            }
-            let name = &buf[off + 19..(off + reclen).min(n)];
-            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-            if let Some(tid) = crate::config::parse_u64(name) {
-                f(tid as u32);
-            }
-            off += reclen;
-        }
-    }
-    sys::close(fd);
+pub static STATIC_TLS: AtomicU64 = AtomicU64::new(64 * 1024);
+
+/// Size of the static TLS area below each thread pointer (glibc's
+/// `_dl_get_tls_static_info`, read at start-up; 64 KiB if unknown).
+pub fn static_tls_size() -> u64 {
+    STATIC_TLS.load(Ordering::Relaxed)
 }

@@ -3,7 +3,10 @@
 //! Written by hand (no `std::fs`, no `nix`) because everything here must run
 //! inside the traced process with the world stopped or inside the
 //! allocator: no allocation, no locks, no panics. Each function is a thin,
-//! async-signal-safe wrapper returning `Err(errno)`.
+//! async-signal-safe wrapper returning `Err(errno)`. Clippy's
+//! `disallowed_methods` (clippy.toml) keeps the C library's functions out
+//! of every other module of the runtime.
+#![allow(clippy::disallowed_methods)]
 
 use core::ffi::CStr;
 
@@ -157,11 +160,6 @@ pub fn thp_on_request() -> bool {
         }
         Err(_) => false,
     }
-}
-
-/// Anonymous mapping shared with forked children (results come back through it).
-pub fn mmap_shared(len: usize) -> Result<*mut u8, i32> {
-    map(len, libc::MAP_SHARED)
 }
 
 /// Address space reserved for later use (`PROT_NONE`, no memory and no
@@ -582,4 +580,327 @@ pub fn alternate_stack_if_none(len: usize) {
     let st = libc::stack_t { ss_sp: p.cast(), ss_flags: 0, ss_size: len };
     // SAFETY: a fresh mapping of `len` bytes that is never unmapped.
     unsafe { libc::sigaltstack(&st, core::ptr::null_mut()) };
+}
+
+// --- owned mappings --------------------------------------------------------------
+
+/// Memory of the runtime's own, mapped from the kernel (never the tracked
+/// heap) and recorded as the runtime's (never a root); unmapped when
+/// dropped.
+pub struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Mapping owns its range like a Box owns its allocation; the
+// runtime hands one to one user at a time (the dumper holds its scratch
+// under its spin flag).
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// `len` bytes of private anonymous memory, zeroed.
+    pub fn anon(len: usize) -> Result<Mapping, i32> {
+        map(len, libc::MAP_PRIVATE).map(|ptr| Mapping { ptr, len })
+    }
+
+    /// `len` bytes of anonymous memory shared with forked children, zeroed.
+    pub fn shared(len: usize) -> Result<Mapping, i32> {
+        map(len, libc::MAP_SHARED).map(|ptr| Mapping { ptr, len })
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes, alive while `self` is.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The bytes, to write.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; `&mut self` makes the view unique.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// The mapping as `T`s, as many as fit.
+    ///
+    /// # Safety
+    /// Every bit pattern the mapping may hold (zeros, or `T`s written
+    /// before) is a valid `T`, and `T` needs at most page alignment.
+    pub unsafe fn typed_mut<T: Copy>(&mut self) -> &mut [T] {
+        // SAFETY: page-aligned memory of `len` bytes, unique through
+        // `&mut self`; the caller vouches for T's bit patterns.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.cast::<T>(), self.len / core::mem::size_of::<T>().max(1)) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ours (made by `map`), and no view outlives `self`.
+        unsafe { munmap(self.ptr, self.len) };
+    }
+}
+
+// --- the rest of the C library the runtime uses ---------------------------------------
+
+/// `sched_yield(2)`.
+pub fn yield_now() {
+    // SAFETY: no arguments, no preconditions.
+    unsafe { libc::sched_yield() };
+}
+
+/// `abort(3)`: the process ends with SIGABRT.
+pub fn abort() -> ! {
+    // SAFETY: no arguments; never returns.
+    unsafe { libc::abort() }
+}
+
+/// `getppid(2)`.
+pub fn getppid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::getppid() as u32 }
+}
+
+/// The calling thread's `pthread_t`.
+pub fn pthread_self() -> u64 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+/// `write(2)` of `buf` to `fd`, once: the bytes written.
+pub fn write(fd: i32, buf: &[u8]) -> Result<usize, i32> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes.
+    let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// The value of environment variable `name`, as the C library holds it
+/// (read in place: nothing is copied or allocated).
+pub fn getenv(name: &CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv with a NUL-terminated name; the result, when not
+    // null, is a NUL-terminated string in the environment block, which
+    // the runtime never changes.
+    unsafe {
+        let p = libc::getenv(name.as_ptr());
+        (!p.is_null()).then(|| CStr::from_ptr(p).to_bytes())
+    }
+}
+
+/// The current directory into `out`; its length (None if it does not fit).
+pub fn getcwd(out: &mut [u8]) -> Option<usize> {
+    // SAFETY: getcwd writes at most `out.len()` bytes, NUL included.
+    let p = unsafe { libc::getcwd(out.as_mut_ptr().cast(), out.len()) };
+    (!p.is_null()).then(|| out.iter().position(|&b| b == 0).unwrap_or(0))
+}
+
+/// The symbolic link `path` (NUL-terminated) read into `out`; its length
+/// (0 on any error).
+pub fn readlink(path: &CStr, out: &mut [u8]) -> usize {
+    // SAFETY: readlink writes at most `out.len()` bytes into `out`.
+    let n = unsafe { libc::readlink(path.as_ptr(), out.as_mut_ptr().cast(), out.len()) };
+    n.max(0) as usize
+}
+
+/// `fstat(2)`: (device, inode, size) of an open descriptor.
+pub fn fstat(fd: i32) -> Option<(u64, u64, u64)> {
+    // SAFETY: fstat into a zeroed struct we own.
+    unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino, st.st_size as u64))
+    }
+}
+
+/// Whether `path` names a regular file (not following a symlink).
+pub fn is_regular_file(path: &CStr) -> bool {
+    // SAFETY: lstat of a NUL-terminated path into a zeroed struct we own.
+    unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        libc::lstat(path.as_ptr(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    }
+}
+
+/// `unlink(2)`.
+pub fn unlink(path: &CStr) -> Result<(), i32> {
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::unlink(path.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// A pipe whose ends close on exec, the write end non-blocking: (read, write).
+pub fn pipe_nonblocking_writer() -> Result<(i32, i32), i32> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(errno());
+    }
+    // SAFETY: fcntl on the descriptor just made.
+    unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
+    Ok((fds[0], fds[1]))
+}
+
+/// Names the calling thread (at most 15 bytes show).
+pub fn set_thread_name(name: &CStr) {
+    // SAFETY: PR_SET_NAME with a NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+}
+
+/// `pthread_atfork(3)`.
+pub fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: registering plain extern "C" functions that live as long as
+    // the process.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+/// A thread running `f(arg)` on `stack` (`len` bytes the caller mapped and
+/// keeps for the process's life) or on one of `len` bytes the C library
+/// maps when `stack` is null, started with every signal blocked (the
+/// program's process-directed signals must reach its own threads). True
+/// when it started.
+pub fn spawn_thread(stack: *mut u8, len: usize, f: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void, arg: *mut libc::c_void) -> bool {
+    // SAFETY: a zeroed attr is initialised by pthread_attr_init; the stack,
+    // when given, is the caller's mapping of `len` bytes that outlives the
+    // thread; the signal mask is restored before returning.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        if stack.is_null() {
+            libc::pthread_attr_setstacksize(&mut attr, len);
+        } else {
+            libc::pthread_attr_setstack(&mut attr, stack.cast(), len);
+        }
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut tid: libc::pthread_t = 0;
+        let r = libc::pthread_create(&mut tid, &attr, f, arg);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        r == 0
+    }
+}
+
+/// A signal set holding `sigs`, or every signal when `all`.
+pub fn sigset(all: bool, sigs: &[i32]) -> libc::sigset_t {
+    // SAFETY: a zeroed sigset_t initialised by sigemptyset/sigfillset
+    // before it is added to.
+    unsafe {
+        let mut s: libc::sigset_t = core::mem::zeroed();
+        if all {
+            libc::sigfillset(&mut s);
+        } else {
+            libc::sigemptyset(&mut s);
+        }
+        for &g in sigs {
+            libc::sigaddset(&mut s, g);
+        }
+        s
+    }
+}
+
+/// A zeroed `sigaction` (no handler, no flags, empty mask) to fill in.
+pub fn empty_sigaction() -> libc::sigaction {
+    // SAFETY: all-zero is a valid sigaction (SIG_DFL, no flags).
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_mask = sigset(false, &[]);
+    sa
+}
+
+/// A symbol of the loaded objects (`RTLD_DEFAULT`, or the next one after
+/// the caller's object with `next`); null when there is none.
+pub fn dlsym(name: &CStr, next: bool) -> *mut libc::c_void {
+    let handle = if next { libc::RTLD_NEXT } else { libc::RTLD_DEFAULT };
+    // SAFETY: dlsym with a NUL-terminated name.
+    unsafe { libc::dlsym(handle, name.as_ptr()) }
+}
+
+/// A thread-specific data key whose destructor is `dtor`.
+pub fn thread_key(dtor: extern "C" fn(*mut libc::c_void)) -> Option<libc::pthread_key_t> {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: pthread_key_create writes the key.
+    (unsafe { libc::pthread_key_create(&mut key, Some(dtor)) } == 0).then_some(key)
+}
+
+/// Sets this thread's value of `key` (so its destructor runs at exit).
+pub fn set_thread_key(key: libc::pthread_key_t, value: usize) {
+    // SAFETY: a key made by `thread_key`; the value is a plain number.
+    unsafe { libc::pthread_setspecific(key, value as *const libc::c_void) };
+}
+
+/// Calls `f` for each loaded object (`dl_iterate_phdr(3)`), with `data`.
+///
+/// # Safety
+/// `f` is safe to call with the C library's `dl_phdr_info` and `data`.
+pub unsafe fn for_each_object(f: unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut libc::c_void) -> i32, data: *mut libc::c_void) {
+    // SAFETY: the caller's callback and data.
+    unsafe { libc::dl_iterate_phdr(Some(f), data) };
+}
+
+/// For threads without TLS (the dump's writer thread): no `errno`, the
+/// kernel's result (negative errno) as it is.
+/// A raw system call with four arguments (pass 0 for those it does not
+/// take: FUTEX_WAIT reads its fourth, the timeout, and a null one waits
+/// without a limit).
+///
+/// # Safety
+/// A system call with these arguments must be valid.
+pub unsafe fn raw_syscall4(n: i64, a: u64, b: u64, c: u64, d: u64) -> i64 {
+    let r: i64;
+    // SAFETY: the caller guarantees the call; `syscall` clobbers rcx and
+    // r11, declared; the fourth argument goes in r10.
+    unsafe {
+        core::arch::asm!("syscall", inlateout("rax") n => r, in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d,
+            lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    r
+}
+
+/// Starts `f(arg)` as a raw thread of this process (`clone(2)` sharing
+/// everything a thread shares) on the stack ending at `stack_top`, with
+/// every signal blocked (glibc's own included): the kernel writes its id
+/// to `tid` and clears it when the thread exits. True when it started.
+///
+/// # Safety
+/// `stack_top` ends a mapping no one else uses while the thread runs; `f`
+/// uses no TLS (none is set up) and only raw system calls; `tid` stays
+/// valid as long as the thread.
+pub unsafe fn clone_thread(f: extern "C" fn(*mut libc::c_void) -> i32, stack_top: *mut u8, arg: *mut libc::c_void, tid: *mut i32) -> bool {
+    let flags = libc::CLONE_VM
+        | libc::CLONE_FS
+        | libc::CLONE_FILES
+        | libc::CLONE_SIGHAND
+        | libc::CLONE_THREAD
+        | libc::CLONE_SYSVSEM
+        | libc::CLONE_PARENT_SETTID
+        | libc::CLONE_CHILD_CLEARTID;
+    // The thread inherits the signal mask in force at the clone: every
+    // signal blocked, glibc's own included (so the raw system call, not
+    // pthread_sigmask, which leaves those open); restored here at once.
+    let all = u64::MAX;
+    let mut old = 0u64;
+    // SAFETY: rt_sigprocmask with 8-byte kernel sigsets we own.
+    unsafe { raw_syscall4(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as u64, &all as *const u64 as u64, &mut old as *mut u64 as u64, 8) };
+    // SAFETY: the caller's stack, function and tid word.
+    let r = unsafe { libc::clone(f, stack_top.cast(), flags, arg, tid, core::ptr::null_mut::<libc::c_void>(), tid) };
+    // SAFETY: as above, restoring the mask read there.
+    unsafe { raw_syscall4(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as u64, &old as *const u64 as u64, 0, 8) };
+    r > 0
+}
+
+/// The calling thread's thread pointer (fs base).
+pub fn fs_base() -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: ARCH_GET_FS writes the fs base into `v`.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1003, &mut v as *mut u64) };
+    v
 }

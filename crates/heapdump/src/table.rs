@@ -62,6 +62,7 @@
 //! line; each thread adds its change of live bytes to one global counter,
 //! for the peak and the threshold trigger, every [`FLUSH`] bytes.
 
+pub use crate::entry::Entry;
 use crate::lock::SpinLock;
 use crate::shadow::{self, Shadow};
 use crate::sys;
@@ -74,29 +75,6 @@ pub const SMALL_MAX: u64 = 1024;
 const INITIAL: usize = 1024;
 const ADDR_MASK: u64 = (1 << 48) - 1;
 const SIZE_LO: u64 = (1 << 40) - 1;
-
-/// One live allocation as the table stores it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry {
-    /// Address.
-    pub addr: u64,
-    /// Requested size.
-    pub size: u64,
-    /// log2 of the alignment.
-    pub align_log2: u8,
-    /// Site id (0 = none).
-    pub site: u32,
-    /// Whether the site came from sampling.
-    pub sampled: bool,
-}
-
-impl Entry {
-    /// The entry of a block at `p` of `size` bytes aligned to `align` (a power of two).
-    #[inline]
-    pub fn new(p: *mut u8, size: usize, align: usize, site: u32, sampled: bool) -> Entry {
-        Entry { addr: p as u64, size: size as u64, align_log2: align.trailing_zeros() as u8, site, sampled }
-    }
-}
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -747,9 +725,8 @@ impl Table {
         if usize::from(k) != SHARED && core::ptr::eq(EXIT_TABLE.load(Ordering::Acquire), self) {
             let key = STRIPE_KEY.load(Ordering::Acquire);
             if key != 0 {
-                // SAFETY: a key created by give_back_stripes; the value is
-                // only a number (the stripe plus one), never dereferenced.
-                unsafe { libc::pthread_setspecific(key - 1, (usize::from(k) + 1) as *const libc::c_void) };
+                // The value is only a number (the stripe plus one).
+                sys::set_thread_key(key - 1, usize::from(k) + 1);
             }
         }
         k
@@ -776,10 +753,8 @@ impl Table {
     /// last one (whose counts need a bus lock) after 255 of them. For the
     /// process's table only: there is one key.
     pub fn give_back_stripes(&'static self) {
-        let mut key: libc::pthread_key_t = 0;
-        // SAFETY: creates a key with a plain extern "C" destructor; glibc
-        // keeps keys in a static array (no allocation).
-        if unsafe { libc::pthread_key_create(&mut key, Some(stripe_exit)) } == 0 {
+        // glibc keeps keys in a static array (no allocation).
+        if let Some(key) = sys::thread_key(stripe_exit) {
             EXIT_TABLE.store(self as *const Table as *mut Table, Ordering::Release);
             STRIPE_KEY.store(key + 1, Ordering::Release);
         }

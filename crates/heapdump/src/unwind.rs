@@ -16,6 +16,11 @@
 //! way, which the tests check frame by frame.
 
 use crate::sys;
+
+/// Room for a backtrace: written from the front, never read past what the
+/// capture says it wrote (so the caller need not zero it: 512 bytes per
+/// allocation with a site).
+pub type Frames = [core::mem::MaybeUninit<u64>];
 use core::ffi::c_void;
 use core::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameHdr, NativeEndian, Pointer, Register, RegisterRule, UnwindContext, UnwindSection};
@@ -54,8 +59,7 @@ fn stack_top(sp: u64) -> Option<u64> {
     if known != 0 && near(known) {
         return Some(known);
     }
-    // SAFETY: pthread_self only returns this thread's descriptor address.
-    let me = unsafe { libc::pthread_self() } as u64;
+    let me = sys::pthread_self();
     let main = MAIN_STACK_END.load(Ordering::Relaxed);
     let top = if near(me) {
         me
@@ -124,14 +128,13 @@ impl Rule {
 /// Resolves `_dl_find_object` (glibc 2.35+) and maps the cache; without
 /// either, [`capture`] always declines and `_Unwind_Backtrace` is used.
 pub fn init() {
-    // SAFETY: dlsym with a NUL-terminated name; the result is only called
-    // through the signature glibc documents for it.
-    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
+    // Only called through the signature glibc documents for it.
+    let f = sys::dlsym(c"_dl_find_object", false);
     if f.is_null() {
         return;
     }
-    // SAFETY: as above; `__libc_stack_end` is a pointer-sized variable.
-    let end = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_stack_end".as_ptr()) };
+    // `__libc_stack_end` is a pointer-sized variable.
+    let end = sys::dlsym(c"__libc_stack_end", false);
     if !end.is_null() {
         // SAFETY: the loader's variable, set before any user code runs.
         MAIN_STACK_END.store(unsafe { *(end as *const u64) }, Ordering::Relaxed);
@@ -360,7 +363,7 @@ thread_local! {
 
 /// Where a walk stands: frames written so far and frames still to skip.
 struct Out<'a> {
-    frames: &'a mut crate::sites::Frames,
+    frames: &'a mut Frames,
     n: usize,
     skip: usize,
 }
@@ -394,7 +397,7 @@ impl Out<'_> {
 /// Uses the thread's [`Memo`]; a signal handler that interrupts a capture
 /// and allocates is inside the tracker already and captures nothing.
 #[inline(never)]
-pub fn capture(frames: &mut crate::sites::Frames, skip: usize) -> Option<usize> {
+pub fn capture(frames: &mut Frames, skip: usize) -> Option<usize> {
     if FIND_OBJECT.load(Ordering::Relaxed) == 0 {
         return None;
     }

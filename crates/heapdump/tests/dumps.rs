@@ -2,6 +2,8 @@
 //! statics, no allocation while dumping, clean failure on a full disk,
 //! every trigger (API, signal, exit, allocation failure, threshold), fork
 //! mode, and file naming that never overwrites.
+// The test plays the host program: its own calls into the C library.
+#![allow(clippy::disallowed_methods)]
 
 mod common;
 

@@ -5,6 +5,8 @@
 //!
 //! The inner allocator is a lock-free bump allocator so that allocating in
 //! a signal handler is itself safe (glibc's malloc is not).
+// The test plays the host program: its own calls into the C library.
+#![allow(clippy::disallowed_methods)]
 
 mod common;
 

@@ -16,6 +16,9 @@
 //! nothing here allocates, panics or unwinds (a panic in an `extern "C"`
 //! function aborts).
 #![deny(missing_docs)]
+// The C face of the runtime: it calls the C library it interposes
+// (dlsym, errno) itself; the runtime keeps its own calls in its sys.rs.
+#![allow(clippy::disallowed_methods)]
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
@@ -183,37 +186,15 @@ fn raw_alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
     }
 }
 
-/// The tracked allocation path shared by every entry point.
+/// The tracked allocation path shared by every entry point: the runtime's
+/// one sequence (`heapdump::hooks::allocate`), `Tracked`'s too.
 #[inline]
 fn tracked_alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
-    match hooks::plan(size) {
-        hooks::Plan::Quick => {
-            let p = raw_alloc(size, align, zeroed);
-            if !p.is_null() && hooks::quick_record(p.cast(), size, align.max(1), &postponed_free) {
-                return p;
-            }
-            finish_alloc(hooks::enter(), p, size, align, false)
-        }
-        hooks::Plan::Enter(site) => {
-            let call = hooks::enter();
-            let p = raw_alloc(size, align, zeroed);
-            finish_alloc(call, p, size, align, site)
-        }
-    }
-}
-
-/// Records `p` (null: the allocator failed) inside the tracker, and leaves.
-/// Inlined, so that a site's frames start where they always did.
-#[inline(always)]
-fn finish_alloc(call: hooks::Call, p: *mut c_void, size: usize, align: usize, site: bool) -> *mut c_void {
+    let p = hooks::allocate(size, align.max(1), || raw_alloc(size, align, zeroed).cast(), &postponed_free);
     if p.is_null() {
-        call.failed();
         set_errno(libc::ENOMEM);
-        return p;
     }
-    call.allocated_planned(p.cast(), size, align.max(1), site);
-    call.finish(&postponed_free);
-    p
+    p.cast()
 }
 
 fn set_errno(e: i32) {
@@ -306,15 +287,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
-    if hooks::quick_free(p.cast()) {
-        real_free(p);
-        return;
-    }
-    let call = hooks::enter();
-    if call.freeing(p.cast()) {
-        real_free(p);
-    }
-    call.finish(&postponed_free);
+    hooks::deallocate(p.cast(), || real_free(p), &postponed_free);
 }
 
 /// `cfree`, an old alias of free.
@@ -342,38 +315,26 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         unsafe { free(p) };
         return core::ptr::null_mut();
     }
-    let call = hooks::enter();
-    if in_arena(p) || !ready() || call.in_lock() {
-        // Move by hand: arena blocks cannot be passed on, and inside a
-        // locked section the old block's free must be postponed.
-        let old_size = if in_arena(p) { arena_size(p) } else { usable_size(p) };
-        let q = raw_alloc(size, 1, false);
-        if q.is_null() {
-            call.failed();
-            set_errno(libc::ENOMEM);
-            return q;
-        }
-        // SAFETY: both blocks are valid for the smaller size, and distinct.
-        unsafe { core::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old_size.min(size)) };
-        call.allocated(q.cast(), size, 1);
-        if call.freeing(p.cast()) {
-            real_free(p);
-        }
-        call.finish(&postponed_free);
-        return q;
-    }
-    let old = call.realloc_begin(p.cast());
-    let re = real!(realloc, ReallocFn);
-    // SAFETY: p came from the real allocator (not the arena, checked above).
-    let q = unsafe { re.map_or(core::ptr::null_mut(), |f| f(p, size)) };
-    call.realloc_end(old, p.cast(), q.cast(), size);
+    // Arena blocks cannot be passed on, nor anything before the real
+    // functions are known: moved by hand.
+    let by_hand = in_arena(p) || !ready();
+    let with = hooks::Realloc {
+        new: || raw_alloc(size, 1, false).cast(),
+        // SAFETY: p came from the real allocator (not the arena: that is
+        // moved by hand).
+        realloc: || {
+            let re = real!(realloc, ReallocFn);
+            // SAFETY: as above.
+            unsafe { re.map_or(core::ptr::null_mut(), |f| f(p, size)) }.cast()
+        },
+        free_old: || real_free(p),
+    };
+    let old_size = || if in_arena(p) { arena_size(p) } else { usable_size(p) };
+    let q = hooks::reallocate(p.cast(), old_size, size, by_hand, with, &postponed_free);
     if q.is_null() {
-        call.failed();
         set_errno(libc::ENOMEM);
-        return q;
     }
-    call.finish(&postponed_free);
-    q
+    q.cast()
 }
 
 /// `reallocarray(3)`.
