@@ -45,6 +45,8 @@ pub fn write_svg(ex: &Analysis<'_>, out: &mut dyn Write) -> crate::Result<()> {
     opt.title = "Live heap by allocation site".into();
     opt.count_name = "bytes".into();
     opt.name_type = "Function:".into();
+    // Colours from the names, not chance: the same heap draws the same.
+    opt.deterministic = true;
     if lines.is_empty() {
         // inferno refuses empty input; an empty heap still gets a picture.
         return inferno::flamegraph::from_lines(&mut opt, ["(empty heap) 0"].iter().copied(), &mut *out).or_else(|_| {

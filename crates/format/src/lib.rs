@@ -13,17 +13,13 @@
 //!   never panics, hangs or allocates, whatever the input.
 //!
 //! ```
-//! use heapdump_format::{AllocInfo, Contents, Dump, Header, Mode, Reason, Record, Sink, WriteError, Writer};
+//! use heapdump_format::{AllocInfo, Contents, Dump, Header, Mode, Reason, Record, Writer};
 //!
-//! struct VecSink(Vec<u8>);
-//! impl Sink for VecSink {
-//!     fn write_all(&mut self, d: &[u8]) -> Result<(), WriteError> { self.0.extend_from_slice(d); Ok(()) }
-//! }
 //! let mut buf = [0u8; 4096];
-//! let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Full, Reason::Api, 4096, 42, 0)).unwrap();
+//! let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Full, Reason::Api, 4096, 42, 0)).unwrap();
 //! let info = AllocInfo { address: 0x1000, size: 4, site: 0, align_log2: 3, flags: 0, first_word: 0 };
 //! w.alloc(&info, Contents::full(&[1, 2, 3, 4])).unwrap();
-//! let (VecSink(bytes), _) = w.finish(0).unwrap();
+//! let (bytes, _) = w.finish(0).unwrap();
 //!
 //! let dump = Dump::parse(&bytes).unwrap();
 //! let allocs = dump.records().filter_map(|r| match r.unwrap().1 { Record::Alloc(a) => Some(a.size), _ => None });

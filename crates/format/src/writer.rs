@@ -21,6 +21,16 @@ pub trait Sink {
     fn write_all(&mut self, data: &[u8]) -> Result<(), WriteError>;
 }
 
+/// A sink that collects the dump in memory (tests, tools; never the
+/// runtime, which must not allocate).
+#[cfg(feature = "std")]
+impl Sink for std::vec::Vec<u8> {
+    fn write_all(&mut self, data: &[u8]) -> Result<(), WriteError> {
+        self.extend_from_slice(data);
+        Ok(())
+    }
+}
+
 /// A sink over a raw file descriptor, writing with `write(2)`: retries on
 /// `EINTR`, continues after short writes, reports every other error.
 #[derive(Debug)]
@@ -36,6 +46,10 @@ impl FdSink {
 }
 
 impl Sink for FdSink {
+    // The format's own `no_std` file output, used by the runtime's dumps:
+    // the one C library call of this crate (clippy.toml keeps the runtime's
+    // others in its sys.rs).
+    #[allow(clippy::disallowed_methods)]
     fn write_all(&mut self, mut data: &[u8]) -> Result<(), WriteError> {
         while !data.is_empty() {
             // SAFETY: `data` is a valid, initialised slice for its whole

@@ -3,14 +3,6 @@
 use heapdump_analyze::{DumpFile, Heap};
 use heapdump_format::*;
 
-pub struct VecSink(pub Vec<u8>);
-impl Sink for VecSink {
-    fn write_all(&mut self, d: &[u8]) -> Result<(), WriteError> {
-        self.0.extend_from_slice(d);
-        Ok(())
-    }
-}
-
 /// A heap to write: blocks (address, size), pointers (from, offset, value),
 /// stack words and static words (values).
 #[derive(Default)]
@@ -54,7 +46,7 @@ impl Spec {
     fn write_as(&self, dense: bool) -> Vec<u8> {
         let mut buf = vec![0u8; 4096];
         let mut batch = vec![0u8; 256];
-        let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
+        let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
         w.process(&ProcessInfo { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/test", cmdline: b"test\0" })
             .unwrap();
         if let Some((path, start, len)) = self.module {
@@ -111,7 +103,7 @@ impl Spec {
                 w.alloc(&info, Contents::Compact { count: p.len() as u64, pointers: p.into_iter() }).unwrap();
             }
         }
-        w.finish(0).unwrap().0 .0
+        w.finish(0).unwrap().0
     }
 
     pub fn load(&self) -> (tempfile_path::TempPath, Heap) {

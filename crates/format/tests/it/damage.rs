@@ -106,10 +106,10 @@ fn huge_declared_lengths_are_rejected_without_allocating() {
     assert!(matches!(e, Some(Error::Truncated { offset: 32, .. })), "{e:?}");
 
     let mut buf = [0u8; 256];
-    let mut w = Writer::new(model::VecSink(Vec::new()), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
+    let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
     let info = AllocInfo { address: 0x1000, size: 64, site: 0, align_log2: 3, flags: 0, first_word: 0 };
     w.alloc(&info, Contents::Compact { count: 0, pointers: std::iter::empty() }).unwrap();
-    let (model::VecSink(mut bytes), _) = w.finish(0).unwrap();
+    let (mut bytes, _) = w.finish(0).unwrap();
     // pointer count field: header 32 + record header 12 + fixed 24 + first word 8.
     let at = 32 + 12 + 24 + 8;
     bytes[at..at + 8].copy_from_slice(&(1u64 << 60).to_le_bytes());

@@ -4,14 +4,6 @@
 use heapdump_format::*;
 use proptest::prelude::*;
 
-pub struct VecSink(pub Vec<u8>);
-impl Sink for VecSink {
-    fn write_all(&mut self, d: &[u8]) -> Result<(), WriteError> {
-        self.0.extend_from_slice(d);
-        Ok(())
-    }
-}
-
 #[derive(Clone, Debug, PartialEq)]
 pub struct MRegion {
     pub bytes: Vec<u8>,            // full mode
@@ -278,7 +270,7 @@ fn contents(mode: Mode, r: &MRegion) -> Contents<'_, std::iter::Copied<std::slic
 pub fn write(d: &MDump) -> Vec<u8> {
     let mut buf = vec![0u8; 300];
     let header = Header::new(d.mode, d.reason, 4096, d.pid, 1_700_000_000_000_000_000);
-    let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &header).unwrap();
+    let mut w = Writer::new(Vec::new(), &mut buf, &header).unwrap();
     w.process(&ProcessInfo { backtrace: Backtrace::All, max_frames: 32, sample_mean: 0, exe: &d.exe, cmdline: &d.cmdline }).unwrap();
     if let Some(s) = &d.signal {
         w.signal(s).unwrap();
@@ -331,7 +323,7 @@ pub fn write(d: &MDump) -> Vec<u8> {
         let info = AllocInfo { address: a.address, size: a.size, site: a.site, align_log2: a.align_log2, flags: a.flags, first_word };
         w.dense_alloc(&info, a.links.len() as u64, a.links.iter().copied()).unwrap();
     }
-    let (VecSink(bytes), n) = w.finish(d.pause_ns).unwrap();
+    let (bytes, n) = w.finish(d.pause_ns).unwrap();
     assert_eq!(n, bytes.len() as u64, "writer's byte count equals the bytes it emitted");
     bytes
 }

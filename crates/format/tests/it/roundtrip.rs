@@ -1,4 +1,4 @@
-use crate::model::{self, MDump, VecSink};
+use crate::model::{self, MDump};
 use heapdump_format::*;
 use proptest::prelude::*;
 
@@ -27,8 +27,8 @@ proptest! {
 fn header_fields_round_trip() {
     let mut buf = [0u8; 512];
     let h = Header::new(Mode::Compact, Reason::Threshold, 16384, 777, 123_456_789);
-    let w = Writer::new(VecSink(Vec::new()), &mut buf, &h).unwrap();
-    let (VecSink(bytes), _) = w.finish(5).unwrap();
+    let w = Writer::new(Vec::new(), &mut buf, &h).unwrap();
+    let (bytes, _) = w.finish(5).unwrap();
     let d = Dump::parse(&bytes).unwrap();
     assert_eq!(*d.header(), h);
     let recs: Vec<_> = d.records().collect::<Result<_, _>>().unwrap();
@@ -42,12 +42,12 @@ fn large_contents_bypass_the_staging_buffer_intact() {
     // the checksum must still cover them in order.
     let mut buf = [0u8; 256];
     let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Full, Reason::Api, 4096, 1, 0)).unwrap();
+    let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Full, Reason::Api, 4096, 1, 0)).unwrap();
     for i in 0..3u64 {
         let info = AllocInfo { address: 0x10000 + i * 0x100000, size: big.len() as u64, site: 0, align_log2: 4, flags: 0, first_word: 0 };
         w.alloc(&info, Contents::full(&big)).unwrap();
     }
-    let (VecSink(bytes), _) = w.finish(0).unwrap();
+    let (bytes, _) = w.finish(0).unwrap();
     let d = Dump::parse(&bytes).unwrap();
     let mut n = 0;
     for r in d.records() {
@@ -65,7 +65,7 @@ fn large_contents_bypass_the_staging_buffer_intact() {
 #[test]
 fn writer_rejects_contents_that_disagree_with_the_record() {
     let mut buf = [0u8; 256];
-    let mut w = Writer::new(VecSink(Vec::new()), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
+    let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
     let info = AllocInfo { address: 0x1000, size: 64, site: 0, align_log2: 3, flags: 0, first_word: 0 };
     // Full contents in a compact dump.
     assert_eq!(w.alloc(&info, Contents::full(&[0; 64])), Err(WriteError::ModeMismatch));
