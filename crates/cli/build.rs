@@ -25,6 +25,10 @@ fn main() {
     }
     // The outer build's choices of target directory do not apply here.
     cmd.env_remove("CARGO_TARGET_DIR");
+    // The library lives inside other programs: a panic in it aborts there
+    // and then, it never unwinds into the host (panic = "abort" for this
+    // cdylib alone: a profile cannot set it per package).
+    cmd.env("CARGO_PROFILE_RELEASE_PANIC", "abort").env("CARGO_PROFILE_DEV_PANIC", "abort");
     let status = cmd.status().expect("running cargo to build the preload library");
     assert!(status.success(), "building libheapdump_preload.so for embedding failed");
     let so = target.join(if release { "release" } else { "debug" }).join("libheapdump_preload.so");

@@ -35,7 +35,8 @@ impl std::ops::Deref for Bytes {
 // through an `Rc`: moving or cloning the `Bytes` never moves the bytes.
 #[allow(unsafe_code)]
 unsafe impl gimli::StableDeref for Bytes {}
-// SAFETY: as above; a clone shares the same bytes.
+// SAFETY: a clone shares the same bytes (an Rc of the mapping or of the
+// owned copy), so they do not move when the clone is made or dropped.
 #[allow(unsafe_code)]
 unsafe impl gimli::CloneStableDeref for Bytes {}
 

@@ -263,7 +263,7 @@ fn write_records(
     let batch = sc.batch.as_mut().ok_or_else(unmapped)?.bytes_mut();
     // SAFETY: plain integers: zeros (or earlier dumps' values) are valid.
     let pairs = unsafe { sc.pairs.as_mut().ok_or_else(unmapped)?.typed_mut::<(u64, u64)>() };
-    // SAFETY: as above.
+    // SAFETY: `Link` is three plain integers: every bit pattern is valid.
     let links = unsafe { sc.links.as_mut().ok_or_else(unmapped)?.typed_mut::<Link>() };
     let mut scanner = Scanner::new(mode, index, pairs, links);
     let header = Header::new(mode, req.reason, sys::page_size(), sys::getpid(), sys::realtime_ns());

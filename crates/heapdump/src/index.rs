@@ -295,7 +295,8 @@ pub(crate) fn build_index(table: &Table) -> Result<Index, DumpError> {
         let _ = sys::huge_pages(ptr as usize, map_len);
         let base = ptr.wrapping_add(large);
         let mut small = 0;
-        // SAFETY: as above.
+        // SAFETY: the world is stopped or this is the forked child: no thread
+        // writes the slots while they are walked.
         unsafe {
             table.for_each_small_unlocked(|e| {
                 if small < room {
@@ -323,7 +324,8 @@ pub(crate) fn build_index(table: &Table) -> Result<Index, DumpError> {
         }
     };
     let mut i = 0;
-    // SAFETY: as above.
+    // SAFETY: as for the slots: nothing writes the overflow shards while
+    // the world is stopped (or in the forked child).
     unsafe {
         table.for_each_overflow_unlocked(|e| {
             if i < large {

@@ -19,7 +19,8 @@ pub struct SpinLock<T> {
 
 // SAFETY: access to `value` is serialised by `locked`.
 unsafe impl<T: Send> Sync for SpinLock<T> {}
-// SAFETY: as above.
+// SAFETY: the lock owns its `T` like a Mutex does: moving it to another
+// thread moves the `T`, which is Send.
 unsafe impl<T: Send> Send for SpinLock<T> {}
 
 impl<T> SpinLock<T> {
@@ -121,7 +122,9 @@ pub fn lock_all_for_fork<T>(locks: &[SpinLock<T>]) {
 /// in the child, by the thread that forked).
 pub unsafe fn unlock_all_after_fork<T>(locks: &[SpinLock<T>]) {
     for l in locks {
-        // SAFETY: forwarded to the caller.
+        // SAFETY: the caller took every lock with `lock_all_for_fork` on this
+        // thread (or the thread that forked this child), so each is held and
+        // held by us.
         unsafe { l.force_unlock() };
     }
 }

@@ -270,7 +270,8 @@ impl Sites {
     /// Only with the world stopped or in a forked child.
     pub unsafe fn for_each_unlocked(&self, mut f: impl FnMut(u32, &[u64])) {
         for (shard, s) in self.shards.iter().enumerate() {
-            // SAFETY: forwarded to the caller.
+            // SAFETY: the caller stopped the world (or is the forked child): no
+            // thread holds or takes the shard's lock while it is read.
             let s = unsafe { s.get_unlocked() };
             for local in 0..s.len {
                 // SAFETY: local < len, order and slots hold those entries.
@@ -302,7 +303,7 @@ impl Sites {
     /// # Safety
     /// Only after [`Sites::lock_all`].
     pub unsafe fn unlock_all(&self) {
-        // SAFETY: forwarded to the caller.
+        // SAFETY: the caller took these locks with `lock_all` (before fork).
         unsafe { crate::lock::unlock_all_after_fork(&self.shards) }
     }
 }

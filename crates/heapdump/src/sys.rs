@@ -498,7 +498,8 @@ pub unsafe fn sigaction_raw(sig: i32, act: *const libc::sigaction, old: *mut lib
     match real_sigaction() {
         // SAFETY: the caller's pointers, as sigaction(2) takes them.
         Some(f) => unsafe { f(sig, act, old) },
-        // SAFETY: as above.
+        // SAFETY: the caller's pointers, as sigaction(2) takes them (no
+        // interposer found: the C library's own).
         None => unsafe { libc::sigaction(sig, act, old) },
     }
 }

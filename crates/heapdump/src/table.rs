@@ -1224,7 +1224,8 @@ impl Table {
     /// # Safety
     /// As for [`Table::for_each_small_unlocked`].
     pub unsafe fn overflow_len_unlocked(&self) -> usize {
-        // SAFETY: forwarded to the caller.
+        // SAFETY: the caller stopped the world (or is the forked child): no
+        // shard is written while it is read.
         self.overflow.iter().map(|s| unsafe { s.get_unlocked() }.len()).sum()
     }
 
@@ -1265,7 +1266,7 @@ impl Table {
     /// As for [`Table::for_each_small_unlocked`].
     pub unsafe fn for_each_overflow_unlocked(&self, mut f: impl FnMut(Entry)) {
         for s in &self.overflow {
-            // SAFETY: forwarded to the caller.
+            // SAFETY: as for the length: no shard is written while it is read.
             unsafe { s.get_unlocked() }.for_each(&mut f);
         }
     }
@@ -1280,7 +1281,7 @@ impl Table {
     /// # Safety
     /// Only after [`Table::lock_all`].
     pub unsafe fn unlock_all(&self) {
-        // SAFETY: forwarded to the caller.
+        // SAFETY: the caller took these locks with `lock_all` (before fork).
         unsafe { crate::lock::unlock_all_after_fork(&self.overflow) }
     }
 }

@@ -477,7 +477,8 @@ fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
         let ra = unsafe { ((cfa - 8) as *const u64).read() };
         let mut next = Step { sp: cfa, bp: cur.bp, pc: ra, bp_slot: 0 };
         if let Some(a) = saved_bp {
-            // SAFETY: as above.
+            // SAFETY: the saved rbp's slot `a` lies in [sp, top), checked just
+            // above: mapped stack of this thread, 8 bytes readable.
             next.bp = unsafe { (a as *const u64).read() };
             next.bp_slot = a;
         }
@@ -509,7 +510,9 @@ fn still_there(s: Step) -> bool {
     // that wrote the memo; this walk's stack pointer is below the step
     // (it matched an inner one), so they are still on the mapped stack.
     let ra = unsafe { ((s.sp - 8) as *const u64).read() };
-    // SAFETY: as above.
+    // SAFETY: the saved frame pointer's slot was read from the same
+    // stack by the walk that wrote the memo, above this walk's stack
+    // pointer: still mapped.
     ra == s.pc && (s.bp_slot == 0 || unsafe { (s.bp_slot as *const u64).read() } == s.bp)
 }
 

@@ -36,21 +36,24 @@ unsafe impl GlobalAlloc for Guarded {
         if l.size() == FAIL_SIZE {
             return std::ptr::null_mut();
         }
-        // SAFETY: forwarded.
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         if FORBID.load(Ordering::Relaxed) {
             forbidden();
         }
-        // SAFETY: forwarded.
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         if FORBID.load(Ordering::Relaxed) {
             forbidden();
         }
-        // SAFETY: forwarded.
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
         unsafe { System.realloc(p, l, n) }
     }
 }
@@ -122,7 +125,7 @@ fn start_churn(n: usize) -> Churn {
                 for s in slots.iter() {
                     let cur = s.load(Ordering::Relaxed);
                     if cur != 0 {
-                        // SAFETY: as above.
+                        // SAFETY: a block this thread allocated with this layout, freed once.
                         unsafe {
                             std::alloc::dealloc(
                                 (cur & 0xffff_ffff_ffff) as *mut u8,
@@ -499,7 +502,7 @@ fn child_triggers() {
     // SAFETY: valid layout; null is expected.
     assert!(std::hint::black_box(unsafe { std::alloc::alloc(l) }).is_null());
     // A second failure does not dump again.
-    // SAFETY: as above.
+    // SAFETY: a valid, non-zero-size layout.
     assert!(std::hint::black_box(unsafe { std::alloc::alloc(l) }).is_null());
     std::hint::black_box(v);
 }

@@ -20,18 +20,21 @@ unsafe impl GlobalAlloc for Failing {
         if l.size() == FAIL_SIZE {
             return std::ptr::null_mut();
         }
-        // SAFETY: forwarded.
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded.
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         if n == FAIL_SIZE {
             return std::ptr::null_mut();
         }
-        // SAFETY: forwarded.
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
         unsafe { System.realloc(p, l, n) }
     }
 }
@@ -101,7 +104,7 @@ fn churn(seed: u64, ops: usize, keep: usize) -> Vec<(usize, usize)> {
     }
     while live.len() > keep {
         let (p, size) = live.pop().unwrap();
-        // SAFETY: as above.
+        // SAFETY: a block allocated with this size and alignment, freed once.
         unsafe { std::alloc::dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
     }
     live

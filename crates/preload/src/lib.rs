@@ -296,7 +296,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// As free.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn cfree(p: *mut c_void) {
-    // SAFETY: forwarded.
+    // SAFETY: `cfree` takes what `free` takes: the caller's pointer.
     unsafe { free(p) }
 }
 
@@ -311,7 +311,8 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     }
     if size == 0 {
         // glibc frees and returns null.
-        // SAFETY: forwarded.
+        // SAFETY: `realloc(p, 0)` frees `p`, a block of this allocator (the
+        // caller's contract).
         unsafe { free(p) };
         return core::ptr::null_mut();
     }
@@ -324,7 +325,8 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         // moved by hand).
         realloc: || {
             let re = real!(realloc, ReallocFn);
-            // SAFETY: as above.
+            // SAFETY: `p` came from the real allocator (not the arena: that is
+            // moved by hand), and `f` is its realloc.
             unsafe { re.map_or(core::ptr::null_mut(), |f| f(p, size)) }.cast()
         },
         free_old: || real_free(p),
@@ -344,7 +346,8 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
     match n.checked_mul(size) {
-        // SAFETY: forwarded.
+        // SAFETY: the caller's pointer and total size, as realloc(3) takes
+        // them.
         Some(total) => unsafe { realloc(p, total) },
         None => {
             set_errno(libc::ENOMEM);

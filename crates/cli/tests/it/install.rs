@@ -50,6 +50,12 @@ fn a_heapdump_copied_alone_traces_with_the_library_it_carries() {
     let name = lib.file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("libheapdump_preload-") && name.ends_with(".so"), "named by its contents: {name}");
     assert_eq!(std::fs::metadata(lib).unwrap().mode() & 0o022, 0, "writable by no one else");
+    // Built with panic = "abort": nothing in it can unwind into the host
+    // (the unwinding runtime's entry is not even linked).
+    let nm = Command::new("nm").args(["-D", "--undefined-only"]).arg(lib).output().unwrap();
+    let undefined = String::from_utf8_lossy(&nm.stdout);
+    assert!(nm.status.success() && undefined.contains("dlsym"), "nm read the library: {undefined}");
+    assert!(!undefined.contains("_Unwind_RaiseException"), "the embedded library can unwind: {undefined}");
     let good = std::fs::read(lib).unwrap();
     // A damaged copy is replaced, never loaded.
     std::fs::set_permissions(lib, std::fs::Permissions::from_mode(0o700)).unwrap();
