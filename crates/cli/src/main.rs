@@ -1,7 +1,10 @@
 //! `heapdump`: take heap dumps of native programs and explain them.
 //!
-//! A thin layer: argument parsing, tables, exit codes. The analysis lives in
-//! `heapdump-analyze`.
+//! The top of the stack and a thin layer: argument parsing, tables, exit
+//! codes. Every answer comes from `heapdump-analyze`'s `Analysis`, every
+//! other format from `heapdump-export`; it carries the preload library
+//! (`build.rs`, `preload.rs`) and never links the runtime, so it never
+//! dumps itself.
 #![deny(unsafe_code)]
 
 mod cmd;

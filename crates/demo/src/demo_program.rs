@@ -5,6 +5,9 @@
 //! stopped and exits.
 //!
 //! Usage: `heapdump-demo OUTPUT.hdump`
+//!
+//! Among its siblings: this package (with the test programs in
+//! `testbins/`) links the `heapdump` runtime, so that the command does not.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -17,9 +17,19 @@
 //! }
 //! ```
 //!
-//! The dump is read offline by `heapdump-analyze` and the `heapdump`
-//! command. Configuration comes from `HEAPDUMP_*` environment variables
-//! (see the README), the same ones the `LD_PRELOAD` library reads.
+//! Among its siblings: it writes dumps with `heapdump-format` (below it);
+//! `heapdump-preload` puts it inside any binary through its `hooks`; the
+//! dumps are read offline by `heapdump-analyze` and the `heapdump` command,
+//! which never link it. Configuration comes from `HEAPDUMP_*` environment
+//! variables (see the README), the same ones the `LD_PRELOAD` library
+//! reads.
+//!
+//! Its rooms: `tracker` records every allocation (into `table`: `slots`,
+//! `overflow`, `counters`; sites from `sites`/`unwind`); `trigger`,
+//! `fatal`, `limit` and `output` decide when and where to dump; `dump`
+//! writes one (with `stw`, `scan`, `roots`, `procfs`); `state` is the one
+//! global state and `startup` what runs before `main`; `sys` holds every
+//! system call.
 //!
 //! Design constraints, because this code runs inside someone else's
 //! process, often inside its allocator:
@@ -32,6 +42,7 @@
 
 mod collapse;
 mod config;
+mod counters;
 mod dump;
 mod entry;
 mod fatal;
@@ -43,6 +54,7 @@ mod lock;
 mod modules;
 mod outcome;
 mod output;
+mod overflow;
 mod pipe;
 mod procfs;
 mod report;
@@ -51,6 +63,7 @@ mod sampling;
 mod scan;
 mod shadow;
 mod sites;
+mod slots;
 mod startup;
 mod state;
 mod stw;

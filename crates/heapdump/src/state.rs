@@ -122,7 +122,7 @@ pub fn stats() -> Stats {
     Stats {
         live_count: t.live_count,
         live_bytes: t.live_bytes,
-        peak_bytes: st.table.peak.load(Ordering::Relaxed).max(t.live_bytes),
+        peak_bytes: st.table.peak().max(t.live_bytes),
         total_allocs: t.total_allocs,
         total_bytes: t.total_bytes,
         tracker_bytes: t.table_bytes + site_bytes,

@@ -1,5 +1,9 @@
 //! `libheapdump_preload.so`: heapdump for programs nobody wants to rebuild.
 //!
+//! Among its siblings: the C face of the `heapdump` runtime (every decision
+//! is the runtime's, through `heapdump::hooks`); the `heapdump` command
+//! carries it (built with panic = "abort") and preloads it for `run`.
+//!
 //! Loaded with `LD_PRELOAD` (as `heapdump run` does), it interposes the C
 //! allocation functions, forwards each call to the real allocator, and
 //! feeds the tracker of the `heapdump` crate: the live table, the sites,
