@@ -16,6 +16,11 @@
 use crate::entry::Entry;
 use crate::sys;
 
+/// A shard could not grow (the kernel refused the memory): the entry is
+/// counted as untracked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NoRoom;
+
 /// Shards of the overflow table.
 pub const SHARDS: usize = 64;
 const INITIAL: usize = 1024;
@@ -108,9 +113,9 @@ impl Shard {
     /// Inserts; returns the entry it replaced (the same address live twice
     /// means a free we never saw, e.g. by a path that bypassed us), or `Err`
     /// if the table could not grow (out of memory).
-    pub(crate) fn insert(&mut self, e: &Entry) -> Result<Option<Entry>, ()> {
+    pub(crate) fn insert(&mut self, e: &Entry) -> Result<Option<Entry>, NoRoom> {
         if (self.len + 1) * 4 > self.capacity() * 3 && !self.grow() {
-            return Err(());
+            return Err(NoRoom);
         }
         let s = Slot::pack(e);
         let mut i = self.home(e.addr);

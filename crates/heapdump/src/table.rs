@@ -36,7 +36,7 @@ pub(crate) use crate::counters::tls_stripe;
 use crate::counters::Counters;
 pub use crate::entry::Entry;
 use crate::lock::SpinLock;
-use crate::overflow::{shard_index, Shard, Slot, ADDR_MASK, SHARDS};
+use crate::overflow::{shard_index, NoRoom, Shard, Slot, ADDR_MASK, SHARDS};
 use crate::shadow::Shadow;
 
 use crate::slots::{is_small, slot_size, Place, Slots};
@@ -191,7 +191,7 @@ impl Table {
         match r {
             Ok(None) => {}
             Ok(Some(old)) => self.counters.count_free(old.size),
-            Err(()) => return self.untracked_one(),
+            Err(NoRoom) => return self.untracked_one(),
         }
         self.counters.count_alloc(e.size)
     }
