@@ -15,6 +15,7 @@ use crate::group::{self, GroupBy, RetainedRow, Row};
 use crate::heap::{BlockId, Heap, RootSource, SiteId};
 use crate::leaks::{self, LeakKind, Leaks};
 use crate::paths::{self, PathStart};
+use crate::suppress::Suppressions;
 use crate::symbols::{is_machinery, Frame, Symbolizer};
 use crate::types::{Types, UNKNOWN};
 use crate::DumpFile;
@@ -90,6 +91,14 @@ pub struct LeakReport {
     /// waited in the kernel (or not at all), their registers are unknown,
     /// so a block only they hold may be counted lost.
     pub threads_not_stopped: u64,
+    /// What suppressions took out of the classes above (with
+    /// `--suppressions` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suppressed: Option<leaks::Count>,
+    /// Suppressions that matched nothing, by name (valgrind reports them
+    /// too: a suppression for a leak that is gone can be dropped).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unused_suppressions: Vec<String>,
     /// Lost groups by site, largest (direct and indirect bytes) first.
     pub groups: Vec<LeakGroup>,
 }
@@ -373,22 +382,64 @@ impl<'h> Analysis<'h> {
 
     // --- leaks -----------------------------------------------------------------
 
-    /// The leak totals and the lost groups by site.
+    /// The leak totals and the lost groups by site (definitely and
+    /// possibly lost, each with the indirectly lost blocks it holds).
     pub fn leak_report(&self) -> LeakReport {
+        self.leak_report_with(None, None)
+    }
+
+    /// [`Analysis::leak_report`] with the groups of one kind only (`kind`;
+    /// indirectly lost and still reachable blocks are then grouped by their
+    /// own sites), and `suppressions` applied as valgrind applies them: a
+    /// block whose kind and allocation stack a suppression matches is taken
+    /// out of its class and counted as suppressed (an indirectly lost block
+    /// by its own stack, not its leader's); each suppression counts its
+    /// matches.
+    pub fn leak_report_with(&self, kind: Option<LeakKind>, mut suppressions: Option<&mut Suppressions>) -> LeakReport {
         let heap = self.heap;
         let l = self.leaks();
+        let n = heap.len();
+        // Which blocks are suppressed: by (kind, site), once each.
+        let mut suppressed = vec![false; n];
+        let mut counted = leaks::Count::default();
+        let (mut classes, mut sup_memo) = ([l.definitely_lost, l.indirectly_lost, l.possibly_lost, l.still_reachable], HashMap::new());
+        let class_index = |k: LeakKind| match k {
+            LeakKind::DefinitelyLost => 0,
+            LeakKind::IndirectlyLost => 1,
+            LeakKind::PossiblyLost => 2,
+            LeakKind::StillReachable => 3,
+        };
+        if let Some(sup) = suppressions.as_deref_mut().filter(|s| !s.is_empty()) {
+            for i in 0..n {
+                let k = l.kind[i];
+                let b = heap.block(BlockId(i as u32));
+                if *sup_memo.entry((k, b.site)).or_insert_with(|| sup.matching(k, &self.site_frames(b.site)).is_some()) {
+                    suppressed[i] = true;
+                    let c = &mut classes[class_index(k)];
+                    c.blocks -= 1;
+                    c.bytes -= b.size;
+                    counted.blocks += 1;
+                    counted.bytes += b.size;
+                }
+            }
+        }
         // Indirect bytes per clique leader.
         let mut indirect: HashMap<u32, (u64, u64)> = HashMap::new();
         for (i, k) in l.kind.iter().enumerate() {
-            if *k == LeakKind::IndirectlyLost {
+            if *k == LeakKind::IndirectlyLost && !suppressed[i] {
                 let e = indirect.entry(l.leader[i]).or_default();
                 e.0 += 1;
                 e.1 += heap.size(BlockId(i as u32));
             }
         }
+        let wanted = |k: LeakKind| match kind {
+            None => matches!(k, LeakKind::DefinitelyLost | LeakKind::PossiblyLost),
+            Some(want) => k == want,
+        };
+        let credit_indirect = kind.is_none_or(|k| k == LeakKind::DefinitelyLost);
         let mut groups: HashMap<(LeakKind, SiteId), LeakGroup> = HashMap::new();
         for (i, k) in l.kind.iter().enumerate() {
-            if !matches!(k, LeakKind::DefinitelyLost | LeakKind::PossiblyLost) {
+            if !wanted(*k) || suppressed[i] {
                 continue;
             }
             let b = heap.block(BlockId(i as u32));
@@ -406,9 +457,11 @@ impl<'h> Analysis<'h> {
             });
             g.blocks += 1;
             g.bytes += b.size;
-            if let Some(&(nb, bytes)) = indirect.get(&(i as u32)) {
-                g.indirect_blocks += nb;
-                g.indirect_bytes += bytes;
+            if credit_indirect {
+                if let Some(&(nb, bytes)) = indirect.get(&(i as u32)) {
+                    g.indirect_blocks += nb;
+                    g.indirect_bytes += bytes;
+                }
             }
         }
         let mut groups: Vec<LeakGroup> = groups.into_values().collect();
@@ -418,13 +471,16 @@ impl<'h> Analysis<'h> {
                 .then_with(|| a.site.cmp(&b.site))
                 .then_with(|| a.example_addr.cmp(&b.example_addr))
         });
+        let [definitely_lost, indirectly_lost, possibly_lost, still_reachable] = classes;
         LeakReport {
-            definitely_lost: l.definitely_lost,
-            indirectly_lost: l.indirectly_lost,
-            possibly_lost: l.possibly_lost,
-            still_reachable: l.still_reachable,
+            definitely_lost,
+            indirectly_lost,
+            possibly_lost,
+            still_reachable,
             via_heuristic: l.via_heuristic.iter().map(|(h, c)| (h.as_str(), *c)).collect(),
             threads_not_stopped: heap.threads.iter().filter(|t| t.flags & heapdump_format::raw::THREAD_NOT_STOPPED != 0).count() as u64,
+            suppressed: suppressions.is_some().then_some(counted),
+            unused_suppressions: suppressions.map(|s| s.unused()).unwrap_or_default(),
             groups,
         }
     }

@@ -25,6 +25,7 @@ mod names;
 pub mod paths;
 mod prefetch;
 mod summary;
+pub mod suppress;
 pub mod symbols;
 pub mod types;
 

@@ -10,7 +10,7 @@ use crate::heap::{Heap, SiteId};
 use std::collections::HashMap;
 
 /// One symbolized frame (an inlined call is its own frame).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Frame {
     /// Return address.
     pub address: u64,

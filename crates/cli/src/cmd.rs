@@ -30,6 +30,14 @@ enum By {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+enum Kind {
+    Definite,
+    Indirect,
+    Possible,
+    Reachable,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum RetainedBy {
     Block,
     Site,
@@ -136,6 +144,15 @@ enum Command {
         /// How many lost groups to show.
         #[arg(short = 'n', default_value_t = 10)]
         n: usize,
+        /// Only groups of this kind (indirectly lost and still reachable
+        /// blocks are then grouped by their own sites).
+        #[arg(long, value_enum)]
+        kind: Option<Kind>,
+        /// Suppressions in valgrind's format ({ name Memcheck:Leak fun:… })
+        /// or LeakSanitizer's (leak:PATTERN); may be given more than once.
+        /// What they match is counted as suppressed.
+        #[arg(long = "suppressions", value_name = "FILE")]
+        suppressions: Vec<PathBuf>,
         /// Print one JSON document.
         #[arg(long)]
         json: bool,
@@ -254,7 +271,23 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             };
             views::top(&dump, by, n, depth as usize, skip, json).map(|_| ExitCode::SUCCESS)
         }
-        Command::Leaks { dump, n, json } => views::leaks(&dump, n, json).map(|v| if v { ExitCode::SUCCESS } else { ExitCode::from(1) }),
+        Command::Leaks { dump, n, kind, suppressions, json } => {
+            use heapdump_analyze::leaks::LeakKind;
+            let kind = kind.map(|k| match k {
+                Kind::Definite => LeakKind::DefinitelyLost,
+                Kind::Indirect => LeakKind::IndirectlyLost,
+                Kind::Possible => LeakKind::PossiblyLost,
+                Kind::Reachable => LeakKind::StillReachable,
+            });
+            let mut sup = None;
+            for path in &suppressions {
+                let text = std::fs::read_to_string(path).with_context(|| format!("cannot read suppressions {}", path.display()))?;
+                let parsed = heapdump_analyze::suppress::Suppressions::parse(&text)
+                    .map_err(|e| crate::run::Usage(format!("{}: {e}", path.display())))?;
+                sup.get_or_insert_with(heapdump_analyze::suppress::Suppressions::default).extend(parsed);
+            }
+            views::leaks(&dump, n, kind, sup, json).map(|v| if v { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
         Command::Retained { dump, by, n, json } => match by {
             RetainedBy::Block => views::retained(&dump, n, json),
             RetainedBy::Site => views::retained_grouped(&dump, GroupBy::Site, n, json),

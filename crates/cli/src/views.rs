@@ -6,6 +6,7 @@ use crate::output::{self, Table};
 use anyhow::{Context, Result};
 use heapdump_analyze::group::{self, GroupBy};
 use heapdump_analyze::leaks::{self, LeakKind};
+use heapdump_analyze::suppress::Suppressions;
 use heapdump_analyze::types::UNKNOWN;
 use heapdump_analyze::{Analysis, DumpFile, Heap, LeakReport, Retainer};
 use std::io::{IsTerminal, Write};
@@ -74,9 +75,9 @@ pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex:
 
 // --- leaks -----------------------------------------------------------------------
 
-pub fn leaks(path: &Path, n: usize, json: bool) -> Result<bool> {
+pub fn leaks(path: &Path, n: usize, kind: Option<LeakKind>, mut sup: Option<Suppressions>, json: bool) -> Result<bool> {
     let (file, heap) = load(path)?;
-    let r = Analysis::new(&file, &heap).leak_report();
+    let r = Analysis::new(&file, &heap).leak_report_with(kind, sup.as_mut());
     // Without the roots (a dump cut before its thread and static records
     // ended) nothing can be called lost or reachable: no verdict.
     let verdict = heap.has_roots();
@@ -107,6 +108,12 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
     for (h, c) in via {
         writeln!(out, "      of which reachable via heuristic {h}: {}", line(c))?;
     }
+    if let Some(s) = &r.suppressed {
+        writeln!(out, "        suppressed: {}", line(s))?;
+    }
+    if !r.unused_suppressions.is_empty() {
+        writeln!(out, "   unused suppressions (they matched nothing): {}", r.unused_suppressions.join(", "))?;
+    }
     if r.threads_not_stopped > 0 {
         writeln!(
             out,
@@ -119,13 +126,11 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
         writeln!(out, "\nNo lost blocks.")?;
         return Ok(());
     }
-    writeln!(out, "\nLargest lost groups by allocation site:")?;
+    let what = if r.groups.iter().all(|g| g.kind == LeakKind::StillReachable) { "still reachable" } else { "lost" };
+    writeln!(out, "\nLargest {what} groups by allocation site:")?;
     let more = r.groups.len().saturating_sub(n);
     for g in r.groups.iter().take(n) {
-        let kind = match g.kind {
-            LeakKind::DefinitelyLost => "definitely lost",
-            _ => "possibly lost",
-        };
+        let kind = g.kind.as_str();
         write!(out, "\n{} bytes in {} blocks {kind}", g.bytes, g.blocks)?;
         if g.indirect_blocks > 0 {
             write!(out, " (+{} bytes in {} blocks indirectly lost)", g.indirect_bytes, g.indirect_blocks)?;

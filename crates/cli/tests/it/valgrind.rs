@@ -196,3 +196,96 @@ fn allocations_since_start_match_valgrinds_totals() {
         assert!(peak >= s["bytes"].as_u64().unwrap() && peak <= bytes, "{source}: peak {peak}: {s}");
     }
 }
+
+/// valgrind's LEAK SUMMARY with a suppression file: the four classes and
+/// the suppressed line, (bytes, blocks) each.
+fn valgrind_suppressed(prog: &Path, supp: &Path) -> [(u64, u64); 5] {
+    let o = valgrind()
+        .args(["--leak-check=full", "--show-leak-kinds=all", "--run-libc-freeres=no", "--run-cxx-freeres=no"])
+        .arg(format!("--suppressions={}", supp.display()))
+        .arg(prog)
+        .output()
+        .expect("valgrind is installed (scripts/test.sh installs it)");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let mut out = [(0, 0); 5];
+    for (i, name) in ["definitely lost:", "indirectly lost:", "possibly lost:", "still reachable:", "suppressed:"].iter().enumerate() {
+        let line = err.lines().filter(|l| l.contains("==")).find(|l| l.contains(name)).unwrap_or_else(|| panic!("no {name} in:\n{err}"));
+        let nums: Vec<u64> = line.split(name).nth(1).unwrap().split_whitespace().filter_map(|w| w.replace(',', "").parse().ok()).collect();
+        out[i] = (nums[0], nums[1]);
+    }
+    out
+}
+
+#[test]
+fn suppressions_match_valgrinds_and_say_which_matched_nothing() {
+    let d = Scratch::new("supp");
+    let prog = compile(&d, "leaks.c", &["-O0", "-g"]);
+    let (o, dumps) = run_traced(&d.path("s.hdump"), &prog, &[], &[]);
+    ok(&o);
+    // valgrind's format, with a wildcard and `...`: every block calloc'd
+    // in `make` that is definitely or indirectly lost (the list head, its
+    // two nodes, the cycle); then one that matches nothing.
+    let supp = d.path("leaks.supp");
+    std::fs::write(
+        &supp,
+        "# two suppressions\n{\n   lists-made-in-make\n   Memcheck:Leak\n   match-leak-kinds: definite,indirect\n   fun:c*lloc\n   ...\n   fun:make\n}\n\
+         {\n   gone-long-ago\n   Memcheck:Leak\n   fun:malloc\n   fun:no_such_function\n}\n",
+    )
+    .unwrap();
+    let vg = valgrind_suppressed(&prog, &supp);
+    let j = json(&["leaks".as_ref(), "--json".as_ref(), "--suppressions".as_ref(), supp.as_os_str(), dumps[0].as_os_str()]);
+    let get = |k: &str| (j[k]["bytes"].as_u64().unwrap(), j[k]["blocks"].as_u64().unwrap());
+    let mine = [get("definitely_lost"), get("indirectly_lost"), get("possibly_lost"), get("still_reachable"), get("suppressed")];
+    assert_eq!(mine, vg, "heapdump vs valgrind with suppressions: [definite, indirect, possible, reachable, suppressed]");
+    assert!(vg[4].1 >= 5, "the suppression matched the lists: {vg:?}");
+    assert_eq!(j["unused_suppressions"], serde_json::json!(["gone-long-ago"]));
+    let groups = j["groups"].as_array().unwrap();
+    assert!(groups.iter().all(|g| g["bytes"] != 48 || g["kind"] != "definitely_lost"), "suppressed groups are not listed: {groups:?}");
+    // The text says it too.
+    let o = heapdump().args(["leaks", "--suppressions"]).arg(&supp).arg(&dumps[0]).output().unwrap();
+    let text = ok(&o);
+    assert!(text.contains(&format!("suppressed: {} bytes in {} blocks", vg[4].0, vg[4].1)), "{text}");
+    assert!(text.contains("unused suppressions (they matched nothing): gone-long-ago"), "{text}");
+    // LeakSanitizer's format: `leak:make` takes every lost block of `make`.
+    let lsan = d.path("lsan.supp");
+    std::fs::write(&lsan, "leak:make\nleak:^never_called$\n").unwrap();
+    let j = json(&["leaks".as_ref(), "--json".as_ref(), "--suppressions".as_ref(), lsan.as_os_str(), dumps[0].as_os_str()]);
+    let lost: u64 = ["definitely_lost", "indirectly_lost", "possibly_lost"].iter().map(|k| j[k]["blocks"].as_u64().unwrap()).sum();
+    assert_eq!(lost, 0, "every lost block was allocated in make: {j}");
+    assert_eq!(j["unused_suppressions"], serde_json::json!(["^never_called$"]));
+    // A damaged file: one line, exit 2, which line.
+    let bad = d.path("bad.supp");
+    std::fs::write(&bad, "{\n   x\n   Memcheck:Leak\n   fun:malloc\n   bogus line\n}\n").unwrap();
+    let o = heapdump().args(["leaks", "--suppressions"]).arg(&bad).arg(&dumps[0]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.lines().count() == 1 && err.contains("bad.supp: line 5"), "{err}");
+}
+
+#[test]
+fn leaks_kind_lists_the_groups_of_one_kind() {
+    let d = Scratch::new("kind");
+    let prog = compile(&d, "leaks.c", &["-O0", "-g"]);
+    let (o, dumps) = run_traced(&d.path("k.hdump"), &prog, &[], &[]);
+    ok(&o);
+    for (kind, key) in
+        [("definite", "definitely_lost"), ("indirect", "indirectly_lost"), ("possible", "possibly_lost"), ("reachable", "still_reachable")]
+    {
+        let j = json(&[
+            "leaks".as_ref(),
+            "--json".as_ref(),
+            "--kind".as_ref(),
+            kind.as_ref(),
+            "-n".as_ref(),
+            "1000".as_ref(),
+            dumps[0].as_os_str(),
+        ]);
+        let groups = j["groups"].as_array().unwrap();
+        assert!(!groups.is_empty(), "{kind}: leaks.c has blocks of every kind");
+        assert!(groups.iter().all(|g| g["kind"] == key), "{kind}: {groups:?}");
+        // The groups add up to the class (indirect bytes counted with
+        // their leaders only when definite ones are listed).
+        let direct: u64 = groups.iter().map(|g| g["bytes"].as_u64().unwrap()).sum();
+        assert_eq!(direct, j[key]["bytes"].as_u64().unwrap(), "{kind}");
+    }
+}
