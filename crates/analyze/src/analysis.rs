@@ -410,11 +410,11 @@ impl<'h> Analysis<'h> {
             LeakKind::StillReachable => 3,
         };
         if let Some(sup) = suppressions.as_deref_mut().filter(|s| !s.is_empty()) {
-            for i in 0..n {
+            for (i, out) in suppressed.iter_mut().enumerate() {
                 let k = l.kind[i];
                 let b = heap.block(BlockId(i as u32));
                 if *sup_memo.entry((k, b.site)).or_insert_with(|| sup.matching(k, &self.site_frames(b.site)).is_some()) {
-                    suppressed[i] = true;
+                    *out = true;
                     let c = &mut classes[class_index(k)];
                     c.blocks -= 1;
                     c.bytes -= b.size;
