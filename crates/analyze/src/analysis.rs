@@ -146,6 +146,31 @@ pub struct PathStep {
     pub site: String,
 }
 
+/// A pointer to a block (`path --all`): from a root or from another
+/// block, and how that block is itself reached. Field names are the
+/// `path --all --json` keys.
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    /// What holds the pointer: the root, named, or a block's address.
+    pub from: String,
+    /// Offset of the pointer in what `from` names.
+    pub offset: u64,
+    /// Whether it points inside the block rather than at its start.
+    pub interior: bool,
+    /// The holding block's size (none for a root).
+    pub size: Option<u64>,
+    /// The holding block's site.
+    pub site: Option<String>,
+    /// The holding block's leak class.
+    pub class: Option<LeakKind>,
+    /// How the holding block is reached: its shortest path's steps (empty
+    /// for a root; for a lost block, from the head of its structure).
+    pub path: Vec<PathStep>,
+    /// The holding block.
+    #[serde(skip)]
+    pub block: Option<BlockId>,
+}
+
 /// How a block is reached.
 #[derive(Clone, Debug)]
 pub struct PathReport {
@@ -591,9 +616,58 @@ impl<'h> Analysis<'h> {
         Ok(report)
     }
 
+    /// Every pointer to the block holding `addr`: the roots first, then the
+    /// blocks, each with how it is reached (the first `n`; the total count
+    /// second).
+    pub fn holders(&self, addr: u64, n: usize) -> Result<(PathReport, Vec<Holder>, usize)> {
+        let heap = self.heap;
+        let (target, _) = heap.find(addr).ok_or(AnalyzeError::NoSuchAllocation { address: addr })?;
+        let report = self.path(addr)?;
+        let mut out = Vec::new();
+        let mut total = 0;
+        for r in heap.roots.iter().filter(|r| r.target == target) {
+            total += 1;
+            if out.len() < n {
+                let (from, off) = self.describe_root(r);
+                out.push(Holder {
+                    from,
+                    offset: off.unwrap_or(r.offset),
+                    interior: r.interior,
+                    size: None,
+                    site: None,
+                    class: None,
+                    path: vec![],
+                    block: None,
+                });
+            }
+        }
+        let l = self.leaks();
+        for i in 0..heap.len() {
+            for e in heap.edges(BlockId(i as u32)).filter(|e| e.target == target) {
+                total += 1;
+                if out.len() >= n {
+                    continue;
+                }
+                let b = heap.block(BlockId(i as u32));
+                let path = self.path(b.addr).map(|p| p.steps).unwrap_or_default();
+                out.push(Holder {
+                    from: hex(b.addr),
+                    offset: e.offset,
+                    interior: e.interior,
+                    size: Some(b.size),
+                    site: Some(self.site_label(b.site)),
+                    class: Some(l.kind[i]),
+                    path,
+                    block: Some(BlockId(i as u32)),
+                });
+            }
+        }
+        Ok((report, out, total))
+    }
+
     /// A root, named; for a static, by the symbol holding the word, with
     /// the word's offset in that symbol.
-    fn describe_root(&self, r: &crate::Root) -> (String, Option<u64>) {
+    pub fn describe_root(&self, r: &crate::Root) -> (String, Option<u64>) {
         match self.heap.root_source(r) {
             RootSource::Static { module, name, address } => match self.data_symbol_at(address) {
                 Some((s, off)) => (format!("static {s} in {module} at {:#x}", address - off), Some(off)),

@@ -178,6 +178,13 @@ enum Command {
         dump: PathBuf,
         /// Address of (or inside) the allocation, hex (0x...) or decimal.
         address: String,
+        /// Every pointer to the allocation (roots and blocks), each block
+        /// with how it is itself reached.
+        #[arg(long)]
+        all: bool,
+        /// With --all: at most this many holders.
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
         /// Print one JSON document.
         #[arg(long)]
         json: bool,
@@ -294,7 +301,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             RetainedBy::Type => views::retained_grouped(&dump, GroupBy::Type, n, json),
         }
         .map(|_| ExitCode::SUCCESS),
-        Command::Path { dump, address, json } => views::path(&dump, &address, json).map(|_| ExitCode::SUCCESS),
+        Command::Path { dump, address, all: false, json, .. } => views::path(&dump, &address, json).map(|_| ExitCode::SUCCESS),
+        Command::Path { dump, address, all: true, n, json } => views::path_all(&dump, &address, n, json).map(|_| ExitCode::SUCCESS),
         Command::Diff { old, new, json } => views::diff(&old, &new, json).map(|_| ExitCode::SUCCESS),
         Command::Export { dump, format, output, address, depth, max_nodes } => {
             export(&dump, format, &output, address.as_deref(), depth, max_nodes)

@@ -238,6 +238,39 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `path --all`: every pointer to the allocation, and how each holding
+/// block is reached.
+pub fn path_all(dump: &Path, address: &str, n: usize, json: bool) -> Result<()> {
+    let addr = parse_address(address)?;
+    let (file, heap) = load(dump)?;
+    let (p, holders, total) = Analysis::new(&file, &heap).holders(addr, n)?;
+    if json {
+        return output::json(&holders);
+    }
+    let mut out = std::io::stdout().lock();
+    let s = if total == 1 { "" } else { "s" };
+    writeln!(out, "{} ({} bytes, {}, {}) is held by {total} pointer{s}:", p.address, p.size, p.class.as_str(), p.site)?;
+    for h in &holders {
+        let how = if h.interior { ", interior" } else { "" };
+        match (h.size, &h.site, h.class) {
+            (Some(size), Some(site), Some(class)) => {
+                writeln!(out, "\n  {} ({size} bytes, {}, {site}) at offset {}{how}, reached by:", h.from, class.as_str(), h.offset)?;
+                if h.path.is_empty() {
+                    writeln!(out, "      nothing: it heads a lost structure")?;
+                }
+                for st in &h.path {
+                    writeln!(out, "      {} -> at offset {} {}", st.from, st.offset, st.to)?;
+                }
+            }
+            _ => writeln!(out, "\n  {} at offset {}{how} (a root)", h.from, h.offset)?,
+        }
+    }
+    if total > holders.len() {
+        writeln!(out, "\n... and {} more: -n {total} shows them all", total - holders.len())?;
+    }
+    Ok(())
+}
+
 pub fn parse_address(s: &str) -> Result<u64> {
     let t = s.trim();
     let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {

@@ -26,6 +26,9 @@ impl Default for GraphOptions {
 struct Sub {
     nodes: Vec<u32>,
     edges: Vec<(u32, u32, u64)>,
+    /// Roots drawn as nodes of their own: (what the root is, the block it
+    /// points to, the offset in the root).
+    roots: Vec<(String, u32, u64)>,
     centre: Vec<u32>,
     truncated: bool,
 }
@@ -62,17 +65,40 @@ fn subgraph(ex: &Analysis<'_>, o: &GraphOptions) -> std::io::Result<Sub> {
             }
         }
     }
-    // One step inward for a single centre: who points at it.
-    if o.address.is_some() {
-        for i in 0..heap.len() as u32 {
-            if depth.len() >= o.max_nodes {
-                truncated = true;
-                break;
+    // For a single centre, its retainers up to the roots: every pointer
+    // to it, and each holding block's shortest path from a root.
+    let mut roots = Vec::new();
+    if let Some(a) = o.address {
+        let (_, holders, total) = ex.holders(a, o.max_nodes).map_err(std::io::Error::other)?;
+        truncated |= total > holders.len();
+        for h in holders {
+            let Some(hb) = h.block else {
+                roots.push((h.from, centre[0], h.offset));
+                continue;
+            };
+            let mut chain = vec![hb.0];
+            for st in &h.path {
+                let to = u64::from_str_radix(st.to.trim_start_matches("0x"), 16).ok().and_then(|x| heap.find_start(x));
+                if let Some(t) = to {
+                    chain.push(t.0);
+                }
             }
-            if heap.edges(BlockId(i)).any(|e| e.target.0 == centre[0]) {
-                depth.entry(i).or_insert(1);
+            if depth.len() + chain.len() > o.max_nodes {
+                truncated = true;
+                continue;
+            }
+            for b in chain {
+                depth.entry(b).or_insert(1);
+            }
+            // The chain's start, when it is a root (not a lost block).
+            if let (Some(first), Some(start)) = (h.path.first(), h.path.first().and_then(|s| heap.find_start(parse_hex(&s.to)))) {
+                if !first.from.starts_with("0x") && !first.from.starts_with("lost block") {
+                    roots.push((first.from.clone(), start.0, first.offset));
+                }
             }
         }
+        roots.sort();
+        roots.dedup();
     }
     let mut nodes: Vec<u32> = depth.keys().copied().collect();
     nodes.sort_unstable();
@@ -84,7 +110,7 @@ fn subgraph(ex: &Analysis<'_>, o: &GraphOptions) -> std::io::Result<Sub> {
             }
         }
     }
-    Ok(Sub { nodes, edges, centre, truncated })
+    Ok(Sub { nodes, edges, roots, centre, truncated })
 }
 
 fn label(ex: &Analysis<'_>, b: u32, names: &mut HashMap<heapdump_analyze::SiteId, String>) -> (String, &'static str) {
@@ -93,6 +119,10 @@ fn label(ex: &Analysis<'_>, b: u32, names: &mut HashMap<heapdump_analyze::SiteId
     let name = ex.block_name(BlockId(b), names);
     let retained = ex.dominators().retained[b as usize];
     (format!("{:#x}\\n{} B (retains {} B)\\n{}\\n{kind}", blk.addr, blk.size, retained, name), kind)
+}
+
+fn parse_hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or(0)
 }
 
 fn esc(s: &str) -> String {
@@ -121,6 +151,10 @@ pub fn write_dot(ex: &Analysis<'_>, o: &GraphOptions, out: &mut dyn Write) -> cr
     for (a, b, off) in &sub.edges {
         writeln!(out, "  n{a} -> n{b} [label=\"+{off}\"];")?;
     }
+    for (i, (what, b, off)) in sub.roots.iter().enumerate() {
+        writeln!(out, "  r{i} [label=\"{}\", shape=ellipse, style=filled, fillcolor=\"#e0e0e0\"];", esc(what))?;
+        writeln!(out, "  r{i} -> n{b} [label=\"+{off}\"];")?;
+    }
     writeln!(out, "}}")?;
     Ok(())
 }
@@ -140,6 +174,10 @@ pub fn write_mermaid(ex: &Analysis<'_>, o: &GraphOptions, out: &mut dyn Write) -
     }
     for (a, b, off) in &sub.edges {
         writeln!(out, "  n{a} -->|+{off}| n{b}")?;
+    }
+    for (i, (what, b, off)) in sub.roots.iter().enumerate() {
+        writeln!(out, "  r{i}([\"{}\"])", what.replace('"', "'"))?;
+        writeln!(out, "  r{i} -->|+{off}| n{b}")?;
     }
     if sub.truncated {
         writeln!(out, "  %% truncated at {} nodes", o.max_nodes)?;

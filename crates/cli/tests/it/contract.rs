@@ -299,3 +299,85 @@ fn retained_by_site_and_type_count_each_byte_once() {
     assert!(rows.iter().all(|r| r["retained"].as_u64().unwrap() <= total && r["retained"].as_u64() >= r["bytes"].as_u64()), "{types}");
     assert_eq!(heapdump().args(["retained", "--by", "colour"]).arg(dump).output().unwrap().status.code(), Some(2));
 }
+
+#[test]
+fn path_all_lists_every_holder_and_how_each_is_reached() {
+    // leaks.c: a list of three kept from the static `kept_list`, a lost
+    // list of three, a lost cycle of two: all 48-byte nodes.
+    let d = Scratch::new("path-all");
+    let prog = compile(&d, "leaks.c", &["-O0", "-g"]);
+    let (o, dumps) = run_traced(&d.path("p.hdump"), &prog, &[], &[]);
+    ok(&o);
+    let dump = &dumps[0];
+    let nodes: Vec<u64> = blocks(dump).into_iter().filter(|b| b.1 == 48).map(|b| b.0).collect();
+    assert_eq!(nodes.len(), 8, "{nodes:x?}");
+    let mut by_static = 0;
+    let mut through_a_block = 0;
+    let mut from_a_lost_head = 0;
+    for a in &nodes {
+        let addr = format!("{a:#x}");
+        let v = json(&["path".as_ref(), "--all".as_ref(), "--json".as_ref(), dump.as_os_str(), addr.as_ref()]);
+        for h in v.as_array().unwrap() {
+            let from = h["from"].as_str().unwrap();
+            if from.starts_with("static kept_list") {
+                by_static += 1;
+                assert!(h["path"].as_array().unwrap().is_empty() && h["size"].is_null(), "a root has no path: {h}");
+                continue;
+            }
+            // A block: one of the nodes, and its path leads to it.
+            let holder = u64::from_str_radix(from.trim_start_matches("0x"), 16).unwrap();
+            assert!(nodes.contains(&holder), "{from} holds {addr}");
+            assert_eq!(h["offset"], 0, "the next pointer is the node's first word: {h}");
+            let path = h["path"].as_array().unwrap();
+            match h["class"].as_str().unwrap() {
+                "still_reachable" => {
+                    through_a_block += 1;
+                    assert_eq!(path.last().unwrap()["to"], from, "the path reaches the holder: {h}");
+                    assert!(path[0]["from"].as_str().unwrap().starts_with("static kept_list"), "{h}");
+                }
+                "definitely_lost" => from_a_lost_head += usize::from(path.is_empty()),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(by_static, 1, "the list's head is held by the static");
+    assert_eq!(through_a_block, 2, "the other two kept nodes are held by the node before");
+    assert!(from_a_lost_head >= 2, "nodes held by a lost head, which nothing reaches");
+    // The text names the holder and the chain.
+    let o = heapdump().args(["path", "--all"]).arg(dump).arg(format!("{:#x}", nodes[0])).output().unwrap();
+    let text = ok(&o);
+    assert!(text.contains("is held by"), "{text}");
+    // The DOT and mermaid pictures around a kept node show its retainers up
+    // to the root (the static), which graphviz draws.
+    for a in &nodes {
+        let dot = d.path("around.dot");
+        let o = heapdump()
+            .args(["export", "--format", "dot", "--depth", "1", "--address"])
+            .arg(format!("{a:#x}"))
+            .arg("-o")
+            .arg(&dot)
+            .arg(dump)
+            .output()
+            .unwrap();
+        ok(&o);
+        let text = std::fs::read_to_string(&dot).unwrap();
+        if text.contains("static kept_list") {
+            assert!(text.contains("r0 -> n"), "the root points into the chain: {text}");
+            let g = std::process::Command::new("dot").arg("-Tsvg").arg(&dot).output().unwrap();
+            assert!(g.status.success(), "graphviz: {}", String::from_utf8_lossy(&g.stderr));
+            let mmd = d.path("around.mmd");
+            let o = heapdump()
+                .args(["export", "--format", "mermaid", "--address"])
+                .arg(format!("{a:#x}"))
+                .arg("-o")
+                .arg(&mmd)
+                .arg(dump)
+                .output()
+                .unwrap();
+            ok(&o);
+            assert!(std::fs::read_to_string(&mmd).unwrap().contains("r0([\"static kept_list"), "mermaid names the root");
+            return;
+        }
+    }
+    panic!("no picture around a kept node showed the static root");
+}
