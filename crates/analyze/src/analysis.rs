@@ -190,6 +190,21 @@ pub struct PathReport {
     pub steps: Vec<PathStep>,
 }
 
+/// A node of `top --tree`: a function, the bytes allocated under it (it
+/// or its callees, as named by the site's first frame), and its callers.
+/// Field names are the `top --tree --json` keys.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CallerNode {
+    /// The frame (function and line).
+    pub key: String,
+    /// Blocks allocated through it.
+    pub allocations: u64,
+    /// Their bytes (sampled sites' estimates).
+    pub bytes: u64,
+    /// Its callers, largest first.
+    pub callers: Vec<CallerNode>,
+}
+
 /// Live blocks of one site (and type, where blocks of a site are named
 /// apart), weighted as [`Heap::weight`] says.
 #[derive(Clone, Debug, PartialEq)]
@@ -372,6 +387,53 @@ impl<'h> Analysis<'h> {
     /// Live blocks grouped by site, type or size class, largest first.
     pub fn top(&self, by: GroupBy) -> Vec<Row> {
         group::top(self.heap, &mut self.sym.borrow_mut(), &mut self.types.borrow_mut(), by)
+    }
+
+    /// The caller tree of the live heap, bottom up: each root a function
+    /// that allocates (a site's naming frame), its children its callers,
+    /// up to `depth` levels and `main`; every node with the bytes of the
+    /// blocks allocated through it. Largest first at every level.
+    pub fn caller_tree(&self, depth: usize) -> Vec<CallerNode> {
+        #[derive(Default)]
+        struct Acc {
+            count: f64,
+            bytes: f64,
+            callers: Vec<(String, Acc)>,
+        }
+        let mut roots: Vec<(String, Acc)> = Vec::new();
+        for t in self.live_by_site(false) {
+            let frames = self.sym.borrow_mut().naming_frames(t.site);
+            let mut labels: Vec<String> = frames.iter().take(depth.max(1)).map(Frame::label).collect();
+            if labels.is_empty() {
+                labels.push(self.site_label(t.site));
+            }
+            let mut level = &mut roots;
+            for l in labels {
+                let i = match level.iter().position(|(k, _)| *k == l) {
+                    Some(i) => i,
+                    None => {
+                        level.push((l, Acc::default()));
+                        level.len() - 1
+                    }
+                };
+                let node = &mut level[i].1;
+                node.count += t.count;
+                node.bytes += t.bytes;
+                level = &mut node.callers;
+            }
+        }
+        fn finish(level: Vec<(String, Acc)>) -> Vec<CallerNode> {
+            let counts = crate::heap::round_keeping_sum(&level.iter().map(|(_, a)| a.count).collect::<Vec<_>>());
+            let bytes = crate::heap::round_keeping_sum(&level.iter().map(|(_, a)| a.bytes).collect::<Vec<_>>());
+            let mut out: Vec<CallerNode> = level
+                .into_iter()
+                .zip(counts.into_iter().zip(bytes))
+                .map(|((key, a), (allocations, bytes))| CallerNode { key, allocations, bytes, callers: finish(a.callers) })
+                .collect();
+            out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
+            out
+        }
+        finish(roots)
     }
 
     /// Live blocks by size class, smallest class first (a histogram).

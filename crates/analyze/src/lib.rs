@@ -29,7 +29,7 @@ pub mod suppress;
 pub mod symbols;
 pub mod types;
 
-pub use analysis::{Analysis, Holder, LeakGroup, LeakReport, PathReport, PathStep, Retainer, SiteTotal};
+pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, PathReport, PathStep, Retainer, SiteTotal};
 pub use contents::DumpContents;
 pub use error::{AnalyzeError, Result};
 pub use file::DumpFile;

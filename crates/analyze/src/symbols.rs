@@ -259,6 +259,30 @@ impl<'h> Symbolizer<'h> {
         self.site_addresses(site).into_iter().flat_map(|a| self.program_frames(a)).collect()
     }
 
+    /// A site's frames from the one that names it (the first outside the
+    /// allocator, its wrappers and `--skip`) outward, up to `main`, the
+    /// standard library's own frames between them left out (as in the
+    /// program's frames of a leak): the callers `top --tree` shows.
+    pub fn naming_frames(&mut self, site: SiteId) -> Vec<Frame> {
+        let frames = self.site_frames(site);
+        let skip = self.skip.as_ref();
+        let seen_through =
+            |f: &Frame| is_machinery(f) || is_wrapper(f) || skip.is_some_and(|r| f.function.as_deref().is_some_and(|n| r.is_match(n)));
+        let first = frames.iter().position(|f| !seen_through(f)).unwrap_or(0);
+        let mut out = Vec::new();
+        for (i, f) in frames.into_iter().enumerate().skip(first) {
+            if i > first && is_machinery(&f) {
+                continue;
+            }
+            let main = f.function.as_deref().is_some_and(|n| n == "main" || n.ends_with("::main"));
+            out.push(f);
+            if main {
+                break;
+            }
+        }
+        out
+    }
+
     /// A one-line name for a site: the first frame outside the allocator
     /// machinery (heapdump itself, `alloc::`, `core::`, `std::`, hashbrown,
     /// malloc and `operator new`).

@@ -126,8 +126,14 @@ enum Command {
         n: usize,
         /// Frames shown per site: the first outside the allocator and its
         /// wrappers, then its callers.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-        depth: u32,
+        /// (With --tree: the callers shown, default 16.)
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+        depth: Option<u32>,
+        /// A caller tree by bytes, bottom up (as `pprof -tree` and
+        /// heaptrack's bottom-up view): each allocating function, then
+        /// who called it, up to `main`.
+        #[arg(long, conflicts_with = "by")]
+        tree: bool,
         /// Also see through the functions this regular expression matches
         /// (whole names) when naming a site, as through the built-in list of
         /// allocation wrappers (xmalloc, g_malloc, PyMem_*, …).
@@ -263,7 +269,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Command::Summary { dump, json } => summary(&dump, json),
-        Command::Top { dump, by, n, depth, skip, json } => {
+        Command::Top { dump, by, n, depth, tree, skip, json } => {
             let by = match by {
                 By::Site => GroupBy::Site,
                 By::Type => GroupBy::Type,
@@ -276,7 +282,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 ),
                 None => None,
             };
-            views::top(&dump, by, n, depth as usize, skip, json).map(|_| ExitCode::SUCCESS)
+            if tree {
+                return views::top_tree(&dump, n, depth.map_or(16, |d| d as usize), skip, json).map(|_| ExitCode::SUCCESS);
+            }
+            views::top(&dump, by, n, depth.map_or(1, |d| d as usize), skip, json).map(|_| ExitCode::SUCCESS)
         }
         Command::Leaks { dump, n, kind, suppressions, json } => {
             use heapdump_analyze::leaks::LeakKind;

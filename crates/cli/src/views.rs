@@ -73,6 +73,46 @@ pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex:
     Ok(())
 }
 
+/// `top --tree`: the caller tree, roots (allocating functions) largest
+/// first, callers indented below; callers under 0.5% of the heap folded.
+pub fn top_tree(path: &Path, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
+    let (file, heap) = load(path)?;
+    let a = Analysis::new(&file, &heap);
+    a.name_sites(1, skip);
+    let mut roots = a.caller_tree(depth);
+    roots.truncate(n);
+    if json {
+        return output::json(&roots);
+    }
+    let total = heap.total_bytes().max(1);
+    let mut t = Table::new(&[">bytes", ">%", ">allocations", "function < callers"]);
+    fn rows(t: &mut Table, nodes: &[heapdump_analyze::CallerNode], level: usize, total: u64) {
+        let (shown, rest): (Vec<_>, Vec<_>) = nodes.iter().partition(|c| level == 0 || c.bytes * 200 >= total);
+        for c in shown {
+            let indent = if level == 0 { String::new() } else { format!("{}< ", "  ".repeat(level)) };
+            t.row(vec![
+                output::bytes(c.bytes),
+                format!("{:.1}", c.bytes as f64 * 100.0 / total as f64),
+                c.allocations.to_string(),
+                format!("{indent}{}", c.key),
+            ]);
+            rows(t, &c.callers, level + 1, total);
+        }
+        if !rest.is_empty() {
+            let bytes: u64 = rest.iter().map(|c| c.bytes).sum();
+            t.row(vec![
+                output::bytes(bytes),
+                format!("{:.1}", bytes as f64 * 100.0 / total as f64),
+                rest.iter().map(|c| c.allocations).sum::<u64>().to_string(),
+                format!("{}< ({} more callers, each under 0.5%)", "  ".repeat(level), rest.len()),
+            ]);
+        }
+    }
+    rows(&mut t, &roots, 0, total);
+    t.print(&mut std::io::stdout().lock())?;
+    Ok(())
+}
+
 // --- leaks -----------------------------------------------------------------------
 
 pub fn leaks(path: &Path, n: usize, kind: Option<LeakKind>, mut sup: Option<Suppressions>, json: bool) -> Result<bool> {

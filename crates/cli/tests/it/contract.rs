@@ -381,3 +381,49 @@ fn path_all_lists_every_holder_and_how_each_is_reached() {
     }
     panic!("no picture around a kept node showed the static root");
 }
+
+#[test]
+fn top_tree_shows_the_callers_and_wrappers_are_seen_through() {
+    let d = Scratch::new("tree");
+    let prog = compile(&d, "wrappers.c", &["-O0", "-g"]);
+    let (o, dumps) = run_traced(&d.path("t.hdump"), &prog, &[], &[]);
+    ok(&o);
+    let dump = dumps[0].as_os_str();
+    let name = |k: &serde_json::Value| k.as_str().unwrap().split(" (").next().unwrap().to_string();
+    let rows = |extra: &[&str]| -> Vec<(String, u64)> {
+        let mut a: Vec<&std::ffi::OsStr> = vec!["top".as_ref(), "--json".as_ref()];
+        a.extend(extra.iter().map(|s| std::ffi::OsStr::new(s)));
+        a.push(dump);
+        json(&a).as_array().unwrap().iter().map(|r| (name(&r["key"]), r["bytes"].as_u64().unwrap())).collect()
+    };
+    // xmalloc is a known wrapper: the pool function and `load` name sites.
+    let by_site = rows(&[]);
+    assert!(by_site.contains(&("my_pool_get".into(), 256_000)) && by_site.contains(&("load".into(), 16_000)), "{by_site:?}");
+    // --skip sees through the pool too.
+    let skipped = rows(&["--skip", "my_pool_.*"]);
+    for want in [("render", 192_000), ("parse", 64_000), ("load", 16_000)] {
+        assert!(skipped.contains(&(want.0.to_string(), want.1)), "{want:?} in {skipped:?}");
+    }
+    // The tree: the pool function, then who called it, then main.
+    let tree = json(&["top".as_ref(), "--tree".as_ref(), "--json".as_ref(), dump]);
+    let roots = tree.as_array().unwrap();
+    let pool = roots.iter().find(|r| name(&r["key"]) == "my_pool_get").unwrap_or_else(|| panic!("{tree}"));
+    assert_eq!(pool["bytes"], 256_000);
+    let callers: Vec<(String, u64)> =
+        pool["callers"].as_array().unwrap().iter().map(|c| (name(&c["key"]), c["bytes"].as_u64().unwrap())).collect();
+    assert_eq!(callers, vec![("render".to_string(), 192_000), ("parse".to_string(), 64_000)], "largest first");
+    for c in pool["callers"].as_array().unwrap() {
+        let up: Vec<String> = c["callers"].as_array().unwrap().iter().map(|m| name(&m["key"])).collect();
+        assert_eq!(up, vec!["main".to_string()], "{c}");
+    }
+    // The roots add up to the heap (the program's blocks and the rest).
+    let total: u64 = roots.iter().map(|r| r["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(total, json(&["summary".as_ref(), "--json".as_ref(), dump])["bytes"].as_u64().unwrap());
+    // With --skip, `render` is a root of its own.
+    let tree = json(&["top".as_ref(), "--tree".as_ref(), "--skip".as_ref(), "my_pool_.*".as_ref(), "--json".as_ref(), dump]);
+    assert!(tree.as_array().unwrap().iter().any(|r| name(&r["key"]) == "render" && r["bytes"] == 192_000), "{tree}");
+    // The text indents callers under their function.
+    let o = heapdump().args(["top", "--tree"]).arg(dump).output().unwrap();
+    let text = ok(&o);
+    assert!(text.lines().any(|l| l.contains("  < render")), "{text}");
+}
