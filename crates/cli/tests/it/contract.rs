@@ -392,7 +392,7 @@ fn top_tree_shows_the_callers_and_wrappers_are_seen_through() {
     let name = |k: &serde_json::Value| k.as_str().unwrap().split(" (").next().unwrap().to_string();
     let rows = |extra: &[&str]| -> Vec<(String, u64)> {
         let mut a: Vec<&std::ffi::OsStr> = vec!["top".as_ref(), "--json".as_ref()];
-        a.extend(extra.iter().map(|s| std::ffi::OsStr::new(s)));
+        a.extend(extra.iter().map(std::ffi::OsStr::new));
         a.push(dump);
         json(&a).as_array().unwrap().iter().map(|r| (name(&r["key"]), r["bytes"].as_u64().unwrap())).collect()
     };
