@@ -122,6 +122,10 @@ pub struct Retainer {
     pub ty: String,
     /// Its leak class.
     pub class: LeakKind,
+    /// The blocks of the chain it heads, itself included: each dominates
+    /// the next and nothing else (a linked list), so the chain is one row
+    /// (1: no chain).
+    pub chain: u32,
 }
 
 /// One step of a path. `from`, `to` and `offset` are the `path --json`
@@ -574,18 +578,73 @@ impl<'h> Analysis<'h> {
 
     // --- retention -------------------------------------------------------------
 
-    /// The `n` blocks that retain the most, largest first.
+    /// The `n` blocks that retain the most, largest first. A chain of
+    /// blocks each dominating the next and nothing else (a linked list)
+    /// is one row, its head's, saying how long it is.
     pub fn retainers(&self, n: usize) -> Vec<Retainer> {
         let d = self.dominators();
         let l = self.leaks();
-        let mut ids: Vec<usize> = (0..self.heap.len()).collect();
-        let n = n.min(ids.len());
-        if n > 0 && n < ids.len() {
-            ids.select_nth_unstable_by(n - 1, |&a, &b| d.retained[b].cmp(&d.retained[a]).then(a.cmp(&b)));
+        let len = self.heap.len();
+        let order = |a: &usize, b: &usize| d.retained[*b].cmp(&d.retained[*a]).then(a.cmp(b));
+        // Candidates in descending retained order, more of them while
+        // chains swallow the rows (a parent comes before its only child:
+        // it retains more).
+        let mut k = (n * 4).max(64);
+        loop {
+            let mut ids: Vec<usize> = (0..len).collect();
+            if k < len {
+                ids.select_nth_unstable_by(k - 1, order);
+                ids.truncate(k);
+            }
+            ids.sort_by(order);
+            // A block is covered when its dominator is listed or covered
+            // and has it as its only child.
+            let mut covered: HashMap<usize, usize> = HashMap::new();
+            let mut rows: Vec<usize> = Vec::new();
+            let mut listed = std::collections::HashSet::new();
+            for &i in &ids {
+                let head = d.idom(BlockId(i as u32)).filter(|p| self.dominated_by(Some(*p)).len() == 1).and_then(|p| {
+                    let p = p.index();
+                    if listed.contains(&p) {
+                        Some(p)
+                    } else {
+                        covered.get(&p).copied()
+                    }
+                });
+                match head {
+                    Some(h) => {
+                        covered.insert(i, h);
+                    }
+                    None if rows.len() < n => {
+                        listed.insert(i);
+                        rows.push(i);
+                    }
+                    None => {}
+                }
+            }
+            if rows.len() >= n || k >= len {
+                return rows
+                    .into_iter()
+                    .map(|i| {
+                        let mut r = self.retainer(BlockId(i as u32), d, l);
+                        r.chain = self.chain_length(BlockId(i as u32));
+                        r
+                    })
+                    .collect();
+            }
+            k = k.saturating_mul(4);
         }
-        ids.truncate(n);
-        ids.sort_by(|&a, &b| d.retained[b].cmp(&d.retained[a]).then(a.cmp(&b)));
-        ids.into_iter().map(|i| self.retainer(BlockId(i as u32), d, l)).collect()
+    }
+
+    /// The blocks of the chain `b` heads (see [`Retainer::chain`]).
+    fn chain_length(&self, b: BlockId) -> u32 {
+        let mut n = 1;
+        let mut cur = b;
+        while let [only] = self.dominated_by(Some(cur)) {
+            cur = BlockId(*only);
+            n += 1;
+        }
+        n
     }
 
     fn retainer(&self, id: BlockId, d: &Dominators, l: &Leaks) -> Retainer {
@@ -598,6 +657,7 @@ impl<'h> Analysis<'h> {
             dominated: d.dominated[id.index()],
             ty: self.type_of_block(id),
             class: l.kind[id.index()],
+            chain: 1,
         }
     }
 

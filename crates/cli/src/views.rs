@@ -241,7 +241,7 @@ pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> s
             output::bytes(r.retained),
             format!("{:.1}", r.retained as f64 * 100.0 / total.max(1) as f64),
             r.size.to_string(),
-            format!("{} blocks", r.dominated),
+            if r.chain > 1 { format!("{} blocks, a chain of {}", r.dominated, r.chain) } else { format!("{} blocks", r.dominated) },
             r.address.clone(),
         ];
         if typed {

@@ -427,3 +427,22 @@ fn top_tree_shows_the_callers_and_wrappers_are_seen_through() {
     let text = ok(&o);
     assert!(text.lines().any(|l| l.contains("  < render")), "{text}");
 }
+
+#[test]
+fn a_chain_of_blocks_is_one_row_of_retained() {
+    // A list of 1000 nodes filled every row with consecutive nodes.
+    let d = Scratch::new("chain");
+    let prog = compile(&d, "chain.c", &["-O0"]);
+    let (o, dumps) = run_traced(&d.path("c.hdump"), &prog, &[], &[]);
+    ok(&o);
+    let rows = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "9".as_ref(), dumps[0].as_os_str()]);
+    let rows = rows.as_array().unwrap();
+    let head = &rows[0];
+    assert_eq!((head["retained"].as_u64(), head["chain"].as_u64()), (Some(64_000), Some(1000)), "the list's head, saying so: {head}");
+    // The other rows are the buffers, not the list's next nodes.
+    let sizes: Vec<u64> = rows[1..].iter().map(|r| r["size"].as_u64().unwrap()).collect();
+    assert_eq!(&sizes[..8], &[8192, 7680, 7168, 6656, 6144, 5632, 5120, 4608], "{rows:?}");
+    assert!(rows[1..].iter().all(|r| r["chain"] == 1));
+    let o = heapdump().args(["retained", "-n", "3"]).arg(&dumps[0]).output().unwrap();
+    assert!(ok(&o).contains("1000 blocks, a chain of 1000"));
+}
