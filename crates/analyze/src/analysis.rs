@@ -9,6 +9,7 @@
 //! every export give one answer to one question: they only print or
 //! encode what it returns.
 
+use crate::cache::{CacheFile, Cached};
 use crate::dominators::{self, Dominators};
 use crate::error::{AnalyzeError, Result};
 use crate::group::{self, GroupBy, RetainedRow, Row};
@@ -32,6 +33,11 @@ pub struct Analysis<'h> {
     leaks: OnceCell<Leaks>,
     dominators: OnceCell<Dominators>,
     children: OnceCell<Children>,
+    cache: Option<CacheFile>,
+    /// What the cache gave, taken by the first use of each part.
+    cached: RefCell<Option<Cached>>,
+    /// What happened to the cache (for `HEAPDUMP_CACHE_REPORT`).
+    cache_events: RefCell<Vec<String>>,
 }
 
 /// The dominator tree's children lists: those of block `b` are
@@ -223,6 +229,19 @@ pub struct SiteTotal {
     pub bytes: f64,
 }
 
+/// A placeholder for leak classes moved out of the cache.
+fn empty_leaks() -> Leaks {
+    Leaks {
+        kind: vec![],
+        leader: vec![],
+        definitely_lost: leaks::Count::default(),
+        indirectly_lost: leaks::Count::default(),
+        possibly_lost: leaks::Count::default(),
+        still_reachable: leaks::Count::default(),
+        via_heuristic: vec![],
+    }
+}
+
 fn hex(a: u64) -> String {
     format!("{a:#x}")
 }
@@ -238,6 +257,45 @@ impl<'h> Analysis<'h> {
             leaks: OnceCell::new(),
             dominators: OnceCell::new(),
             children: OnceCell::new(),
+            cache: None,
+            cached: RefCell::new(None),
+            cache_events: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Reads the leak classes and dominators from `cache` when it holds
+    /// this dump's (checked), and writes them there once computed.
+    pub fn with_cache(mut self, cache: CacheFile) -> Self {
+        match cache.read(self.heap.len()) {
+            Ok(Some(c)) => {
+                self.note(format!("hit {}", cache.path().display()));
+                *self.cached.get_mut() = Some(c);
+            }
+            Ok(None) => self.note(format!("miss {}", cache.path().display())),
+            Err(why) => self.note(format!("rebuilt {} ({why})", cache.path().display())),
+        }
+        self.cache = Some(cache);
+        self
+    }
+
+    fn note(&self, what: String) {
+        self.cache_events.borrow_mut().push(what);
+    }
+
+    /// What happened to the cache: `hit PATH`, `miss PATH`, `rebuilt PATH
+    /// (why)`, `wrote PATH`, in order.
+    pub fn cache_events(&self) -> Vec<String> {
+        self.cache_events.borrow().clone()
+    }
+
+    /// Writes what was computed to the cache, if there is one (a failure
+    /// is noted, never fatal: the cache only saves time).
+    fn save(&self) {
+        let Some(c) = &self.cache else { return };
+        let Some(l) = self.leaks.get() else { return };
+        match c.write(l, self.dominators.get()) {
+            Ok(()) => self.note(format!("wrote {}", c.path().display())),
+            Err(e) => self.note(format!("not written {} ({e})", c.path().display())),
         }
     }
 
@@ -262,21 +320,42 @@ impl<'h> Analysis<'h> {
     /// Leak classes (computed on first use).
     pub fn leaks(&self) -> &Leaks {
         // Set by `dominators` when it ran first.
-        self.leaks.get_or_init(|| leaks::of_dump(self.file, self.heap))
+        if let Some(l) = self.leaks.get() {
+            return l;
+        }
+        if let Some(c) = self.cached.borrow_mut().as_mut() {
+            let l = std::mem::replace(&mut c.leaks, empty_leaks());
+            let _ = self.leaks.set(l);
+            return self.leaks.get().expect("just set");
+        }
+        let l = self.leaks.get_or_init(|| leaks::of_dump(self.file, self.heap));
+        self.save();
+        l
     }
 
     /// The dominator tree, lost structures hanging off the virtual root
     /// led by their definitely lost block (computed on first use, with the
     /// leak classes on a second thread when they are not known yet).
     pub fn dominators(&self) -> &Dominators {
-        self.dominators.get_or_init(|| match self.leaks.get() {
+        if let Some(d) = self.dominators.get() {
+            return d;
+        }
+        let cached = self.cached.borrow_mut().as_mut().and_then(|c| c.dominators.take());
+        if let Some(d) = cached {
+            self.leaks();
+            let _ = self.dominators.set(d);
+            return self.dominators.get().expect("just set");
+        }
+        let d = self.dominators.get_or_init(|| match self.leaks.get() {
             Some(l) => dominators::compute_with(self.heap, || l.heads()),
             None => {
                 let (l, d) = dominators::of_dump(self.file, self.heap);
                 let _ = self.leaks.set(l);
                 d
             }
-        })
+        });
+        self.save();
+        d
     }
 
     /// Blocks immediately dominated by `b` (`None` = the virtual root),

@@ -30,6 +30,17 @@ pub struct Dominators {
 }
 
 impl Dominators {
+    /// A tree as [`Dominators::parts`] gave it (from a cache).
+    pub fn from_parts(idom: Vec<u32>, retained: Vec<u64>, dominated: Vec<u32>) -> Dominators {
+        Dominators { idom, retained, dominated }
+    }
+
+    /// The immediate dominators (`u32::MAX`: the virtual root), retained
+    /// sizes and dominated counts, by block.
+    pub fn parts(&self) -> (&[u32], &[u64], &[u32]) {
+        (&self.idom, &self.retained, &self.dominated)
+    }
+
     /// Immediate dominator, or `None` when it is the root.
     pub fn idom(&self, b: BlockId) -> Option<BlockId> {
         let d = self.idom[b.index()];

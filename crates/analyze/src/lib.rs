@@ -11,6 +11,7 @@
 #![deny(unsafe_code)]
 
 mod analysis;
+pub mod cache;
 mod contents;
 pub mod dominators;
 pub mod dwarf;

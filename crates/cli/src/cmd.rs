@@ -20,6 +20,12 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump form
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Neither read nor write the analysis cache (kept under
+    /// $XDG_CACHE_HOME/heapdump/analysis, keyed by the dump's checksum and
+    /// this version: a second question on a dump skips the leak and
+    /// dominator computations).
+    #[arg(long, global = true)]
+    no_cache: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -249,6 +255,7 @@ enum Command {
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    views::set_no_cache(cli.no_cache);
     match cli.command {
         Command::Run { mode, output, signal, threshold, fork, collapse, backtrace, no_at_exit, near_limit, no_on_fatal, program } => {
             crate::run::run(crate::run::RunOptions {
@@ -325,7 +332,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 None => None,
             };
-            let ex = heapdump_analyze::Analysis::new(&file, &heap);
+            let ex = views::session(&file, &heap);
             write_atomically(&output, |w| heapdump_export::write_html(&ex, diff.as_ref(), w))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -481,7 +488,7 @@ fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>
 fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, depth: usize, max_nodes: usize) -> Result<ExitCode> {
     let address = address.map(views::parse_address).transpose()?;
     let (file, heap) = views::load(dump)?;
-    let ex = heapdump_analyze::Analysis::new(&file, &heap);
+    let ex = views::session(&file, &heap);
     let opts = heapdump_export::GraphOptions { address, depth, max_nodes };
     write_atomically(output, |w| match format {
         Format::Pprof => heapdump_export::write_pprof(&ex, w),
@@ -527,7 +534,7 @@ fn demo() -> Result<ExitCode> {
     print_summary(&mut stdout, &out, &Summary::of(&file)?)?;
     let (file, heap) = views::load(&out)?;
     // One analysis serves both views.
-    let a = heapdump_analyze::Analysis::new(&file, &heap);
+    let a = views::session(&file, &heap);
     a.dominators();
     writeln!(stdout, "\n== leaks")?;
     views::print_leaks(&mut stdout, &a.leak_report(), 3)?;

@@ -54,26 +54,39 @@ fn intact(path: &Path) -> bool {
     m.is_file() && private(&m) && m.len() == EMBEDDED.len() as u64 && std::fs::read(path).is_ok_and(|b| b == EMBEDDED)
 }
 
+/// `$XDG_CACHE_HOME/heapdump` (or `~/.cache/heapdump`), and `sub` below
+/// it when given: made with mode 0700, and refused unless it is a
+/// directory of this user that no one else may write to.
+pub fn private_dir(sub: Option<&str>) -> Result<PathBuf> {
+    let base = cache_base()?;
+    std::fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+    let mut dir = base.join("heapdump");
+    for d in std::iter::once(None).chain(sub.map(Some)) {
+        if let Some(s) = d {
+            dir = dir.join(s);
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot create {}", dir.display()))),
+        }
+        let m = std::fs::symlink_metadata(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+        if !m.is_dir() || !private(&m) {
+            bail!(
+                "{} is not a private directory of this user (owner {}, mode {:o}): remove it, or set HEAPDUMP_PRELOAD",
+                dir.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            );
+        }
+    }
+    Ok(dir)
+}
+
 /// The embedded library, in the private cache (written when missing or
 /// not intact).
 pub fn cached() -> Result<PathBuf> {
-    let base = cache_base()?;
-    std::fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
-    let dir = base.join("heapdump");
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot create {}", dir.display()))),
-    }
-    let m = std::fs::symlink_metadata(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    if !m.is_dir() || !private(&m) {
-        bail!(
-            "{} is not a private directory of this user (owner {}, mode {:o}): remove it, or set HEAPDUMP_PRELOAD",
-            dir.display(),
-            m.uid(),
-            m.mode() & 0o7777
-        );
-    }
+    let dir = private_dir(None)?;
     let name = format!("libheapdump_preload-{:016x}.so", hash(EMBEDDED));
     let path = dir.join(&name);
     if intact(&path) {

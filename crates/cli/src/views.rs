@@ -12,6 +12,50 @@ use heapdump_analyze::{Analysis, DumpFile, Heap, LeakReport, Retainer};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
+/// No analysis cache (`--no-cache`).
+static NO_CACHE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `--no-cache`: analyses neither read nor write a cache.
+pub fn set_no_cache(v: bool) {
+    NO_CACHE.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// One analysis of a loaded dump, with its cache (under
+/// `$XDG_CACHE_HOME/heapdump/analysis`, private) unless `--no-cache`; when
+/// it ends, `HEAPDUMP_CACHE_REPORT=1` has it say on stderr what the cache
+/// did (hit, miss, rebuilt, wrote).
+pub struct Session<'h>(Analysis<'h>);
+
+impl<'h> std::ops::Deref for Session<'h> {
+    type Target = Analysis<'h>;
+    fn deref(&self) -> &Analysis<'h> {
+        &self.0
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        if std::env::var_os("HEAPDUMP_CACHE_REPORT").is_some_and(|v| v == "1") {
+            for e in self.0.cache_events() {
+                eprintln!("heapdump: cache: {e}");
+            }
+        }
+    }
+}
+
+/// The [`Session`] of a loaded dump.
+pub fn session<'h>(file: &'h DumpFile, heap: &'h Heap) -> Session<'h> {
+    let a = Analysis::new(file, heap);
+    if NO_CACHE.load(std::sync::atomic::Ordering::Relaxed) {
+        return Session(a);
+    }
+    let Ok(dir) = crate::preload::private_dir(Some("analysis")) else { return Session(a) };
+    match heapdump_analyze::cache::CacheFile::for_dump(&dir, heap, file.bytes().len() as u64, crate::cmd::VERSION) {
+        Some(c) => Session(a.with_cache(c)),
+        None => Session(a),
+    }
+}
+
 /// Maps and loads a dump, with a progress bar when stderr is a terminal,
 /// and a warning when it is incomplete.
 pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
@@ -48,7 +92,7 @@ pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
 
 pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
-    let a = Analysis::new(&file, &heap);
+    let a = session(&file, &heap);
     a.name_sites(depth, skip);
     let mut rows = a.top(by);
     rows.truncate(n);
@@ -77,7 +121,7 @@ pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex:
 /// first, callers indented below; callers under 0.5% of the heap folded.
 pub fn top_tree(path: &Path, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
-    let a = Analysis::new(&file, &heap);
+    let a = session(&file, &heap);
     a.name_sites(1, skip);
     let mut roots = a.caller_tree(depth);
     roots.truncate(n);
@@ -117,7 +161,7 @@ pub fn top_tree(path: &Path, n: usize, depth: usize, skip: Option<regex::Regex>,
 
 pub fn leaks(path: &Path, n: usize, kind: Option<LeakKind>, mut sup: Option<Suppressions>, json: bool) -> Result<bool> {
     let (file, heap) = load(path)?;
-    let r = Analysis::new(&file, &heap).leak_report_with(kind, sup.as_mut());
+    let r = session(&file, &heap).leak_report_with(kind, sup.as_mut());
     // Without the roots (a dump cut before its thread and static records
     // ended) nothing can be called lost or reachable: no verdict.
     let verdict = heap.has_roots();
@@ -197,7 +241,7 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
 
 pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
-    let rows = Analysis::new(&file, &heap).retainers(n);
+    let rows = session(&file, &heap).retainers(n);
     if json {
         return output::json(&rows);
     }
@@ -208,7 +252,7 @@ pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
 /// `retained --by site|type`: groups and what each retains.
 pub fn retained_grouped(path: &Path, by: heapdump_analyze::group::GroupBy, n: usize, json: bool) -> Result<()> {
     let (file, heap) = load(path)?;
-    let mut rows = Analysis::new(&file, &heap).retained_by(by);
+    let mut rows = session(&file, &heap).retained_by(by);
     rows.truncate(n);
     if json {
         return output::json(&rows);
@@ -258,7 +302,7 @@ pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> s
 pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
     let (file, heap) = load(dump)?;
-    let p = Analysis::new(&file, &heap).path(addr)?;
+    let p = session(&file, &heap).path(addr)?;
     if json {
         return output::json(&p.steps);
     }
@@ -283,7 +327,7 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
 pub fn path_all(dump: &Path, address: &str, n: usize, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
     let (file, heap) = load(dump)?;
-    let (p, holders, total) = Analysis::new(&file, &heap).holders(addr, n)?;
+    let (p, holders, total) = session(&file, &heap).holders(addr, n)?;
     if json {
         return output::json(&holders);
     }

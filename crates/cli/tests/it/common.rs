@@ -2,8 +2,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The command, with its caches (the preload library's copy, the analysis
+/// caches) under the tests' own directory rather than the user's (a test
+/// may set another).
 pub fn heapdump() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_heapdump"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_heapdump"));
+    c.env("XDG_CACHE_HOME", Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-cache"));
+    c
 }
 
 /// A program of the workspace built next to `heapdump` (the demo and the

@@ -446,3 +446,71 @@ fn a_chain_of_blocks_is_one_row_of_retained() {
     let o = heapdump().args(["retained", "-n", "3"]).arg(&dumps[0]).output().unwrap();
     assert!(ok(&o).contains("1000 blocks, a chain of 1000"));
 }
+
+#[test]
+fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Scratch::new("cache");
+    let prog = compile(&d, "leaks_tree.c", &["-O0", "-g"]);
+    let (o, dumps) = run_traced(&d.path("c.hdump"), &prog, &[], &[]);
+    ok(&o);
+    let cache_home = d.path("xdg");
+    let ask = |args: &[&str]| {
+        let o = heapdump().env("XDG_CACHE_HOME", &cache_home).env("HEAPDUMP_CACHE_REPORT", "1").args(args).arg(&dumps[0]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (ok(&o), err)
+    };
+    let events = |err: &str| -> Vec<String> {
+        err.lines().filter_map(|l| l.strip_prefix("heapdump: cache: ")).map(|l| l.split(' ').next().unwrap().to_string()).collect()
+    };
+    let (first, err) = ask(&["retained", "--json"]);
+    assert_eq!(events(&err), ["miss", "wrote"], "{err}");
+    let (second, err) = ask(&["retained", "--json"]);
+    assert_eq!(events(&err), ["hit"], "{err}");
+    assert_eq!(first, second, "the cache gives the same answer");
+    let (leaks_cached, err) = ask(&["leaks", "--json"]);
+    assert_eq!(events(&err), ["hit"], "{err}");
+    let o = heapdump().args(["--no-cache", "leaks", "--json"]).arg(&dumps[0]).env("XDG_CACHE_HOME", d.path("other")).output().unwrap();
+    assert_eq!(ok(&o), leaks_cached, "with and without the cache");
+    assert!(!d.path("other/heapdump/analysis").exists(), "--no-cache writes nothing");
+    // Private: the directory 0700, the file 0600.
+    let dir = cache_home.join("heapdump/analysis");
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777, 0o600);
+    // A damaged cache is detected, rebuilt, and the answer unchanged.
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let (third, err) = ask(&["retained", "--json"]);
+    assert_eq!(events(&err), ["rebuilt", "wrote"], "{err}");
+    assert!(err.contains("checksum differs"), "{err}");
+    assert_eq!(third, first);
+    // Cut short, too.
+    std::fs::write(&files[0], &bytes[..100]).unwrap();
+    let (_, err) = ask(&["retained", "--json"]);
+    assert_eq!(events(&err), ["rebuilt", "wrote"], "{err}");
+    // Four analyses at once leave one good cache.
+    std::fs::remove_file(&files[0]).unwrap();
+    let kids: Vec<_> = (0..4)
+        .map(|_| {
+            heapdump()
+                .env("XDG_CACHE_HOME", &cache_home)
+                .args(["retained", "--json"])
+                .arg(&dumps[0])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids {
+        let o = k.wait_with_output().unwrap();
+        assert_eq!(ok(&o), first);
+    }
+    let (_, err) = ask(&["retained", "--json"]);
+    assert_eq!(events(&err), ["hit"], "{err}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 1, "no temporary file left: {left:?}");
+}

@@ -1,0 +1,270 @@
+//! What the first analysis of a dump computed, kept for the next: the leak
+//! classes and the dominator tree with its retained sizes (the costly part
+//! of `leaks`, `retained`, `path` and the exports). A cache file names the
+//! dump it belongs to (the dump's checksum, length, time and pid) and the
+//! version of the tool that wrote it, and ends with a CRC of its contents:
+//! a stale or damaged one is rebuilt, never trusted. It is written to a
+//! temporary name and renamed, with mode 0600 (a dump's contents are
+//! secrets: so are its classes), so that two analyses at once never see
+//! half of one.
+//!
+//! Layout (little endian): magic `HDCACHE\x01`, the key (five u64: tool
+//! version hash, checksum, file length, time, pid), the block count, the
+//! leak classes (a byte per block), the leaders (u32), four counts (bytes,
+//! blocks), the heuristics' counts (count, then kind byte, bytes, blocks),
+//! whether dominators follow (u8), then idom (u32), retained (u64) and
+//! dominated (u32) per block, and the CRC-32 of everything before it.
+
+use crate::dominators::Dominators;
+use crate::heap::Heap;
+use crate::leaks::{Count, Heuristic, LeakKind, Leaks};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"HDCACHE\x01";
+
+/// Why a cache file was not used (it is then rebuilt).
+#[derive(Debug, thiserror::Error)]
+pub enum CacheProblem {
+    /// It could not be read.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// It is not this dump's, or damaged.
+    #[error("{0}")]
+    Stale(&'static str),
+}
+
+/// What a cache holds.
+pub struct Cached {
+    /// The leak classes.
+    pub leaks: Leaks,
+    /// The dominator tree, when it was computed.
+    pub dominators: Option<Dominators>,
+}
+
+/// Where a dump's cache lives, and whether the last look found it.
+#[derive(Clone, Debug)]
+pub struct CacheFile {
+    path: PathBuf,
+    key: [u64; 5],
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
+}
+
+impl CacheFile {
+    /// The cache of `heap` (a complete dump: it needs the trailer's
+    /// checksum) in `dir`, for tool version `version`; `None` for a dump
+    /// without a trailer.
+    pub fn for_dump(dir: &Path, heap: &Heap, file_len: u64, version: &str) -> Option<CacheFile> {
+        let t = heap.trailer?;
+        let key = [fnv(version.as_bytes()), u64::from(t.checksum), file_len, heap.header.time_ns, u64::from(heap.header.pid)];
+        let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
+        Some(CacheFile { path: dir.join(name), key })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the cache for a heap of `blocks` blocks: `Ok(None)` when there
+    /// is none, `Err` (with why) when it is there but stale or damaged.
+    pub fn read(&self, blocks: usize) -> Result<Option<Cached>, CacheProblem> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let body_len = bytes.len().checked_sub(4).ok_or(CacheProblem::Stale("too short"))?;
+        let (body, crc) = bytes.split_at(body_len);
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return Err(CacheProblem::Stale("checksum differs"));
+        }
+        let mut r = Reader { b: body, at: 0 };
+        if r.take(8)? != MAGIC {
+            return Err(CacheProblem::Stale("not a heapdump cache"));
+        }
+        for k in self.key {
+            if r.u64()? != k {
+                return Err(CacheProblem::Stale("written for another dump or tool version"));
+            }
+        }
+        let n = usize::try_from(r.u64()?).map_err(|_| CacheProblem::Stale("block count"))?;
+        if n != blocks {
+            return Err(CacheProblem::Stale("block count differs"));
+        }
+        let kind = r.take(n)?.iter().map(|&k| kind_of(k).ok_or(CacheProblem::Stale("bad leak class"))).collect::<Result<Vec<_>, _>>()?;
+        let leader = r.u32s(n)?;
+        if leader.iter().any(|&x| x != u32::MAX && x as usize >= n) {
+            return Err(CacheProblem::Stale("bad leader"));
+        }
+        let mut counts = [Count::default(); 4];
+        for c in &mut counts {
+            c.bytes = r.u64()?;
+            c.blocks = r.u64()?;
+        }
+        let nh = r.u64()?;
+        if nh > 16 {
+            return Err(CacheProblem::Stale("bad heuristic count"));
+        }
+        let mut via = Vec::new();
+        for _ in 0..nh {
+            let h = heuristic_of(r.take(1)?[0]).ok_or(CacheProblem::Stale("bad heuristic"))?;
+            via.push((h, Count { bytes: r.u64()?, blocks: r.u64()? }));
+        }
+        let [definitely_lost, indirectly_lost, possibly_lost, still_reachable] = counts;
+        let leaks = Leaks { kind, leader, definitely_lost, indirectly_lost, possibly_lost, still_reachable, via_heuristic: via };
+        let dominators = match r.take(1)?[0] {
+            0 => None,
+            1 => {
+                let idom = r.u32s(n)?;
+                let retained = r.u64s(n)?;
+                let dominated = r.u32s(n)?;
+                if idom.iter().any(|&d| d != u32::MAX && d as usize >= n) {
+                    return Err(CacheProblem::Stale("bad dominator"));
+                }
+                Some(Dominators::from_parts(idom, retained, dominated))
+            }
+            _ => return Err(CacheProblem::Stale("bad flag")),
+        };
+        if r.at != body.len() {
+            return Err(CacheProblem::Stale("trailing bytes"));
+        }
+        Ok(Some(Cached { leaks, dominators }))
+    }
+
+    /// Writes the cache (atomically, mode 0600).
+    pub fn write(&self, leaks: &Leaks, dominators: Option<&Dominators>) -> std::io::Result<()> {
+        let n = leaks.kind.len();
+        let mut b: Vec<u8> = Vec::with_capacity(64 + n * if dominators.is_some() { 25 } else { 5 });
+        b.extend_from_slice(MAGIC);
+        for k in self.key {
+            b.extend_from_slice(&k.to_le_bytes());
+        }
+        b.extend_from_slice(&(n as u64).to_le_bytes());
+        b.extend(leaks.kind.iter().map(|&k| kind_byte(k)));
+        b.extend(leaks.leader.iter().flat_map(|x| x.to_le_bytes()));
+        for c in [leaks.definitely_lost, leaks.indirectly_lost, leaks.possibly_lost, leaks.still_reachable] {
+            b.extend_from_slice(&c.bytes.to_le_bytes());
+            b.extend_from_slice(&c.blocks.to_le_bytes());
+        }
+        b.extend_from_slice(&(leaks.via_heuristic.len() as u64).to_le_bytes());
+        for (h, c) in &leaks.via_heuristic {
+            b.push(heuristic_byte(*h));
+            b.extend_from_slice(&c.bytes.to_le_bytes());
+            b.extend_from_slice(&c.blocks.to_le_bytes());
+        }
+        match dominators {
+            None => b.push(0),
+            Some(d) => {
+                b.push(1);
+                let (idom, retained, dominated) = d.parts();
+                b.extend(idom.iter().flat_map(|x| x.to_le_bytes()));
+                b.extend(retained.iter().flat_map(|x| x.to_le_bytes()));
+                b.extend(dominated.iter().flat_map(|x| x.to_le_bytes()));
+            }
+        }
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(
+            ".{}.{}.{}.tmp",
+            self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+        ));
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        // No fsync: a cache cut short by a crash fails its CRC and is rebuilt.
+        let r = f.write_all(&b).and_then(|()| std::fs::rename(&tmp, &self.path));
+        if r.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        evict(dir, &self.path);
+        r
+    }
+}
+
+/// The most the caches of a directory may take together, and the most
+/// files: past either, the least recently written go.
+const KEEP_BYTES: u64 = 2 << 30;
+const KEEP_FILES: usize = 64;
+
+/// Removes the oldest caches of `dir` (never `keep`) while they take more
+/// than [`KEEP_BYTES`] or number more than [`KEEP_FILES`].
+fn evict(dir: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "hdcache"))
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            Some((m.modified().ok()?, m.len(), e.path()))
+        })
+        .collect();
+    files.sort();
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    let mut count = files.len();
+    for (_, len, path) in files {
+        if total <= KEEP_BYTES && count <= KEEP_FILES {
+            break;
+        }
+        if path != keep && std::fs::remove_file(&path).is_ok() {
+            total -= len;
+            count -= 1;
+        }
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CacheProblem> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(CacheProblem::Stale("cut short"))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u64(&mut self) -> Result<u64, CacheProblem> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| CacheProblem::Stale("cut short"))?))
+    }
+    fn u32s(&mut self, n: usize) -> Result<Vec<u32>, CacheProblem> {
+        let s = self.take(n.checked_mul(4).ok_or(CacheProblem::Stale("too long"))?)?;
+        Ok(s.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+    fn u64s(&mut self, n: usize) -> Result<Vec<u64>, CacheProblem> {
+        let s = self.take(n.checked_mul(8).ok_or(CacheProblem::Stale("too long"))?)?;
+        Ok(s.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+    }
+}
+
+fn kind_byte(k: LeakKind) -> u8 {
+    match k {
+        LeakKind::StillReachable => 0,
+        LeakKind::PossiblyLost => 1,
+        LeakKind::DefinitelyLost => 2,
+        LeakKind::IndirectlyLost => 3,
+    }
+}
+
+fn kind_of(b: u8) -> Option<LeakKind> {
+    [LeakKind::StillReachable, LeakKind::PossiblyLost, LeakKind::DefinitelyLost, LeakKind::IndirectlyLost].get(usize::from(b)).copied()
+}
+
+fn heuristic_byte(h: Heuristic) -> u8 {
+    match h {
+        Heuristic::Stdstring => 0,
+        Heuristic::Length64 => 1,
+        Heuristic::Newarray => 2,
+        Heuristic::Hashbrown => 3,
+    }
+}
+
+fn heuristic_of(b: u8) -> Option<Heuristic> {
+    [Heuristic::Stdstring, Heuristic::Length64, Heuristic::Newarray, Heuristic::Hashbrown].get(usize::from(b)).copied()
+}
