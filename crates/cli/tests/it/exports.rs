@@ -110,17 +110,12 @@ fn heapsnapshot_retained_sizes_equal_memlab() {
         &[out.as_os_str()],
     );
     let memlab = memlab.as_object().unwrap();
-    // Ours: every block's retained size, by address order (= node order).
-    let ours = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "100000000".as_ref(), dump.as_os_str()]);
-    let mut rows: Vec<(u64, u64)> = ours
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (u64::from_str_radix(r["address"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap(), r["retained"].as_u64().unwrap())
-        })
-        .collect();
-    rows.sort();
+    // Ours: every block's retained size, by address order (= node order),
+    // from the analysis itself (`retained` folds chains into one row).
+    let file = heapdump_analyze::DumpFile::open(&dump).unwrap();
+    let heap = heapdump_analyze::Heap::load(&file, &mut |_, _| {}).unwrap();
+    let a = heapdump_analyze::Analysis::new(&file, &heap);
+    let rows: Vec<(u64, u64)> = heap.blocks().zip(&a.dominators().retained).map(|(b, &r)| (b.addr, r)).collect();
     assert_eq!(memlab.len(), rows.len() + 4, "a node per block plus the root and three groups");
     let mut mismatches = 0;
     for (i, (addr, retained)) in rows.iter().enumerate() {
@@ -144,8 +139,7 @@ fn heapsnapshot_retained_sizes_equal_memlab() {
 /// node count and total size, and per class (our node names: the blocks'
 /// types) the count, self size and retained size it computed (a class's
 /// retained size in DevTools sums its objects not held by another object of
-/// the class: ours for a class of one object, and between our largest and
-/// our sum otherwise).
+/// the class, as `retained --by type` does: they must be equal).
 #[test]
 fn heapsnapshot_loads_in_the_devtools_memory_panel() {
     let d = Scratch::new("devtools");
@@ -217,14 +211,12 @@ async function show(page, text) {
     // Per type: DevTools' count, self size and retained size against ours.
     let top =
         json(&["top".as_ref(), "--by".as_ref(), "type".as_ref(), "-n".as_ref(), "1000".as_ref(), "--json".as_ref(), dump.as_os_str()]);
-    let retained = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "100000000".as_ref(), dump.as_os_str()]);
-    // (largest, sum) of our retained sizes per type.
-    let mut ours: std::collections::HashMap<String, (u64, u64)> = std::collections::HashMap::new();
-    for r in retained.as_array().unwrap() {
-        let e = ours.entry(r["type"].as_str().unwrap().to_string()).or_default();
-        let x = r["retained"].as_u64().unwrap();
-        *e = (e.0.max(x), e.1 + x);
-    }
+    // A class's retained size, as `retained --by type` computes it (each
+    // byte once: members not dominated by another member).
+    let by_type =
+        json(&["retained".as_ref(), "--by".as_ref(), "type".as_ref(), "-n".as_ref(), "1000".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    let ours: std::collections::HashMap<String, u64> =
+        by_type.as_array().unwrap().iter().map(|r| (r["key"].as_str().unwrap().to_string(), r["retained"].as_u64().unwrap())).collect();
     let rows = top.as_array().unwrap();
     assert!(rows.len() >= 5);
     for r in rows {
@@ -235,13 +227,7 @@ async function show(page, text) {
         let c = &v["classes"][name];
         assert_eq!(c[0], r["allocations"], "{name}: count in DevTools");
         assert_eq!(c[1], r["bytes"], "{name}: self size in DevTools");
-        let theirs = c[2].as_u64().unwrap();
-        let (largest, sum) = ours[name];
-        if r["allocations"] == 1 {
-            assert_eq!(theirs, largest, "{name}: retained size in DevTools");
-        } else {
-            assert!(largest <= theirs && theirs <= sum, "{name}: DevTools' retained {theirs} outside [{largest}, {sum}]");
-        }
+        assert_eq!(c[2].as_u64(), ours.get(name).copied(), "{name}: retained size in DevTools' Summary and in retained --by type");
     }
 }
 
