@@ -79,6 +79,17 @@ pub fn json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
     serde_json::from_str(&ok(&o)).unwrap()
 }
 
+/// Compiles `source` from tests/c, runs it traced (no arguments), and
+/// returns the scratch directory and the dump it wrote.
+pub fn traced(label: &str, source: &str, flags: &[&str]) -> (Scratch, PathBuf) {
+    let d = Scratch::new(label);
+    let prog = compile(&d, source, flags);
+    let (o, dumps) = run_traced(&d.path(&format!("{label}.hdump")), &prog, &[], &[]);
+    ok(&o);
+    let dump = dumps.into_iter().next().expect("the program wrote a dump");
+    (d, dump)
+}
+
 /// Runs `heapdump run -o OUT -- program args`; returns the dumps written
 /// (from run's own report on stderr).
 pub fn run_traced(out: &Path, program: &Path, args: &[&str], extra: &[&str]) -> (Output, Vec<PathBuf>) {

@@ -304,11 +304,8 @@ fn retained_by_site_and_type_count_each_byte_once() {
 fn path_all_lists_every_holder_and_how_each_is_reached() {
     // leaks.c: a list of three kept from the static `kept_list`, a lost
     // list of three, a lost cycle of two: all 48-byte nodes.
-    let d = Scratch::new("path-all");
-    let prog = compile(&d, "leaks.c", &["-O0", "-g"]);
-    let (o, dumps) = run_traced(&d.path("p.hdump"), &prog, &[], &[]);
-    ok(&o);
-    let dump = &dumps[0];
+    let (d, dump) = traced("path-all", "leaks.c", &["-O0", "-g"]);
+    let dump = &dump;
     let nodes: Vec<u64> = blocks(dump).into_iter().filter(|b| b.1 == 48).map(|b| b.0).collect();
     assert_eq!(nodes.len(), 8, "{nodes:x?}");
     let mut by_static = 0;
@@ -384,11 +381,8 @@ fn path_all_lists_every_holder_and_how_each_is_reached() {
 
 #[test]
 fn top_tree_shows_the_callers_and_wrappers_are_seen_through() {
-    let d = Scratch::new("tree");
-    let prog = compile(&d, "wrappers.c", &["-O0", "-g"]);
-    let (o, dumps) = run_traced(&d.path("t.hdump"), &prog, &[], &[]);
-    ok(&o);
-    let dump = dumps[0].as_os_str();
+    let (_d, dump) = traced("tree", "wrappers.c", &["-O0", "-g"]);
+    let dump = dump.as_os_str();
     let name = |k: &serde_json::Value| k.as_str().unwrap().split(" (").next().unwrap().to_string();
     let rows = |extra: &[&str]| -> Vec<(String, u64)> {
         let mut a: Vec<&std::ffi::OsStr> = vec!["top".as_ref(), "--json".as_ref()];
@@ -431,11 +425,8 @@ fn top_tree_shows_the_callers_and_wrappers_are_seen_through() {
 #[test]
 fn a_chain_of_blocks_is_one_row_of_retained() {
     // A list of 1000 nodes filled every row with consecutive nodes.
-    let d = Scratch::new("chain");
-    let prog = compile(&d, "chain.c", &["-O0"]);
-    let (o, dumps) = run_traced(&d.path("c.hdump"), &prog, &[], &[]);
-    ok(&o);
-    let rows = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "9".as_ref(), dumps[0].as_os_str()]);
+    let (_d, dump) = traced("chain", "chain.c", &["-O0"]);
+    let rows = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "9".as_ref(), dump.as_os_str()]);
     let rows = rows.as_array().unwrap();
     let head = &rows[0];
     assert_eq!((head["retained"].as_u64(), head["chain"].as_u64()), (Some(64_000), Some(1000)), "the list's head, saying so: {head}");
@@ -443,20 +434,17 @@ fn a_chain_of_blocks_is_one_row_of_retained() {
     let sizes: Vec<u64> = rows[1..].iter().map(|r| r["size"].as_u64().unwrap()).collect();
     assert_eq!(&sizes[..8], &[8192, 7680, 7168, 6656, 6144, 5632, 5120, 4608], "{rows:?}");
     assert!(rows[1..].iter().all(|r| r["chain"] == 1));
-    let o = heapdump().args(["retained", "-n", "3"]).arg(&dumps[0]).output().unwrap();
+    let o = heapdump().args(["retained", "-n", "3"]).arg(&dump).output().unwrap();
     assert!(ok(&o).contains("1000 blocks, a chain of 1000"));
 }
 
 #[test]
 fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     use std::os::unix::fs::PermissionsExt;
-    let d = Scratch::new("cache");
-    let prog = compile(&d, "leaks_tree.c", &["-O0", "-g"]);
-    let (o, dumps) = run_traced(&d.path("c.hdump"), &prog, &[], &[]);
-    ok(&o);
+    let (d, dump) = traced("cache", "leaks_tree.c", &["-O0", "-g"]);
     let cache_home = d.path("xdg");
     let ask = |args: &[&str]| {
-        let o = heapdump().env("XDG_CACHE_HOME", &cache_home).env("HEAPDUMP_CACHE_REPORT", "1").args(args).arg(&dumps[0]).output().unwrap();
+        let o = heapdump().env("XDG_CACHE_HOME", &cache_home).env("HEAPDUMP_CACHE_REPORT", "1").args(args).arg(&dump).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         (ok(&o), err)
     };
@@ -470,7 +458,7 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     assert_eq!(first, second, "the cache gives the same answer");
     let (leaks_cached, err) = ask(&["leaks", "--json"]);
     assert_eq!(events(&err), ["hit"], "{err}");
-    let o = heapdump().args(["--no-cache", "leaks", "--json"]).arg(&dumps[0]).env("XDG_CACHE_HOME", d.path("other")).output().unwrap();
+    let o = heapdump().args(["--no-cache", "leaks", "--json"]).arg(&dump).env("XDG_CACHE_HOME", d.path("other")).output().unwrap();
     assert_eq!(ok(&o), leaks_cached, "with and without the cache");
     assert!(!d.path("other/heapdump/analysis").exists(), "--no-cache writes nothing");
     // Private: the directory 0700, the file 0600.
@@ -499,7 +487,7 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
             heapdump()
                 .env("XDG_CACHE_HOME", &cache_home)
                 .args(["retained", "--json"])
-                .arg(&dumps[0])
+                .arg(&dump)
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()

@@ -39,12 +39,8 @@ pub fn valgrind_summary_args(prog: &Path, args: &[&str]) -> [(u64, u64); 4] {
     let mut out = [(0, 0); 4];
     let in_use_none = err.contains("All heap blocks were freed");
     for (i, name) in ["definitely lost:", "indirectly lost:", "possibly lost:", "still reachable:"].iter().enumerate() {
-        match err.lines().find(|l| l.contains(name)) {
-            Some(line) => {
-                let rest = line.split(name).nth(1).unwrap();
-                let nums: Vec<u64> = rest.split_whitespace().filter_map(|w| w.replace(',', "").parse().ok()).collect();
-                out[i] = (nums[0], nums[1]);
-            }
+        match summary_line(&err, name) {
+            Some(c) => out[i] = c,
             None => assert!(in_use_none, "no {name} line in valgrind's output:\n{err}"),
         }
     }
@@ -209,19 +205,22 @@ fn valgrind_suppressed(prog: &Path, supp: &Path) -> [(u64, u64); 5] {
     let err = String::from_utf8_lossy(&o.stderr);
     let mut out = [(0, 0); 5];
     for (i, name) in ["definitely lost:", "indirectly lost:", "possibly lost:", "still reachable:", "suppressed:"].iter().enumerate() {
-        let line = err.lines().filter(|l| l.contains("==")).find(|l| l.contains(name)).unwrap_or_else(|| panic!("no {name} in:\n{err}"));
-        let nums: Vec<u64> = line.split(name).nth(1).unwrap().split_whitespace().filter_map(|w| w.replace(',', "").parse().ok()).collect();
-        out[i] = (nums[0], nums[1]);
+        out[i] = summary_line(&err, name).unwrap_or_else(|| panic!("no {name} in:\n{err}"));
     }
     out
 }
 
+/// (bytes, blocks) of valgrind's summary line `name`.
+fn summary_line(err: &str, name: &str) -> Option<(u64, u64)> {
+    let line = err.lines().filter(|l| l.contains("==")).find(|l| l.contains(name))?;
+    let nums: Vec<u64> = line.split(name).nth(1)?.split_whitespace().filter_map(|w| w.replace(',', "").parse().ok()).collect();
+    Some((*nums.first()?, *nums.get(1)?))
+}
+
 #[test]
 fn suppressions_match_valgrinds_and_say_which_matched_nothing() {
-    let d = Scratch::new("supp");
-    let prog = compile(&d, "leaks.c", &["-O0", "-g"]);
-    let (o, dumps) = run_traced(&d.path("s.hdump"), &prog, &[], &[]);
-    ok(&o);
+    let (d, dump) = traced("supp", "leaks.c", &["-O0", "-g"]);
+    let prog = d.path("leaks");
     // valgrind's format, with a wildcard and `...`: every block calloc'd
     // in `make` that is definitely or indirectly lost (the list head, its
     // two nodes, the cycle); then one that matches nothing.
@@ -233,7 +232,7 @@ fn suppressions_match_valgrinds_and_say_which_matched_nothing() {
     )
     .unwrap();
     let vg = valgrind_suppressed(&prog, &supp);
-    let j = json(&["leaks".as_ref(), "--json".as_ref(), "--suppressions".as_ref(), supp.as_os_str(), dumps[0].as_os_str()]);
+    let j = json(&["leaks".as_ref(), "--json".as_ref(), "--suppressions".as_ref(), supp.as_os_str(), dump.as_os_str()]);
     let get = |k: &str| (j[k]["bytes"].as_u64().unwrap(), j[k]["blocks"].as_u64().unwrap());
     let mine = [get("definitely_lost"), get("indirectly_lost"), get("possibly_lost"), get("still_reachable"), get("suppressed")];
     assert_eq!(mine, vg, "heapdump vs valgrind with suppressions: [definite, indirect, possible, reachable, suppressed]");
@@ -242,21 +241,21 @@ fn suppressions_match_valgrinds_and_say_which_matched_nothing() {
     let groups = j["groups"].as_array().unwrap();
     assert!(groups.iter().all(|g| g["bytes"] != 48 || g["kind"] != "definitely_lost"), "suppressed groups are not listed: {groups:?}");
     // The text says it too.
-    let o = heapdump().args(["leaks", "--suppressions"]).arg(&supp).arg(&dumps[0]).output().unwrap();
+    let o = heapdump().args(["leaks", "--suppressions"]).arg(&supp).arg(&dump).output().unwrap();
     let text = ok(&o);
     assert!(text.contains(&format!("suppressed: {} bytes in {} blocks", vg[4].0, vg[4].1)), "{text}");
     assert!(text.contains("unused suppressions (they matched nothing): gone-long-ago"), "{text}");
     // LeakSanitizer's format: `leak:make` takes every lost block of `make`.
     let lsan = d.path("lsan.supp");
     std::fs::write(&lsan, "leak:make\nleak:^never_called$\n").unwrap();
-    let j = json(&["leaks".as_ref(), "--json".as_ref(), "--suppressions".as_ref(), lsan.as_os_str(), dumps[0].as_os_str()]);
+    let j = json(&["leaks".as_ref(), "--json".as_ref(), "--suppressions".as_ref(), lsan.as_os_str(), dump.as_os_str()]);
     let lost: u64 = ["definitely_lost", "indirectly_lost", "possibly_lost"].iter().map(|k| j[k]["blocks"].as_u64().unwrap()).sum();
     assert_eq!(lost, 0, "every lost block was allocated in make: {j}");
     assert_eq!(j["unused_suppressions"], serde_json::json!(["^never_called$"]));
     // A damaged file: one line, exit 2, which line.
     let bad = d.path("bad.supp");
     std::fs::write(&bad, "{\n   x\n   Memcheck:Leak\n   fun:malloc\n   bogus line\n}\n").unwrap();
-    let o = heapdump().args(["leaks", "--suppressions"]).arg(&bad).arg(&dumps[0]).output().unwrap();
+    let o = heapdump().args(["leaks", "--suppressions"]).arg(&bad).arg(&dump).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.lines().count() == 1 && err.contains("bad.supp: line 5"), "{err}");
@@ -264,10 +263,7 @@ fn suppressions_match_valgrinds_and_say_which_matched_nothing() {
 
 #[test]
 fn leaks_kind_lists_the_groups_of_one_kind() {
-    let d = Scratch::new("kind");
-    let prog = compile(&d, "leaks.c", &["-O0", "-g"]);
-    let (o, dumps) = run_traced(&d.path("k.hdump"), &prog, &[], &[]);
-    ok(&o);
+    let (_d, dump) = traced("kind", "leaks.c", &["-O0", "-g"]);
     for (kind, key) in
         [("definite", "definitely_lost"), ("indirect", "indirectly_lost"), ("possible", "possibly_lost"), ("reachable", "still_reachable")]
     {
@@ -278,7 +274,7 @@ fn leaks_kind_lists_the_groups_of_one_kind() {
             kind.as_ref(),
             "-n".as_ref(),
             "1000".as_ref(),
-            dumps[0].as_os_str(),
+            dump.as_os_str(),
         ]);
         let groups = j["groups"].as_array().unwrap();
         assert!(!groups.is_empty(), "{kind}: leaks.c has blocks of every kind");
