@@ -64,6 +64,33 @@ impl CacheFile {
         Some(CacheFile { path: dir.join(name), key })
     }
 
+    /// The cache of the dump in `file` (complete and intact: its bytes
+    /// match its checksum), before it is loaded: the same file as
+    /// [`CacheFile::for_dump`] names once it is.
+    pub fn for_file(dir: &Path, file: &crate::DumpFile, version: &str) -> Option<CacheFile> {
+        let dump = file.dump().ok()?;
+        let checksum = dump.checksum_if_intact()?;
+        let h = dump.header();
+        let key = [fnv(version.as_bytes()), u64::from(checksum), file.bytes().len() as u64, h.time_ns, u64::from(h.pid)];
+        let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
+        Some(CacheFile { path: dir.join(name), key })
+    }
+
+    /// Where the loaded graph is kept, beside the analysis.
+    pub fn graph_path(&self) -> PathBuf {
+        self.path.with_extension("hdgraph")
+    }
+
+    /// The loaded graph, when a good copy is kept (`Ok(None)`: none).
+    pub fn read_graph(&self) -> Result<Option<Heap>, CacheProblem> {
+        crate::graph_cache::read(&self.graph_path(), &self.key)
+    }
+
+    /// Keeps the loaded graph (atomically, mode 0600).
+    pub fn write_graph(&self, heap: &Heap) -> std::io::Result<()> {
+        write_atomically(&self.graph_path(), &crate::graph_cache::encode(heap, &self.key))
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -72,7 +99,7 @@ impl CacheFile {
     /// Reads the cache for a heap of `blocks` blocks: `Ok(None)` when there
     /// is none, `Err` (with why) when it is there but stale or damaged.
     pub fn read(&self, blocks: usize) -> Result<Option<Cached>, CacheProblem> {
-        let bytes = match std::fs::read(&self.path) {
+        let bytes = match map(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
@@ -168,23 +195,38 @@ impl CacheFile {
         }
         let crc = crc32fast::hash(&b);
         b.extend_from_slice(&crc.to_le_bytes());
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let tmp = dir.join(format!(
-            ".{}.{}.{}.tmp",
-            self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            std::process::id(),
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
-        ));
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-        // No fsync: a cache cut short by a crash fails its CRC and is rebuilt.
-        let r = f.write_all(&b).and_then(|()| std::fs::rename(&tmp, &self.path));
-        if r.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        evict(dir, &self.path);
-        r
+        write_atomically(&self.path, &b)
     }
+}
+
+/// A cache file, mapped (read in place: no copy of hundreds of megabytes
+/// into fresh memory). Only a regular file is mapped.
+pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
+    match crate::input::map_regular(path)? {
+        Some(m) => Ok(m),
+        None => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "empty file")),
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary name (mode 0600), then
+/// keeps the directory's caches within bounds.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.{}.{}.tmp",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+    ));
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    // No fsync: a cache cut short by a crash fails its CRC and is rebuilt.
+    let r = f.write_all(bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    evict(dir, path);
+    r
 }
 
 /// The most the caches of a directory may take together, and the most
@@ -198,7 +240,7 @@ fn evict(dir: &Path, keep: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
         .filter_map(Result::ok)
-        .filter(|e| e.path().extension().is_some_and(|x| x == "hdcache"))
+        .filter(|e| e.path().extension().is_some_and(|x| x == "hdcache" || x == "hdgraph"))
         .filter_map(|e| {
             let m = e.metadata().ok()?;
             Some((m.modified().ok()?, m.len(), e.path()))

@@ -231,14 +231,14 @@ pub struct Heap {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Blocks {
     pub(crate) packed: Vec<Packed>,
-    wide: HashMap<u32, (u64, SiteId)>,
+    pub(crate) wide: HashMap<u32, (u64, SiteId)>,
 }
 
 /// A block as [`Blocks`] stores it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Packed {
     pub(crate) addr: u64,
-    rest: u64,
+    pub(crate) rest: u64,
 }
 
 impl Blocks {
@@ -302,8 +302,8 @@ impl Blocks {
 /// map of them the costliest part of loading.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Offsets {
-    words: Vec<u16>,
-    wide: Vec<(u32, u64)>,
+    pub(crate) words: Vec<u16>,
+    pub(crate) wide: Vec<(u32, u64)>,
 }
 
 impl Offsets {

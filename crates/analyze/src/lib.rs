@@ -17,6 +17,7 @@ pub mod dominators;
 pub mod dwarf;
 mod error;
 mod file;
+mod graph_cache;
 pub mod group;
 mod heap;
 pub mod input;

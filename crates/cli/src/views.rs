@@ -60,6 +60,26 @@ pub fn session<'h>(file: &'h DumpFile, heap: &'h Heap) -> Session<'h> {
 /// and a warning when it is incomplete.
 pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
     let file = DumpFile::open(path)?;
+    // A graph loaded before from this very dump (its bytes checked against
+    // its checksum) is read back instead of decoding every record.
+    let cache = (!NO_CACHE.load(std::sync::atomic::Ordering::Relaxed))
+        .then(|| crate::preload::private_dir(Some("analysis")).ok())
+        .flatten()
+        .and_then(|dir| heapdump_analyze::cache::CacheFile::for_file(&dir, &file, crate::cmd::VERSION));
+    let report = std::env::var_os("HEAPDUMP_CACHE_REPORT").is_some_and(|v| v == "1");
+    if let Some(c) = &cache {
+        match c.read_graph() {
+            Ok(Some(heap)) => {
+                if report {
+                    eprintln!("heapdump: graph cache: hit {}", c.graph_path().display());
+                }
+                return Ok((file, heap));
+            }
+            Ok(None) if report => eprintln!("heapdump: graph cache: miss {}", c.graph_path().display()),
+            Err(why) if report => eprintln!("heapdump: graph cache: rebuilt {} ({why})", c.graph_path().display()),
+            _ => {}
+        }
+    }
     let bar = if std::io::stderr().is_terminal() && file.bytes().len() > 64 << 20 {
         let b = indicatif::ProgressBar::new(100);
         b.set_style(
@@ -84,6 +104,15 @@ pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
             "heapdump: warning: {}: incomplete dump, analysed up to the damage ({t}); allocations after it are missing",
             path.display()
         );
+    }
+    if let Some(c) = &cache {
+        let written = c.write_graph(&heap);
+        if report {
+            match written {
+                Ok(()) => eprintln!("heapdump: graph cache: wrote {}", c.graph_path().display()),
+                Err(e) => eprintln!("heapdump: graph cache: not written {} ({e})", c.graph_path().display()),
+            }
+        }
     }
     Ok((file, heap))
 }

@@ -112,29 +112,40 @@ fn every_export_matches_its_golden_file() {
     write_dump(&dump);
     let file = DumpFile::open(&dump).unwrap();
     let heap = Heap::load(&file, &mut |_, _| {}).unwrap();
+    // The graph as the cache keeps it and gives it back: every export of it
+    // must be the same bytes.
+    let cache = heapdump_analyze::cache::CacheFile::for_file(&dir, &file, "golden").expect("a complete, intact dump");
+    cache.write_graph(&heap).unwrap();
+    let from_cache = cache.read_graph().unwrap().expect("the graph just written");
     let a = Analysis::new(&file, &heap);
     // The heap is what the test says it is, before any file is compared.
     let l = a.leaks();
     assert_eq!((l.definitely_lost.blocks, l.indirectly_lost.blocks, l.possibly_lost.blocks), (2, 3, 1));
+    let cached = Analysis::new(&file, &from_cache);
     let mut failures = Vec::new();
-    let mut out = |name: &str, write: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| {
+    let mut out = |name: &str, write: &dyn Fn(&Analysis<'_>, &mut Vec<u8>) -> std::io::Result<()>| {
         let mut v = Vec::new();
-        write(&mut v).unwrap();
+        write(&a, &mut v).unwrap();
+        let mut again = Vec::new();
+        write(&cached, &mut again).unwrap();
+        if again != v {
+            failures.push(format!("{name}: the cached graph gives other bytes"));
+        }
         failures.extend(check(name, &v));
     };
-    out("export.json", &|w| heapdump_export::write_json(&a, w));
-    out("heap.folded", &|w| heapdump_export::write_folded(&a, w));
-    out("heap.svg", &|w| heapdump_export::write_svg(&a, w));
-    out("heap.heapsnapshot", &|w| heapdump_export::write_heapsnapshot(&a, w));
-    out("top.dot", &|w| heapdump_export::write_dot(&a, &heapdump_export::GraphOptions::default(), w));
-    out("top.mmd", &|w| heapdump_export::write_mermaid(&a, &heapdump_export::GraphOptions::default(), w));
+    out("export.json", &|a, w| heapdump_export::write_json(a, w));
+    out("heap.folded", &|a, w| heapdump_export::write_folded(a, w));
+    out("heap.svg", &|a, w| heapdump_export::write_svg(a, w));
+    out("heap.heapsnapshot", &|a, w| heapdump_export::write_heapsnapshot(a, w));
+    out("top.dot", &|a, w| heapdump_export::write_dot(a, &heapdump_export::GraphOptions::default(), w));
+    out("top.mmd", &|a, w| heapdump_export::write_mermaid(a, &heapdump_export::GraphOptions::default(), w));
     let around = heapdump_export::GraphOptions { address: Some(0x10_0100), depth: 2, max_nodes: 50 };
-    out("around.dot", &|w| heapdump_export::write_dot(&a, &around, w));
-    out("report.html", &|w| heapdump_export::write_html(&a, None, w));
+    out("around.dot", &|a, w| heapdump_export::write_dot(a, &around, w));
+    out("report.html", &|a, w| heapdump_export::write_html(a, None, w));
     // pprof is gzipped protobuf: the profile itself is compared, as text.
-    out("pprof.txt", &|w| {
+    out("pprof.txt", &|a, w| {
         use std::io::Write;
-        write!(w, "{:#?}", heapdump_export::profile(&a))
+        write!(w, "{:#?}", heapdump_export::profile(a))
     });
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

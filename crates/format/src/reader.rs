@@ -143,6 +143,18 @@ impl<'a> Dump<'a> {
         Some((le64(payload, 8), le64(payload, 32)))
     }
 
+    /// The trailer's checksum when the file is complete and its bytes
+    /// match it (one CRC pass over the file, no record decoded): what names
+    /// a whole, unaltered dump, for caches of its analysis.
+    pub fn checksum_if_intact(&self) -> Option<u32> {
+        if !ends_with_trailer(self.data) {
+            return None;
+        }
+        let at = self.data.len() - raw::END_SIZE + 64;
+        let claimed = le32(self.data, at);
+        (crc32fast::hash(&self.data[..at]) == claimed).then_some(claimed)
+    }
+
     /// The records, in file order, ending with the trailer.
     pub fn records(&self) -> Records<'a> {
         let mut crc = crc32fast::Hasher::new();

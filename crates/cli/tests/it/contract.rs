@@ -451,10 +451,15 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     let events = |err: &str| -> Vec<String> {
         err.lines().filter_map(|l| l.strip_prefix("heapdump: cache: ")).map(|l| l.split(' ').next().unwrap().to_string()).collect()
     };
+    let graph = |err: &str| -> Vec<String> {
+        err.lines().filter_map(|l| l.strip_prefix("heapdump: graph cache: ")).map(|l| l.split(' ').next().unwrap().to_string()).collect()
+    };
     let (first, err) = ask(&["retained", "--json"]);
     assert_eq!(events(&err), ["miss", "wrote"], "{err}");
+    assert_eq!(graph(&err), ["miss", "wrote"], "{err}");
     let (second, err) = ask(&["retained", "--json"]);
     assert_eq!(events(&err), ["hit"], "{err}");
+    assert_eq!(graph(&err), ["hit"], "the loaded graph too: {err}");
     assert_eq!(first, second, "the cache gives the same answer");
     let (leaks_cached, err) = ask(&["leaks", "--json"]);
     assert_eq!(events(&err), ["hit"], "{err}");
@@ -464,8 +469,18 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     // Private: the directory 0700, the file 0600.
     let dir = cache_home.join("heapdump/analysis");
     assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
-    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let files: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().unwrap() == "hdcache").collect();
     assert_eq!(files.len(), 1, "{files:?}");
+    // The kept graph, damaged, is refused and rebuilt too.
+    let graph_file = files[0].with_extension("hdgraph");
+    let mut g = std::fs::read(&graph_file).unwrap();
+    let at = g.len() / 3;
+    g[at] ^= 1;
+    std::fs::write(&graph_file, &g).unwrap();
+    let (again, err) = ask(&["retained", "--json"]);
+    assert_eq!(graph(&err), ["rebuilt", "wrote"], "{err}");
+    assert_eq!(again, first);
     assert_eq!(std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777, 0o600);
     // A damaged cache is detected, rebuilt, and the answer unchanged.
     let mut bytes = std::fs::read(&files[0]).unwrap();
@@ -500,5 +515,5 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     let (_, err) = ask(&["retained", "--json"]);
     assert_eq!(events(&err), ["hit"], "{err}");
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left.len(), 1, "no temporary file left: {left:?}");
+    assert_eq!(left.len(), 2, "the analysis and the graph, no temporary file left: {left:?}");
 }

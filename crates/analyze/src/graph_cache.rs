@@ -1,0 +1,438 @@
+//! The loaded graph of a dump, kept for the next analysis of it: a repeat
+//! question then reads arrays instead of walking and decoding every
+//! record. Written beside the analysis cache (`cache.rs`), with the same
+//! key and the same care: a temporary name renamed into place, mode 0600,
+//! a CRC at the end; read back with every index checked, so that a damaged
+//! file is refused (and rebuilt) rather than trusted.
+
+use crate::cache::CacheProblem;
+use crate::heap::{Blocks, Heap, ModuleInfo, Offsets, Packed, Root, RootKind, RootRegion, SiteId, ThreadInfo, INTERIOR};
+use heapdump_format::{Backtrace, Header, Mode, Reason, Segment, SignalInfo, Trailer};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+const MAGIC: &[u8; 8] = b"HDGRAPH\x01";
+
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+    fn u32s(&mut self, v: &[u32]) {
+        self.u64(v.len() as u64);
+        self.0.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+    }
+}
+
+struct R<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+fn bad(what: &'static str) -> CacheProblem {
+    CacheProblem::Stale(what)
+}
+
+impl<'a> R<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CacheProblem> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(bad("cut short"))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, CacheProblem> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, CacheProblem> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, CacheProblem> {
+        let s = self.take(8)?;
+        Ok(u64::from_le_bytes(s.try_into().map_err(|_| bad("cut short"))?))
+    }
+    /// A length, bounded by what the rest of the file could hold at
+    /// `unit` bytes each.
+    fn len(&mut self, unit: usize) -> Result<usize, CacheProblem> {
+        let n = usize::try_from(self.u64()?).map_err(|_| bad("length"))?;
+        if n.checked_mul(unit.max(1)).is_none_or(|b| b > self.b.len() - self.at) {
+            return Err(bad("length"));
+        }
+        Ok(n)
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], CacheProblem> {
+        let n = self.len(1)?;
+        self.take(n)
+    }
+    fn string(&mut self) -> Result<String, CacheProblem> {
+        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+    fn u32s(&mut self) -> Result<Vec<u32>, CacheProblem> {
+        let n = self.len(4)?;
+        Ok(self.take(n * 4)?.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+}
+
+/// The graph as bytes, keyed by `key` (the cache's).
+pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
+    let mut w = W(Vec::with_capacity(64 + heap.len() * 24 + heap.edge_count() * 6));
+    w.0.extend_from_slice(MAGIC);
+    for k in key {
+        w.u64(*k);
+    }
+    let h = &heap.header;
+    w.u32(u32::from(h.major) | u32::from(h.minor) << 16);
+    w.u8(h.pointer_size);
+    w.u8(h.mode.to_u8());
+    w.u8(h.reason.to_u8());
+    w.u32(h.page_size);
+    w.u32(h.pid);
+    w.u64(h.time_ns);
+    w.bytes(heap.exe.as_bytes());
+    w.u64(heap.cmdline.len() as u64);
+    for a in &heap.cmdline {
+        w.bytes(a.as_bytes());
+    }
+    w.u8(heap.backtrace.to_u8());
+    w.u64(heap.sample_mean);
+    w.u64(heap.modules.len() as u64);
+    for m in &heap.modules {
+        w.bytes(m.path.as_bytes());
+        w.bytes(&m.build_id);
+        w.u64(m.bias);
+        w.u64(m.segments.len() as u64);
+        for s in &m.segments {
+            w.u64(s.vaddr);
+            w.u64(s.memsz);
+            w.u64(s.file_offset);
+            w.u32(s.flags);
+        }
+    }
+    w.u64(heap.threads.len() as u64);
+    for t in &heap.threads {
+        w.u32(t.tid);
+        w.bytes(t.name.as_bytes());
+        w.u32(t.flags);
+        w.u64(t.stack.0);
+        w.u64(t.stack.1);
+    }
+    let mut sites: Vec<(&SiteId, &Vec<u64>)> = heap.sites.iter().collect();
+    sites.sort();
+    w.u64(sites.len() as u64);
+    for (id, frames) in sites {
+        w.u32(id.0);
+        w.u64(frames.len() as u64);
+        for f in frames {
+            w.u64(*f);
+        }
+    }
+    let b = &heap.blocks;
+    w.u64(b.packed.len() as u64);
+    for p in &b.packed {
+        w.u64(p.addr);
+        w.u64(p.rest);
+    }
+    let mut wide: Vec<(&u32, &(u64, SiteId))> = b.wide.iter().collect();
+    wide.sort();
+    w.u64(wide.len() as u64);
+    for (i, (size, site)) in wide {
+        w.u32(*i);
+        w.u64(*size);
+        w.u32(site.0);
+    }
+    w.u32s(&heap.edge_start);
+    w.u32s(&heap.edge_target);
+    w.u64(heap.edge_offset.words.len() as u64);
+    w.0.extend(heap.edge_offset.words.iter().flat_map(|x| x.to_le_bytes()));
+    w.u64(heap.edge_offset.wide.len() as u64);
+    for (k, v) in &heap.edge_offset.wide {
+        w.u32(*k);
+        w.u64(*v);
+    }
+    let mut into: Vec<(&u32, &u64)> = heap.interior_into.iter().collect();
+    into.sort();
+    w.u64(into.len() as u64);
+    for (k, v) in into {
+        w.u32(*k);
+        w.u64(*v);
+    }
+    match &heap.block_of {
+        None => w.u8(0),
+        Some(m) => {
+            w.u8(1);
+            w.u32s(m);
+        }
+    }
+    w.u64(heap.roots.len() as u64);
+    for r in &heap.roots {
+        w.u32(r.region);
+        w.u64(r.offset);
+        w.u32(r.target.0);
+        w.u8(u8::from(r.interior));
+        w.u64(r.into);
+    }
+    w.u64(heap.root_regions.len() as u64);
+    for r in &heap.root_regions {
+        w.u8(match r.kind {
+            RootKind::Stack => 0,
+            RootKind::Registers => 1,
+            RootKind::Static => 2,
+        });
+        w.u64(r.address);
+        w.u32(r.tid);
+        w.bytes(r.owner.as_bytes());
+        w.bytes(r.name.as_bytes());
+        w.u8(u8::from(r.libc));
+    }
+    match &heap.trailer {
+        None => w.u8(0),
+        Some(t) => {
+            w.u8(1);
+            for v in [t.records, t.allocations, t.alloc_bytes, t.sites, t.pointers, t.pause_ns] {
+                w.u64(v);
+            }
+            for v in [t.threads, t.statics, t.modules, t.checksum] {
+                w.u32(v);
+            }
+        }
+    }
+    match &heap.signal {
+        None => w.u8(0),
+        Some(s) => {
+            w.u8(1);
+            w.u32(s.signal);
+            w.u32(s.code as u32);
+            w.u32(s.tid);
+            w.u64(s.address);
+            w.u32(s.sender);
+        }
+    }
+    match &heap.truncated {
+        None => w.u8(0),
+        Some(t) => {
+            w.u8(1);
+            w.bytes(t.as_bytes());
+        }
+    }
+    w.u8(u8::from(heap.roots_complete));
+    let crc = crc32fast::hash(&w.0);
+    w.u32(crc);
+    w.0
+}
+
+/// The graph back from `bytes`, every index checked.
+pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
+    let body_len = bytes.len().checked_sub(4).ok_or(bad("too short"))?;
+    let (body, crc) = bytes.split_at(body_len);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err(bad("checksum differs"));
+    }
+    let mut r = R { b: body, at: 0 };
+    if r.take(8)? != MAGIC {
+        return Err(bad("not a heapdump graph cache"));
+    }
+    for k in key {
+        if r.u64()? != *k {
+            return Err(bad("written for another dump or tool version"));
+        }
+    }
+    let v = r.u32()?;
+    let pointer_size = r.u8()?;
+    let mode = Mode::from_u8(r.u8()?).ok_or(bad("mode"))?;
+    let reason = Reason::from_u8(r.u8()?).ok_or(bad("reason"))?;
+    let header = Header {
+        major: v as u16,
+        minor: (v >> 16) as u16,
+        pointer_size,
+        mode,
+        reason,
+        page_size: r.u32()?,
+        pid: r.u32()?,
+        time_ns: r.u64()?,
+    };
+    let mut heap = Heap::empty(header);
+    heap.exe = r.string()?;
+    let n = r.len(8)?;
+    heap.cmdline = (0..n).map(|_| r.string()).collect::<Result<_, _>>()?;
+    heap.backtrace = Backtrace::from_u8(r.u8()?).ok_or(bad("backtrace"))?;
+    heap.sample_mean = r.u64()?;
+    let n = r.len(24)?;
+    for _ in 0..n {
+        let path = r.string()?;
+        let build_id = r.bytes()?.to_vec();
+        let bias = r.u64()?;
+        let ns = r.len(28)?;
+        let mut segments = Vec::with_capacity(ns);
+        for _ in 0..ns {
+            segments.push(Segment { vaddr: r.u64()?, memsz: r.u64()?, file_offset: r.u64()?, flags: r.u32()? });
+        }
+        heap.modules.push(ModuleInfo { path, build_id, bias, segments });
+    }
+    let n = r.len(28)?;
+    for _ in 0..n {
+        let tid = r.u32()?;
+        let name = r.string()?;
+        heap.threads.push(ThreadInfo { tid, name, flags: r.u32()?, stack: (r.u64()?, r.u64()?) });
+    }
+    let n = r.len(12)?;
+    for _ in 0..n {
+        let id = SiteId(r.u32()?);
+        let k = r.len(8)?;
+        let frames = (0..k).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+        heap.sites.insert(id, frames);
+    }
+    let blocks = r.len(16)?;
+    let mut packed = Vec::with_capacity(blocks);
+    let mut last = 0u64;
+    for i in 0..blocks {
+        let p = Packed { addr: r.u64()?, rest: r.u64()? };
+        if i > 0 && p.addr <= last {
+            return Err(bad("blocks out of order"));
+        }
+        last = p.addr;
+        packed.push(p);
+    }
+    let n = r.len(16)?;
+    let mut wide = HashMap::with_capacity(n);
+    for _ in 0..n {
+        let i = r.u32()?;
+        if i as usize >= blocks {
+            return Err(bad("wide block"));
+        }
+        wide.insert(i, (r.u64()?, SiteId(r.u32()?)));
+    }
+    heap.blocks = Blocks { packed, wide };
+    heap.edge_start = r.u32s()?;
+    heap.edge_target = r.u32s()?;
+    let edges = heap.edge_target.len();
+    if heap.edge_start.len() != blocks + 1
+        || heap.edge_start.windows(2).any(|w| w[0] > w[1])
+        || heap.edge_start.first().is_some_and(|&s| s != 0)
+        || heap.edge_start.last().is_some_and(|&e| e as usize != edges)
+        || heap.edge_target.iter().any(|&t| (t & !INTERIOR) as usize >= blocks)
+    {
+        return Err(bad("edges"));
+    }
+    let n = r.len(2)?;
+    if n != edges {
+        return Err(bad("edge offsets"));
+    }
+    let words = r.take(n * 2)?.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    let n = r.len(12)?;
+    let mut owide = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = r.u32()?;
+        if k as usize >= edges || owide.last().is_some_and(|&(p, _): &(u32, u64)| p >= k) {
+            return Err(bad("wide edge offsets"));
+        }
+        owide.push((k, r.u64()?));
+    }
+    heap.edge_offset = Offsets { words, wide: owide };
+    let n = r.len(12)?;
+    for _ in 0..n {
+        let k = r.u32()?;
+        if k as usize >= edges {
+            return Err(bad("interior edge"));
+        }
+        heap.interior_into.insert(k, r.u64()?);
+    }
+    heap.block_of = match r.u8()? {
+        0 => None,
+        1 => {
+            let m = r.u32s()?;
+            if m.len() != blocks || m.iter().any(|&b| b as usize >= blocks) {
+                return Err(bad("block order"));
+            }
+            Some(m)
+        }
+        _ => return Err(bad("flag")),
+    };
+    let n = r.len(25)?;
+    let mut roots = Vec::with_capacity(n);
+    for _ in 0..n {
+        let region = r.u32()?;
+        let offset = r.u64()?;
+        let target = r.u32()?;
+        if target as usize >= blocks {
+            return Err(bad("root target"));
+        }
+        roots.push(Root { region, offset, target: crate::BlockId(target), interior: r.u8()? != 0, into: r.u64()? });
+    }
+    let n = r.len(30)?;
+    for _ in 0..n {
+        let kind = match r.u8()? {
+            0 => RootKind::Stack,
+            1 => RootKind::Registers,
+            2 => RootKind::Static,
+            _ => return Err(bad("root kind")),
+        };
+        let address = r.u64()?;
+        let tid = r.u32()?;
+        let owner: Arc<str> = r.string()?.into();
+        let name: Arc<str> = r.string()?.into();
+        heap.root_regions.push(RootRegion { kind, address, tid, owner, name, libc: r.u8()? != 0 });
+    }
+    if roots.iter().any(|x| x.region as usize >= heap.root_regions.len()) {
+        return Err(bad("root region"));
+    }
+    heap.roots = roots;
+    heap.trailer = match r.u8()? {
+        0 => None,
+        1 => {
+            let mut v = [0u64; 6];
+            for x in &mut v {
+                *x = r.u64()?;
+            }
+            let [records, allocations, alloc_bytes, sites, pointers, pause_ns] = v;
+            Some(Trailer {
+                records,
+                allocations,
+                alloc_bytes,
+                sites,
+                pointers,
+                pause_ns,
+                threads: r.u32()?,
+                statics: r.u32()?,
+                modules: r.u32()?,
+                checksum: r.u32()?,
+            })
+        }
+        _ => return Err(bad("flag")),
+    };
+    heap.signal = match r.u8()? {
+        0 => None,
+        1 => Some(SignalInfo { signal: r.u32()?, code: r.u32()? as i32, tid: r.u32()?, address: r.u64()?, sender: r.u32()? }),
+        _ => return Err(bad("flag")),
+    };
+    heap.truncated = match r.u8()? {
+        0 => None,
+        1 => Some(r.string()?),
+        _ => return Err(bad("flag")),
+    };
+    heap.roots_complete = r.u8()? != 0;
+    if r.at != body.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(heap)
+}
+
+/// Reads `path`'s graph for `key` (`Ok(None)`: no such file).
+pub fn read(path: &Path, key: &[u64; 5]) -> Result<Option<Heap>, CacheProblem> {
+    match crate::cache::map(path) {
+        Ok(b) => decode(&b, key).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
