@@ -406,44 +406,65 @@ fn write_threads(
 /// mmap'd pools, the descriptors and TLS of exited threads); see
 /// `anon_roots` for what is left out of them.
 fn write_anon_roots(w: &mut Writer<'_, PipeSink>, scanner: &mut Scanner<'_>, maps: &Maps<'_>) -> Result<(), DumpError> {
-    let mut excluded = [(0u64, 0u64); 256];
-    let mut nex = 0;
-    let mut exclude = |a: u64| {
+    // Threads' stacks are left out with their whole mapping (scanned as
+    // thread roots from the stack pointer up; below it the stack is dead).
+    // A thread's TLS is left out as the range its TLS root scans: the
+    // main thread's sits in a mapping of its own, which the kernel merges
+    // with a neighbour as soon as the hole between them is filled (a
+    // program's pool, whose words are roots, came out unscanned in CI).
+    let mut stacks = [(0u64, 0u64); 256];
+    let mut tls = [(0u64, 0u64); 256];
+    let (mut ns, mut nt) = (0, 0);
+    let mut stack = |a: u64| {
         // The runtime's own stacks are left out as its own mappings are,
         // not with the whole (possibly merged) mapping around them.
         if sys::overlaps_own(a, a + 1) {
             return;
         }
         if let Some(r) = maps.find(a) {
-            if nex < excluded.len() {
-                excluded[nex] = r;
-                nex += 1;
+            if ns < stacks.len() {
+                stacks[ns] = r;
+                ns += 1;
             }
         }
     };
-    exclude(stw::current_regs()[RSP]);
-    exclude(sys::fs_base());
+    let mut thread_tls = |fs: u64| {
+        if fs != 0 && nt < tls.len() && !sys::overlaps_own(fs, fs + 1) {
+            tls[nt] = (fs.saturating_sub(stw::static_tls_size()), fs.saturating_add(4096));
+            nt += 1;
+        }
+    };
+    stack(stw::current_regs()[RSP]);
+    thread_tls(sys::fs_base());
     let (rsp, rfs) = stw::runtime_thread();
     if rsp != 0 {
-        exclude(rsp);
-        exclude(rfs);
+        stack(rsp);
+        stack(rfs);
     }
     for s in stw::stopped_threads() {
         if s.stopped() {
-            exclude(s.regs()[RSP]);
-            exclude(s.fs());
+            stack(s.regs()[RSP]);
+            thread_tls(s.fs());
         }
     }
-    let excluded = &excluded[..nex];
+    let (stacks, tls) = (&stacks[..ns], &tls[..nt]);
     let index = scanner.index();
     let mut anon_err: Result<(), DumpError> = Ok(());
     maps.for_each_anon_rw(false, |start, end| {
-        if anon_err.is_err() || excluded.iter().any(|&(a, b)| a < end && start < b) {
+        if anon_err.is_err() || stacks.iter().any(|&(a, b)| a < end && start < b) {
             return;
         }
-        anon_err = anon_roots(start, end, index, |a, b| {
-            let info = StaticInfo { address: a, size: b - a, module: raw::NO_MODULE, name: b"anon" };
-            scanner.region(w, a, b - a, |w, c| w.static_root(&info, c))
+        let mut holes = [(0u64, 0u64); 256];
+        let mut nh = 0;
+        for &(a, b) in tls.iter().filter(|&&(a, b)| a < end && start < b) {
+            holes[nh] = (a, b);
+            nh += 1;
+        }
+        anon_err = outside_holes(start, end, &mut holes[..nh], |lo, hi| {
+            anon_roots(lo, hi, index, |a, b| {
+                let info = StaticInfo { address: a, size: b - a, module: raw::NO_MODULE, name: b"anon" };
+                scanner.region(w, a, b - a, |w, c| w.static_root(&info, c))
+            })
         });
     });
     anon_err
