@@ -10,6 +10,12 @@ the within-round ratio NEW/OLD.
 """
 import argparse, os, statistics, subprocess, sys, time
 
+def paired(xs, ys):
+    """The median and quartiles of the within-round ratios y/x."""
+    rs = sorted(y / x for x, y in zip(xs, ys))
+    q = len(rs) // 4
+    return statistics.median(rs), rs[q], rs[-q - 1]
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=21)
@@ -21,7 +27,9 @@ def main():
     a = ap.parse_args()
     parse = lambda s: dict(kv.split("=", 1) for kv in s.split(",") if kv)
     base = dict(os.environ, **parse(a.env))
-    envs = {a.old: dict(base, **parse(a.env_old)), a.new: dict(base, **parse(a.env_new))}
+    # By role, not by command: OLD and NEW may be one program run under
+    # two environments.
+    env_old, env_new = dict(base, **parse(a.env_old)), dict(base, **parse(a.env_new))
 
     def run(cmd, env):
         t = time.perf_counter()
@@ -34,17 +42,16 @@ def main():
 
     old, new = [], []
     for r in range(a.rounds):
-        order = [(a.old, old), (a.new, new)] if r % 2 else [(a.new, new), (a.old, old)]
-        for cmd, acc in order:
-            acc.append(run(cmd, envs[cmd]))
+        order = [(a.old, env_old, old), (a.new, env_new, new)]
+        for cmd, env, acc in order if r % 2 else order[::-1]:
+            acc.append(run(cmd, env))
     for k in old[0]:
         xs, ys = [o[k] for o in old], [n[k] for n in new]
         if min(xs) <= 0:
             continue
-        rs = sorted(y / x for x, y in zip(xs, ys))
-        q = len(rs) // 4
+        med, lo, hi = paired(xs, ys)
         print(f"{k:12s} old median {statistics.median(xs):9.3f} best {min(xs):9.3f}  new median {statistics.median(ys):9.3f} "
-              f"best {min(ys):9.3f}  new/old paired: median {statistics.median(rs):.3f} (quartiles {rs[q]:.3f}-{rs[-q - 1]:.3f})")
+              f"best {min(ys):9.3f}  new/old paired: median {med:.3f} (quartiles {lo:.3f}-{hi:.3f})")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,6 +8,8 @@ the median and quartiles of the within-round ratio (B over A).
 """
 import argparse, os, statistics, subprocess, sys, time
 
+from compare_builds import paired
+
 def env(spec):
     return dict(kv.split("=", 1) for kv in spec.split(",") if kv)
 
@@ -29,10 +31,9 @@ def main():
             ta.append(run(ea)); tb.append(run(eb))
         else:
             tb.append(run(eb)); ta.append(run(ea))
-    rs = sorted(y / x for x, y in zip(ta, tb))
-    q = len(rs) // 4
+    med, lo, hi = paired(ta, tb)
     print(f"{a.rounds} rounds: A median {statistics.median(ta):.3f} s, B median {statistics.median(tb):.3f} s; "
-          f"B/A paired: median {statistics.median(rs):.3f}, quartiles {rs[q]:.3f}-{rs[-q - 1]:.3f}")
+          f"B/A paired: median {med:.3f}, quartiles {lo:.3f}-{hi:.3f}")
 
 if __name__ == "__main__":
     sys.exit(main())
