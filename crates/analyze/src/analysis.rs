@@ -229,19 +229,6 @@ pub struct SiteTotal {
     pub bytes: f64,
 }
 
-/// A placeholder for leak classes moved out of the cache.
-fn empty_leaks() -> Leaks {
-    Leaks {
-        kind: vec![],
-        leader: vec![],
-        definitely_lost: leaks::Count::default(),
-        indirectly_lost: leaks::Count::default(),
-        possibly_lost: leaks::Count::default(),
-        still_reachable: leaks::Count::default(),
-        via_heuristic: vec![],
-    }
-}
-
 fn hex(a: u64) -> String {
     format!("{a:#x}")
 }
@@ -323,8 +310,8 @@ impl<'h> Analysis<'h> {
         if let Some(l) = self.leaks.get() {
             return l;
         }
-        if let Some(c) = self.cached.borrow_mut().as_mut() {
-            let l = std::mem::replace(&mut c.leaks, empty_leaks());
+        let cached = self.cached.borrow_mut().as_mut().and_then(|c| c.leaks.take());
+        if let Some(l) = cached {
             let _ = self.leaks.set(l);
             return self.leaks.get().expect("just set");
         }

@@ -36,8 +36,8 @@ pub enum CacheProblem {
 
 /// What a cache holds.
 pub struct Cached {
-    /// The leak classes.
-    pub leaks: Leaks,
+    /// The leak classes (taken by the analysis that uses them).
+    pub leaks: Option<Leaks>,
     /// The dominator tree, when it was computed.
     pub dominators: Option<Dominators>,
 }
@@ -59,9 +59,14 @@ impl CacheFile {
     /// without a trailer.
     pub fn for_dump(dir: &Path, heap: &Heap, file_len: u64, version: &str) -> Option<CacheFile> {
         let t = heap.trailer?;
-        let key = [fnv(version.as_bytes()), u64::from(t.checksum), file_len, heap.header.time_ns, u64::from(heap.header.pid)];
+        Some(Self::keyed(dir, version, t.checksum, file_len, &heap.header))
+    }
+
+    /// The cache named by a dump's checksum, length and header.
+    fn keyed(dir: &Path, version: &str, checksum: u32, len: u64, h: &heapdump_format::Header) -> CacheFile {
+        let key = [fnv(version.as_bytes()), u64::from(checksum), len, h.time_ns, u64::from(h.pid)];
         let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
-        Some(CacheFile { path: dir.join(name), key })
+        CacheFile { path: dir.join(name), key }
     }
 
     /// The cache of the dump in `file` (complete and intact: its bytes
@@ -70,10 +75,7 @@ impl CacheFile {
     pub fn for_file(dir: &Path, file: &crate::DumpFile, version: &str) -> Option<CacheFile> {
         let dump = file.dump().ok()?;
         let checksum = dump.checksum_if_intact()?;
-        let h = dump.header();
-        let key = [fnv(version.as_bytes()), u64::from(checksum), file.bytes().len() as u64, h.time_ns, u64::from(h.pid)];
-        let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
-        Some(CacheFile { path: dir.join(name), key })
+        Some(Self::keyed(dir, version, checksum, file.bytes().len() as u64, dump.header()))
     }
 
     /// Where the loaded graph is kept, beside the analysis.
@@ -159,7 +161,7 @@ impl CacheFile {
         if r.at != body.len() {
             return Err(CacheProblem::Stale("trailing bytes"));
         }
-        Ok(Some(Cached { leaks, dominators }))
+        Ok(Some(Cached { leaks: Some(leaks), dominators }))
     }
 
     /// Writes the cache (atomically, mode 0600).
@@ -260,28 +262,62 @@ fn evict(dir: &Path, keep: &Path) {
     }
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+/// Reads the little-endian fields of a cache file, every length checked
+/// against what is left (shared by the graph's file, `graph_cache.rs`).
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CacheProblem> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], CacheProblem> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(CacheProblem::Stale("cut short"))?;
         let s = &self.b[self.at..end];
         self.at = end;
         Ok(s)
     }
-    fn u64(&mut self) -> Result<u64, CacheProblem> {
+    pub(crate) fn u8(&mut self) -> Result<u8, CacheProblem> {
+        Ok(self.take(1)?[0])
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32, CacheProblem> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64, CacheProblem> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| CacheProblem::Stale("cut short"))?))
     }
-    fn u32s(&mut self, n: usize) -> Result<Vec<u32>, CacheProblem> {
+    /// `n` u32s.
+    pub(crate) fn u32s(&mut self, n: usize) -> Result<Vec<u32>, CacheProblem> {
         let s = self.take(n.checked_mul(4).ok_or(CacheProblem::Stale("too long"))?)?;
         Ok(s.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
-    fn u64s(&mut self, n: usize) -> Result<Vec<u64>, CacheProblem> {
+    /// `n` u64s.
+    pub(crate) fn u64s(&mut self, n: usize) -> Result<Vec<u64>, CacheProblem> {
         let s = self.take(n.checked_mul(8).ok_or(CacheProblem::Stale("too long"))?)?;
         Ok(s.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+    }
+    /// A count, bounded by what the rest of the file could hold at `unit`
+    /// bytes each.
+    pub(crate) fn len(&mut self, unit: usize) -> Result<usize, CacheProblem> {
+        let n = usize::try_from(self.u64()?).map_err(|_| CacheProblem::Stale("length"))?;
+        if n.checked_mul(unit.max(1)).is_none_or(|b| b > self.b.len() - self.at) {
+            return Err(CacheProblem::Stale("length"));
+        }
+        Ok(n)
+    }
+    /// A counted run of u32s.
+    pub(crate) fn counted_u32s(&mut self) -> Result<Vec<u32>, CacheProblem> {
+        let n = self.len(4)?;
+        self.u32s(n)
+    }
+    /// Counted bytes.
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], CacheProblem> {
+        let n = self.len(1)?;
+        self.take(n)
+    }
+    /// Counted bytes, as text.
+    pub(crate) fn string(&mut self) -> Result<String, CacheProblem> {
+        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
     }
 }
 

@@ -5,7 +5,7 @@
 //! a CRC at the end; read back with every index checked, so that a damaged
 //! file is refused (and rebuilt) rather than trusted.
 
-use crate::cache::CacheProblem;
+use crate::cache::{CacheProblem, Reader};
 use crate::heap::{Blocks, Heap, ModuleInfo, Offsets, Packed, Root, RootKind, RootRegion, SiteId, ThreadInfo, INTERIOR};
 use heapdump_format::{Backtrace, Header, Mode, Reason, Segment, SignalInfo, Trailer};
 use std::collections::HashMap;
@@ -36,53 +36,8 @@ impl W {
     }
 }
 
-struct R<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
 fn bad(what: &'static str) -> CacheProblem {
     CacheProblem::Stale(what)
-}
-
-impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CacheProblem> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(bad("cut short"))?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8, CacheProblem> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, CacheProblem> {
-        let s = self.take(4)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    fn u64(&mut self) -> Result<u64, CacheProblem> {
-        let s = self.take(8)?;
-        Ok(u64::from_le_bytes(s.try_into().map_err(|_| bad("cut short"))?))
-    }
-    /// A length, bounded by what the rest of the file could hold at
-    /// `unit` bytes each.
-    fn len(&mut self, unit: usize) -> Result<usize, CacheProblem> {
-        let n = usize::try_from(self.u64()?).map_err(|_| bad("length"))?;
-        if n.checked_mul(unit.max(1)).is_none_or(|b| b > self.b.len() - self.at) {
-            return Err(bad("length"));
-        }
-        Ok(n)
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], CacheProblem> {
-        let n = self.len(1)?;
-        self.take(n)
-    }
-    fn string(&mut self) -> Result<String, CacheProblem> {
-        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
-    }
-    fn u32s(&mut self) -> Result<Vec<u32>, CacheProblem> {
-        let n = self.len(4)?;
-        Ok(self.take(n * 4)?.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-    }
 }
 
 /// The graph as bytes, keyed by `key` (the cache's).
@@ -239,7 +194,7 @@ pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
     if crc32fast::hash(body).to_le_bytes() != crc {
         return Err(bad("checksum differs"));
     }
-    let mut r = R { b: body, at: 0 };
+    let mut r = Reader { b: body, at: 0 };
     if r.take(8)? != MAGIC {
         return Err(bad("not a heapdump graph cache"));
     }
@@ -314,8 +269,8 @@ pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
         wide.insert(i, (r.u64()?, SiteId(r.u32()?)));
     }
     heap.blocks = Blocks { packed, wide };
-    heap.edge_start = r.u32s()?;
-    heap.edge_target = r.u32s()?;
+    heap.edge_start = r.counted_u32s()?;
+    heap.edge_target = r.counted_u32s()?;
     let edges = heap.edge_target.len();
     if heap.edge_start.len() != blocks + 1
         || heap.edge_start.windows(2).any(|w| w[0] > w[1])
@@ -351,7 +306,7 @@ pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
     heap.block_of = match r.u8()? {
         0 => None,
         1 => {
-            let m = r.u32s()?;
+            let m = r.counted_u32s()?;
             if m.len() != blocks || m.iter().any(|&b| b as usize >= blocks) {
                 return Err(bad("block order"));
             }
