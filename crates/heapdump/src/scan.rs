@@ -166,6 +166,9 @@ fn alloc_info(e: &Entry) -> AllocInfo {
     }
 }
 
+/// How many words ahead a large block's lookups are started.
+const LOOKAHEAD: u64 = 16;
+
 /// The pointers of `[start, start + len)` as ALLOCS links, from `off`:
 /// each word that points into a live allocation, named by its index
 /// position and the offset into it.
@@ -184,6 +187,15 @@ impl Iterator for LinkScan<'_> {
         while self.off + 8 <= self.len {
             let off = self.off;
             self.off += 8;
+            // Past the words the dump prefetched for this block (its
+            // first 64), start the lookup of the word LOOKAHEAD ahead: a
+            // large block of pointers (an array of a million nodes) would
+            // otherwise wait for each of its lookups in turn.
+            if off >= 8 * (64 - LOOKAHEAD) && off + 8 * (LOOKAHEAD + 1) <= self.len {
+                // SAFETY: as below, a word further inside the region.
+                let ahead = unsafe { core::ptr::read_volatile((self.start + off + 8 * LOOKAHEAD) as *const u64) };
+                self.index.prefetch_value(ahead);
+            }
             // SAFETY: as in `Rescan`: readable memory of this process, an
             // 8-aligned word inside the region.
             let v = unsafe { core::ptr::read_volatile((self.start + off) as *const u64) };
