@@ -229,7 +229,7 @@ pub struct SiteTotal {
     pub bytes: f64,
 }
 
-fn hex(a: u64) -> String {
+pub(crate) fn hex(a: u64) -> String {
     format!("{a:#x}")
 }
 

@@ -16,6 +16,7 @@ mod contents;
 pub mod dominators;
 pub mod dwarf;
 mod error;
+pub mod explore;
 mod file;
 mod graph_cache;
 pub mod group;

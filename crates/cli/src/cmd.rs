@@ -242,6 +242,17 @@ enum Command {
         #[arg(long)]
         baseline: Option<PathBuf>,
     },
+    /// Serves a local viewer of the dump (127.0.0.1 only, behind a per-run token in the printed address).
+    Serve {
+        /// The dump file.
+        dump: PathBuf,
+        /// An older dump of the same program: the viewer adds the growth since then.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// Port to listen on (0: any free one; the address is printed).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
     /// Runs a bundled example with a leak and a large cache, dumps it, and explains the dump.
     Demo,
     /// Prints a shell completion script (bash, zsh, fish) on standard output.
@@ -336,6 +347,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             write_atomically(&output, |w| heapdump_export::write_html(&ex, diff.as_ref(), w))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve { dump, baseline, port } => crate::serve::serve(&dump, baseline.as_deref(), port),
         Command::Demo => demo(),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();

@@ -11,6 +11,7 @@ mod cmd;
 mod output;
 mod preload;
 mod run;
+mod serve;
 mod views;
 
 use clap::Parser;

@@ -119,3 +119,31 @@ pub fn blocks(dump: &Path) -> Vec<(u64, u64)> {
 pub fn count_size(b: &[(u64, u64)], size: u64) -> usize {
     b.iter().filter(|x| x.1 == size).count()
 }
+
+/// A full dump of the bundled demo program, taken by its own API.
+pub fn demo_dump(d: &Scratch) -> PathBuf {
+    let p = d.path("demo.hdump");
+    let o = Command::new(sibling_bin("heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
+    ok(&o);
+    p
+}
+
+/// Runs a node `script` with target/node's modules (where scripts/test.sh
+/// installs memlab, which brings puppeteer-core) and parses the JSON it
+/// prints.
+pub fn node_json(d: &Scratch, needs: &str, script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let node_modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/node/node_modules");
+    assert!(node_modules.join(needs).exists(), "{needs} missing: scripts/test.sh installs memlab (and what it brings) into target/node");
+    let path = d.path("script.js");
+    std::fs::write(&path, script).unwrap();
+    let o = tool("node").arg(&path).args(args).env("NODE_PATH", &node_modules).output().unwrap();
+    serde_json::from_str(&ok(&o)).unwrap()
+}
+
+pub fn tool(name: &str) -> Command {
+    assert!(
+        Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().unwrap().status.success(),
+        "{name} is not installed: scripts/test.sh installs the export oracles"
+    );
+    Command::new(name)
+}

@@ -1,15 +1,8 @@
 //! The command line's contract: JSON keys, exit codes, damaged input.
 
 use crate::common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn demo_dump(d: &Scratch) -> PathBuf {
-    let p = d.path("demo.hdump");
-    let o = std::process::Command::new(sibling_bin("heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
-    ok(&o);
-    p
-}
 
 #[test]
 fn json_documents_have_the_documented_keys() {

@@ -2,15 +2,8 @@
 //! graphviz, headless Chromium; and by the analysis's own numbers.
 
 use crate::common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn demo_dump(d: &Scratch) -> PathBuf {
-    let p = d.path("demo.hdump");
-    let o = Command::new(sibling_bin("heapdump-demo")).arg(&p).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
-    ok(&o);
-    p
-}
 
 pub fn export(dump: &Path, format: &str, out: &Path, extra: &[&str]) {
     let o = heapdump().arg("export").arg(dump).args(["--format", format, "-o"]).arg(out).args(extra).output().unwrap();
@@ -20,26 +13,6 @@ pub fn export(dump: &Path, format: &str, out: &Path, extra: &[&str]) {
 
 fn total_bytes(dump: &Path) -> u64 {
     json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()])["bytes"].as_u64().unwrap()
-}
-
-/// Runs a node `script` with target/node's modules (where scripts/test.sh
-/// installs memlab, which brings puppeteer-core) and parses the JSON it
-/// prints.
-fn node_json(d: &Scratch, needs: &str, script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
-    let node_modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/node/node_modules");
-    assert!(node_modules.join(needs).exists(), "{needs} missing: scripts/test.sh installs memlab (and what it brings) into target/node");
-    let path = d.path("script.js");
-    std::fs::write(&path, script).unwrap();
-    let o = tool("node").arg(&path).args(args).env("NODE_PATH", &node_modules).output().unwrap();
-    serde_json::from_str(&ok(&o)).unwrap()
-}
-
-pub fn tool(name: &str) -> Command {
-    assert!(
-        Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().unwrap().status.success(),
-        "{name} is not installed: scripts/test.sh installs the export oracles"
-    );
-    Command::new(name)
 }
 
 /// (in-use objects, in-use bytes) summed over the samples `go tool pprof

@@ -15,3 +15,4 @@ mod real_programs;
 mod trust;
 mod types;
 mod valgrind;
+mod viewer;

@@ -2,7 +2,7 @@
 //! on a real program, reproduced by a small one.
 
 use crate::common::*;
-use crate::exports::{export, pprof_raw_totals, tool};
+use crate::exports::{export, pprof_raw_totals};
 use std::path::Path;
 use std::process::Command;
 
