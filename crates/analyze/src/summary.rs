@@ -53,6 +53,9 @@ pub struct Summary {
     pub sites: u64,
     /// How sites were captured (`off`, `all`, `sampled`).
     pub backtrace: &'static str,
+    /// Captured from outside the process (`attach`, `core`): no sites,
+    /// sizes are the allocator's usable sizes.
+    pub outside: bool,
     /// Mean sampling interval in bytes, when sampled.
     pub sample_mean: u64,
     /// Pointer entries (compact mode).
@@ -148,6 +151,7 @@ impl Summary {
             modules: 0,
             sites: 0,
             backtrace: "off",
+            outside: false,
             sample_mean: 0,
             pointers: 0,
             format_version: format!("{}.{}", h.major, h.minor),
@@ -164,6 +168,7 @@ impl Summary {
                     s.cmdline =
                         p.cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
                     s.backtrace = p.backtrace.as_str();
+                    s.outside = p.flags & heapdump_format::raw::PROCESS_OUTSIDE != 0;
                     s.sample_mean = p.sample_mean;
                 }
                 Ok((_, Record::End(t))) => trailer = Some(t),

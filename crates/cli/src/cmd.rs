@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 /// The version line: the tool's, and the dump format it writes and reads
 /// (a test checks the numbers against `heapdump_format::raw`).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.2; reads 1.0 to 1.2)");
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.3; reads 1.0 to 1.3)");
 
 /// Heap dumps of native programs, and what they mean.
 #[derive(Parser, Debug)]
@@ -413,6 +413,7 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
     t.row(vec!["roots".into(), s.roots.to_string()]);
     t.row(vec!["modules".into(), s.modules.to_string()]);
     let sites = match s.backtrace {
+        _ if s.outside => "none: captured from outside the process (sizes are the allocator's usable sizes)".to_string(),
         "sampled" => format!("{} (sampled, mean {})", s.sites, output::bytes(s.sample_mean)),
         other => format!("{} ({other})", s.sites),
     };

@@ -27,6 +27,7 @@ fn write_dump(path: &Path) {
         sample_mean: 0,
         exe: b"/usr/bin/golden",
         cmdline: b"golden\0--serve\0",
+        flags: 0,
     })
     .unwrap();
     let seg = [Segment { vaddr: 0x40_0000, memsz: 0x1_0000, file_offset: 0, flags: raw::SEG_X | raw::SEG_R }];

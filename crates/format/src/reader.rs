@@ -237,6 +237,8 @@ pub struct Process<'a> {
     pub exe: &'a [u8],
     /// Command line, NUL-separated.
     pub cmdline: &'a [u8],
+    /// `raw::PROCESS_*` flags (zero before 1.3).
+    pub flags: u8,
 }
 
 /// A MODULE record.
@@ -627,7 +629,8 @@ impl core::iter::FusedIterator for Records<'_> {}
 fn process(mut p: Cur<'_>) -> Result<Process<'_>, Error> {
     let off = p.record;
     let backtrace = Backtrace::from_u8(p.u8("backtrace mode")?).ok_or(Error::Malformed { offset: off, what: "unknown backtrace mode" })?;
-    p.bytes(3, "reserved")?;
+    let flags = p.u8("flags")?;
+    p.bytes(2, "reserved")?;
     let max_frames = p.u32("max frames")?;
     let sample_mean = p.u64("sample mean")?;
     let exe_len = p.u32("executable length")?;
@@ -635,7 +638,7 @@ fn process(mut p: Cur<'_>) -> Result<Process<'_>, Error> {
     let exe = p.bytes_u64(exe_len.into(), "executable path runs past the record")?;
     let cmdline = p.bytes_u64(cmd_len.into(), "command line runs past the record")?;
     p.expect_end("extra bytes after the command line")?;
-    Ok(Process { backtrace, max_frames, sample_mean, exe, cmdline })
+    Ok(Process { backtrace, max_frames, sample_mean, exe, cmdline, flags })
 }
 
 fn module(mut p: Cur<'_>) -> Result<Module<'_>, Error> {

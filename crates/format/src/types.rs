@@ -53,6 +53,11 @@ pub enum Reason {
     /// The program crashed (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL);
     /// since 1.2. A SIGNAL record says which signal, thread and address.
     Crash,
+    /// Captured from a running process from outside (`heapdump attach`);
+    /// since 1.3.
+    Attach,
+    /// Captured from a core file (`heapdump core`); since 1.3.
+    Core,
 }
 
 impl Reason {
@@ -66,6 +71,8 @@ impl Reason {
             Reason::Threshold => 5,
             Reason::NearLimit => 6,
             Reason::Crash => 7,
+            Reason::Attach => 8,
+            Reason::Core => 9,
         }
     }
     /// Decodes the header byte.
@@ -78,6 +85,8 @@ impl Reason {
             5 => Some(Reason::Threshold),
             6 => Some(Reason::NearLimit),
             7 => Some(Reason::Crash),
+            8 => Some(Reason::Attach),
+            9 => Some(Reason::Core),
             _ => None,
         }
     }
@@ -91,6 +100,8 @@ impl Reason {
             Reason::NearLimit => "near_limit",
             Reason::AllocFailure => "alloc_failure",
             Reason::Threshold => "threshold",
+            Reason::Attach => "attach",
+            Reason::Core => "core",
         }
     }
 }

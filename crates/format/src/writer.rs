@@ -120,6 +120,8 @@ pub struct ProcessInfo<'a> {
     pub exe: &'a [u8],
     /// Command line, arguments separated by NUL bytes.
     pub cmdline: &'a [u8],
+    /// `raw::PROCESS_*` flags (since 1.3).
+    pub flags: u8,
 }
 
 /// What a MODULE record says.
@@ -280,7 +282,8 @@ impl<'b, S: Sink> Writer<'b, S> {
         let len = raw::PROCESS_FIXED as u64 + p.exe.len() as u64 + p.cmdline.len() as u64;
         self.begin(tag::PROCESS, len)?;
         self.u8(p.backtrace.to_u8())?;
-        self.put(&[0; 3])?;
+        self.u8(p.flags)?;
+        self.put(&[0; 2])?;
         self.u32(p.max_frames)?;
         self.u64(p.sample_mean)?;
         self.u32(len32(p.exe.len(), "executable path")?)?;
