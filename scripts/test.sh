@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, first installing what the tests need
 # on a fresh Debian machine: the outside oracles (valgrind for leaks,
-# go tool pprof, memlab, graphviz, headless Chromium), gcc/g++ for the
+# go tool pprof, memlab, graphviz, headless Chromium; gdb's gcore for the
+# core files `heapdump core` reads), gcc/g++ for the
 # traced C and C++ programs, and the real programs traced (CPython, perl,
 # gawk, sqlite3, git).
 set -euo pipefail
@@ -9,6 +10,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v valgrind >/dev/null || need+=(valgrind)
+command -v gcore >/dev/null || need+=(gdb)
 command -v gcc >/dev/null || need+=(gcc)
 command -v g++ >/dev/null || need+=(g++)
 command -v go >/dev/null || need+=(golang-go)

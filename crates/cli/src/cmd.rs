@@ -112,6 +112,31 @@ enum Command {
         #[arg(last = true, required = true)]
         program: Vec<std::ffi::OsString>,
     },
+    /// Captures the heap of a running glibc process from outside (ptrace; no preload, no restart): the process goes on.
+    Attach {
+        /// The process.
+        pid: i32,
+        /// What the dump holds: the pointer graph (compact) or raw contents (full).
+        #[arg(long, value_enum, default_value = "compact")]
+        mode: DumpMode,
+        /// The dump's path (default heapdump.<pid>.hdump).
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+    },
+    /// Captures the heap a core file holds (the kernel's or gcore's) of a glibc process.
+    Core {
+        /// The core file.
+        core: PathBuf,
+        /// The executable, when the core's path to it is not this machine's.
+        #[arg(long)]
+        exe: Option<PathBuf>,
+        /// What the dump holds: the pointer graph (compact) or raw contents (full).
+        #[arg(long, value_enum, default_value = "compact")]
+        mode: DumpMode,
+        /// The dump's path (default heapdump.<pid>.hdump).
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+    },
     /// What a dump holds: allocations, bytes, threads, roots, why and when it was taken.
     Summary {
         /// The dump file.
@@ -286,6 +311,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 program,
             })
         }
+        Command::Attach { pid, mode, output } => outside(Outside::Attach(pid), mode, output),
+        Command::Core { core, exe, mode, output } => outside(Outside::Core(core, exe), mode, output),
         Command::Summary { dump, json } => summary(&dump, json),
         Command::Top { dump, by, n, depth, tree, skip, json } => {
             let by = match by {
@@ -362,6 +389,52 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// A capture from outside: a running process or a core file.
+enum Outside {
+    Attach(i32),
+    Core(PathBuf, Option<PathBuf>),
+}
+
+/// `attach` and `core`: capture, say what was written and what to know.
+fn outside(what: Outside, mode: DumpMode, output: Option<PathBuf>) -> Result<ExitCode> {
+    let mode = match mode {
+        DumpMode::Full => heapdump_format::Mode::Full,
+        DumpMode::Compact => heapdump_format::Mode::Compact,
+    };
+    let (info, out, from) = match &what {
+        Outside::Attach(pid) => {
+            let out = output.clone().unwrap_or_else(|| PathBuf::from(format!("heapdump.{pid}.hdump")));
+            (heapdump_attach::attach(*pid, mode, &out)?, out, format!("process {pid}"))
+        }
+        Outside::Core(core, exe) => {
+            let out = output.clone().unwrap_or_else(|| {
+                let stem = core.file_name().map_or("core".into(), |n| n.to_string_lossy().into_owned());
+                PathBuf::from(format!("{stem}.hdump"))
+            });
+            (heapdump_attach::core(core, exe.as_deref(), mode, &out)?, out, format!("core {}", core.display()))
+        }
+    };
+    for w in &info.warnings {
+        eprintln!("heapdump: warning: {w}");
+    }
+    let held = match what {
+        Outside::Attach(_) => format!(", held {:.1} ms", info.pause_ns as f64 / 1e6),
+        Outside::Core(..) => String::new(),
+    };
+    println!(
+        "heapdump: wrote {} ({from}: {} allocations, {} usable bytes, {} threads, {} arenas of glibc {}.{}, {} freed chunks in its caches left out{held})",
+        out.display(),
+        info.allocations,
+        info.bytes,
+        info.threads,
+        info.arenas,
+        info.glibc.0,
+        info.glibc.1,
+        info.cached_free,
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn summary(path: &PathBuf, json: bool) -> Result<ExitCode> {

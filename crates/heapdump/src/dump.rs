@@ -482,6 +482,13 @@ fn process_record(w: &mut Writer<'_, PipeSink>, config: &Config) -> Result<(), D
         config::Backtrace::All => (FmtBacktrace::All, 0),
         config::Backtrace::Sampled(m) => (FmtBacktrace::Sampled, m),
     };
-    w.process(&ProcessInfo { backtrace: bt, max_frames: config.max_frames as u32, sample_mean: mean, exe: &exe[..n], cmdline: &cmd[..c], flags: 0 })?;
+    w.process(&ProcessInfo {
+        backtrace: bt,
+        max_frames: config.max_frames as u32,
+        sample_mean: mean,
+        exe: &exe[..n],
+        cmdline: &cmd[..c],
+        flags: 0,
+    })?;
     Ok(())
 }

@@ -10,6 +10,7 @@ mod hostile;
 mod install;
 mod limits;
 mod one_answer;
+mod outside;
 mod preload;
 mod real_programs;
 mod trust;

@@ -271,7 +271,8 @@ pub fn write(d: &MDump) -> Vec<u8> {
     let mut buf = vec![0u8; 300];
     let header = Header::new(d.mode, d.reason, 4096, d.pid, 1_700_000_000_000_000_000);
     let mut w = Writer::new(Vec::new(), &mut buf, &header).unwrap();
-    w.process(&ProcessInfo { backtrace: Backtrace::All, max_frames: 32, sample_mean: 0, exe: &d.exe, cmdline: &d.cmdline, flags: 0 }).unwrap();
+    w.process(&ProcessInfo { backtrace: Backtrace::All, max_frames: 32, sample_mean: 0, exe: &d.exe, cmdline: &d.cmdline, flags: 0 })
+        .unwrap();
     if let Some(s) = &d.signal {
         w.signal(s).unwrap();
     }

@@ -1,0 +1,398 @@
+//! A dump written from outside: the live chunks glibc's heap holds, the
+//! threads' registers and stacks, the modules and their writable
+//! segments, the anonymous memory that is neither heap nor stack; no
+//! sites. Every command reads it as it reads a dump `heapdump run` wrote.
+
+use crate::error::{io, Error, Result};
+use crate::glibc::{walk_heap, Chunk, GlibcHeap};
+use crate::live::ThreadRegs;
+use crate::memory::{Map, Memory};
+use heapdump_format::{
+    raw, AllocInfo, Backtrace, Contents, Header, Mode, ModuleInfo, ProcessInfo, Reason, Segment, Sink, StaticInfo, ThreadInfo, WriteError,
+    Writer,
+};
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::{Endianness, Object};
+use std::io::Write;
+use std::path::Path;
+
+/// The most of a thread's stack read above its stack pointer.
+const MAX_STACK: u64 = 256 << 20;
+
+/// What a capture wrote.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureInfo {
+    /// Live allocations written.
+    pub allocations: u64,
+    /// Their usable bytes.
+    pub bytes: u64,
+    /// Threads.
+    pub threads: usize,
+    /// glibc's arenas.
+    pub arenas: usize,
+    /// Freed chunks held in glibc's caches (not live).
+    pub cached_free: u64,
+    /// glibc's version.
+    pub glibc: (u32, u32),
+    /// How long the process was held (live captures).
+    pub pause_ns: u64,
+    /// What the user should know (memory a core did not hold, a locked
+    /// arena, …).
+    pub warnings: Vec<String>,
+}
+
+/// Who the process is.
+pub struct Identity {
+    /// Process id.
+    pub pid: u32,
+    /// Executable path.
+    pub exe: String,
+    /// Command line, NUL-separated.
+    pub cmdline: Vec<u8>,
+}
+
+struct FileSink(std::io::BufWriter<std::fs::File>);
+
+impl Sink for FileSink {
+    fn write_all(&mut self, data: &[u8]) -> Result<(), WriteError> {
+        self.0.write_all(data).map_err(|e| WriteError::Sink { errno: e.raw_os_error().unwrap_or(libc::EIO) })
+    }
+}
+
+/// A module: the file mapped, its load bias and segments.
+struct Module {
+    path: String,
+    bias: u64,
+    build_id: Vec<u8>,
+    segments: Vec<Segment>,
+    /// Its TLS segment's size (0: none).
+    tls: u64,
+}
+
+/// The ELF objects mapped, read from the files the mappings name.
+fn modules(maps: &[Map]) -> Vec<Module> {
+    let mut out: Vec<Module> = Vec::new();
+    for m in maps.iter().filter(|m| m.offset == 0) {
+        let Some(path) = m.file() else { continue };
+        if out.iter().any(|x| x.path == path) {
+            continue;
+        }
+        // Regular files only: a mapping of /dev/zero or a device names a
+        // file that never ends.
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() < 4 << 30) {
+            continue;
+        }
+        let Ok(data) = std::fs::read(path) else { continue };
+        let Ok(elf) = ElfFile64::<Endianness>::parse(&*data) else { continue };
+        let e = elf.endian();
+        let mut segments = Vec::new();
+        let mut first = None;
+        let mut tls = 0;
+        for ph in elf.elf_program_headers() {
+            if ph.p_type(e) == object::elf::PT_TLS {
+                tls = ph.p_memsz(e);
+            }
+            if ph.p_type(e) != object::elf::PT_LOAD {
+                continue;
+            }
+            let f = ph.p_flags(e).0;
+            let flags = (if f & 4 != 0 { raw::SEG_R } else { 0 })
+                | (if f & 2 != 0 { raw::SEG_W } else { 0 })
+                | (if f & 1 != 0 { raw::SEG_X } else { 0 });
+            first.get_or_insert(ph.p_vaddr(e) & !0xfff);
+            segments.push(Segment { vaddr: ph.p_vaddr(e), memsz: ph.p_memsz(e), file_offset: ph.p_offset(e), flags });
+        }
+        let Some(first) = first else { continue };
+        let _ = elf.elf_header().e_type(e);
+        let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec).unwrap_or_default();
+        out.push(Module { path: path.to_string(), bias: m.start.wrapping_sub(first), build_id, segments, tls });
+    }
+    out
+}
+
+/// The live allocations, for the compact scan: which one a word points
+/// into.
+struct Blocks<'a>(&'a [Chunk]);
+
+impl Blocks<'_> {
+    fn hits(&self, v: u64) -> bool {
+        let i = self.0.partition_point(|c| c.mem <= v);
+        i > 0 && {
+            let c = self.0[i - 1];
+            v < c.mem + c.usable || v == c.mem
+        }
+    }
+
+    /// The (offset, value) pairs of `bytes` pointing into a block.
+    fn pointers(&self, start: u64, bytes: &[u8]) -> Vec<(u64, u64)> {
+        let skip = (start.next_multiple_of(8) - start) as usize;
+        bytes
+            .get(skip..)
+            .unwrap_or(&[])
+            .chunks_exact(8)
+            .enumerate()
+            .filter_map(|(k, w)| {
+                let v = u64::from_le_bytes(w.try_into().ok()?);
+                self.hits(v).then_some((skip as u64 + 8 * k as u64, v))
+            })
+            .collect()
+    }
+}
+
+/// Writes one region record in the dump's mode.
+fn region<'b>(
+    w: &mut Writer<'b, FileSink>,
+    blocks: &Blocks<'_>,
+    start: u64,
+    bytes: &[u8],
+    f: impl FnOnce(&mut Writer<'b, FileSink>, Contents<'_, std::vec::IntoIter<(u64, u64)>>) -> Result<(), WriteError>,
+) -> Result<()> {
+    match w.mode() {
+        Mode::Full => f(w, Contents::Full(bytes))?,
+        Mode::Compact => {
+            let p = blocks.pointers(start, bytes);
+            f(w, Contents::Compact { count: p.len() as u64, pointers: p.into_iter() })?
+        }
+    }
+    Ok(())
+}
+
+/// Reads glibc's heap in `mem` and writes the dump to `out`; `held` is
+/// when the process was stopped (live captures: the pause it reports).
+pub fn write(
+    mem: &dyn Memory,
+    threads: &[ThreadRegs],
+    who: &Identity,
+    mode: Mode,
+    reason: Reason,
+    out: &Path,
+    held: Option<std::time::Instant>,
+) -> Result<CaptureInfo> {
+    let heap = walk_heap(mem)?;
+    write_heap(mem, &heap, threads, who, mode, reason, out, held)
+}
+
+/// Writes the dump of a walked heap.
+#[allow(clippy::too_many_arguments)]
+fn write_heap(
+    mem: &dyn Memory,
+    heap: &GlibcHeap,
+    threads: &[ThreadRegs],
+    who: &Identity,
+    mode: Mode,
+    reason: Reason,
+    out: &Path,
+    held: Option<std::time::Instant>,
+) -> Result<CaptureInfo> {
+    let mut info = CaptureInfo {
+        threads: threads.len(),
+        arenas: heap.arenas,
+        cached_free: heap.cached_free,
+        glibc: heap.version,
+        warnings: heap.warnings.clone(),
+        ..Default::default()
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode_private()
+        .open(out)
+        .map_err(io(format!("cannot create {}", out.display())))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let time_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut w = Writer::new(
+        FileSink(std::io::BufWriter::with_capacity(1 << 20, file)),
+        &mut buf,
+        &Header::new(mode, reason, 4096, who.pid, time_ns),
+    )?;
+    w.process(&ProcessInfo {
+        backtrace: Backtrace::Off,
+        max_frames: 0,
+        sample_mean: 0,
+        exe: who.exe.as_bytes(),
+        cmdline: &who.cmdline,
+        flags: raw::PROCESS_OUTSIDE,
+    })?;
+    let blocks = Blocks(&heap.live);
+    let mods = modules(mem.maps());
+    for m in &mods {
+        w.module(&ModuleInfo { bias: m.bias, path: m.path.as_bytes(), build_id: &m.build_id, segments: &m.segments })?;
+    }
+    // Threads: registers, and the stack from the stack pointer (less the
+    // red zone) to the end of its mapping.
+    let mut stacks: Vec<(u64, u64)> = Vec::new();
+    for t in threads {
+        let sp = t.sp();
+        // A stack in a larger mapping (a thread library's own
+        // reservation) is read up to MAX_STACK above its stack pointer.
+        let (lo, hi) = match mem.map_of(sp) {
+            Some(m) => (sp.saturating_sub(128).max(m.start), m.end.min(sp.saturating_add(MAX_STACK))),
+            None => (sp, sp),
+        };
+        let bytes = match mem.bytes(lo, hi - lo) {
+            Ok(b) => b,
+            Err(e) => {
+                info.warnings.push(format!("thread {}: its stack was not read ({e})", t.tid));
+                Vec::new()
+            }
+        };
+        let hi = lo + bytes.len() as u64;
+        if let Some(m) = mem.map_of(sp).filter(|m| m.end - m.start <= MAX_STACK) {
+            stacks.push((m.start, m.end));
+        }
+        let ti =
+            ThreadInfo { tid: t.tid, flags: 0, stack_start: lo, stack_end: hi, tls: t.fs_base, name: t.name.as_bytes(), regs: &t.regs };
+        region(&mut w, &blocks, lo, &bytes, |w, c| w.thread(&ti, c))?;
+    }
+    // The modules' writable segments.
+    let mut statics: Vec<(u64, u64)> = Vec::new();
+    for (i, m) in mods.iter().enumerate() {
+        for s in m.segments.iter().filter(|s| s.flags & raw::SEG_W != 0 && s.memsz > 0) {
+            let (a, b) = (m.bias.wrapping_add(s.vaddr), m.bias.wrapping_add(s.vaddr) + s.memsz);
+            match mem.bytes(a, b - a) {
+                Ok(bytes) => {
+                    let si = StaticInfo { address: a, size: b - a, module: i as u32, name: b".data+.bss" };
+                    region(&mut w, &blocks, a, &bytes, |w, c| w.static_root(&si, c))?;
+                    statics.push((a, b));
+                }
+                Err(e) => info.warnings.push(format!("{}: its writable segment at {a:#x} was not read ({e})", m.path)),
+            }
+        }
+    }
+    // Anonymous writable memory that is neither heap, nor a thread's
+    // stack, nor a module's segment: roots, as memcheck scans them.
+    let mut holes: Vec<(u64, u64)> = heap.heap_ranges.iter().chain(&heap.mmapped).chain(&stacks).chain(&statics).copied().collect();
+    let tls = static_tls(&mods, mem);
+    if let Some(tid_off) = threads.first().and_then(|t| tid_offset(mem, t)) {
+        for m in mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write && m.end - m.start <= 1 << 30) {
+            dead_stacks(mem, m, tid_off, tls, &mut holes);
+        }
+    }
+    holes.sort_unstable();
+    for m in mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write) {
+        if m.end - m.start > 64 << 30 {
+            continue; // an address-space reservation, not data
+        }
+        let mut cur = m.start;
+        let mut parts = Vec::new();
+        for &(a, b) in &holes {
+            if b <= cur || a >= m.end {
+                continue;
+            }
+            if a > cur {
+                parts.push((cur, a));
+            }
+            cur = cur.max(b);
+        }
+        if cur < m.end {
+            parts.push((cur, m.end));
+        }
+        // Only what the process touched, in pieces of at most 64 MiB.
+        for (a, b) in parts.into_iter().flat_map(|(a, b)| mem.present(a, b)) {
+            let mut at = a;
+            while at < b {
+                let to = b.min(at + (64 << 20));
+                let Ok(bytes) = mem.bytes(at, to - at) else {
+                    info.warnings.push(format!("anonymous memory at {at:#x}..{to:#x} was not read"));
+                    at = to;
+                    continue;
+                };
+                let si = StaticInfo { address: at, size: to - at, module: raw::NO_MODULE, name: b"anonymous" };
+                region(&mut w, &blocks, at, &bytes, |w, c| w.static_root(&si, c))?;
+                at = to;
+            }
+        }
+    }
+    // The allocations, their contents from the heaps read once.
+    for c in &heap.live {
+        let bytes = heap.regions.iter().find_map(|r| r.slice(c.mem, c.usable)).ok_or_else(|| Error::Unreadable {
+            addr: c.mem,
+            len: c.usable,
+            why: "outside the heap read".into(),
+        })?;
+        let first_word = bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+        let a = AllocInfo { address: c.mem, size: c.usable, site: raw::NO_SITE, align_log2: 4, flags: 0, first_word };
+        region(&mut w, &blocks, c.mem, bytes, |w, ct| w.alloc(&a, ct))?;
+        info.allocations += 1;
+        info.bytes += c.usable;
+    }
+    info.pause_ns = held.map_or(0, |t| t.elapsed().as_nanos() as u64);
+    let (mut sink, _) = w.finish(info.pause_ns)?;
+    sink.0.flush().map_err(io(format!("writing {}", out.display())))?;
+    Ok(info)
+}
+
+/// Where glibc keeps a thread's id in its descriptor (`struct pthread`,
+/// at the thread pointer): found in a live thread's.
+fn tid_offset(mem: &dyn Memory, t: &ThreadRegs) -> Option<u64> {
+    if t.fs_base == 0 || t.fs_base % 64 != 0 {
+        return None;
+    }
+    let d = mem.bytes(t.fs_base, 0x800).ok()?;
+    (0x40..0x800u64).step_by(4).find(|&o| u32::from_le_bytes(d[o as usize..o as usize + 4].try_into().unwrap_or([0; 4])) == t.tid)
+}
+
+/// An upper bound of the static TLS below each thread descriptor: the
+/// modules' TLS segments and glibc's surplus for later ones.
+fn static_tls(mods: &[Module], _mem: &dyn Memory) -> u64 {
+    let own: u64 = mods.iter().map(|m| m.tls.next_multiple_of(64)).sum();
+    own + 1664
+}
+
+/// The stack parts of ended threads in the mapping `m` (glibc keeps their
+/// stacks for reuse): below the descriptor (whose first and third words
+/// point to itself, with no tid) and its static TLS. memcheck marks popped
+/// frames inaccessible; their stale words are not roots. The TLS and the
+/// descriptor stay roots, as under memcheck.
+fn dead_stacks(mem: &dyn Memory, m: &Map, tid_off: u64, tls: u64, holes: &mut Vec<(u64, u64)>) {
+    let mut below = m.start;
+    for (a, b) in mem.present(m.start, m.end) {
+        let Ok(bytes) = mem.bytes(a, b - a) else { continue };
+        let word = |x: u64| -> Option<u64> {
+            let o = usize::try_from(x.checked_sub(a)?).ok()?;
+            Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?))
+        };
+        let mut d = a.next_multiple_of(64);
+        while d + tid_off + 4 <= b {
+            if word(d) == Some(d) && word(d + 16) == Some(d) && word(d + tid_off).is_some_and(|w| (w as u32 as i32) <= 0) {
+                // The static TLS starts at the lowest block its thread
+                // vector names below the descriptor (the surplus below it
+                // is never written); without a readable vector, at the
+                // modules' TLS and glibc's surplus below it.
+                let low = word(d + 8).and_then(|dtv| tls_low(mem, dtv, below, d)).unwrap_or_else(|| d.saturating_sub(tls));
+                let top = (low & !63).max(below);
+                if top > below {
+                    holes.push((below, top));
+                }
+                below = d + 64;
+            }
+            d += 64;
+        }
+    }
+}
+
+/// The lowest static TLS block a thread vector (`dtv`, as the descriptor
+/// holds it: `dtv[-1]` is its length) names in `[lo, hi)`.
+fn tls_low(mem: &dyn Memory, dtv: u64, lo: u64, hi: u64) -> Option<u64> {
+    let len = mem.u64(dtv.checked_sub(16)?).ok()?;
+    if len == 0 || len > 4096 {
+        return None;
+    }
+    let v = mem.bytes(dtv, 16 * (len + 1)).ok()?;
+    (1..=len as usize)
+        .filter_map(|i| v.get(16 * i..16 * i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))))
+        .filter(|&p| p >= lo && p < hi)
+        .min()
+}
+
+trait PrivateMode {
+    fn mode_private(&mut self) -> &mut Self;
+}
+
+impl PrivateMode for std::fs::OpenOptions {
+    /// Dumps hold the process's secrets: mode 0600.
+    fn mode_private(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.mode(0o600)
+    }
+}

@@ -1,0 +1,237 @@
+//! An ELF core file (the kernel's or `gcore`'s) as the memory of a
+//! process: its `PT_LOAD` segments, a register set per thread
+//! (`NT_PRSTATUS`), the mapped files (`NT_FILE`) and the command line
+//! (`NT_PRPSINFO`). Pages the core does not hold (file-backed text the
+//! kernel left out, or cut short) are reported when read, never guessed.
+
+use crate::error::{io, Error, Result};
+use crate::live::ThreadRegs;
+use crate::memory::{Map, Memory};
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::Endianness;
+
+const NT_PRSTATUS: u32 = 1;
+const NT_PRPSINFO: u32 = 3;
+const NT_FILE: u32 = 0x4649_4c45;
+/// Where `pr_reg` starts in x86-64's `elf_prstatus`, and `pr_pid`.
+const PR_REG: usize = 112;
+const PR_PID: usize = 32;
+
+struct Segment {
+    vaddr: u64,
+    memsz: u64,
+    offset: u64,
+    filesz: u64,
+}
+
+#[derive(Default)]
+struct Parsed {
+    segments: Vec<Segment>,
+    maps: Vec<Map>,
+    threads: Vec<ThreadRegs>,
+    pid: u32,
+    cmdline: Vec<u8>,
+}
+
+/// A core file, mapped.
+pub struct Core {
+    data: memmap2::Mmap,
+    segments: Vec<Segment>,
+    maps: Vec<Map>,
+    threads: Vec<ThreadRegs>,
+    pid: u32,
+    exe: String,
+    cmdline: Vec<u8>,
+}
+
+fn u64_at(b: &[u8], off: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(off..off + 8)?.try_into().ok()?))
+}
+
+impl Core {
+    /// Maps and parses `path`.
+    pub fn open(path: &std::path::Path) -> Result<Core> {
+        let f = std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
+        // SAFETY: the file is mapped read-only; a core file being changed
+        // while read is outside what this reads for (it would give wrong
+        // bytes, not undefined behaviour in this process beyond SIGBUS on
+        // truncation, which a core at rest does not see).
+        let data = unsafe { memmap2::Mmap::map(&f) }.map_err(io(format!("cannot map {}", path.display())))?;
+        let bad = |what: &str| Error::Refused(format!("{}: not an x86-64 ELF core file ({what})", path.display()));
+        let elf = ElfFile64::<Endianness>::parse(&*data).map_err(|e| bad(&e.to_string()))?;
+        let hdr = elf.elf_header();
+        let e = elf.endian();
+        if hdr.e_type(e) != object::elf::ET_CORE {
+            return Err(bad("not a core"));
+        }
+        if hdr.e_machine(e) != object::elf::EM_X86_64 {
+            return Err(bad("another machine"));
+        }
+        let mut core = Parsed::default();
+        let mut files: Vec<(u64, u64, u64, String)> = Vec::new();
+        for ph in elf.elf_program_headers() {
+            match ph.p_type(e) {
+                object::elf::PT_LOAD => {
+                    let (vaddr, memsz, flags) = (ph.p_vaddr(e), ph.p_memsz(e), ph.p_flags(e).0);
+                    core.segments.push(Segment { vaddr, memsz, offset: ph.p_offset(e), filesz: ph.p_filesz(e) });
+                    core.maps.push(Map {
+                        start: vaddr,
+                        end: vaddr + memsz,
+                        read: flags & 4 != 0,
+                        write: flags & 2 != 0,
+                        exec: flags & 1 != 0,
+                        offset: 0,
+                        path: None,
+                    });
+                }
+                object::elf::PT_NOTE => {
+                    let Ok(Some(mut notes)) = ph.notes(e, &*data) else { continue };
+                    while let Ok(Some(n)) = notes.next() {
+                        if n.name() != b"CORE" {
+                            continue;
+                        }
+                        let d = n.desc();
+                        match n.n_type(e).0 {
+                            NT_PRSTATUS if d.len() >= PR_REG + 27 * 8 => {
+                                let r = |i: usize| u64_at(d, PR_REG + 8 * i).unwrap_or(0);
+                                // user_regs_struct: r15 r14 r13 r12 rbp rbx r11 r10 r9 r8
+                                // rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss fs_base …
+                                let regs = [
+                                    r(10),
+                                    r(5),
+                                    r(11),
+                                    r(12),
+                                    r(13),
+                                    r(14),
+                                    r(4),
+                                    r(19),
+                                    r(9),
+                                    r(8),
+                                    r(7),
+                                    r(6),
+                                    r(3),
+                                    r(2),
+                                    r(1),
+                                    r(0),
+                                    r(16),
+                                ];
+                                let tid = u32::from_le_bytes(d[PR_PID..PR_PID + 4].try_into().unwrap_or([0; 4]));
+                                if core.threads.is_empty() {
+                                    core.pid = tid;
+                                }
+                                core.threads.push(ThreadRegs { tid, name: String::new(), regs, fs_base: r(21) });
+                            }
+                            NT_PRPSINFO if d.len() >= 136 => {
+                                let args = &d[56..136];
+                                let args = &args[..args.iter().position(|&c| c == 0).unwrap_or(args.len())];
+                                core.cmdline = args
+                                    .split(|&c| c == b' ')
+                                    .filter(|a| !a.is_empty())
+                                    .flat_map(|a| a.iter().copied().chain([0]))
+                                    .collect();
+                            }
+                            NT_FILE => {
+                                let count = u64_at(d, 0).unwrap_or(0) as usize;
+                                let page = u64_at(d, 8).unwrap_or(4096);
+                                let mut names = d.get(16 + count.saturating_mul(24)..).unwrap_or(&[]).split(|&c| c == 0);
+                                for i in 0..count.min(1 << 20) {
+                                    let (Some(s), Some(end), Some(off)) =
+                                        (u64_at(d, 16 + 24 * i), u64_at(d, 24 + 24 * i), u64_at(d, 32 + 24 * i))
+                                    else {
+                                        break;
+                                    };
+                                    let name = String::from_utf8_lossy(names.next().unwrap_or(&[])).into_owned();
+                                    files.push((s, end, off.saturating_mul(page), name));
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Name the segments by the files mapped there.
+        for m in &mut core.maps {
+            if let Some(f) = files.iter().find(|f| f.0 <= m.start && m.start < f.1) {
+                m.path = Some(f.3.clone());
+                m.offset = f.2 + (m.start - f.0);
+            }
+        }
+        // A file's mappings the core left out entirely still tell where
+        // the module is loaded: keep them as mappings with nothing in them.
+        for f in &files {
+            if !core.maps.iter().any(|m| m.start < f.1 && f.0 < m.end) {
+                core.maps.push(Map { start: f.0, end: f.1, read: true, write: false, exec: false, offset: f.2, path: Some(f.3.clone()) });
+            }
+        }
+        core.maps.sort_by_key(|m| m.start);
+        if core.threads.is_empty() {
+            return Err(bad("no thread register sets (NT_PRSTATUS)"));
+        }
+        let exe = files.first().map(|f| f.3.clone()).unwrap_or_default();
+        drop(elf);
+        let Parsed { segments, maps, threads, pid, cmdline } = core;
+        Ok(Core { data, segments, maps, threads, pid, exe, cmdline })
+    }
+
+    /// The threads' registers.
+    pub fn threads(&self) -> &[ThreadRegs] {
+        &self.threads
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The executable (the first mapped file) and the command line.
+    pub fn identity(&self) -> (String, Vec<u8>) {
+        (self.exe.clone(), self.cmdline.clone())
+    }
+
+    /// Says that the executable is `exe` (when the core's file names are
+    /// not this machine's).
+    pub fn set_exe(&mut self, exe: String) {
+        self.exe = exe;
+    }
+}
+
+impl Memory for Core {
+    fn maps(&self) -> &[Map] {
+        &self.maps
+    }
+
+    /// The parts the core holds.
+    fn present(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> =
+            self.segments.iter().map(|s| (s.vaddr.max(start), (s.vaddr + s.filesz).min(end))).filter(|(a, b)| a < b).collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        let mut done = 0u64;
+        while done < len {
+            let a = addr + done;
+            let Some(s) = self.segments.iter().find(|s| s.vaddr <= a && a < s.vaddr + s.memsz) else {
+                return Err(Error::Unreadable { addr: a, len: len - done, why: "not mapped in the core".into() });
+            };
+            let into = a - s.vaddr;
+            if into >= s.filesz {
+                return Err(Error::Unreadable { addr: a, len: len - done, why: "a page the core file does not hold".into() });
+            }
+            let n = (s.filesz - into).min(len - done);
+            let from = (s.offset + into) as usize;
+            let src = self.data.get(from..from + n as usize).ok_or_else(|| Error::Unreadable {
+                addr: a,
+                len: n,
+                why: "the core file is cut short".into(),
+            })?;
+            buf[done as usize..(done + n) as usize].copy_from_slice(src);
+            done += n;
+        }
+        Ok(())
+    }
+}

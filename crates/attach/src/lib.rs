@@ -1,0 +1,73 @@
+//! Heap dumps taken from outside a process: `heapdump attach PID` reads
+//! the heap of a running glibc program (held still with ptrace, then let
+//! go), `heapdump core CORE` the heap of a core file. glibc's malloc is
+//! walked as it lays its heap out (arenas, chunks, the per-thread caches
+//! and fastbins whose chunks are free), and the dump is written in the
+//! same format as the runtime's, with no sites and the allocator's usable
+//! sizes: every command, export and the viewer read it unchanged.
+//!
+//! This crate runs on the analysis side; it never injects anything into
+//! the target and never trusts a pointer read from it.
+// It traces another process: ptrace and waitpid are its own business, not
+// the runtime's (whose sys.rs the workspace's clippy.toml points to).
+#![allow(clippy::disallowed_methods)]
+
+mod capture;
+mod core;
+mod error;
+mod glibc;
+mod live;
+mod memory;
+
+pub use capture::{CaptureInfo, Identity};
+pub use error::{Error, Result};
+pub use glibc::{walk_heap, Chunk, GlibcHeap};
+pub use live::ThreadRegs;
+pub use memory::{parse_maps, Map, Memory};
+
+use heapdump_format::{Mode, Reason};
+use std::path::Path;
+
+/// Captures the running process `pid` into `out`: stops every thread,
+/// walks glibc's heap, writes the dump, lets the process go on.
+pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
+    if pid <= 0 {
+        return Err(Error::Refused(format!("no process {pid}")));
+    }
+    check_machine(&format!("/proc/{pid}/exe"))?;
+    let held = std::time::Instant::now();
+    let p = live::Process::stop(pid)?;
+    let threads = p.threads()?;
+    let (exe, cmdline) = p.identity();
+    let who = Identity { pid: pid as u32, exe, cmdline };
+    capture::write(&p, &threads, &who, mode, Reason::Attach, out, Some(held))
+    // `p` is dropped here: every thread detached.
+}
+
+/// Captures the process a core file holds into `out`; `exe` names the
+/// executable when the core's path to it is not this machine's.
+pub fn core(path: &Path, exe: Option<&Path>, mode: Mode, out: &Path) -> Result<CaptureInfo> {
+    let mut c = core::Core::open(path)?;
+    if let Some(e) = exe {
+        c.set_exe(e.display().to_string());
+    }
+    let (exe, cmdline) = c.identity();
+    let who = Identity { pid: c.pid(), exe, cmdline };
+    let threads = c.threads().to_vec();
+    capture::write(&c, &threads, &who, mode, Reason::Core, out, None)
+}
+
+/// Refuses a program that is not x86-64 (the only layout read).
+fn check_machine(exe: &str) -> Result<()> {
+    let mut head = [0u8; 20];
+    let f = std::fs::File::open(exe).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::Refused(format!("no process {}", exe.trim_start_matches("/proc/").trim_end_matches("/exe"))),
+        _ => Error::Refused(format!("cannot read {exe}: {e} (another user's process needs root or CAP_SYS_PTRACE)")),
+    })?;
+    use std::io::Read;
+    let _ = (&f).read(&mut head);
+    if &head[..4] != b"\x7fELF" || head[4] != 2 || u16::from_le_bytes([head[18], head[19]]) != 62 {
+        return Err(Error::Refused(format!("{exe} is not an x86-64 program: attach reads x86-64 processes only")));
+    }
+    Ok(())
+}

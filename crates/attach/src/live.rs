@@ -1,0 +1,183 @@
+//! A running process, held still with ptrace while its heap is read:
+//! every thread seized and interrupted (`PTRACE_SEIZE`,
+//! `PTRACE_INTERRUPT`: no signal is sent, the program's own handlers and
+//! state are untouched), its memory read through `/proc/PID/mem`, its
+//! registers with `PTRACE_GETREGS`; detached when dropped, and the
+//! process goes on.
+
+use crate::error::{io, Error, Result};
+use crate::memory::{parse_maps, Map, Memory};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// A thread's registers, as the dump wants them.
+#[derive(Clone, Debug)]
+pub struct ThreadRegs {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Its name.
+    pub name: String,
+    /// rax … r15, rip, in `raw::X86_64_REG_NAMES` order.
+    pub regs: [u64; 17],
+    /// The thread pointer (`fs` base).
+    pub fs_base: u64,
+}
+
+impl ThreadRegs {
+    /// The stack pointer.
+    pub fn sp(&self) -> u64 {
+        self.regs[7]
+    }
+}
+
+/// A process whose threads are all stopped by this tracer.
+pub struct Process {
+    pid: i32,
+    maps: Vec<Map>,
+    mem: File,
+    tids: Vec<i32>,
+}
+
+fn threads_of(pid: i32) -> Result<Vec<i32>> {
+    let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(io(format!("cannot list the threads of process {pid}")))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// Why ptrace refused, in one line.
+fn refusal(pid: i32, errno: i32) -> Error {
+    if errno == libc::ESRCH {
+        return Error::Refused(format!("no process {pid}"));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    if let Some(t) = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).map(str::trim).filter(|t| *t != "0") {
+        return Error::Refused(format!("process {pid} is already traced by process {t} (a debugger?): detach it first"));
+    }
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
+    match scope.trim() {
+        "1" => Error::Refused(format!(
+            "cannot trace process {pid}: kernel.yama.ptrace_scope is 1 (only a parent may trace): run as root or with CAP_SYS_PTRACE, or set it to 0"
+        )),
+        "2" => Error::Refused(format!("cannot trace process {pid}: kernel.yama.ptrace_scope is 2 (only with CAP_SYS_PTRACE)")),
+        "3" => Error::Refused(format!("cannot trace process {pid}: kernel.yama.ptrace_scope is 3 (no process may be traced)")),
+        _ => Error::Refused(format!("cannot trace process {pid}: {}", std::io::Error::from_raw_os_error(errno))),
+    }
+}
+
+impl Process {
+    /// Seizes and stops every thread of `pid`.
+    pub fn stop(pid: i32) -> Result<Process> {
+        let mut p = Process { pid, maps: Vec::new(), mem: File::open("/dev/null").map_err(io("opening /dev/null"))?, tids: Vec::new() };
+        // Threads may start while others are being seized: list again
+        // until every one listed is held.
+        for _ in 0..100 {
+            let all = threads_of(pid)?;
+            let new: Vec<i32> = all.iter().copied().filter(|t| !p.tids.contains(t)).collect();
+            if new.is_empty() {
+                break;
+            }
+            for t in new {
+                // SAFETY: PTRACE_SEIZE takes a tid and no pointer (addr and
+                // data 0: no options).
+                let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, t, 0usize, 0usize) };
+                if r != 0 {
+                    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                    if errno == libc::ESRCH && t != pid {
+                        continue; // the thread ended meanwhile
+                    }
+                    return Err(refusal(pid, errno));
+                }
+                p.tids.push(t);
+                // SAFETY: as above; the thread is ours to interrupt.
+                unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, t, 0usize, 0usize) };
+                let mut status = 0;
+                // SAFETY: a plain int out-parameter.
+                let w = unsafe { libc::waitpid(t, &mut status, libc::__WALL) };
+                if w != t {
+                    return Err(Error::Refused(format!("thread {t} of process {pid} did not stop")));
+                }
+            }
+        }
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(io(format!("cannot read /proc/{pid}/maps")))?;
+        p.maps = parse_maps(&text);
+        p.mem = File::open(format!("/proc/{pid}/mem")).map_err(io(format!("cannot open /proc/{pid}/mem")))?;
+        Ok(p)
+    }
+
+    /// Every thread's registers.
+    pub fn threads(&self) -> Result<Vec<ThreadRegs>> {
+        let mut out = Vec::new();
+        for &t in &self.tids {
+            // SAFETY: zeroed plain-data registers, filled by the kernel.
+            let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+            // SAFETY: the thread is stopped under our trace; `r` is a
+            // valid user_regs_struct for the kernel to fill.
+            let rc = unsafe { libc::ptrace(libc::PTRACE_GETREGS, t, 0usize, &mut r as *mut libc::user_regs_struct) };
+            if rc != 0 {
+                continue; // ended while held (a zombie thread)
+            }
+            let regs =
+                [r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rip];
+            let name = std::fs::read_to_string(format!("/proc/{}/task/{t}/comm", self.pid)).unwrap_or_default().trim().to_string();
+            out.push(ThreadRegs { tid: t as u32, name, regs, fs_base: r.fs_base });
+        }
+        Ok(out)
+    }
+
+    /// The executable's path and the command line (NUL-separated).
+    pub fn identity(&self) -> (String, Vec<u8>) {
+        let exe = std::fs::read_link(format!("/proc/{}/exe", self.pid)).map(|p| p.display().to_string()).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid)).unwrap_or_default();
+        (exe, cmdline)
+    }
+}
+
+impl Memory for Process {
+    fn maps(&self) -> &[Map] {
+        &self.maps
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        self.mem.read_exact_at(buf, addr).map_err(|e| Error::Unreadable { addr, len: buf.len() as u64, why: e.to_string() })
+    }
+
+    /// From `/proc/PID/pagemap`: the pages present or swapped.
+    fn present(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let Ok(pm) = File::open(format!("/proc/{}/pagemap", self.pid)) else { return vec![(start, end)] };
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut buf = vec![0u8; 8 * 65536];
+        let mut page = start / 4096;
+        let last = end.div_ceil(4096);
+        while page < last {
+            let n = ((last - page) as usize).min(65536);
+            if pm.read_exact_at(&mut buf[..8 * n], page * 8).is_err() {
+                return vec![(start, end)];
+            }
+            for k in 0..n {
+                let e = u64::from_le_bytes(buf[8 * k..8 * k + 8].try_into().unwrap_or([0; 8]));
+                if e >> 62 != 0 {
+                    let a = ((page + k as u64) * 4096).max(start);
+                    let b = ((page + k as u64 + 1) * 4096).min(end);
+                    match out.last_mut() {
+                        Some(r) if r.1 == a => r.1 = b,
+                        _ => out.push((a, b)),
+                    }
+                }
+            }
+            page += n as u64;
+        }
+        out
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        for &t in &self.tids {
+            // SAFETY: detaching a thread we seized; it resumes as it was.
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0usize, 0usize) };
+        }
+    }
+}

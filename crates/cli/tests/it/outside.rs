@@ -1,0 +1,221 @@
+//! Captures from outside (`heapdump attach`, `heapdump core`): programs
+//! that know nothing of heapdump, stopped at their end (a destructor, after
+//! main returned, as valgrind sees them when it checks), read through
+//! ptrace or through gcore's core file. Leak classes against valgrind's on
+//! the same program; block addresses against `heapdump run`'s dump of the
+//! same moment; freed chunks in glibc's caches never counted live.
+
+use crate::common::*;
+use crate::valgrind::{ours, valgrind_summary};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A test program with `stop_at_end.c` linked in.
+fn program(d: &Scratch, source: &str) -> PathBuf {
+    let stop = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/stop_at_end.c");
+    compile(d, source, &["-O0", "-g", stop.to_str().unwrap()])
+}
+
+/// A process stopped at its end; continued and reaped when dropped.
+struct Stopped {
+    child: Child,
+    pid: i32,
+}
+
+impl Stopped {
+    /// Starts `cmd` with STOP_AT_END set and waits for it to stop.
+    fn start(mut cmd: Command) -> Stopped {
+        let mut child = cmd.env("STOP_AT_END", "1").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut pid = 0;
+        let mut seen = String::new();
+        for _ in 0..200 {
+            let mut line = String::new();
+            if err.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            if let Some(p) = line.trim().strip_prefix("stopped ") {
+                pid = p.parse().unwrap();
+                break;
+            }
+            seen.push_str(&line);
+        }
+        assert!(pid > 0, "the program did not stop: {seen}");
+        // Its state is T once the stop is delivered.
+        for _ in 0..500 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // The rest of its stderr must not fill the pipe.
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        Stopped { child, pid }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.pid.to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// `heapdump attach PID -o OUT --mode MODE`; its report line.
+fn attach(pid: i32, out: &Path, mode: &str) -> String {
+    let o = heapdump().args(["attach", &pid.to_string(), "--mode", mode, "-o"]).arg(out).output().unwrap();
+    ok(&o)
+}
+
+/// valgrind's classes against ours: blocks exactly, bytes between the
+/// sizes asked for and those sizes rounded up to glibc's usable sizes (at
+/// most 24 bytes more per block).
+fn same_classes(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], what: &str) {
+    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(valgrind.iter()).enumerate() {
+        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
+        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {valgrind:?})");
+        assert!(ob >= vb && *ob <= vb + 24 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
+    }
+}
+
+/// glibc's usable size for a request (x86-64).
+fn usable(req: u64) -> u64 {
+    (req + 8 + 15).max(32) / 16 * 16 - 8
+}
+
+#[test]
+fn attach_and_core_give_valgrinds_leak_classes() {
+    for source in ["leaks.c", "leaks_tree.c", "chain.c", "threads.c", "arenas.c"] {
+        let d = Scratch::new("outside-vg");
+        let prog = program(&d, source);
+        let expected = valgrind_summary(&prog);
+        let p = Stopped::start(Command::new(&prog));
+        for mode in ["compact", "full"] {
+            let out = d.path(&format!("a-{mode}.hdump"));
+            let line = attach(p.pid, &out, mode);
+            assert!(line.contains("held"), "{line}");
+            same_classes(ours(&out), expected, &format!("{source}, attach --mode {mode}"));
+            let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
+            assert_eq!((s["reason"].as_str(), s["outside"].as_bool()), (Some("attach"), Some(true)));
+        }
+        // gcore's core file of the same stopped process: the same blocks.
+        let core = d.path("core");
+        let o = Command::new("gcore").arg("-o").arg(&core).arg(p.pid.to_string()).output().expect("gcore (gdb) is installed");
+        ok(&o);
+        let core = PathBuf::from(format!("{}.{}", core.display(), p.pid));
+        let out = d.path("c.hdump");
+        let o = heapdump().arg("core").arg(&core).arg("-o").arg(&out).output().unwrap();
+        ok(&o);
+        same_classes(ours(&out), expected, &format!("{source}, gcore then core"));
+        let attached: BTreeSet<(u64, u64)> = blocks(&d.path("a-compact.hdump")).into_iter().collect();
+        let cored: BTreeSet<(u64, u64)> = blocks(&out).into_iter().collect();
+        assert_eq!(attached, cored, "{source}: attach and core see the same blocks");
+        let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
+        assert_eq!(s["reason"], "core");
+    }
+}
+
+#[test]
+fn attach_sees_the_blocks_heapdump_run_tracks() {
+    // The same moment of the same process: the runtime's dump, then the
+    // walk of glibc's heap from outside. Every block the runtime tracks is
+    // a live chunk of the same address, its size rounded up to the usable
+    // size; single-threaded and with four threads in arenas of their own.
+    for source in ["leaks.c", "arenas.c"] {
+        let d = Scratch::new("outside-run");
+        let prog = program(&d, source);
+        ensure_preload();
+        let first = d.path("run.hdump");
+        let mut cmd = heapdump();
+        cmd.args(["run", "--no-at-exit", "--mode", "compact", "-o"]).arg(&first).arg("--").arg(&prog).env("DUMP_FIRST", &first);
+        let p = Stopped::start(cmd);
+        let out = d.path("attach.hdump");
+        let line = attach(p.pid, &out, "compact");
+        let tracked = blocks(&first);
+        assert!(!tracked.is_empty());
+        // Sizes: the usable size of the request, or up to 16 bytes more
+        // when glibc gave the whole of a chunk whose rest would have been
+        // too small to split off.
+        let walked_sizes: std::collections::BTreeMap<u64, u64> = blocks(&out).into_iter().collect();
+        let walked: BTreeSet<u64> = walked_sizes.keys().copied().collect();
+        let want: BTreeSet<u64> = tracked.iter().map(|&(a, _)| a).collect();
+        let missing: Vec<_> = want.difference(&walked).collect();
+        assert!(missing.is_empty(), "{source}: tracked blocks the walk did not find: {missing:x?} ({line})");
+        for &(a, s) in &tracked {
+            let got = walked_sizes[&a];
+            assert!(got >= usable(s) && got <= usable(s) + 16, "{source}: {a:#x} asked {s} bytes, the walk says {got} usable");
+        }
+        // The walk also sees what the runtime's own thread holds: its
+        // thread vector (DTV), which pthread_create allocated for it
+        // while the tracker was busy starting it (valgrind, with no
+        // runtime, has no such thread). Nothing else.
+        let extra: Vec<_> = walked.difference(&want).collect();
+        assert!(extra.len() <= 1, "{source}: blocks the runtime did not track: {extra:x?}");
+        for &&a in &extra {
+            let holders = json(&["path".as_ref(), out.as_os_str(), format!("{a:#x}").as_ref(), "--all".as_ref(), "--json".as_ref()]);
+            let from: Vec<&str> = holders.as_array().unwrap().iter().map(|h| h["from"].as_str().unwrap()).collect();
+            assert!(!from.is_empty() && from.iter().all(|f| f.contains("(heapdump)")), "{source}: {a:#x} is held by {from:?}");
+        }
+        if source == "arenas.c" {
+            assert!(line.contains(" 5 arenas"), "four threads, each in an arena of its own: {line}");
+        }
+    }
+}
+
+#[test]
+fn freed_chunks_in_the_caches_and_fastbins_are_not_live() {
+    let d = Scratch::new("outside-freed");
+    let prog = program(&d, "freed.c");
+    let list = d.path("freed.txt");
+    let p = Stopped::start({
+        let mut c = Command::new(&prog);
+        c.arg(&list);
+        c
+    });
+    let out = d.path("f.hdump");
+    let line = attach(p.pid, &out, "full");
+    let freed: BTreeSet<u64> =
+        std::fs::read_to_string(&list).unwrap().lines().map(|l| u64::from_str_radix(l.trim_start_matches("0x"), 16).unwrap()).collect();
+    assert_eq!(freed.len(), 71);
+    let b = blocks(&out);
+    assert!(b.iter().all(|(a, _)| !freed.contains(a)), "a freed block counted live: {line}");
+    assert_eq!((count_size(&b, usable(40)), count_size(&b, usable(200)), count_size(&b, usable(24))), (30, 5, 1), "{b:?}");
+    assert_eq!(b.len(), 36, "{b:?}");
+    // 70 small blocks and the FILE freed into the caches and fastbins.
+    let cached: u64 = line.split(" freed chunks").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(cached >= 70, "{line}");
+}
+
+#[test]
+fn what_cannot_be_attached_is_refused_in_one_line() {
+    let d = Scratch::new("outside-refused");
+    // No such process.
+    let o = heapdump().args(["attach", "999999999", "-o"]).arg(d.path("x.hdump")).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no process 999999999") && err.lines().count() == 1, "{err}");
+    // A static program has no glibc heap to read from outside.
+    let src = d.path("s.c");
+    std::fs::write(&src, "#include <stdlib.h>\n#include <signal.h>\nint main(void){ malloc(10); raise(SIGSTOP); return 0; }\n").unwrap();
+    let bin = d.path("s");
+    let o = Command::new("gcc").arg("-static").arg("-o").arg(&bin).arg(&src).output().unwrap();
+    if o.status.success() {
+        let mut child = Command::new(&bin).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let o = heapdump().args(["attach", &child.id().to_string(), "-o"]).arg(d.path("s.hdump")).output().unwrap();
+        let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+        let _ = child.wait();
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("no glibc") && err.lines().count() == 1, "{err}");
+    }
+    // Not a core file.
+    let o = heapdump().arg("core").arg(&src).arg("-o").arg(d.path("c.hdump")).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not an x86-64 ELF core file") && err.lines().count() == 1, "{err}");
+    assert!(!d.path("c.hdump").exists(), "no dump left behind");
+}
