@@ -309,9 +309,10 @@ pub fn pretty(t: &str) -> String {
 /// Type names for the blocks of one dump.
 pub struct Types<'f> {
     sites: HashMap<SiteId, String>,
-    /// The dump, for the vtable scan of a full dump, until it is done.
+    /// The dump, for the vtable scans, until they are done.
     file: Option<&'f DumpFile>,
-    /// Blocks named by a trait-object vtable next to a pointer to them.
+    /// Blocks named by a C++ vtable their first word points into, or by
+    /// a trait-object vtable next to a pointer to them.
     blocks: HashMap<u32, String>,
 }
 
@@ -320,9 +321,8 @@ impl<'f> Types<'f> {
     /// blocks whose site says nothing are also named by fat pointers to
     /// them (a pointer to the block's start followed by a vtable the debug
     /// info names): the scan runs once, when first needed.
-    pub fn new(file: &'f DumpFile, heap: &Heap) -> Types<'f> {
-        let file = (heap.header.mode == heapdump_format::Mode::Full).then_some(file);
-        Types { sites: HashMap::new(), file, blocks: HashMap::new() }
+    pub fn new(file: &'f DumpFile, _heap: &Heap) -> Types<'f> {
+        Types { sites: HashMap::new(), file: Some(file), blocks: HashMap::new() }
     }
 
     /// The type a site allocates, or [`UNKNOWN`].
@@ -354,10 +354,78 @@ impl<'f> Types<'f> {
     /// The blocks named by vtables, scanning the dump the first time.
     fn by_vtable(&mut self, sym: &mut Symbolizer<'_>, heap: &Heap) -> &HashMap<u32, String> {
         if let Some(file) = self.file.take() {
-            self.blocks = scan_vtables(file, heap, sym);
+            if heap.header.mode == heapdump_format::Mode::Full {
+                self.blocks = scan_vtables(file, heap, sym);
+            }
+            for (b, name) in scan_vptrs(file, heap, sym) {
+                self.blocks.entry(b).or_insert(name);
+            }
         }
         &self.blocks
     }
+}
+
+/// Blocks whose first word points into a C++ vtable (`vtable for T`, as
+/// the modules' symbols name it): objects of a polymorphic class `T`,
+/// named so whatever allocated them (a plain `new T`, a capture from
+/// outside with no sites). Compact dumps keep the first word too.
+fn scan_vptrs(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> HashMap<u32, String> {
+    let mut found = HashMap::new();
+    // Only words inside a module's segments can be vtable pointers.
+    let ranges: Vec<(u64, u64)> = heap
+        .modules
+        .iter()
+        .flat_map(|m| m.segments.iter().map(move |s| (m.bias.wrapping_add(s.vaddr), m.bias.wrapping_add(s.vaddr).wrapping_add(s.memsz))))
+        .collect();
+    if ranges.is_empty() {
+        return found;
+    }
+    let mut names: HashMap<u64, Option<String>> = HashMap::new();
+    let mut name_of = |v: u64, sym: &mut Symbolizer<'_>| -> Option<String> {
+        if !ranges.iter().any(|&(a, b)| v >= a && v < b) {
+            return None;
+        }
+        names
+            .entry(v)
+            .or_insert_with(|| {
+                // `_ZTV…` demangles as "vtable for T" or "{vtable(T)}".
+                let (name, _) = sym.data_symbol_at(v)?;
+                let t = name.strip_prefix("vtable for ").or_else(|| name.strip_prefix("{vtable(")?.strip_suffix(")}"))?;
+                Some(pretty(t))
+            })
+            .clone()
+    };
+    let Ok(dump) = heapdump_format::Dump::parse(file.bytes()) else { return found };
+    for r in dump.records() {
+        let Ok((_, rec)) = r else { break };
+        use heapdump_format::{ContentsRef as Contents, FirstWord, Record};
+        let mut one = |addr: u64, first: u64, sym: &mut Symbolizer<'_>| {
+            if let Some(t) = name_of(first, sym) {
+                if let Some(b) = heap.find_start(addr) {
+                    found.insert(b.0, t);
+                }
+            }
+        };
+        match rec {
+            Record::Alloc(a) => {
+                let first = match a.contents {
+                    Contents::Full(b) => b.get(..8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))),
+                    Contents::Compact(_) => a.first_word,
+                };
+                one(a.address, first, sym);
+            }
+            Record::Allocs(a) => {
+                for e in a.entries() {
+                    let Ok(e) = e else { break };
+                    if let FirstWord::Value(v) = e.first_word {
+                        one(e.address, v, sym);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    found
 }
 
 /// Blocks pointed to by fat pointers `(data, vtable)` in full contents.

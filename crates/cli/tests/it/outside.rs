@@ -219,3 +219,27 @@ fn what_cannot_be_attached_is_refused_in_one_line() {
     assert!(err.contains("not an x86-64 ELF core file") && err.lines().count() == 1, "{err}");
     assert!(!d.path("c.hdump").exists(), "no dump left behind");
 }
+
+#[test]
+fn cxx_objects_are_named_by_their_vtables_without_sites() {
+    // A capture from outside has no sites: a polymorphic object's first
+    // word, its vtable pointer, names its class; so it does for a plain
+    // `new` under `heapdump run`, whose site names no type.
+    let d = Scratch::new("outside-vptr");
+    let prog = program(&d, "shapes.cpp");
+    let types = |dump: &Path| {
+        let rows = json(&["top".as_ref(), dump.as_os_str(), "--by".as_ref(), "type".as_ref(), "--json".as_ref()]);
+        let get = |k: &str| rows.as_array().unwrap().iter().find(|r| r["key"] == k).map(|r| r["allocations"].as_u64().unwrap());
+        (get("Circle"), get("Square"))
+    };
+    let p = Stopped::start(Command::new(&prog));
+    for mode in ["compact", "full"] {
+        let out = d.path(&format!("s-{mode}.hdump"));
+        attach(p.pid, &out, mode);
+        assert_eq!(types(&out), (Some(201), Some(100)), "attach --mode {mode}");
+    }
+    drop(p);
+    let (o, dumps) = run_traced(&d.path("run.hdump"), &prog, &[], &[]);
+    ok(&o);
+    assert_eq!(types(&dumps[0]), (Some(201), Some(100)), "heapdump run");
+}
