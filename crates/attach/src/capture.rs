@@ -198,6 +198,8 @@ fn write_heap(
         .mode_private()
         .open(out)
         .map_err(io(format!("cannot create {}", out.display())))?;
+    // A capture that fails leaves no half-written dump behind.
+    let mut unfinished = Unfinished(Some(out));
     let mut buf = vec![0u8; 1 << 20];
     let time_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let mut w = Writer::new(
@@ -319,7 +321,19 @@ fn write_heap(
     info.pause_ns = held.map_or(0, |t| t.elapsed().as_nanos() as u64);
     let (mut sink, _) = w.finish(info.pause_ns)?;
     sink.0.flush().map_err(io(format!("writing {}", out.display())))?;
+    unfinished.0 = None;
     Ok(info)
+}
+
+/// Removes the dump it names when dropped, unless the capture finished.
+struct Unfinished<'a>(Option<&'a Path>);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// Where glibc keeps a thread's id in its descriptor (`struct pthread`,

@@ -212,6 +212,29 @@ fn what_cannot_be_attached_is_refused_in_one_line() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("no glibc") && err.lines().count() == 1, "{err}");
     }
+    // A process a debugger holds.
+    let prog = program(&d, "leaks.c");
+    let p = Stopped::start(Command::new(&prog));
+    let mut gdb = Command::new("gdb")
+        .args(["-p", &p.pid.to_string(), "-batch", "-ex", "shell sleep 20"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gdb is installed");
+    let traced = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::read_to_string(format!("/proc/{}/status", p.pid))
+            .is_ok_and(|s| s.lines().any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0"))
+    });
+    assert!(traced, "gdb did not attach");
+    let o = heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(d.path("t.hdump")).output().unwrap();
+    let _ = gdb.kill();
+    let _ = gdb.wait();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("already traced by process") && err.lines().count() == 1, "{err}");
+    assert!(!d.path("t.hdump").exists(), "no dump left behind");
+    drop(p);
     // Not a core file.
     let o = heapdump().arg("core").arg(&src).arg("-o").arg(d.path("c.hdump")).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
