@@ -157,39 +157,118 @@ fn region<'b>(
     Ok(())
 }
 
-/// Reads glibc's heap in `mem` and writes the dump to `out`; `held` is
-/// when the process was stopped (live captures: the pause it reports).
-pub fn write(
-    mem: &dyn Memory,
-    threads: &[ThreadRegs],
-    who: &Identity,
-    mode: Mode,
-    reason: Reason,
-    out: &Path,
-    held: Option<std::time::Instant>,
-) -> Result<CaptureInfo> {
-    let heap = walk_heap(mem)?;
-    write_heap(mem, &heap, threads, who, mode, reason, out, held)
+/// Everything the dump holds, read from the process: once taken, the
+/// process may go on while the dump is written.
+pub struct Snapshot {
+    heap: GlibcHeap,
+    modules: Vec<Module>,
+    /// Each thread, the start of its stack read and the bytes.
+    threads: Vec<(ThreadRegs, u64, Vec<u8>)>,
+    /// Module index, address, bytes of each writable segment.
+    statics: Vec<(u32, u64, Vec<u8>)>,
+    /// Address and bytes of each anonymous root.
+    anon: Vec<(u64, Vec<u8>)>,
+    warnings: Vec<String>,
 }
 
-/// Writes the dump of a walked heap.
-#[allow(clippy::too_many_arguments)]
-fn write_heap(
-    mem: &dyn Memory,
-    heap: &GlibcHeap,
-    threads: &[ThreadRegs],
-    who: &Identity,
-    mode: Mode,
-    reason: Reason,
-    out: &Path,
-    held: Option<std::time::Instant>,
-) -> Result<CaptureInfo> {
+/// Reads what the dump of `mem` needs: glibc's heap, the threads' stacks,
+/// the modules' writable segments, the anonymous roots.
+pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs]) -> Result<Snapshot> {
+    let heap = walk_heap(mem)?;
+    let mut warnings = heap.warnings.clone();
+    let modules = modules(mem.maps());
+    // Threads: the stack from the stack pointer (less the red zone) to the
+    // end of its mapping; a stack in a larger mapping (a thread library's
+    // own reservation) up to MAX_STACK above its stack pointer.
+    let mut stacks: Vec<(u64, u64)> = Vec::new();
+    let mut ts = Vec::new();
+    for t in threads {
+        let sp = t.sp();
+        let (lo, hi) = match mem.map_of(sp) {
+            Some(m) => (sp.saturating_sub(128).max(m.start), m.end.min(sp.saturating_add(MAX_STACK))),
+            None => (sp, sp),
+        };
+        let bytes = mem.bytes(lo, hi - lo).unwrap_or_else(|e| {
+            warnings.push(format!("thread {}: its stack was not read ({e})", t.tid));
+            Vec::new()
+        });
+        if let Some(m) = mem.map_of(sp).filter(|m| m.end - m.start <= MAX_STACK) {
+            stacks.push((m.start, m.end));
+        }
+        ts.push((t.clone(), lo, bytes));
+    }
+    // The modules' writable segments.
+    let mut statics = Vec::new();
+    let mut static_ranges = Vec::new();
+    for (i, m) in modules.iter().enumerate() {
+        for sg in m.segments.iter().filter(|s| s.flags & raw::SEG_W != 0 && s.memsz > 0) {
+            let (a, b) = (m.bias.wrapping_add(sg.vaddr), m.bias.wrapping_add(sg.vaddr) + sg.memsz);
+            match mem.bytes(a, b - a) {
+                Ok(bytes) => {
+                    statics.push((i as u32, a, bytes));
+                    static_ranges.push((a, b));
+                }
+                Err(e) => warnings.push(format!("{}: its writable segment at {a:#x} was not read ({e})", m.path)),
+            }
+        }
+    }
+    // Anonymous writable memory that is neither heap, nor a thread's
+    // stack, nor a module's segment, nor an ended thread's stack: roots,
+    // as memcheck scans them.
+    let mut holes: Vec<(u64, u64)> = heap.heap_ranges.iter().chain(&heap.mmapped).chain(&stacks).chain(&static_ranges).copied().collect();
+    let tls = static_tls(&modules, mem);
+    if let Some(tid_off) = threads.first().and_then(|t| tid_offset(mem, t)) {
+        for m in mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write && m.end - m.start <= 1 << 30) {
+            dead_stacks(mem, m, tid_off, tls, &mut holes);
+        }
+    }
+    holes.sort_unstable();
+    let mut anon = Vec::new();
+    for m in mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write) {
+        if m.end - m.start > 64 << 30 {
+            continue; // an address-space reservation, not data
+        }
+        let mut cur = m.start;
+        let mut parts = Vec::new();
+        for &(a, b) in &holes {
+            if b <= cur || a >= m.end {
+                continue;
+            }
+            if a > cur {
+                parts.push((cur, a));
+            }
+            cur = cur.max(b);
+        }
+        if cur < m.end {
+            parts.push((cur, m.end));
+        }
+        // Only what the process touched, in pieces of at most 64 MiB.
+        for (a, b) in parts.into_iter().flat_map(|(a, b)| mem.present(a, b)) {
+            let mut at = a;
+            while at < b {
+                let to = b.min(at + (64 << 20));
+                match mem.bytes(at, to - at) {
+                    Ok(bytes) => anon.push((at, bytes)),
+                    Err(_) => warnings.push(format!("anonymous memory at {at:#x}..{to:#x} was not read")),
+                }
+                at = to;
+            }
+        }
+    }
+    Ok(Snapshot { heap, modules, threads: ts, statics, anon, warnings })
+}
+
+/// Writes the dump of a snapshot to `out`; `pause_ns` is how long the
+/// process was held (live captures).
+pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Path, pause_ns: u64) -> Result<CaptureInfo> {
+    let heap = &s.heap;
     let mut info = CaptureInfo {
-        threads: threads.len(),
+        threads: s.threads.len(),
         arenas: heap.arenas,
         cached_free: heap.cached_free,
         glibc: heap.version,
-        warnings: heap.warnings.clone(),
+        warnings: s.warnings.clone(),
+        pause_ns,
         ..Default::default()
     };
     let file = std::fs::OpenOptions::new()
@@ -216,94 +295,28 @@ fn write_heap(
         flags: raw::PROCESS_OUTSIDE,
     })?;
     let blocks = Blocks(&heap.live);
-    let mods = modules(mem.maps());
-    for m in &mods {
+    for m in &s.modules {
         w.module(&ModuleInfo { bias: m.bias, path: m.path.as_bytes(), build_id: &m.build_id, segments: &m.segments })?;
     }
-    // Threads: registers, and the stack from the stack pointer (less the
-    // red zone) to the end of its mapping.
-    let mut stacks: Vec<(u64, u64)> = Vec::new();
-    for t in threads {
-        let sp = t.sp();
-        // A stack in a larger mapping (a thread library's own
-        // reservation) is read up to MAX_STACK above its stack pointer.
-        let (lo, hi) = match mem.map_of(sp) {
-            Some(m) => (sp.saturating_sub(128).max(m.start), m.end.min(sp.saturating_add(MAX_STACK))),
-            None => (sp, sp),
+    for (t, lo, bytes) in &s.threads {
+        let ti = ThreadInfo {
+            tid: t.tid,
+            flags: 0,
+            stack_start: *lo,
+            stack_end: lo + bytes.len() as u64,
+            tls: t.fs_base,
+            name: t.name.as_bytes(),
+            regs: &t.regs,
         };
-        let bytes = match mem.bytes(lo, hi - lo) {
-            Ok(b) => b,
-            Err(e) => {
-                info.warnings.push(format!("thread {}: its stack was not read ({e})", t.tid));
-                Vec::new()
-            }
-        };
-        let hi = lo + bytes.len() as u64;
-        if let Some(m) = mem.map_of(sp).filter(|m| m.end - m.start <= MAX_STACK) {
-            stacks.push((m.start, m.end));
-        }
-        let ti =
-            ThreadInfo { tid: t.tid, flags: 0, stack_start: lo, stack_end: hi, tls: t.fs_base, name: t.name.as_bytes(), regs: &t.regs };
-        region(&mut w, &blocks, lo, &bytes, |w, c| w.thread(&ti, c))?;
+        region(&mut w, &blocks, *lo, bytes, |w, c| w.thread(&ti, c))?;
     }
-    // The modules' writable segments.
-    let mut statics: Vec<(u64, u64)> = Vec::new();
-    for (i, m) in mods.iter().enumerate() {
-        for s in m.segments.iter().filter(|s| s.flags & raw::SEG_W != 0 && s.memsz > 0) {
-            let (a, b) = (m.bias.wrapping_add(s.vaddr), m.bias.wrapping_add(s.vaddr) + s.memsz);
-            match mem.bytes(a, b - a) {
-                Ok(bytes) => {
-                    let si = StaticInfo { address: a, size: b - a, module: i as u32, name: b".data+.bss" };
-                    region(&mut w, &blocks, a, &bytes, |w, c| w.static_root(&si, c))?;
-                    statics.push((a, b));
-                }
-                Err(e) => info.warnings.push(format!("{}: its writable segment at {a:#x} was not read ({e})", m.path)),
-            }
-        }
+    for (i, a, bytes) in &s.statics {
+        let si = StaticInfo { address: *a, size: bytes.len() as u64, module: *i, name: b".data+.bss" };
+        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c))?;
     }
-    // Anonymous writable memory that is neither heap, nor a thread's
-    // stack, nor a module's segment: roots, as memcheck scans them.
-    let mut holes: Vec<(u64, u64)> = heap.heap_ranges.iter().chain(&heap.mmapped).chain(&stacks).chain(&statics).copied().collect();
-    let tls = static_tls(&mods, mem);
-    if let Some(tid_off) = threads.first().and_then(|t| tid_offset(mem, t)) {
-        for m in mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write && m.end - m.start <= 1 << 30) {
-            dead_stacks(mem, m, tid_off, tls, &mut holes);
-        }
-    }
-    holes.sort_unstable();
-    for m in mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write) {
-        if m.end - m.start > 64 << 30 {
-            continue; // an address-space reservation, not data
-        }
-        let mut cur = m.start;
-        let mut parts = Vec::new();
-        for &(a, b) in &holes {
-            if b <= cur || a >= m.end {
-                continue;
-            }
-            if a > cur {
-                parts.push((cur, a));
-            }
-            cur = cur.max(b);
-        }
-        if cur < m.end {
-            parts.push((cur, m.end));
-        }
-        // Only what the process touched, in pieces of at most 64 MiB.
-        for (a, b) in parts.into_iter().flat_map(|(a, b)| mem.present(a, b)) {
-            let mut at = a;
-            while at < b {
-                let to = b.min(at + (64 << 20));
-                let Ok(bytes) = mem.bytes(at, to - at) else {
-                    info.warnings.push(format!("anonymous memory at {at:#x}..{to:#x} was not read"));
-                    at = to;
-                    continue;
-                };
-                let si = StaticInfo { address: at, size: to - at, module: raw::NO_MODULE, name: b"anonymous" };
-                region(&mut w, &blocks, at, &bytes, |w, c| w.static_root(&si, c))?;
-                at = to;
-            }
-        }
+    for (a, bytes) in &s.anon {
+        let si = StaticInfo { address: *a, size: bytes.len() as u64, module: raw::NO_MODULE, name: b"anonymous" };
+        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c))?;
     }
     // The allocations, their contents from the heaps read once.
     for c in &heap.live {
@@ -318,7 +331,6 @@ fn write_heap(
         info.allocations += 1;
         info.bytes += c.usable;
     }
-    info.pause_ns = held.map_or(0, |t| t.elapsed().as_nanos() as u64);
     let (mut sink, _) = w.finish(info.pause_ns)?;
     sink.0.flush().map_err(io(format!("writing {}", out.display())))?;
     unfinished.0 = None;

@@ -39,9 +39,12 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
     let p = live::Process::stop(pid)?;
     let threads = p.threads()?;
     let (exe, cmdline) = p.identity();
+    let snap = capture::snapshot(&p, &threads);
+    // Every thread detached: the process goes on while the dump is written.
+    drop(p);
+    let pause = held.elapsed().as_nanos() as u64;
     let who = Identity { pid: pid as u32, exe, cmdline };
-    capture::write(&p, &threads, &who, mode, Reason::Attach, out, Some(held))
-    // `p` is dropped here: every thread detached.
+    capture::write(&snap?, &who, mode, Reason::Attach, out, pause)
 }
 
 /// Captures the process a core file holds into `out`; `exe` names the
@@ -53,8 +56,8 @@ pub fn core(path: &Path, exe: Option<&Path>, mode: Mode, out: &Path) -> Result<C
     }
     let (exe, cmdline) = c.identity();
     let who = Identity { pid: c.pid(), exe, cmdline };
-    let threads = c.threads().to_vec();
-    capture::write(&c, &threads, &who, mode, Reason::Core, out, None)
+    let snap = capture::snapshot(&c, c.threads())?;
+    capture::write(&snap, &who, mode, Reason::Core, out, 0)
 }
 
 /// Refuses a program that is not x86-64 (the only layout read).
