@@ -12,7 +12,7 @@
 
 use crate::error::{Error, Result};
 use crate::memory::{Map, Memory, Region};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// A live allocation: the address the program was given and the size it
 /// may use (glibc's usable size: the size it asked for is not recorded).
@@ -141,6 +141,17 @@ fn find_main_arena(mem: &dyn Memory, libc: &[Map]) -> Result<u64> {
     Err(Error::Heap(
         "glibc's main arena was not found in the C library's data: not glibc's malloc, or a layout this version does not know".into(),
     ))
+}
+
+/// The chunks walked, by address (a hash map of ten million chunks cost
+/// seconds of a capture's pause).
+struct Index<'a>(&'a [Seen]);
+
+impl Index<'_> {
+    /// The position of the chunk at `c`.
+    fn get(&self, c: u64) -> Option<usize> {
+        self.0.binary_search_by_key(&c, |s| s.chunk).ok()
+    }
 }
 
 /// One chunk as the walk sees it.
@@ -284,14 +295,15 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
         }
     }
     // Free chunks that look in use: the fastbins' and the caches'.
-    let index: HashMap<u64, usize> = seen.iter().enumerate().map(|(i, s)| (s.chunk, i)).collect();
+    seen.sort_unstable_by_key(|s| s.chunk);
+    let index = Index(&seen);
     let mut free: HashSet<u64> = HashSet::new();
     for &ar in &arenas {
         for i in 0..NFASTBINS {
             let mut p = mem.u64(ar + FASTBINS + 8 * i)?;
             let mut n = 0;
             while p != 0 {
-                if !index.contains_key(&p) || n > seen.len() {
+                if index.get(p).is_none() || n > seen.len() {
                     h.warnings.push(format!("fastbin {i} of arena {ar:#x} leads to {p:#x}, not a chunk: the rest of it is not read"));
                     break;
                 }
@@ -324,7 +336,7 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
 /// size class, as many as its count, and end; an empty cache counts only
 /// as the first chunk of a heap (where a thread's first allocation puts
 /// it), so that a program's own zeroed block of that size stays live.
-fn tcache_entries(mem: &dyn Memory, version: (u32, u32), s: &Seen, seen: &[Seen], index: &HashMap<u64, usize>) -> Option<Vec<u64>> {
+fn tcache_entries(mem: &dyn Memory, version: (u32, u32), s: &Seen, seen: &[Seen], index: &Index<'_>) -> Option<Vec<u64>> {
     let body = mem.bytes(s.chunk + 16, 2 * TCACHE_BINS + 8 * TCACHE_BINS).ok()?;
     let count = |i: usize| u16::from_le_bytes([body[2 * i], body[2 * i + 1]]) as usize;
     let entry = |i: usize| u64::from_le_bytes(body[128 + 8 * i..136 + 8 * i].try_into().unwrap_or([0; 8]));
@@ -336,7 +348,7 @@ fn tcache_entries(mem: &dyn Memory, version: (u32, u32), s: &Seen, seen: &[Seen]
         }
         for _ in 0..n {
             let c = e.checked_sub(16)?;
-            let k = *index.get(&c)?;
+            let k = index.get(c)?;
             if seen[k].size != 32 + 16 * i as u64 || !seen[k].in_use {
                 return None;
             }
