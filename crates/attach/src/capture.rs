@@ -16,6 +16,9 @@ use object::{Endianness, Object};
 use std::io::Write;
 use std::path::Path;
 
+/// How many allocations ahead the compact scan's lookups are prefetched.
+const PREFETCH_AHEAD: usize = 16;
+
 /// The most of a thread's stack read above its stack pointer.
 const MAX_STACK: u64 = 256 << 20;
 
@@ -111,39 +114,51 @@ fn modules(maps: &[Map]) -> Vec<Module> {
 }
 
 /// The live allocations, for the compact scan: which one a word points
-/// into, found through a directory of 4 KiB pages of each run of blocks
-/// (a binary search of ten million blocks per word took most of a
-/// capture's time).
+/// into, found through a directory of buckets over each run of blocks,
+/// about one block to a bucket (a binary search of ten million blocks per
+/// word took most of a capture's time).
 struct Blocks<'a> {
     all: &'a [Chunk],
     /// Runs of blocks with no gap of 16 MiB: (first address, end, first
-    /// page's entry in `dir`).
-    runs: Vec<(u64, u64, usize)>,
-    /// Per page of each run, the index of the first block starting at or
+    /// bucket's entry in `dir`, log2 of the bucket size).
+    runs: Vec<(u64, u64, usize, u32)>,
+    /// Per bucket of each run, the index of the first block starting at or
     /// after it.
     dir: Vec<u32>,
 }
 
 impl<'a> Blocks<'a> {
     fn new(all: &'a [Chunk]) -> Blocks<'a> {
-        let mut runs: Vec<(u64, u64, usize)> = Vec::new();
+        let mut runs: Vec<(u64, u64, usize, u32)> = Vec::new();
+        let mut counts: Vec<u64> = Vec::new();
         for c in all {
             match runs.last_mut() {
-                Some(r) if c.mem < r.1 + (16 << 20) => r.1 = r.1.max(c.mem + c.usable.max(1)),
-                _ => runs.push((c.mem & !4095, c.mem + c.usable.max(1), 0)),
+                Some(r) if c.mem < r.1 + (16 << 20) => {
+                    r.1 = r.1.max(c.mem + c.usable.max(1));
+                    *counts.last_mut().unwrap_or(&mut 0) += 1;
+                }
+                _ => {
+                    runs.push((c.mem & !15, c.mem + c.usable.max(1), 0, 4));
+                    counts.push(1);
+                }
             }
         }
         let mut dir = Vec::new();
         let mut i = 0;
-        for r in &mut runs {
+        for (r, n) in runs.iter_mut().zip(counts) {
+            // The smallest bucket (at least 16 bytes) giving no more
+            // buckets than blocks.
+            while r.3 < 40 && (r.1 - r.0) >> r.3 > n {
+                r.3 += 1;
+            }
             r.2 = dir.len();
-            let mut page = r.0;
-            while page < r.1 + 4096 {
-                while i < all.len() && all[i].mem < page {
+            let mut at = r.0;
+            while at < r.1 + (1 << r.3) {
+                while i < all.len() && all[i].mem < at {
                     i += 1;
                 }
                 dir.push(i as u32);
-                page += 4096;
+                at += 1 << r.3;
             }
         }
         Blocks { all, runs, dir }
@@ -152,11 +167,11 @@ impl<'a> Blocks<'a> {
     /// The block `v` points at or into: its ordinal and the offset.
     fn find(&self, v: u64) -> Option<(usize, u64)> {
         let r = self.runs.partition_point(|r| r.0 <= v).checked_sub(1)?;
-        let (lo, hi, at) = self.runs[r];
+        let (lo, hi, at, shift) = self.runs[r];
         if v >= hi {
             return None;
         }
-        let k = at + ((v - lo) >> 12) as usize;
+        let k = at + ((v - lo) >> shift) as usize;
         let (from, to) = (*self.dir.get(k)? as usize, *self.dir.get(k + 1)? as usize);
         let i = from + self.all[from..to].partition_point(|c| c.mem <= v);
         let c = self.all.get(i.checked_sub(1)?)?;
@@ -167,17 +182,44 @@ impl<'a> Blocks<'a> {
     /// ordinal, offset into it).
     fn pointers(&self, start: u64, bytes: &[u8]) -> Vec<(u64, u64, usize, u64)> {
         let skip = (start.next_multiple_of(8) - start) as usize;
-        bytes
-            .get(skip..)
-            .unwrap_or(&[])
-            .chunks_exact(8)
-            .enumerate()
-            .filter_map(|(k, w)| {
-                let v = u64::from_le_bytes(w.try_into().ok()?);
-                let (i, d) = self.find(v)?;
-                Some((skip as u64 + 8 * k as u64, v, i, d))
-            })
-            .collect()
+        let words = bytes.get(skip..).unwrap_or(&[]);
+        let word = |k: usize| words.get(8 * k..8 * k + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+        let mut out = Vec::new();
+        for k in 0..words.len() / 8 {
+            // A large block of pointers starts its lookups ahead.
+            if let Some(v) = word(k + 32) {
+                self.prefetch_value(v);
+            }
+            let Some(v) = word(k) else { break };
+            if let Some((i, d)) = self.find(v) {
+                out.push((skip as u64 + 8 * k as u64, v, i, d));
+            }
+        }
+        out
+    }
+
+    /// Starts reading what the lookups of the words of `bytes` will read.
+    fn prefetch(&self, bytes: &[u8]) {
+        for w in bytes.chunks_exact(8) {
+            self.prefetch_value(u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+        }
+    }
+
+    /// Starts reading the block list where the lookup of `v` will.
+    fn prefetch_value(&self, v: u64) {
+        let Some(r) = self.runs.partition_point(|r| r.0 <= v).checked_sub(1) else { return };
+        let (lo, hi, at, shift) = self.runs[r];
+        if v >= hi {
+            return;
+        }
+        if let Some(&i) = self.dir.get(at + ((v - lo) >> shift) as usize) {
+            // The entry before the bucket's first is the one searched for
+            // a pointer into the middle of a block.
+            let p = self.all.as_ptr().wrapping_add((i as usize).saturating_sub(1));
+            // SAFETY: a prefetch is a hint and never faults, whatever the
+            // address.
+            unsafe { core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T0) };
+        }
     }
 }
 
@@ -367,12 +409,16 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
     if mode == Mode::Compact {
         w.set_batch_buffer(&mut batch)?;
     }
-    for c in &heap.live {
-        let bytes = heap.regions.iter().find_map(|r| r.slice(c.mem, c.usable)).ok_or_else(|| Error::Unreadable {
-            addr: c.mem,
-            len: c.usable,
-            why: "outside the heap read".into(),
-        })?;
+    let contents = |c: &Chunk| heap.regions.iter().find_map(|r| r.slice(c.mem, c.usable));
+    for (n, c) in heap.live.iter().enumerate() {
+        // The lookups of a dense heap's pointers are random reads of the
+        // block list: start those of the blocks ahead.
+        if mode == Mode::Compact {
+            if let Some(ahead) = heap.live.get(n + PREFETCH_AHEAD).and_then(contents) {
+                blocks.prefetch(&ahead[..ahead.len().min(512)]);
+            }
+        }
+        let bytes = contents(c).ok_or_else(|| Error::Unreadable { addr: c.mem, len: c.usable, why: "outside the heap read".into() })?;
         let first_word = bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
         let a = AllocInfo { address: c.mem, size: c.usable, site: raw::NO_SITE, align_log2: 4, flags: 0, first_word };
         match mode {
