@@ -154,6 +154,42 @@ impl Index<'_> {
     }
 }
 
+/// glibc's version and its arenas (the main one first), checked.
+fn arenas(mem: &dyn Memory) -> Result<((u32, u32), Vec<u64>)> {
+    let (path, libc) = libc_maps(mem)?;
+    let version = version_of(&path)?;
+    if !((2, 30)..=(2, 41)).contains(&version) {
+        return Err(Error::Refused(format!(
+            "glibc {}.{}: a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
+            version.0, version.1
+        )));
+    }
+    let main = find_main_arena(mem, &libc)?;
+    let mut arenas = vec![main];
+    let mut a = mem.u64(main + NEXT)?;
+    while a != main {
+        if arenas.len() > 4096 || a % 16 != 0 || mem.map_of(a).is_none() {
+            return Err(Error::Heap(format!("glibc's ring of arenas is broken at {a:#x}")));
+        }
+        arenas.push(a);
+        a = mem.u64(a + NEXT)?;
+    }
+    Ok((version, arenas))
+}
+
+/// How many arenas are locked: a thread stopped inside malloc or free,
+/// whose lists may be half updated.
+pub fn locked_arenas(mem: &dyn Memory) -> Result<usize> {
+    let (_, arenas) = arenas(mem)?;
+    let mut n = 0;
+    for a in arenas {
+        if mem.u64(a)? & 0xffff_ffff != 0 {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// One chunk as the walk sees it.
 #[derive(Clone, Copy)]
 struct Seen {
@@ -211,25 +247,8 @@ fn reveal(version: (u32, u32), field: u64, stored: u64) -> u64 {
 
 /// Walks glibc's heap in `mem`.
 pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
-    let (path, libc) = libc_maps(mem)?;
-    let version = version_of(&path)?;
-    if !((2, 30)..=(2, 41)).contains(&version) {
-        return Err(Error::Refused(format!(
-            "glibc {}.{}: a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
-            version.0, version.1
-        )));
-    }
+    let (version, arenas) = arenas(mem)?;
     let heap_info = if version >= (2, 35) { 48 } else { 32 };
-    let main = find_main_arena(mem, &libc)?;
-    let mut arenas = vec![main];
-    let mut a = mem.u64(main + NEXT)?;
-    while a != main {
-        if arenas.len() > 4096 || a % 16 != 0 || mem.map_of(a).is_none() {
-            return Err(Error::Heap(format!("glibc's ring of arenas is broken at {a:#x}")));
-        }
-        arenas.push(a);
-        a = mem.u64(a + NEXT)?;
-    }
     let mut h = GlibcHeap {
         live: Vec::new(),
         arenas: arenas.len(),

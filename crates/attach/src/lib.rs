@@ -35,8 +35,20 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
         return Err(Error::Refused(format!("no process {pid}")));
     }
     check_machine(&format!("/proc/{pid}/exe"))?;
-    let held = std::time::Instant::now();
-    let p = live::Process::stop(pid)?;
+    // A thread stopped inside malloc holds its arena's lock with the lists
+    // half updated: let the process run a moment and stop it again, a
+    // bounded number of times (the capture then says which arena).
+    let mut tries = 0;
+    let (p, held) = loop {
+        let held = std::time::Instant::now();
+        let p = live::Process::stop(pid)?;
+        tries += 1;
+        if tries >= 50 || glibc::locked_arenas(&p)? == 0 {
+            break (p, held);
+        }
+        drop(p);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
     let threads = p.threads()?;
     let (exe, cmdline) = p.identity();
     let snap = capture::snapshot(&p, &threads);
