@@ -7,7 +7,7 @@
 use crate::error::{io, Error, Result};
 use crate::live::ThreadRegs;
 use crate::memory::{Map, Memory};
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::read::elf::{FileHeader, ProgramHeader};
 use object::Endianness;
 
 const NT_PRSTATUS: u32 = 1;
@@ -58,9 +58,11 @@ impl Core {
         // truncation, which a core at rest does not see).
         let data = unsafe { memmap2::Mmap::map(&f) }.map_err(io(format!("cannot map {}", path.display())))?;
         let bad = |what: &str| Error::Refused(format!("{}: not an x86-64 ELF core file ({what})", path.display()));
-        let elf = ElfFile64::<Endianness>::parse(&*data).map_err(|e| bad(&e.to_string()))?;
-        let hdr = elf.elf_header();
-        let e = elf.endian();
+        // The file header and program headers only: a core cut short (a
+        // full disk, a killed writer) loses its section headers, which a
+        // core does not need, and is read as far as it goes.
+        let hdr = object::elf::FileHeader64::<Endianness>::parse(&*data).map_err(|e| bad(&e.to_string()))?;
+        let e = hdr.endian().map_err(|e| bad(&e.to_string()))?;
         if hdr.e_type(e) != object::elf::ET_CORE {
             return Err(bad("not a core"));
         }
@@ -69,7 +71,10 @@ impl Core {
         }
         let mut core = Parsed::default();
         let mut files: Vec<(u64, u64, u64, String)> = Vec::new();
-        for ph in elf.elf_program_headers() {
+        let phdrs = hdr.program_headers(e, &*data).map_err(|err| bad(&err.to_string()))?;
+        // Where the file ends short of what its headers describe.
+        let wanted = phdrs.iter().map(|ph| ph.p_offset(e).saturating_add(ph.p_filesz(e))).max().unwrap_or(0);
+        for ph in phdrs {
             match ph.p_type(e) {
                 object::elf::PT_LOAD => {
                     let (vaddr, memsz, flags) = (ph.p_vaddr(e), ph.p_memsz(e), ph.p_flags(e).0);
@@ -167,10 +172,16 @@ impl Core {
         }
         core.maps.sort_by_key(|m| m.start);
         if core.threads.is_empty() {
+            if wanted > data.len() as u64 {
+                return Err(Error::Refused(format!(
+                    "{}: the core file is cut short ({} of {wanted} bytes): its thread registers (NT_PRSTATUS) are in the part missing",
+                    path.display(),
+                    data.len()
+                )));
+            }
             return Err(bad("no thread register sets (NT_PRSTATUS)"));
         }
         let exe = files.first().map(|f| f.3.clone()).unwrap_or_default();
-        drop(elf);
         let Parsed { segments, maps, threads, pid, cmdline } = core;
         Ok(Core { data, segments, maps, threads, pid, exe, cmdline })
     }

@@ -8,12 +8,12 @@ pub enum Error {
     #[error("{0}")]
     Refused(String),
     /// A system call or a file failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Io {
         /// What was being done.
         what: String,
-        /// The error.
-        source: std::io::Error,
+        /// The error (in the message, not as a source: one line).
+        cause: std::io::Error,
     },
     /// The heap is not as glibc lays it out (damaged, or a layout this
     /// version does not know).
@@ -39,5 +39,5 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
-    move |source| Error::Io { what, source }
+    move |cause| Error::Io { what, cause }
 }

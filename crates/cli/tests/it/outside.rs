@@ -115,6 +115,15 @@ fn attach_and_core_give_valgrinds_leak_classes() {
         assert_eq!(attached, cored, "{source}: attach and core see the same blocks");
         let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
         assert_eq!(s["reason"], "core");
+        // The same core cut short: refused in one line, nothing written.
+        let bytes = std::fs::read(&core).unwrap();
+        let cut = d.path("cut.core");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let o = heapdump().arg("core").arg(&cut).arg("-o").arg(d.path("cut.hdump")).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("cut short") && err.lines().count() == 1, "{err}");
+        assert!(!d.path("cut.hdump").exists());
     }
 }
 
