@@ -36,6 +36,10 @@ pub struct Process {
     maps: Vec<Map>,
     mem: File,
     tids: Vec<i32>,
+    /// Per thread, a signal it was stopped for on its way in (a
+    /// signal-delivery-stop instead of the interrupt's stop): given back
+    /// when it is let go.
+    pending: Vec<i32>,
 }
 
 fn threads_of(pid: i32) -> Result<Vec<i32>> {
@@ -70,7 +74,13 @@ fn refusal(pid: i32, errno: i32) -> Error {
 impl Process {
     /// Seizes and stops every thread of `pid`.
     pub fn stop(pid: i32) -> Result<Process> {
-        let mut p = Process { pid, maps: Vec::new(), mem: File::open("/dev/null").map_err(io("opening /dev/null"))?, tids: Vec::new() };
+        let mut p = Process {
+            pid,
+            maps: Vec::new(),
+            mem: File::open("/dev/null").map_err(io("opening /dev/null"))?,
+            tids: Vec::new(),
+            pending: Vec::new(),
+        };
         // Threads may start while others are being seized: list again
         // until every one listed is held.
         for _ in 0..100 {
@@ -99,6 +109,10 @@ impl Process {
                 if w != t {
                     return Err(Error::Refused(format!("thread {t} of process {pid} did not stop")));
                 }
+                // A signal that arrived first stops the thread for it (its
+                // stop carries no ptrace event): keep it to give back.
+                let sig = if libc::WIFSTOPPED(status) && status >> 16 == 0 { libc::WSTOPSIG(status) } else { 0 };
+                p.pending.push(sig);
             }
         }
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(io(format!("cannot read /proc/{pid}/maps")))?;
@@ -175,9 +189,20 @@ impl Memory for Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        for &t in &self.tids {
-            // SAFETY: detaching a thread we seized; it resumes as it was.
-            unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0usize, 0usize) };
+        for (&t, &first) in self.tids.iter().zip(&self.pending) {
+            // A signal that stopped the thread for us (signal-delivery-stop),
+            // on the way in or while it was held, goes back as we detach,
+            // or the program would never see it.
+            let mut status = 0;
+            let mut give_back = first as usize;
+            // SAFETY: a plain int out-parameter; WNOHANG never blocks.
+            if unsafe { libc::waitpid(t, &mut status, libc::WNOHANG | libc::__WALL) } == t && libc::WIFSTOPPED(status) && status >> 16 == 0
+            {
+                give_back = libc::WSTOPSIG(status) as usize;
+            }
+            // SAFETY: detaching a thread we seized; it resumes as it was,
+            // with the signal it was stopped for, if any.
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0usize, give_back) };
         }
     }
 }

@@ -315,3 +315,43 @@ fn attach_to_a_program_allocating_in_four_threads() {
     Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
     assert_eq!(child.0.wait().unwrap().code(), Some(0), "the program's blocks are intact and it ended as asked");
 }
+
+#[test]
+fn signals_that_arrive_while_the_program_is_held_are_given_back() {
+    // Real-time signals queue (none is merged): every one sent while
+    // captures hold the program must reach it. A signal that stops a held
+    // thread is reported to the tracer, and lost unless given back.
+    let d = Scratch::new("outside-signals");
+    let prog = compile(&d, "signals_while_held.c", &["-O0"]);
+    let sender = d.path("sender.c");
+    std::fs::write(
+        &sender,
+        "#include <errno.h>\n#include <signal.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         int main(int c, char **v) { union sigval x = {0}; int pid = atoi(v[1]), n = atoi(v[2]);\n\
+         for (int i = 0; i < n; i++) { while (sigqueue(pid, SIGRTMIN, x)) { if (errno != EAGAIN) return 1; usleep(100); } usleep(50); }\n\
+         return 0; }\n",
+    )
+    .unwrap();
+    let sender_bin = d.path("sender");
+    ok(&Command::new("gcc").arg("-o").arg(&sender_bin).arg(&sender).output().unwrap());
+    let mut child = Command::new(&prog).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pid: i32 = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
+    let mut send = Command::new(&sender_bin).args([pid.to_string(), "20000".to_string()]).spawn().unwrap();
+    let mut held = 0;
+    while send.try_wait().unwrap().is_none() {
+        let o = heapdump().args(["attach", &pid.to_string(), "-o"]).arg(d.path(&format!("s{held}.hdump"))).output().unwrap();
+        ok(&o);
+        held += 1;
+    }
+    assert!(send.wait().unwrap().success());
+    assert!(held >= 3, "the captures overlapped the signals: {held}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    let mut got = String::new();
+    out.read_line(&mut got).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(got.trim(), "got 20000", "{held} captures held the program while it was sent 20000 signals");
+}
