@@ -635,5 +635,6 @@ fn demo() -> Result<ExitCode> {
     if let Some(r) = rows.first() {
         writeln!(stdout, "  heapdump path {} {}", out.display(), r.address)?;
     }
+    writeln!(stdout, "  heapdump serve {}    # the same in your browser: the dominator tree, blocks, a flamegraph", out.display())?;
     Ok(ExitCode::SUCCESS)
 }

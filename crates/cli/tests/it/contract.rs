@@ -510,3 +510,28 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), 2, "the analysis and the graph, no temporary file left: {left:?}");
 }
+
+#[test]
+fn the_demo_runs_and_every_command_it_suggests_works() {
+    // The README's first command ends in `heapdump demo`: it must explain
+    // its dump, and each command it tells the user to run next must work.
+    let d = Scratch::new("demo");
+    let o = heapdump().arg("demo").current_dir(&d.0).output().unwrap();
+    let out = ok(&o);
+    for part in ["== summary", "== leaks", "definitely lost:", "== top retainers", "Go on with:"] {
+        assert!(out.contains(part), "{part:?} missing from the demo's output:\n{out}");
+    }
+    let next: Vec<&str> = out.lines().skip_while(|l| !l.contains("Go on with:")).skip(1).map(str::trim).collect();
+    assert!(next.len() >= 7, "{next:?}");
+    for line in next {
+        let cmd = line.split('#').next().unwrap().trim();
+        let args: Vec<&str> = cmd.split_whitespace().collect();
+        assert_eq!(args[0], "heapdump", "{line}");
+        if args[1] == "serve" {
+            continue; // a server: the viewer tests run it
+        }
+        let o = heapdump().args(&args[1..]).current_dir(&d.0).output().unwrap();
+        assert!(o.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(!o.stdout.is_empty(), "`{cmd}` printed nothing");
+    }
+}
