@@ -14,6 +14,7 @@ use heapdump_format::{
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::{Endianness, Object};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// How many allocations ahead the compact scan's lookups are prefetched.
@@ -300,7 +301,7 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs]) -> Result<Snapshot> {
     // stack, nor a module's segment, nor an ended thread's stack: roots,
     // as memcheck scans them.
     let mut holes: Vec<(u64, u64)> = heap.heap_ranges.iter().chain(&heap.mmapped).chain(&stacks).chain(&static_ranges).copied().collect();
-    let tls = static_tls(&modules, mem);
+    let tls = static_tls(&modules);
     if let Some(tid_off) = threads.first().and_then(|t| tid_offset(mem, t)) {
         for m in mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write && m.end - m.start <= 1 << 30) {
             dead_stacks(mem, m, tid_off, tls, &mut holes);
@@ -358,7 +359,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode_private()
+        .mode(0o600) // dumps hold the process's secrets
         .open(out)
         .map_err(io(format!("cannot create {}", out.display())))?;
     // A capture that fails leaves no half-written dump behind.
@@ -464,7 +465,7 @@ fn tid_offset(mem: &dyn Memory, t: &ThreadRegs) -> Option<u64> {
 
 /// An upper bound of the static TLS below each thread descriptor: the
 /// modules' TLS segments and glibc's surplus for later ones.
-fn static_tls(mods: &[Module], _mem: &dyn Memory) -> u64 {
+fn static_tls(mods: &[Module]) -> u64 {
     let own: u64 = mods.iter().map(|m| m.tls.next_multiple_of(64)).sum();
     own + 1664
 }
@@ -513,18 +514,6 @@ fn tls_low(mem: &dyn Memory, dtv: u64, lo: u64, hi: u64) -> Option<u64> {
         .filter_map(|i| v.get(16 * i..16 * i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))))
         .filter(|&p| p >= lo && p < hi)
         .min()
-}
-
-trait PrivateMode {
-    fn mode_private(&mut self) -> &mut Self;
-}
-
-impl PrivateMode for std::fs::OpenOptions {
-    /// Dumps hold the process's secrets: mode 0600.
-    fn mode_private(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.mode(0o600)
-    }
 }
 
 #[cfg(test)]
