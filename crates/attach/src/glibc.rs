@@ -386,34 +386,48 @@ fn tcache_entries(mem: &dyn Memory, version: (u32, u32), s: &Seen, seen: &[Seen]
 /// a size of whole pages that fits the mapping (the kernel merges
 /// neighbouring mappings, so several may share one).
 fn mapped_chunks(mem: &dyn Memory, h: &mut GlibcHeap) -> Result<()> {
-    let maps: Vec<Map> =
-        mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write && m.end - m.start <= MAX_SEARCHED).cloned().collect();
-    for (start, end) in maps.iter().flat_map(|m| mem.present(m.start, m.end)) {
-        let m = Map { start, end, read: true, write: true, exec: false, offset: 0, path: None };
-        let mut p = m.start.next_multiple_of(4096);
-        while p + 4096 <= m.end {
-            if let Some(&(_, e)) = h.heap_ranges.iter().find(|r| r.0 <= p && p < r.1) {
-                p = e.next_multiple_of(4096);
-                continue;
-            }
-            let mut hdr = [0u8; 16];
-            if mem.read(p, &mut hdr).is_err() {
-                p += 4096;
-                continue;
-            }
-            let prev = u64::from_le_bytes(hdr[..8].try_into().unwrap_or([0; 8]));
-            let s = u64::from_le_bytes(hdr[8..].try_into().unwrap_or([0; 8]));
-            let size = s & !7;
-            if prev == 0 && s & 7 == 2 && size >= 4096 && size % 4096 == 0 && p + size <= m.end {
-                h.live.push(Chunk { mem: p + 16, usable: size - 16 });
-                h.mmapped.push((p, p + size));
-                let r = Region::read(mem, p, p + size)?;
-                h.regions.push(r);
-                p += size;
-            } else {
-                p += 4096;
+    let maps: Vec<(u64, u64)> = mem
+        .maps()
+        .iter()
+        .filter(|m| m.anonymous() && m.read && m.write && m.end - m.start <= MAX_SEARCHED)
+        .map(|m| (m.start, m.end))
+        .collect();
+    for (start, end) in maps {
+        // Headers are looked for on the pages the process touched; a chunk
+        // may reach past them (a large block written only at its start),
+        // up to the mapping's end.
+        let mut p = start;
+        for (a, b) in mem.present(start, end) {
+            p = p.max(a.next_multiple_of(4096));
+            while p + 4096 <= b {
+                if let Some(&(_, e)) = h.heap_ranges.iter().find(|r| r.0 <= p && p < r.1) {
+                    p = e.next_multiple_of(4096);
+                } else if let Some(size) = mapped_chunk_at(mem, h, p, end)? {
+                    p += size;
+                } else {
+                    p += 4096;
+                }
             }
         }
     }
     Ok(())
+}
+
+/// The mapped chunk whose header is at `p`, if there is one ending by
+/// `end`: recorded, and its size returned.
+fn mapped_chunk_at(mem: &dyn Memory, h: &mut GlibcHeap, p: u64, end: u64) -> Result<Option<u64>> {
+    let mut hdr = [0u8; 16];
+    if mem.read(p, &mut hdr).is_err() {
+        return Ok(None);
+    }
+    let prev = u64::from_le_bytes(hdr[..8].try_into().unwrap_or([0; 8]));
+    let s = u64::from_le_bytes(hdr[8..].try_into().unwrap_or([0; 8]));
+    let size = s & !7;
+    if prev != 0 || s & 7 != 2 || size < 4096 || size % 4096 != 0 || p + size > end {
+        return Ok(None);
+    }
+    h.live.push(Chunk { mem: p + 16, usable: size - 16 });
+    h.mmapped.push((p, p + size));
+    h.regions.push(Region::read(mem, p, p + size)?);
+    Ok(Some(size))
 }

@@ -355,3 +355,22 @@ fn signals_that_arrive_while_the_program_is_held_are_given_back() {
     assert!(child.wait().unwrap().success());
     assert_eq!(got.trim(), "got 20000", "{held} captures held the program while it was sent 20000 signals");
 }
+
+#[test]
+fn mapped_blocks_written_only_at_their_start_are_found() {
+    // glibc's header is on the block's first page; its other pages were
+    // never touched. The walk looks for headers on touched pages only, but
+    // a block reaches to its own end.
+    let d = Scratch::new("outside-untouched");
+    let prog = program(&d, "untouched.c");
+    let p = Stopped::start(Command::new(&prog));
+    let out = d.path("u.hdump");
+    attach(p.pid, &out, "compact");
+    let sizes: BTreeSet<u64> = blocks(&out).into_iter().map(|(_, s)| s).collect();
+    // A mapped chunk is the request and its header rounded up to pages,
+    // less the header.
+    for req in [1u64 << 20, 4 << 20] {
+        let usable = (req + 16).next_multiple_of(4096) - 16;
+        assert!(sizes.contains(&usable), "no block of {usable} bytes for malloc({req}): {sizes:?}");
+    }
+}
