@@ -240,7 +240,7 @@ impl<'h> Analysis<'h> {
             file,
             heap,
             sym: RefCell::new(Symbolizer::new(heap)),
-            types: RefCell::new(Types::new(file, heap)),
+            types: RefCell::new(Types::new(file)),
             leaks: OnceCell::new(),
             dominators: OnceCell::new(),
             children: OnceCell::new(),

@@ -227,8 +227,8 @@ pub fn diff(old: (&DumpFile, &Heap), new: (&DumpFile, &Heap)) -> Diff {
     let ((fo, old), (fnew, new)) = (old, new);
     let mut so = Symbolizer::new(old);
     let mut sn = Symbolizer::new(new);
-    let mut to = Types::new(fo, old);
-    let mut tn = Types::new(fnew, new);
+    let mut to = Types::new(fo);
+    let mut tn = Types::new(fnew);
     let by_site = diff_rows(&top(old, &mut so, &mut to, GroupBy::Site), &top(new, &mut sn, &mut tn, GroupBy::Site));
     let by_type = diff_rows(&top(old, &mut so, &mut to, GroupBy::Type), &top(new, &mut sn, &mut tn, GroupBy::Type));
     let same_process = old.header.pid == new.header.pid && old.exe == new.exe;

@@ -317,11 +317,12 @@ pub struct Types<'f> {
 }
 
 impl<'f> Types<'f> {
-    /// Type names for `heap`'s blocks, loaded from `file`. In a full dump,
-    /// blocks whose site says nothing are also named by fat pointers to
-    /// them (a pointer to the block's start followed by a vtable the debug
-    /// info names): the scan runs once, when first needed.
-    pub fn new(file: &'f DumpFile, _heap: &Heap) -> Types<'f> {
+    /// Type names for the blocks of the dump `file`. Blocks whose site says
+    /// nothing are also named by a C++ vtable their first word points into
+    /// and, in full dumps, by fat pointers to them (a pointer to the
+    /// block's start followed by a vtable the debug info names): the scans
+    /// run once, when first needed.
+    pub fn new(file: &'f DumpFile) -> Types<'f> {
         Types { sites: HashMap::new(), file: Some(file), blocks: HashMap::new() }
     }
 

@@ -86,7 +86,7 @@ impl Index {
         }
         let Some(c) = self.dir.cluster_of(v) else { return };
         if c.lines != NO_LINES {
-            let li = c.lines + (((v - c.lo) >> 4) as usize >> 8);
+            let li = c.line_of(v);
             prefetch(self.dir.lines.wrapping_add(li) as usize);
             prefetch(self.dir.ranks.wrapping_add(li) as usize);
         } else {
@@ -108,35 +108,27 @@ impl Index {
             // SAFETY: a word inside a live allocation of the stopped (or
             // forked) process, 8-aligned (as `Rescan` reads them).
             let v = unsafe { core::ptr::read_volatile((addr + 8 * k) as *const u64) };
+            if !entries {
+                // The granule map's line, or the bucket.
+                self.prefetch_value(v);
+                continue;
+            }
             if v < self.lo || v >= self.hi {
                 continue;
             }
-            let Some(c) = self.dir.cluster_of(v) else { continue };
-            if c.lines != NO_LINES {
-                // One line and its count answer the lookup: no entries
-                // to prefetch on the second pass.
-                if !entries {
-                    let li = c.lines + (((v - c.lo) >> 4) as usize >> 8);
-                    prefetch(self.dir.lines.wrapping_add(li) as usize);
-                    prefetch(self.dir.ranks.wrapping_add(li) as usize);
-                }
-                continue;
-            }
+            // A granule map's line answers alone: no entries to prefetch.
+            let Some(c) = self.dir.cluster_of(v).filter(|c| c.lines == NO_LINES) else { continue };
             let k = ((v - c.lo) >> c.shift) as usize;
-            if entries {
-                // Every line of the window the lookup searches, from the
-                // entry before it (at most 8 lines).
-                // SAFETY: as in `find`: buckets k and k + 1 exist.
-                let (from, to) = unsafe { (*self.dir.buckets.add(c.buckets + k), *self.dir.buckets.add(c.buckets + k + 1)) };
-                let first = self.ptr.wrapping_add((from as usize).saturating_sub(1)) as usize & !63;
-                let last = self.ptr.wrapping_add(to as usize) as usize;
-                let mut line = first;
-                while line < last && line < first + 8 * 64 {
-                    prefetch(line);
-                    line += 64;
-                }
-            } else {
-                prefetch(self.dir.buckets.wrapping_add(c.buckets + k) as usize);
+            // Every line of the window the lookup searches, from the entry
+            // before it (at most 8 lines).
+            // SAFETY: as in `find`: buckets k and k + 1 exist.
+            let (from, to) = unsafe { (*self.dir.buckets.add(c.buckets + k), *self.dir.buckets.add(c.buckets + k + 1)) };
+            let first = self.ptr.wrapping_add((from as usize).saturating_sub(1)) as usize & !63;
+            let last = self.ptr.wrapping_add(to as usize) as usize;
+            let mut line = first;
+            while line < last && line < first + 8 * 64 {
+                prefetch(line);
+                line += 64;
             }
         }
     }
@@ -174,6 +166,14 @@ struct Cluster {
     first: usize,
     /// Where its lines start in the granule map, or [`NO_LINES`].
     lines: usize,
+}
+
+impl Cluster {
+    /// The granule-map line holding `v` (a granule cluster's, `v` in it).
+    #[inline]
+    fn line_of(&self, v: u64) -> usize {
+        self.lines + ((v - self.lo) >> GRANULE_SHIFT) as usize / LINE_GRANULES
+    }
 }
 
 /// A gap this large between blocks starts a new cluster.
@@ -366,7 +366,7 @@ impl Directory {
     #[inline(always)]
     fn granule_find(&self, c: &Cluster, v: u64, s: &[Entry]) -> Option<(usize, u64)> {
         let g = ((v - c.lo) >> GRANULE_SHIFT) as usize;
-        let li = c.lines + g / LINE_GRANULES;
+        let li = c.line_of(v);
         // SAFETY: v < c.hi, so li is one of the cluster's lines.
         let (line, rank) = unsafe { (&*self.lines.add(li), *self.ranks.add(li) as usize) };
         let w = (g % LINE_GRANULES) / 64;

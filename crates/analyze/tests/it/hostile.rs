@@ -114,7 +114,7 @@ fn analyse(module: &std::path::Path) {
     let (f, h): (_, Heap) = s.load();
     let file = DumpFile::open(&f.0).unwrap();
     let mut sym = Symbolizer::new(&h);
-    let mut types = Types::new(&file, &h);
+    let mut types = Types::new(&file);
     for &a in &s.site {
         let _ = sym.frames(a);
     }
