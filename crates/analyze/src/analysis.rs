@@ -9,13 +9,14 @@
 //! every export give one answer to one question: they only print or
 //! encode what it returns.
 
-use crate::cache::{CacheFile, Cached};
+use crate::cache::{CacheFile, CacheProblem, Cached, Reader};
 use crate::dominators::{self, Dominators};
 use crate::error::{AnalyzeError, Result};
 use crate::group::{self, GroupBy, RetainedRow, Row};
 use crate::heap::{BlockId, Heap, RootSource, SiteId};
 use crate::leaks::{self, LeakKind, Leaks};
-use crate::paths::{self, PathStart};
+use crate::paths::{self, PathStart, Reach};
+use crate::slab::Slab;
 use crate::suppress::Suppressions;
 use crate::symbols::{is_machinery, Frame, Symbolizer};
 use crate::types::{Types, UNKNOWN};
@@ -23,6 +24,7 @@ use crate::DumpFile;
 use serde::Serialize;
 use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A loaded dump and everything computed from it, each at most once.
 pub struct Analysis<'h> {
@@ -33,18 +35,21 @@ pub struct Analysis<'h> {
     leaks: OnceCell<Leaks>,
     dominators: OnceCell<Dominators>,
     children: OnceCell<Children>,
+    reach: OnceCell<Reach>,
     cache: Option<CacheFile>,
     /// What the cache gave, taken by the first use of each part.
     cached: RefCell<Option<Cached>>,
     /// What happened to the cache (for `HEAPDUMP_CACHE_REPORT`).
     cache_events: RefCell<Vec<String>>,
+    /// Whether the cache was asked for the blocks vtables name.
+    names_looked_up: std::cell::Cell<bool>,
 }
 
 /// The dominator tree's children lists: those of block `b` are
 /// `list[start[b]..start[b + 1]]`, the virtual root's at index `n`.
 struct Children {
-    start: Vec<u32>,
-    list: Vec<u32>,
+    start: Slab<u32>,
+    list: Slab<u32>,
 }
 
 /// A group of lost blocks from one site: the definitely (or possibly) lost
@@ -229,6 +234,73 @@ pub struct SiteTotal {
     pub bytes: f64,
 }
 
+/// The cache part holding the dominator tree's children lists.
+const TREE: &str = "hdtree";
+/// The cache part holding the blocks vtables name.
+const NAMES: &str = "hdnames";
+/// The cache part holding the breadth-first tree from the roots.
+const REACH: &str = "hdreach";
+
+/// The `k` blocks retaining the most (ties: the lower index), in no
+/// order: one pass over the retained sizes, keeping the best in a heap of
+/// `k` (no vector of every block to select from).
+fn largest_retained(retained: &[u64], k: usize) -> Vec<usize> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    if k >= retained.len() {
+        return (0..retained.len()).collect();
+    }
+    // The heap's top is the worst kept: the smallest size, the highest
+    // index among equals.
+    let mut best: BinaryHeap<(Reverse<u64>, usize)> = BinaryHeap::with_capacity(k + 1);
+    for (i, &r) in retained.iter().enumerate() {
+        if best.len() < k {
+            best.push((Reverse(r), i));
+        } else if best.peek().is_some_and(|&(Reverse(w), _)| r > w) {
+            best.pop();
+            best.push((Reverse(r), i));
+        }
+    }
+    best.into_iter().map(|(_, i)| i).collect()
+}
+
+/// The children lists from a cache part, every index checked.
+fn read_children(r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, n: usize) -> Result<Children, CacheProblem> {
+    let start: Slab<u32> = r.slab(map)?;
+    let list: Slab<u32> = r.slab(map)?;
+    if start.len() != n + 2
+        || list.len() != n
+        || start.first() != Some(&0)
+        || start.windows(2).any(|w| w[0] > w[1])
+        || start[n + 1] as usize != n
+        || list.iter().any(|&b| b as usize >= n)
+    {
+        return Err(CacheProblem::Stale("dominator children of another heap"));
+    }
+    Ok(Children { start, list })
+}
+
+fn write_names(b: &mut Vec<u8>, names: &HashMap<u32, String>) {
+    let mut v: Vec<(&u32, &String)> = names.iter().collect();
+    v.sort();
+    b.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    for (k, name) in v {
+        b.extend_from_slice(&k.to_le_bytes());
+        b.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        b.extend_from_slice(name.as_bytes());
+    }
+}
+
+fn read_names(r: &mut Reader<'_>, _: &Arc<memmap2::Mmap>) -> Result<HashMap<u32, String>, CacheProblem> {
+    let n = r.len(12)?;
+    let mut out = HashMap::with_capacity(n);
+    for _ in 0..n {
+        let k = r.u32()?;
+        out.insert(k, r.string()?);
+    }
+    Ok(out)
+}
+
 pub(crate) fn hex(a: u64) -> String {
     format!("{a:#x}")
 }
@@ -244,9 +316,11 @@ impl<'h> Analysis<'h> {
             leaks: OnceCell::new(),
             dominators: OnceCell::new(),
             children: OnceCell::new(),
+            reach: OnceCell::new(),
             cache: None,
             cached: RefCell::new(None),
             cache_events: RefCell::new(Vec::new()),
+            names_looked_up: std::cell::Cell::new(false),
         }
     }
 
@@ -280,10 +354,38 @@ impl<'h> Analysis<'h> {
     fn save(&self) {
         let Some(c) = &self.cache else { return };
         let Some(l) = self.leaks.get() else { return };
-        match c.write(l, self.dominators.get()) {
-            Ok(()) => self.note(format!("wrote {}", c.path().display())),
-            Err(e) => self.note(format!("not written {} ({e})", c.path().display())),
+        self.note_written(c.path().to_path_buf(), c.write(l, self.dominators.get()));
+    }
+
+    fn note_written(&self, path: std::path::PathBuf, r: std::io::Result<()>) {
+        match r {
+            Ok(()) => self.note(format!("wrote {}", path.display())),
+            Err(e) => self.note(format!("not written {} ({e})", path.display())),
         }
+    }
+
+    /// The type namer, given the blocks a cache says vtables name (so the
+    /// dump is not scanned again), and keeping them in the cache when it
+    /// scanned for them.
+    fn with_types<R>(&self, f: impl FnOnce(&mut Types<'h>, &mut Symbolizer<'h>) -> R) -> R {
+        let mut types = self.types.borrow_mut();
+        if let Some(c) = self.cache.as_ref().filter(|_| types.needs_scan() && !self.names_looked_up.replace(true)) {
+            match c.read_part(NAMES, read_names) {
+                Ok(Some(names)) => {
+                    self.note(format!("hit {}", c.part_path(NAMES).display()));
+                    types.preset(names);
+                }
+                Ok(None) => self.note(format!("miss {}", c.part_path(NAMES).display())),
+                Err(why) => self.note(format!("rebuilt {} ({why})", c.part_path(NAMES).display())),
+            }
+        }
+        let r = f(&mut types, &mut self.sym.borrow_mut());
+        if let Some(names) = types.take_new_scan() {
+            if let Some(c) = &self.cache {
+                self.note_written(c.part_path(NAMES), c.write_part(NAMES, |b| write_names(b, names)));
+            }
+        }
+        r
     }
 
     /// Sites are named by `depth` frames, past the functions `skip`
@@ -345,12 +447,54 @@ impl<'h> Analysis<'h> {
         d
     }
 
+    /// The breadth-first tree of what the roots reach (from the cache when
+    /// it holds it; else built, and kept there).
+    pub fn reach(&self) -> &Reach {
+        self.reach.get_or_init(|| {
+            if let Some(c) = &self.cache {
+                let read = c.read_part(REACH, |r, map| {
+                    let pred = r.slab(map)?;
+                    let via = r.slab(map)?;
+                    Reach::from_parts(self.heap, pred, via).ok_or(CacheProblem::Stale("paths of another heap"))
+                });
+                match read {
+                    Ok(Some(reach)) => {
+                        self.note(format!("hit {}", c.part_path(REACH).display()));
+                        return reach;
+                    }
+                    Ok(None) => self.note(format!("miss {}", c.part_path(REACH).display())),
+                    Err(why) => self.note(format!("rebuilt {} ({why})", c.part_path(REACH).display())),
+                }
+            }
+            let reach = Reach::of(self.heap);
+            if let Some(c) = &self.cache {
+                let (pred, via) = reach.parts();
+                let written = c.write_part(REACH, |b| {
+                    crate::cache::put_slab(b, pred);
+                    crate::cache::put_slab(b, via);
+                });
+                self.note_written(c.part_path(REACH), written);
+            }
+            reach
+        })
+    }
+
     /// Blocks immediately dominated by `b` (`None` = the virtual root),
     /// largest retained size first.
     pub fn dominated_by(&self, b: Option<BlockId>) -> &[u32] {
         let c = self.children.get_or_init(|| {
-            let d = self.dominators();
             let n = self.heap.len();
+            if let Some(c) = &self.cache {
+                match c.read_part(TREE, |r, map| read_children(r, map, n)) {
+                    Ok(Some(children)) => {
+                        self.note(format!("hit {}", c.part_path(TREE).display()));
+                        return children;
+                    }
+                    Ok(None) => self.note(format!("miss {}", c.part_path(TREE).display())),
+                    Err(why) => self.note(format!("rebuilt {} ({why})", c.part_path(TREE).display())),
+                }
+            }
+            let d = self.dominators();
             let parent = |i: usize| d.idom(BlockId(i as u32)).map_or(n, |b| b.index());
             let mut start = vec![0u32; n + 2];
             for i in 0..n {
@@ -370,7 +514,14 @@ impl<'h> Analysis<'h> {
                 let s = &mut list[start[p] as usize..start[p + 1] as usize];
                 s.sort_by(|&a, &b| d.retained[b as usize].cmp(&d.retained[a as usize]).then(a.cmp(&b)));
             }
-            Children { start, list }
+            if let Some(c) = &self.cache {
+                let written = c.write_part(TREE, |b| {
+                    crate::cache::put_slab(b, &start);
+                    crate::cache::put_slab(b, &list);
+                });
+                self.note_written(c.part_path(TREE), written);
+            }
+            Children { start: start.into(), list: list.into() }
         });
         let p = b.map_or(self.heap.len(), |b| b.index());
         &c.list[c.start[p] as usize..c.start[p + 1] as usize]
@@ -421,19 +572,19 @@ impl<'h> Analysis<'h> {
 
     /// The type a site allocates, where its frames say (`unknown` if not).
     pub fn type_of(&self, site: SiteId) -> String {
-        self.types.borrow_mut().of_site(&mut self.sym.borrow_mut(), site)
+        self.with_types(|t, sym| t.of_site(sym, site))
     }
 
     /// The type of one block: its site's, or the concrete type of a trait
     /// object pointing at it.
     pub fn type_of_block(&self, b: BlockId) -> String {
-        self.types.borrow_mut().of_block(&mut self.sym.borrow_mut(), self.heap, b)
+        self.with_types(|t, sym| t.of_block(sym, self.heap, b))
     }
 
     /// Whether some blocks are named individually (by vtables), not only
     /// by their site.
     pub fn has_block_types(&self) -> bool {
-        self.types.borrow_mut().has_block_names(&mut self.sym.borrow_mut(), self.heap)
+        self.with_types(|t, sym| t.has_block_names(sym, self.heap))
     }
 
     /// A short name for a block: its type if known, else its site
@@ -456,7 +607,7 @@ impl<'h> Analysis<'h> {
 
     /// Live blocks grouped by site, type or size class, largest first.
     pub fn top(&self, by: GroupBy) -> Vec<Row> {
-        group::top(self.heap, &mut self.sym.borrow_mut(), &mut self.types.borrow_mut(), by)
+        self.with_types(|t, sym| group::top(self.heap, sym, t, by))
     }
 
     /// The caller tree of the live heap, bottom up: each root a function
@@ -657,11 +808,7 @@ impl<'h> Analysis<'h> {
         // it retains more).
         let mut k = (n * 4).max(64);
         loop {
-            let mut ids: Vec<usize> = (0..len).collect();
-            if k < len {
-                ids.select_nth_unstable_by(k - 1, order);
-                ids.truncate(k);
-            }
+            let mut ids = largest_retained(&d.retained, k);
             ids.sort_by(order);
             // A block is covered when its dominator is listed or covered
             // and has it as its only child.
@@ -729,7 +876,8 @@ impl<'h> Analysis<'h> {
 
     /// Groups by site or type with what each retains, every byte once.
     pub fn retained_by(&self, by: GroupBy) -> Vec<RetainedRow> {
-        group::retained_by(self.heap, self.dominators(), &mut self.sym.borrow_mut(), &mut self.types.borrow_mut(), by)
+        let d = self.dominators();
+        self.with_types(|t, sym| group::retained_by(self.heap, d, sym, t, by))
     }
 
     // --- paths -----------------------------------------------------------------
@@ -753,7 +901,11 @@ impl<'h> Analysis<'h> {
         if fallback == Some(target) {
             return Ok(report);
         }
-        let p = paths::shortest(heap, target, fallback).ok_or(AnalyzeError::NoPath { address: addr, class: report.class.as_str() })?;
+        let p = self
+            .reach()
+            .path_to(heap, target)
+            .or_else(|| paths::from_lost(heap, fallback?, target))
+            .ok_or(AnalyzeError::NoPath { address: addr, class: report.class.as_str() })?;
         // Every step's offset is relative to what its `from` names: the
         // first step from a static root to the symbol it names (or the
         // region).
@@ -830,25 +982,32 @@ impl<'h> Analysis<'h> {
             }
         }
         let l = self.leaks();
-        for i in 0..heap.len() {
-            for e in heap.edges(BlockId(i as u32)).filter(|e| e.target == target) {
-                total += 1;
-                if out.len() >= n {
-                    continue;
-                }
-                let b = heap.block(BlockId(i as u32));
-                let path = self.path(b.addr).map(|p| p.steps).unwrap_or_default();
-                out.push(Holder {
-                    from: hex(b.addr),
-                    offset: e.offset,
-                    interior: e.interior,
-                    size: Some(b.size),
-                    site: Some(self.site_label(b.site)),
-                    class: Some(l.kind[i]),
-                    path,
-                    block: Some(BlockId(i as u32)),
-                });
+        // The pointers to the target, found in the edge table in one pass
+        // (building every edge of the heap, its offset and interior
+        // target, only to compare its target cost seconds at 10 M blocks),
+        // each then named by its source block.
+        let (starts, targets) = heap.raw_edges();
+        let holding = targets.iter().enumerate().filter(|(_, &t)| t & !crate::heap::INTERIOR == target.0).map(|(k, _)| k as u32);
+        for k in holding {
+            // The block whose edges include `k`: the last start at or before it.
+            let i = starts.partition_point(|&s| s <= k) - 1;
+            let e = heap.edge_at(k as usize);
+            total += 1;
+            if out.len() >= n {
+                continue;
             }
+            let b = heap.block(BlockId(i as u32));
+            let path = self.path(b.addr).map(|p| p.steps).unwrap_or_default();
+            out.push(Holder {
+                from: hex(b.addr),
+                offset: e.offset,
+                interior: e.interior,
+                size: Some(b.size),
+                site: Some(self.site_label(b.site)),
+                class: Some(l.kind[i]),
+                path,
+                block: Some(BlockId(i as u32)),
+            });
         }
         Ok((report, out, total))
     }
@@ -862,6 +1021,25 @@ impl<'h> Analysis<'h> {
                 None => (format!("static {name} of {module} at {address:#x}"), Some(0)),
             },
             other => (other.to_string(), None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn the_largest_retained_are_those_a_sort_puts_first(sizes in proptest::collection::vec(0u64..8, 0..300), k in 1usize..40) {
+            let mut got = largest_retained(&sizes, k);
+            got.sort_unstable();
+            let mut all: Vec<usize> = (0..sizes.len()).collect();
+            all.sort_by(|&a, &b| sizes[b].cmp(&sizes[a]).then(a.cmp(&b)));
+            all.truncate(k);
+            all.sort_unstable();
+            prop_assert_eq!(got, all);
         }
     }
 }

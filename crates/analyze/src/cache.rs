@@ -8,20 +8,29 @@
 //! secrets: so are its classes), so that two analyses at once never see
 //! half of one.
 //!
-//! Layout (little endian): magic `HDCACHE\x01`, the key (five u64: tool
+//! Layout (little endian): magic `HDCACHE\x02`, the key (five u64: tool
 //! version hash, checksum, file length, time, pid), the block count, the
 //! leak classes (a byte per block), the leaders (u32), four counts (bytes,
 //! blocks), the heuristics' counts (count, then kind byte, bytes, blocks),
 //! whether dominators follow (u8), then idom (u32), retained (u64) and
-//! dominated (u32) per block, and the CRC-32 of everything before it.
+//! dominated (u32) per block, and the CRC-32 of everything before it. The
+//! arrays of u32 and u64 are counted and start at a multiple of 8 bytes
+//! (zeros before them): a repeat analysis reads them in place from the
+//! mapping ([`Slab`]).
 
 use crate::dominators::Dominators;
 use crate::heap::Heap;
 use crate::leaks::{Count, Heuristic, LeakKind, Leaks};
+use crate::slab::Slab;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-const MAGIC: &[u8; 8] = b"HDCACHE\x01";
+const MAGIC: &[u8; 8] = b"HDCACHE\x02";
+const PART_MAGIC: &[u8; 8] = b"HDPART\x01\0";
+
+/// The extensions of a directory's cache files (what eviction counts).
+const EXTENSIONS: [&str; 5] = ["hdcache", "hdgraph", "hdtree", "hdnames", "hdreach"];
 
 /// Why a cache file was not used (it is then rebuilt).
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +102,66 @@ impl CacheFile {
         write_atomically(&self.graph_path(), &crate::graph_cache::encode(heap, &self.key))
     }
 
+    /// Where part `ext` is kept (see [`CacheFile::read_part`]).
+    pub fn part_path(&self, ext: &str) -> PathBuf {
+        self.path.with_extension(ext)
+    }
+
+    /// Part `ext` of the analysis, kept apart because it is computed
+    /// apart (the dominator tree's children lists, the blocks named by
+    /// vtables): its body, read back by `parse` from a [`Reader`] (its
+    /// arrays in place from the mapping), when a good copy is kept. The
+    /// file is the magic `HDPART\x01\0`, the part's name (counted), the
+    /// key, the body and a CRC of everything before it: a part of another
+    /// dump or version, or a damaged one, is refused.
+    pub(crate) fn read_part<T>(
+        &self,
+        ext: &str,
+        parse: impl FnOnce(&mut Reader<'_>, &Arc<memmap2::Mmap>) -> Result<T, CacheProblem>,
+    ) -> Result<Option<T>, CacheProblem> {
+        let map = match map(&self.part_path(ext)) {
+            Ok(b) => Arc::new(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let bytes: &[u8] = &map;
+        let body_len = bytes.len().checked_sub(4).ok_or(CacheProblem::Stale("too short"))?;
+        let (body, crc) = bytes.split_at(body_len);
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return Err(CacheProblem::Stale("checksum differs"));
+        }
+        let mut r = Reader { b: body, at: 0 };
+        if r.take(8)? != PART_MAGIC || r.bytes()? != ext.as_bytes() {
+            return Err(CacheProblem::Stale("not this part of a heapdump cache"));
+        }
+        for k in self.key {
+            if r.u64()? != k {
+                return Err(CacheProblem::Stale("written for another dump or tool version"));
+            }
+        }
+        let v = parse(&mut r, &map)?;
+        if r.at != body.len() {
+            return Err(CacheProblem::Stale("trailing bytes"));
+        }
+        Ok(Some(v))
+    }
+
+    /// Keeps part `ext` (atomically, mode 0600): `body` appends its
+    /// contents (arrays with [`put_slab`]).
+    pub(crate) fn write_part(&self, ext: &str, body: impl FnOnce(&mut Vec<u8>)) -> std::io::Result<()> {
+        let mut b = Vec::new();
+        b.extend_from_slice(PART_MAGIC);
+        b.extend_from_slice(&(ext.len() as u64).to_le_bytes());
+        b.extend_from_slice(ext.as_bytes());
+        for k in self.key {
+            b.extend_from_slice(&k.to_le_bytes());
+        }
+        body(&mut b);
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        write_atomically(&self.part_path(ext), &b)
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -101,11 +170,12 @@ impl CacheFile {
     /// Reads the cache for a heap of `blocks` blocks: `Ok(None)` when there
     /// is none, `Err` (with why) when it is there but stale or damaged.
     pub fn read(&self, blocks: usize) -> Result<Option<Cached>, CacheProblem> {
-        let bytes = match map(&self.path) {
-            Ok(b) => b,
+        let map = match map(&self.path) {
+            Ok(b) => Arc::new(b),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
+        let bytes: &[u8] = &map;
         let body_len = bytes.len().checked_sub(4).ok_or(CacheProblem::Stale("too short"))?;
         let (body, crc) = bytes.split_at(body_len);
         if crc32fast::hash(body).to_le_bytes() != crc {
@@ -125,8 +195,8 @@ impl CacheFile {
             return Err(CacheProblem::Stale("block count differs"));
         }
         let kind = r.take(n)?.iter().map(|&k| kind_of(k).ok_or(CacheProblem::Stale("bad leak class"))).collect::<Result<Vec<_>, _>>()?;
-        let leader = r.u32s(n)?;
-        if leader.iter().any(|&x| x != u32::MAX && x as usize >= n) {
+        let leader: Slab<u32> = r.slab(&map)?;
+        if leader.len() != n || leader.iter().any(|&x| x != u32::MAX && x as usize >= n) {
             return Err(CacheProblem::Stale("bad leader"));
         }
         let mut counts = [Count::default(); 4];
@@ -148,9 +218,12 @@ impl CacheFile {
         let dominators = match r.take(1)?[0] {
             0 => None,
             1 => {
-                let idom = r.u32s(n)?;
-                let retained = r.u64s(n)?;
-                let dominated = r.u32s(n)?;
+                let idom: Slab<u32> = r.slab(&map)?;
+                let retained: Slab<u64> = r.slab(&map)?;
+                let dominated: Slab<u32> = r.slab(&map)?;
+                if [idom.len(), retained.len(), dominated.len()] != [n; 3] {
+                    return Err(CacheProblem::Stale("dominators of another heap"));
+                }
                 if idom.iter().any(|&d| d != u32::MAX && d as usize >= n) {
                     return Err(CacheProblem::Stale("bad dominator"));
                 }
@@ -174,7 +247,7 @@ impl CacheFile {
         }
         b.extend_from_slice(&(n as u64).to_le_bytes());
         b.extend(leaks.kind.iter().map(|&k| kind_byte(k)));
-        b.extend(leaks.leader.iter().flat_map(|x| x.to_le_bytes()));
+        put_slab(&mut b, &leaks.leader);
         for c in [leaks.definitely_lost, leaks.indirectly_lost, leaks.possibly_lost, leaks.still_reachable] {
             b.extend_from_slice(&c.bytes.to_le_bytes());
             b.extend_from_slice(&c.blocks.to_le_bytes());
@@ -190,14 +263,37 @@ impl CacheFile {
             Some(d) => {
                 b.push(1);
                 let (idom, retained, dominated) = d.parts();
-                b.extend(idom.iter().flat_map(|x| x.to_le_bytes()));
-                b.extend(retained.iter().flat_map(|x| x.to_le_bytes()));
-                b.extend(dominated.iter().flat_map(|x| x.to_le_bytes()));
+                put_slab(&mut b, idom);
+                put_slab(&mut b, retained);
+                put_slab(&mut b, dominated);
             }
         }
         let crc = crc32fast::hash(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         write_atomically(&self.path, &b)
+    }
+}
+
+/// Appends a counted array, its items starting at a multiple of 8 bytes
+/// (so that [`Reader::slab`] can read them in place), little endian.
+pub fn put_slab<T: bytemuck::Pod>(b: &mut Vec<u8>, v: &[T]) {
+    b.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    while b.len() % 8 != 0 {
+        b.push(0);
+    }
+    if cfg!(target_endian = "little") {
+        b.extend_from_slice(bytemuck::cast_slice(v));
+    } else {
+        let size = std::mem::size_of::<T>();
+        for x in v {
+            let at = b.len();
+            b.extend_from_slice(bytemuck::bytes_of(x));
+            // Each little-endian word of the item (a `Packed` block is
+            // two u64s).
+            for c in b[at..].chunks_exact_mut(size.min(8)) {
+                c.reverse();
+            }
+        }
     }
 }
 
@@ -242,7 +338,7 @@ fn evict(dir: &Path, keep: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
         .filter_map(Result::ok)
-        .filter(|e| e.path().extension().is_some_and(|x| x == "hdcache" || x == "hdgraph"))
+        .filter(|e| e.path().extension().is_some_and(|x| EXTENSIONS.iter().any(|k| x == *k)))
         .filter_map(|e| {
             let m = e.metadata().ok()?;
             Some((m.modified().ok()?, m.len(), e.path()))
@@ -263,7 +359,8 @@ fn evict(dir: &Path, keep: &Path) {
 }
 
 /// Reads the little-endian fields of a cache file, every length checked
-/// against what is left (shared by the graph's file, `graph_cache.rs`).
+/// against what is left (shared by the graph's file, `graph_cache.rs`, and
+/// the parts).
 pub(crate) struct Reader<'a> {
     pub(crate) b: &'a [u8],
     pub(crate) at: usize,
@@ -286,15 +383,15 @@ impl<'a> Reader<'a> {
     pub(crate) fn u64(&mut self) -> Result<u64, CacheProblem> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| CacheProblem::Stale("cut short"))?))
     }
-    /// `n` u32s.
-    pub(crate) fn u32s(&mut self, n: usize) -> Result<Vec<u32>, CacheProblem> {
-        let s = self.take(n.checked_mul(4).ok_or(CacheProblem::Stale("too long"))?)?;
-        Ok(s.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-    }
-    /// `n` u64s.
-    pub(crate) fn u64s(&mut self, n: usize) -> Result<Vec<u64>, CacheProblem> {
-        let s = self.take(n.checked_mul(8).ok_or(CacheProblem::Stale("too long"))?)?;
-        Ok(s.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+    /// A counted array written by [`put_slab`], read in place from `map`
+    /// (the mapping these bytes are the start of).
+    pub(crate) fn slab<T: bytemuck::Pod>(&mut self, map: &Arc<memmap2::Mmap>) -> Result<Slab<T>, CacheProblem> {
+        let size = std::mem::size_of::<T>();
+        let n = self.len(size)?;
+        self.take((8 - self.at % 8) % 8)?;
+        let start = self.at;
+        self.take(n * size)?;
+        Slab::mapped(map, start..self.at).ok_or(CacheProblem::Stale("array"))
     }
     /// A count, bounded by what the rest of the file could hold at `unit`
     /// bytes each.
@@ -304,11 +401,6 @@ impl<'a> Reader<'a> {
             return Err(CacheProblem::Stale("length"));
         }
         Ok(n)
-    }
-    /// A counted run of u32s.
-    pub(crate) fn counted_u32s(&mut self) -> Result<Vec<u32>, CacheProblem> {
-        let n = self.len(4)?;
-        self.u32s(n)
     }
     /// Counted bytes.
     pub(crate) fn bytes(&mut self) -> Result<&'a [u8], CacheProblem> {

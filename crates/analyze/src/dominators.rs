@@ -12,6 +12,7 @@
 
 use crate::heap::{BlockId, Heap, INTERIOR};
 use crate::prefetch::prefetch;
+use crate::slab::Slab;
 
 const NONE: u32 = u32::MAX;
 /// Marks the first entry of each node's predecessor list (node numbers
@@ -22,16 +23,16 @@ const FIRST: u32 = 1 << 31;
 pub struct Dominators {
     /// Immediate dominator of each block (`None` = the virtual root), by
     /// [`BlockId`]; unreachable blocks (none, given the extra roots) are `None`.
-    idom: Vec<u32>,
+    idom: Slab<u32>,
     /// Bytes each block's dominator subtree holds, itself included.
-    pub retained: Vec<u64>,
+    pub retained: Slab<u64>,
     /// Number of blocks each block dominates, itself included.
-    pub dominated: Vec<u32>,
+    pub dominated: Slab<u32>,
 }
 
 impl Dominators {
     /// A tree as [`Dominators::parts`] gave it (from a cache).
-    pub fn from_parts(idom: Vec<u32>, retained: Vec<u64>, dominated: Vec<u32>) -> Dominators {
+    pub fn from_parts(idom: Slab<u32>, retained: Slab<u64>, dominated: Slab<u32>) -> Dominators {
         Dominators { idom, retained, dominated }
     }
 
@@ -63,7 +64,7 @@ impl Dominators {
         // Children lists of the dominator tree (node 0 the virtual root,
         // block b node b + 1).
         let mut start = vec![0u32; n + 2];
-        for &d in &self.idom {
+        for &d in self.idom.iter() {
             let parent = if d == NONE { 0 } else { d as usize + 1 };
             start[parent + 1] += 1;
         }
@@ -346,7 +347,7 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
             idom[b] = db as u32;
         }
     }
-    Dominators { idom, retained, dominated }
+    Dominators { idom: idom.into(), retained: retained.into(), dominated: dominated.into() }
 }
 
 /// Calls `f(slots, v, w)` for every edge v -> w of the graph (nodes: the

@@ -6,13 +6,16 @@
 //! file is refused (and rebuilt) rather than trusted.
 
 use crate::cache::{CacheProblem, Reader};
-use crate::heap::{Blocks, Heap, ModuleInfo, Offsets, Packed, Root, RootKind, RootRegion, SiteId, ThreadInfo, INTERIOR};
+use crate::heap::{Blocks, Heap, ModuleInfo, Offsets, Packed, Root, RootKind, RootRegion, SiteId, ThreadInfo, WideOffset, INTERIOR};
+use crate::slab::Slab;
 use heapdump_format::{Backtrace, Header, Mode, Reason, Segment, SignalInfo, Trailer};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-const MAGIC: &[u8; 8] = b"HDGRAPH\x01";
+/// Version 2: the large arrays start at multiples of 8 bytes, read in
+/// place from the mapping ([`Slab`]).
+const MAGIC: &[u8; 8] = b"HDGRAPH\x02";
 
 struct W(Vec<u8>);
 
@@ -30,9 +33,9 @@ impl W {
         self.u64(b.len() as u64);
         self.0.extend_from_slice(b);
     }
-    fn u32s(&mut self, v: &[u32]) {
-        self.u64(v.len() as u64);
-        self.0.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+    /// A counted array the reader uses in place.
+    fn slab<T: bytemuck::Pod>(&mut self, v: &[T]) {
+        crate::cache::put_slab(&mut self.0, v);
     }
 }
 
@@ -94,11 +97,7 @@ pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
         }
     }
     let b = &heap.blocks;
-    w.u64(b.packed.len() as u64);
-    for p in &b.packed {
-        w.u64(p.addr);
-        w.u64(p.rest);
-    }
+    w.slab(&b.packed);
     let mut wide: Vec<(&u32, &(u64, SiteId))> = b.wide.iter().collect();
     wide.sort();
     w.u64(wide.len() as u64);
@@ -107,15 +106,10 @@ pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
         w.u64(*size);
         w.u32(site.0);
     }
-    w.u32s(&heap.edge_start);
-    w.u32s(&heap.edge_target);
-    w.u64(heap.edge_offset.words.len() as u64);
-    w.0.extend(heap.edge_offset.words.iter().flat_map(|x| x.to_le_bytes()));
-    w.u64(heap.edge_offset.wide.len() as u64);
-    for (k, v) in &heap.edge_offset.wide {
-        w.u32(*k);
-        w.u64(*v);
-    }
+    w.slab(&heap.edge_start);
+    w.slab(&heap.edge_target);
+    w.slab(&heap.edge_offset.words);
+    w.slab(&heap.edge_offset.wide);
     let mut into: Vec<(&u32, &u64)> = heap.interior_into.iter().collect();
     into.sort();
     w.u64(into.len() as u64);
@@ -127,7 +121,7 @@ pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
         None => w.u8(0),
         Some(m) => {
             w.u8(1);
-            w.u32s(m);
+            w.slab(m);
         }
     }
     w.u64(heap.roots.len() as u64);
@@ -187,8 +181,10 @@ pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
     w.0
 }
 
-/// The graph back from `bytes`, every index checked.
-pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
+/// The graph back from the mapped file `map`, every index checked; its
+/// large arrays are read in place.
+pub fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem> {
+    let bytes: &[u8] = map;
     let body_len = bytes.len().checked_sub(4).ok_or(bad("too short"))?;
     let (body, crc) = bytes.split_at(body_len);
     if crc32fast::hash(body).to_le_bytes() != crc {
@@ -248,16 +244,10 @@ pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
         let frames = (0..k).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
         heap.sites.insert(id, frames);
     }
-    let blocks = r.len(16)?;
-    let mut packed = Vec::with_capacity(blocks);
-    let mut last = 0u64;
-    for i in 0..blocks {
-        let p = Packed { addr: r.u64()?, rest: r.u64()? };
-        if i > 0 && p.addr <= last {
-            return Err(bad("blocks out of order"));
-        }
-        last = p.addr;
-        packed.push(p);
+    let packed: Slab<Packed> = r.slab(map)?;
+    let blocks = packed.len();
+    if packed.windows(2).any(|w| w[1].addr <= w[0].addr) {
+        return Err(bad("blocks out of order"));
     }
     let n = r.len(16)?;
     let mut wide = HashMap::with_capacity(n);
@@ -269,8 +259,8 @@ pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
         wide.insert(i, (r.u64()?, SiteId(r.u32()?)));
     }
     heap.blocks = Blocks { packed, wide };
-    heap.edge_start = r.counted_u32s()?;
-    heap.edge_target = r.counted_u32s()?;
+    heap.edge_start = r.slab(map)?;
+    heap.edge_target = r.slab(map)?;
     let edges = heap.edge_target.len();
     if heap.edge_start.len() != blocks + 1
         || heap.edge_start.windows(2).any(|w| w[0] > w[1])
@@ -280,21 +270,17 @@ pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
     {
         return Err(bad("edges"));
     }
-    let n = r.len(2)?;
-    if n != edges {
+    let words: Slab<u16> = r.slab(map)?;
+    if words.len() != edges {
         return Err(bad("edge offsets"));
     }
-    let words = r.take(n * 2)?.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-    let n = r.len(12)?;
-    let mut owide = Vec::with_capacity(n);
-    for _ in 0..n {
-        let k = r.u32()?;
-        if k as usize >= edges || owide.last().is_some_and(|&(p, _): &(u32, u64)| p >= k) {
-            return Err(bad("wide edge offsets"));
-        }
-        owide.push((k, r.u64()?));
+    let wide: Slab<WideOffset> = r.slab(map)?;
+    if wide.first().is_some_and(|w| w.edge as usize >= edges)
+        || wide.windows(2).any(|w| w[0].edge >= w[1].edge || w[1].edge as usize >= edges)
+    {
+        return Err(bad("wide edge offsets"));
     }
-    heap.edge_offset = Offsets { words, wide: owide };
+    heap.edge_offset = Offsets { words, wide };
     let n = r.len(12)?;
     for _ in 0..n {
         let k = r.u32()?;
@@ -306,7 +292,7 @@ pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
     heap.block_of = match r.u8()? {
         0 => None,
         1 => {
-            let m = r.counted_u32s()?;
+            let m: Slab<u32> = r.slab(map)?;
             if m.len() != blocks || m.iter().any(|&b| b as usize >= blocks) {
                 return Err(bad("block order"));
             }
@@ -386,7 +372,7 @@ pub fn decode(bytes: &[u8], key: &[u64; 5]) -> Result<Heap, CacheProblem> {
 /// Reads `path`'s graph for `key` (`Ok(None)`: no such file).
 pub fn read(path: &Path, key: &[u64; 5]) -> Result<Option<Heap>, CacheProblem> {
     match crate::cache::map(path) {
-        Ok(b) => decode(&b, key).map(Some),
+        Ok(b) => decode(&Arc::new(b), key).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e.into()),
     }

@@ -9,6 +9,7 @@
 //! the start or the inside of a live block). Roots come from the thread
 //! stacks and registers and the static segments.
 
+use crate::slab::Slab;
 use heapdump_format::{raw, Header, Trailer};
 use std::collections::HashMap;
 
@@ -198,14 +199,14 @@ pub struct Heap {
     /// Blocks sorted by address.
     pub(crate) blocks: Blocks,
     /// Start of each block's edges (n + 1 entries).
-    pub(crate) edge_start: Vec<u32>,
-    pub(crate) edge_target: Vec<u32>,
+    pub(crate) edge_start: Slab<u32>,
+    pub(crate) edge_target: Slab<u32>,
     pub(crate) edge_offset: Offsets,
     /// Offsets into the target of interior edges, by edge index.
     pub(crate) interior_into: HashMap<u32, u64>,
     /// The block of each allocation ordinal (file order), when the dump's
     /// allocations were not in address order; else the ordinal is the block.
-    pub(crate) block_of: Option<Vec<u32>>,
+    pub(crate) block_of: Option<Slab<u32>>,
     /// Root pointers.
     pub roots: Vec<Root>,
     /// Where roots live.
@@ -230,12 +231,13 @@ pub struct Heap {
 /// field saying so.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Blocks {
-    pub(crate) packed: Vec<Packed>,
+    pub(crate) packed: Slab<Packed>,
     pub(crate) wide: HashMap<u32, (u64, SiteId)>,
 }
 
 /// A block as [`Blocks`] stores it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 pub(crate) struct Packed {
     pub(crate) addr: u64,
     pub(crate) rest: u64,
@@ -245,17 +247,18 @@ impl Blocks {
     const WIDE: u64 = u32::MAX as u64;
 
     pub(crate) fn from_sorted(list: &[Block]) -> Blocks {
-        let mut b = Blocks { packed: Vec::with_capacity(list.len()), wide: HashMap::new() };
+        let mut packed = Vec::with_capacity(list.len());
+        let mut wide = HashMap::new();
         for (i, x) in list.iter().enumerate() {
             let (size, site) = if x.size < Self::WIDE && x.site.0 < 1 << 24 {
                 (x.size, x.site.0)
             } else {
-                b.wide.insert(i as u32, (x.size, x.site));
+                wide.insert(i as u32, (x.size, x.site));
                 (Self::WIDE, 0)
             };
-            b.packed.push(Packed { addr: x.addr, rest: size | u64::from(site) << 32 | u64::from(x.flags) << 56 });
+            packed.push(Packed { addr: x.addr, rest: size | u64::from(site) << 32 | u64::from(x.flags) << 56 });
         }
-        b
+        Blocks { packed: packed.into(), wide }
     }
 
     #[inline]
@@ -302,30 +305,40 @@ impl Blocks {
 /// map of them the costliest part of loading.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Offsets {
-    pub(crate) words: Vec<u16>,
-    pub(crate) wide: Vec<(u32, u64)>,
+    pub(crate) words: Slab<u16>,
+    pub(crate) wide: Slab<WideOffset>,
+}
+
+/// An edge's offset that two bytes do not hold, by edge index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub(crate) struct WideOffset {
+    pub(crate) edge: u32,
+    /// Zero (the layout's padding, written out).
+    pub(crate) pad: u32,
+    pub(crate) offset: u64,
 }
 
 impl Offsets {
     const WIDE: u16 = u16::MAX;
 
     pub(crate) fn with_capacity(n: usize) -> Offsets {
-        Offsets { words: Vec::with_capacity(n), wide: Vec::new() }
+        Offsets { words: Vec::with_capacity(n).into(), wide: Slab::default() }
     }
 
     pub(crate) fn push(&mut self, offset: u64) {
         match u16::try_from(offset / 8) {
-            Ok(w) if offset % 8 == 0 && w != Self::WIDE => self.words.push(w),
+            Ok(w) if offset % 8 == 0 && w != Self::WIDE => self.words.to_mut().push(w),
             _ => {
-                self.wide.push((self.words.len() as u32, offset));
-                self.words.push(Self::WIDE);
+                self.wide.to_mut().push(WideOffset { edge: self.words.len() as u32, pad: 0, offset });
+                self.words.to_mut().push(Self::WIDE);
             }
         }
     }
 
     pub(crate) fn get(&self, k: usize) -> u64 {
         match self.words[k] {
-            Self::WIDE => self.wide.binary_search_by_key(&(k as u32), |w| w.0).map_or(0, |i| self.wide[i].1),
+            Self::WIDE => self.wide.binary_search_by_key(&(k as u32), |w| w.edge).map_or(0, |i| self.wide[i].offset),
             w => u64::from(w) * 8,
         }
     }
@@ -333,13 +346,13 @@ impl Offsets {
     /// Appends the offsets of the edges that follow these.
     pub(crate) fn append(&mut self, next: Offsets) {
         let base = self.words.len() as u32;
-        self.words.extend(next.words);
-        self.wide.extend(next.wide.into_iter().map(|(k, v)| (k + base, v)));
+        self.words.to_mut().extend_from_slice(&next.words);
+        self.wide.to_mut().extend(next.wide.iter().map(|w| WideOffset { edge: w.edge + base, ..*w }));
     }
 
     pub(crate) fn shrink_to_fit(&mut self) {
-        self.words.shrink_to_fit();
-        self.wide.shrink_to_fit();
+        self.words.to_mut().shrink_to_fit();
+        self.wide.to_mut().shrink_to_fit();
     }
 }
 
@@ -389,8 +402,8 @@ impl Heap {
         }
         Heap {
             blocks: Blocks::from_sorted(&blocks),
-            edge_start: counts,
-            edge_target: target,
+            edge_start: counts.into(),
+            edge_target: target.into(),
             edge_offset: offset,
             interior_into,
             roots,
@@ -418,8 +431,8 @@ impl Heap {
             threads: vec![],
             sites: HashMap::new(),
             blocks: Blocks::default(),
-            edge_start: vec![],
-            edge_target: vec![],
+            edge_start: Slab::default(),
+            edge_target: Slab::default(),
             edge_offset: Offsets::default(),
             interior_into: HashMap::new(),
             block_of: None,
@@ -502,12 +515,21 @@ impl Heap {
     pub fn edges(&self, id: BlockId) -> impl DoubleEndedIterator<Item = Edge> + ExactSizeIterator + '_ {
         let s = self.edge_start[id.index()] as usize;
         let e = self.edge_start[id.index() + 1] as usize;
-        (s..e).map(move |k| {
-            let t = self.edge_target[k];
-            let interior = t & INTERIOR != 0;
-            let into = if interior { self.interior_into.get(&(k as u32)).copied().unwrap_or(0) } else { 0 };
-            Edge { target: BlockId(t & !INTERIOR), offset: self.edge_offset.get(k), interior, into }
-        })
+        (s..e).map(move |k| self.edge_at(k))
+    }
+
+    /// Edge `k` (an index into the edge tables).
+    pub(crate) fn edge_at(&self, k: usize) -> Edge {
+        let t = self.edge_target[k];
+        let interior = t & INTERIOR != 0;
+        let into = if interior { self.interior_into.get(&(k as u32)).copied().unwrap_or(0) } else { 0 };
+        Edge { target: BlockId(t & !INTERIOR), offset: self.edge_offset.get(k), interior, into }
+    }
+
+    /// The offset in its source of edge `k` (an index into the edge tables).
+    #[inline]
+    pub(crate) fn edge_offset_at(&self, k: usize) -> u64 {
+        self.edge_offset.get(k)
     }
 
     /// The raw targets of a block's edges (block index, interior bit 31).

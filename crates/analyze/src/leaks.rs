@@ -102,7 +102,7 @@ pub struct Leaks {
     /// Class of every block, by [`BlockId`].
     pub kind: Vec<LeakKind>,
     /// For lost blocks, the definitely lost block leading their clique.
-    pub leader: Vec<u32>,
+    pub leader: crate::slab::Slab<u32>,
     /// Totals per class.
     pub definitely_lost: Count,
     /// Indirectly lost.
@@ -280,7 +280,7 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
     }
     let mut out = Leaks {
         kind: Vec::new(),
-        leader,
+        leader: leader.into(),
         definitely_lost: Count::default(),
         indirectly_lost: Count::default(),
         possibly_lost: Count::default(),

@@ -10,6 +10,7 @@ use crate::heap::{
     holder, Block, BlockId, Blocks, Heap, ModuleInfo, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo, INTERIOR, MAX_BLOCKS,
 };
 use crate::prefetch::prefetch;
+use crate::slab::Slab;
 use heapdump_format::{raw, Record};
 use std::collections::HashMap;
 
@@ -203,11 +204,11 @@ impl Heap {
         target.shrink_to_fit();
         offset.shrink_to_fit();
         progress(total, total);
-        heap.edge_start = start;
-        heap.edge_target = target;
+        heap.edge_start = start.into();
+        heap.edge_target = target.into();
         heap.edge_offset = offset;
         heap.interior_into = interior_into;
-        heap.block_of = block_of;
+        heap.block_of = block_of.map(Slab::from);
         heap.roots = roots;
         heap.root_regions = root_regions;
         Ok(heap)

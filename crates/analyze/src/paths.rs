@@ -1,7 +1,8 @@
 //! Shortest chains from a root to an allocation.
 
-use crate::heap::{BlockId, Heap, Root};
-use std::collections::VecDeque;
+use crate::heap::{BlockId, Heap, Root, INTERIOR};
+use crate::slab::Slab;
+use std::collections::{HashMap, VecDeque};
 
 /// Where a chain starts.
 #[derive(Clone, Debug)]
@@ -37,71 +38,145 @@ pub struct Path {
 const UNSEEN: u32 = u32::MAX;
 const FROM_ROOT: u32 = u32::MAX - 1;
 
-/// The shortest chain of pointers from any root to `target`, breadth-first.
-/// When no root reaches it, the shortest chain from `fallback` (the head of
-/// its lost structure), if given.
-pub fn shortest(heap: &Heap, target: BlockId, fallback: Option<BlockId>) -> Option<Path> {
-    let n = heap.len();
-    let mut pred = vec![UNSEEN; n];
-    let mut pred_edge: Vec<(u64, bool)> = vec![(0, false); n];
-    let mut root_of = vec![UNSEEN; n];
-    let mut q = VecDeque::new();
-    for (ri, r) in heap.roots.iter().enumerate() {
-        let t = r.target.index();
-        if pred[t] == UNSEEN {
-            pred[t] = FROM_ROOT;
-            root_of[t] = ri as u32;
-            pred_edge[t] = (r.offset, r.interior);
-            q.push_back(r.target.0);
-        }
-    }
-    let mut from_lost = None;
-    loop {
-        while let Some(b) = q.pop_front() {
-            if b == target.0 {
-                q.clear();
-                break;
+/// The breadth-first tree of everything the roots reach: for each block,
+/// the block it was first reached from (or a root) and through which
+/// pointer. Built once (and kept in the analysis cache), it gives every
+/// reachable block's shortest chain by following it back: `path --all`
+/// asks that for each holder of a block.
+pub struct Reach {
+    /// The block each block was reached from: [`FROM_ROOT`], or `UNSEEN`
+    /// when no root reaches it.
+    pred: Slab<u32>,
+    /// The edge index it was reached through (the root's index for
+    /// [`FROM_ROOT`]).
+    via: Slab<u32>,
+}
+
+impl Reach {
+    /// Breadth-first from the roots in their order, each block's pointers
+    /// in order (the first chain found of the shortest length).
+    pub fn of(heap: &Heap) -> Reach {
+        let n = heap.len();
+        let mut pred = vec![UNSEEN; n];
+        let mut via = vec![0u32; n];
+        let mut queue: Vec<u32> = Vec::new();
+        for (ri, r) in heap.roots.iter().enumerate() {
+            let t = r.target.index();
+            if pred[t] == UNSEEN {
+                pred[t] = FROM_ROOT;
+                via[t] = ri as u32;
+                queue.push(r.target.0);
             }
-            for e in heap.edges(BlockId(b)) {
-                let t = e.target.index();
+        }
+        let (starts, targets) = heap.raw_edges();
+        let mut head = 0;
+        while let Some(&b) = queue.get(head) {
+            head += 1;
+            let s = starts[b as usize] as usize;
+            for (k, &raw) in targets[s..starts[b as usize + 1] as usize].iter().enumerate().map(|(i, t)| (s + i, t)) {
+                let t = (raw & !INTERIOR) as usize;
                 if pred[t] == UNSEEN {
                     pred[t] = b;
-                    pred_edge[t] = (e.offset, e.interior);
-                    q.push_back(e.target.0);
+                    via[t] = k as u32;
+                    queue.push(t as u32);
                 }
             }
         }
-        if pred[target.index()] != UNSEEN || from_lost.is_some() {
+        Reach { pred: pred.into(), via: via.into() }
+    }
+
+    /// A tree kept by [`Reach::parts`], checked against `heap` (every
+    /// index in bounds; chains are bounded when followed).
+    pub fn from_parts(heap: &Heap, pred: Slab<u32>, via: Slab<u32>) -> Option<Reach> {
+        let n = heap.len();
+        let ok = pred.len() == n
+            && via.len() == n
+            && pred.iter().zip(via.iter()).all(|(&p, &v)| match p {
+                UNSEEN => true,
+                FROM_ROOT => (v as usize) < heap.roots.len(),
+                p => (p as usize) < n && (v as usize) < heap.edge_count(),
+            });
+        ok.then_some(Reach { pred, via })
+    }
+
+    /// The predecessors and the pointers taken (see [`Reach::from_parts`]).
+    pub fn parts(&self) -> (&[u32], &[u32]) {
+        (&self.pred, &self.via)
+    }
+
+    /// The shortest chain from a root to `target`, `None` when no root
+    /// reaches it.
+    pub fn path_to(&self, heap: &Heap, target: BlockId) -> Option<Path> {
+        let (starts, targets) = heap.raw_edges();
+        let mut steps = Vec::new();
+        let mut cur = target.0;
+        loop {
+            let (&p, &v) = (self.pred.get(cur as usize)?, self.via.get(cur as usize)?);
+            match p {
+                UNSEEN => return None,
+                FROM_ROOT => {
+                    let root = *heap.roots.get(v as usize)?;
+                    steps.push(Step { from: None, to: BlockId(cur), offset: root.offset, interior: root.interior });
+                    steps.reverse();
+                    return Some(Path { start: PathStart::Root(root), steps });
+                }
+                p => {
+                    // The pointer must be one of `p`'s, to `cur`: a kept
+                    // tree that says otherwise (or loops) is not followed.
+                    let k = v as usize;
+                    let (s, e) = (*starts.get(p as usize)? as usize, *starts.get(p as usize + 1)? as usize);
+                    if !(s..e).contains(&k) || targets[k] & !INTERIOR != cur || steps.len() > self.pred.len() {
+                        return None;
+                    }
+                    steps.push(Step {
+                        from: Some(BlockId(p)),
+                        to: BlockId(cur),
+                        offset: heap.edge_offset_at(k),
+                        interior: targets[k] & INTERIOR != 0,
+                    });
+                    cur = p;
+                }
+            }
+        }
+    }
+}
+
+/// The shortest chain from the lost block `head` to `target` (in its
+/// structure), breadth-first through the blocks `head` reaches.
+pub fn from_lost(heap: &Heap, head: BlockId, target: BlockId) -> Option<Path> {
+    let (starts, targets) = heap.raw_edges();
+    // Block -> (predecessor, edge index); only what the structure reaches.
+    let mut pred: HashMap<u32, (u32, u32)> = HashMap::new();
+    pred.insert(head.0, (FROM_ROOT, 0));
+    let mut queue = VecDeque::from([head.0]);
+    while let Some(b) = queue.pop_front() {
+        if b == target.0 {
             break;
         }
-        let f = fallback?;
-        from_lost = Some(f);
-        pred[f.index()] = FROM_ROOT;
-        q.push_back(f.0);
+        let s = starts[b as usize] as usize;
+        for (k, &raw) in targets[s..starts[b as usize + 1] as usize].iter().enumerate().map(|(i, t)| (s + i, t)) {
+            let t = raw & !INTERIOR;
+            if let std::collections::hash_map::Entry::Vacant(v) = pred.entry(t) {
+                v.insert((b, k as u32));
+                queue.push_back(t);
+            }
+        }
     }
-    if pred[target.index()] == UNSEEN {
-        return None;
-    }
+    pred.get(&target.0)?;
     let mut steps = Vec::new();
     let mut cur = target.0;
-    loop {
-        let p = pred[cur as usize];
-        let (offset, interior) = pred_edge[cur as usize];
-        if p == FROM_ROOT {
-            steps.push(Step { from: None, to: BlockId(cur), offset, interior });
-            break;
-        }
-        steps.push(Step { from: Some(BlockId(p)), to: BlockId(cur), offset, interior });
+    while let Some(&(p, k)) = pred.get(&cur).filter(|x| x.0 != FROM_ROOT) {
+        let k = k as usize;
+        steps.push(Step { from: Some(BlockId(p)), to: BlockId(cur), offset: heap.edge_offset_at(k), interior: targets[k] & INTERIOR != 0 });
         cur = p;
     }
     steps.reverse();
-    let first = steps[0].to;
-    let start = match from_lost {
-        Some(f) if first == f => PathStart::LostBlock(f),
-        _ => PathStart::Root(heap.roots[root_of[first.index()] as usize]),
-    };
-    if let PathStart::LostBlock(_) = start {
-        steps.remove(0);
-    }
-    Some(Path { start, steps })
+    Some(Path { start: PathStart::LostBlock(head), steps })
+}
+
+/// The shortest chain of pointers from any root to `target`, breadth-first.
+/// When no root reaches it, the shortest chain from `fallback` (the head of
+/// its lost structure), if given. (One question: [`Reach`] answers many.)
+pub fn shortest(heap: &Heap, target: BlockId, fallback: Option<BlockId>) -> Option<Path> {
+    Reach::of(heap).path_to(heap, target).or_else(|| from_lost(heap, fallback?, target))
 }

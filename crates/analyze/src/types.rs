@@ -314,6 +314,8 @@ pub struct Types<'f> {
     /// Blocks named by a C++ vtable their first word points into, or by
     /// a trait-object vtable next to a pointer to them.
     blocks: HashMap<u32, String>,
+    /// The scans ran and nobody took their result yet.
+    new_scan: bool,
 }
 
 impl<'f> Types<'f> {
@@ -323,7 +325,7 @@ impl<'f> Types<'f> {
     /// block's start followed by a vtable the debug info names): the scans
     /// run once, when first needed.
     pub fn new(file: &'f DumpFile) -> Types<'f> {
-        Types { sites: HashMap::new(), file: Some(file), blocks: HashMap::new() }
+        Types { sites: HashMap::new(), file: Some(file), blocks: HashMap::new(), new_scan: false }
     }
 
     /// The type a site allocates, or [`UNKNOWN`].
@@ -361,8 +363,27 @@ impl<'f> Types<'f> {
             for (b, name) in scan_vptrs(file, heap, sym) {
                 self.blocks.entry(b).or_insert(name);
             }
+            self.new_scan = true;
         }
         &self.blocks
+    }
+
+    /// Whether the vtable scans are still to run.
+    pub fn needs_scan(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// The blocks an earlier scan of this dump named (kept in a cache): no
+    /// scan runs.
+    pub fn preset(&mut self, blocks: HashMap<u32, String>) {
+        self.file = None;
+        self.blocks = blocks;
+    }
+
+    /// The blocks the scans named, once, when they ran since the last call
+    /// (for a cache to keep).
+    pub fn take_new_scan(&mut self) -> Option<&HashMap<u32, String>> {
+        std::mem::take(&mut self.new_scan).then_some(&self.blocks)
     }
 }
 

@@ -441,19 +441,54 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         (ok(&o), err)
     };
-    let events = |err: &str| -> Vec<String> {
-        err.lines().filter_map(|l| l.strip_prefix("heapdump: cache: ")).map(|l| l.split(' ').next().unwrap().to_string()).collect()
+    // What happened to each part: "hit", "miss", "wrote", "rebuilt" and
+    // the file's kind (the leak classes and dominators, the dominator
+    // tree's children, the blocks vtables name).
+    let parts = |err: &str| -> Vec<String> {
+        err.lines()
+            .filter_map(|l| l.strip_prefix("heapdump: cache: "))
+            .map(|l| {
+                let mut w = l.split(' ');
+                let verb = w.next().unwrap();
+                let path = std::path::PathBuf::from(w.next().unwrap());
+                format!("{verb} {}", path.extension().unwrap().to_str().unwrap())
+            })
+            .collect()
     };
+    let events =
+        |err: &str| -> Vec<String> { parts(err).into_iter().filter_map(|p| p.strip_suffix(" hdcache").map(str::to_string)).collect() };
     let graph = |err: &str| -> Vec<String> {
         err.lines().filter_map(|l| l.strip_prefix("heapdump: graph cache: ")).map(|l| l.split(' ').next().unwrap().to_string()).collect()
     };
     let (first, err) = ask(&["retained", "--json"]);
-    assert_eq!(events(&err), ["miss", "wrote"], "{err}");
+    assert_eq!(parts(&err), ["miss hdcache", "wrote hdcache", "miss hdtree", "wrote hdtree", "miss hdnames", "wrote hdnames"], "{err}");
     assert_eq!(graph(&err), ["miss", "wrote"], "{err}");
     let (second, err) = ask(&["retained", "--json"]);
-    assert_eq!(events(&err), ["hit"], "{err}");
+    assert_eq!(parts(&err), ["hit hdcache", "hit hdtree", "hit hdnames"], "nothing computed again: {err}");
     assert_eq!(graph(&err), ["hit"], "the loaded graph too: {err}");
     assert_eq!(first, second, "the cache gives the same answer");
+    // Paths: the tree of what the roots reach is kept too, and every
+    // holder of `path --all` is answered from it.
+    let rows: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let addr = rows.as_array().unwrap().last().unwrap()["address"].as_str().unwrap().to_string();
+    let ask_path = || {
+        let o = heapdump()
+            .env("XDG_CACHE_HOME", &cache_home)
+            .env("HEAPDUMP_CACHE_REPORT", "1")
+            .args(["path", "--all", "--json"])
+            .arg(&dump)
+            .arg(&addr)
+            .output()
+            .unwrap();
+        (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (path_first, err) = ask_path();
+    assert!(parts(&err).ends_with(&["miss hdreach".to_string(), "wrote hdreach".to_string()]), "{err}");
+    let (path_second, err) = ask_path();
+    assert!(parts(&err).contains(&"hit hdreach".to_string()) && !parts(&err).iter().any(|p| p.starts_with("wrote")), "{err}");
+    assert_eq!(path_first, path_second);
+    let o = heapdump().args(["--no-cache", "path", "--all", "--json"]).arg(&dump).arg(&addr).output().unwrap();
+    assert_eq!(ok(&o), path_first, "with and without the cache");
     let (leaks_cached, err) = ask(&["leaks", "--json"]);
     assert_eq!(events(&err), ["hit"], "{err}");
     let o = heapdump().args(["--no-cache", "leaks", "--json"]).arg(&dump).env("XDG_CACHE_HOME", d.path("other")).output().unwrap();
@@ -507,8 +542,30 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     }
     let (_, err) = ask(&["retained", "--json"]);
     assert_eq!(events(&err), ["hit"], "{err}");
+    // The tree's part, damaged, is rebuilt and gives the same answer.
+    let tree_file = files[0].with_extension("hdtree");
+    let mut t = std::fs::read(&tree_file).unwrap();
+    let at = t.len() - 9;
+    t[at] ^= 4;
+    std::fs::write(&tree_file, &t).unwrap();
+    let (fourth, err) = ask(&["retained", "--json"]);
+    assert!(parts(&err).contains(&"rebuilt hdtree".to_string()) && parts(&err).contains(&"wrote hdtree".to_string()), "{err}");
+    assert_eq!(fourth, first);
+    // Another dump's part is refused by its key, not trusted.
+    let (other_dir, other_dump) = traced("cache-other", "leaks.c", &["-O0", "-g"]);
+    let o = heapdump().env("XDG_CACHE_HOME", other_dir.path("xdg")).args(["retained", "--json"]).arg(&other_dump).output().unwrap();
+    ok(&o);
+    let other_tree: Vec<_> = std::fs::read_dir(other_dir.path("xdg/heapdump/analysis"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().unwrap() == "hdtree")
+        .collect();
+    std::fs::copy(&other_tree[0], &tree_file).unwrap();
+    let (fifth, err) = ask(&["retained", "--json"]);
+    assert!(err.contains("written for another dump or tool version"), "{err}");
+    assert_eq!(fifth, first);
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left.len(), 2, "the analysis and the graph, no temporary file left: {left:?}");
+    assert_eq!(left.len(), 5, "the analysis, the graph, the tree, the names and the paths, no temporary file left: {left:?}");
 }
 
 #[test]
