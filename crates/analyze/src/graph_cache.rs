@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// Version 2: the large arrays start at multiples of 8 bytes, read in
 /// place from the mapping ([`Slab`]).
-const MAGIC: &[u8; 8] = b"HDGRAPH\x02";
+const MAGIC: &[u8; 8] = b"HDGRAPH\x03";
 
 struct W(Vec<u8>);
 
@@ -270,7 +270,7 @@ pub fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CachePro
     {
         return Err(bad("edges"));
     }
-    let words: Slab<u16> = r.slab(map)?;
+    let words: Slab<u32> = r.slab(map)?;
     if words.len() != edges {
         return Err(bad("edge offsets"));
     }

@@ -296,20 +296,20 @@ impl Blocks {
     }
 }
 
-/// Each edge's offset in its source block: the word's index in 16 bits
-/// (two bytes an edge instead of eight for the offset itself), or
+/// Each edge's offset in its source block: the word's index in 32 bits
+/// (four bytes an edge instead of eight for the offset itself), or
 /// [`Offsets::WIDE`] with the exact offset kept by edge index (offsets of
-/// 512 KiB and more, and unaligned ones from other writers). The wide ones
+/// 32 GiB and more, and unaligned ones from other writers). The wide ones
 /// are a vector in edge order (edges are pushed in order), searched by
-/// edge index: a program's big pointer array (10 M entries) made a hash
-/// map of them the costliest part of loading.
+/// edge index. (16 bits made every pointer of a big array past 512 KiB
+/// wide: 10 M of them, 16 bytes each, in the dense heap's array.)
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Offsets {
-    pub(crate) words: Slab<u16>,
+    pub(crate) words: Slab<u32>,
     pub(crate) wide: Slab<WideOffset>,
 }
 
-/// An edge's offset that two bytes do not hold, by edge index.
+/// An edge's offset that a word index does not hold, by edge index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub(crate) struct WideOffset {
@@ -320,14 +320,14 @@ pub(crate) struct WideOffset {
 }
 
 impl Offsets {
-    const WIDE: u16 = u16::MAX;
+    const WIDE: u32 = u32::MAX;
 
     pub(crate) fn with_capacity(n: usize) -> Offsets {
         Offsets { words: Vec::with_capacity(n).into(), wide: Slab::default() }
     }
 
     pub(crate) fn push(&mut self, offset: u64) {
-        match u16::try_from(offset / 8) {
+        match u32::try_from(offset / 8) {
             Ok(w) if offset % 8 == 0 && w != Self::WIDE => self.words.to_mut().push(w),
             _ => {
                 self.wide.to_mut().push(WideOffset { edge: self.words.len() as u32, pad: 0, offset });
@@ -515,7 +515,40 @@ impl Heap {
     pub fn edges(&self, id: BlockId) -> impl DoubleEndedIterator<Item = Edge> + ExactSizeIterator + '_ {
         let s = self.edge_start[id.index()] as usize;
         let e = self.edge_start[id.index() + 1] as usize;
-        (s..e).map(move |k| self.edge_at(k))
+        // The wide offsets of these edges are consecutive in their list:
+        // found once, not searched for each (a block of 10 M pointers
+        // has as many).
+        let wide = &self.edge_offset.wide[self.edge_offset.wide.partition_point(|w| (w.edge as usize) < s)..];
+        let wide = &wide[..wide.partition_point(|w| (w.edge as usize) < e)];
+        (s..e).map(move |k| {
+            let t = self.edge_target[k];
+            let interior = t & INTERIOR != 0;
+            let into = if interior { self.interior_into.get(&(k as u32)).copied().unwrap_or(0) } else { 0 };
+            let offset = match self.edge_offset.words[k] {
+                // Edges are in offset order, so the wide ones (past
+                // 32 GiB) are usually the last ones: tried first.
+                Offsets::WIDE => match (k + wide.len()).checked_sub(e).and_then(|i| wide.get(i)) {
+                    Some(w) if w.edge as usize == k => w.offset,
+                    _ => wide.binary_search_by_key(&(k as u32), |w| w.edge).map_or(0, |i| wide[i].offset),
+                },
+                w => u64::from(w) * 8,
+            };
+            Edge { target: BlockId(t & !INTERIOR), offset, interior, into }
+        })
+    }
+
+    /// The pointers out of a block without their offsets (target, whether
+    /// interior, where inside the target): what a walk of the graph needs,
+    /// without an offset lookup per edge.
+    #[inline]
+    pub(crate) fn links(&self, id: BlockId) -> impl DoubleEndedIterator<Item = (BlockId, bool, u64)> + '_ {
+        let s = self.edge_start[id.index()] as usize;
+        let e = self.edge_start[id.index() + 1] as usize;
+        self.edge_target[s..e].iter().enumerate().map(move |(i, &t)| {
+            let interior = t & INTERIOR != 0;
+            let into = if interior { self.interior_into.get(&((s + i) as u32)).copied().unwrap_or(0) } else { 0 };
+            (BlockId(t & !INTERIOR), interior, into)
+        })
     }
 
     /// Edge `k` (an index into the edge tables).
@@ -694,11 +727,38 @@ mod tests {
         assert_eq!(holder(&b, 3, 0x2_0000_2000 + (5 << 32)), None);
     }
 
+    /// A block's edges give each offset exactly, forwards and backwards,
+    /// wherever its wide offsets sit (unaligned in the middle, large at
+    /// the end, all of them).
+    #[test]
+    fn edges_find_their_wide_offsets() {
+        let blocks: Vec<Block> = (0..4u64).map(|i| Block { addr: 0x1000 * (i + 1), size: 16, site: SiteId(0), flags: 0 }).collect();
+        let offsets: [&[u64]; 4] = [&[0, 3, 8, 600_000, 1 << 36, (1 << 36) + 8], &[1 << 40, (1 << 40) + 8], &[8, 16], &[5, 1 << 30, 24]];
+        let mut edges = Vec::new();
+        for (b, list) in offsets.iter().enumerate() {
+            for &o in *list {
+                edges.push((b as u32, ((b + 1) % 4) as u32, o, 0));
+            }
+        }
+        let h = Heap::from_parts(Header::new(heapdump_format::Mode::Compact, heapdump_format::Reason::Api, 4096, 1, 0), blocks, &edges, vec![], vec![]);
+        let mut k = 0;
+        for (b, list) in offsets.iter().enumerate() {
+            let got: Vec<u64> = h.edges(BlockId(b as u32)).map(|e| e.offset).collect();
+            assert_eq!(got, *list, "block {b}");
+            let back: Vec<u64> = h.edges(BlockId(b as u32)).rev().map(|e| e.offset).collect();
+            assert_eq!(back, list.iter().rev().copied().collect::<Vec<_>>());
+            for &o in *list {
+                assert_eq!(h.edge_at(k).offset, o);
+                k += 1;
+            }
+        }
+    }
+
     /// Offsets of every size and alignment come back exactly, also after
     /// two runs of edges are joined.
     #[test]
     fn offsets_keep_what_does_not_pack() {
-        let first = [0u64, 8, 13, 8 * 65534, 8 * 65535, 8 * 65536, 1 << 40];
+        let first = [0u64, 8, 13, 8 * 65535, 8 * 65536, 8 * (u64::from(u32::MAX) - 1), 8 * u64::from(u32::MAX), 1 << 40];
         let second = [u64::MAX, 16, 7];
         let mut a = Offsets::with_capacity(first.len());
         for &o in &first {
@@ -713,7 +773,8 @@ mod tests {
         for (k, &o) in all.iter().enumerate() {
             assert_eq!(a.get(k), o, "edge {k}");
         }
-        // Only the unaligned and the large ones take room beyond two bytes.
-        assert_eq!(a.wide.len(), 6);
+        // Only the unaligned ones and those past 32 GiB take room beyond
+        // four bytes.
+        assert_eq!(a.wide.len(), 5);
     }
 }

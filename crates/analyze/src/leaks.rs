@@ -215,8 +215,8 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
         // Pushed last to first, so that the first pointer is followed
         // first: the walk then runs along lists in address order, which
         // the cache likes (the classes do not depend on the order).
-        for e in heap.edges(BlockId(b)).rev() {
-            push(&mut state, &mut heur, &mut stack, e.target, e.interior, e.into, definite);
+        for (target, interior, into) in heap.links(BlockId(b)).rev() {
+            push(&mut state, &mut heur, &mut stack, target, interior, into, definite);
         }
     }
     // The walk's stack can hold a good part of the blocks at its deepest:
@@ -239,8 +239,8 @@ pub fn analyze(heap: &Heap, contents: &dyn Contents) -> Leaks {
         stack.clear();
         stack.push(i as u32);
         while let Some(b) = stack.pop() {
-            for e in heap.edges(BlockId(b)) {
-                let t = e.target.index();
+            for (target, ..) in heap.links(BlockId(b)) {
+                let t = target.index();
                 if t == i {
                     continue;
                 }
