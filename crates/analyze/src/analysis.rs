@@ -280,14 +280,13 @@ fn read_children(r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, n: usize) -> Resu
     Ok(Children { start, list })
 }
 
-fn write_names(b: &mut Vec<u8>, names: &HashMap<u32, String>) {
+fn write_names(o: &mut crate::cache::Out, names: &HashMap<u32, String>) {
     let mut v: Vec<(&u32, &String)> = names.iter().collect();
     v.sort();
-    b.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    o.u64(v.len() as u64);
     for (k, name) in v {
-        b.extend_from_slice(&k.to_le_bytes());
-        b.extend_from_slice(&(name.len() as u64).to_le_bytes());
-        b.extend_from_slice(name.as_bytes());
+        o.u32(*k);
+        o.counted(name.as_bytes());
     }
 }
 
@@ -470,8 +469,8 @@ impl<'h> Analysis<'h> {
             if let Some(c) = &self.cache {
                 let (pred, via) = reach.parts();
                 let written = c.write_part(REACH, |b| {
-                    crate::cache::put_slab(b, pred);
-                    crate::cache::put_slab(b, via);
+                    b.slab(pred);
+                    b.slab(via);
                 });
                 self.note_written(c.part_path(REACH), written);
             }
@@ -516,8 +515,8 @@ impl<'h> Analysis<'h> {
             }
             if let Some(c) = &self.cache {
                 let written = c.write_part(TREE, |b| {
-                    crate::cache::put_slab(b, &start);
-                    crate::cache::put_slab(b, &list);
+                    b.slab(&start);
+                    b.slab(&list);
                 });
                 self.note_written(c.part_path(TREE), written);
             }

@@ -99,7 +99,7 @@ impl CacheFile {
 
     /// Keeps the loaded graph (atomically, mode 0600).
     pub fn write_graph(&self, heap: &Heap) -> std::io::Result<()> {
-        write_atomically(&self.graph_path(), &crate::graph_cache::encode(heap, &self.key))
+        write_atomically(&self.graph_path(), |o| crate::graph_cache::encode(heap, &self.key, o))
     }
 
     /// Where part `ext` is kept (see [`CacheFile::read_part`]).
@@ -146,20 +146,17 @@ impl CacheFile {
         Ok(Some(v))
     }
 
-    /// Keeps part `ext` (atomically, mode 0600): `body` appends its
-    /// contents (arrays with [`put_slab`]).
-    pub(crate) fn write_part(&self, ext: &str, body: impl FnOnce(&mut Vec<u8>)) -> std::io::Result<()> {
-        let mut b = Vec::new();
-        b.extend_from_slice(PART_MAGIC);
-        b.extend_from_slice(&(ext.len() as u64).to_le_bytes());
-        b.extend_from_slice(ext.as_bytes());
-        for k in self.key {
-            b.extend_from_slice(&k.to_le_bytes());
-        }
-        body(&mut b);
-        let crc = crc32fast::hash(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
-        write_atomically(&self.part_path(ext), &b)
+    /// Keeps part `ext` (atomically, mode 0600): `body` writes its
+    /// contents (arrays with [`Out::slab`]).
+    pub(crate) fn write_part(&self, ext: &str, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
+        write_atomically(&self.part_path(ext), |o| {
+            o.raw(PART_MAGIC);
+            o.counted(ext.as_bytes());
+            for k in self.key {
+                o.u64(k);
+            }
+            body(o);
+        })
     }
 
     /// The file's path.
@@ -239,59 +236,96 @@ impl CacheFile {
 
     /// Writes the cache (atomically, mode 0600).
     pub fn write(&self, leaks: &Leaks, dominators: Option<&Dominators>) -> std::io::Result<()> {
-        let n = leaks.kind.len();
-        let mut b: Vec<u8> = Vec::with_capacity(64 + n * if dominators.is_some() { 25 } else { 5 });
-        b.extend_from_slice(MAGIC);
-        for k in self.key {
-            b.extend_from_slice(&k.to_le_bytes());
-        }
-        b.extend_from_slice(&(n as u64).to_le_bytes());
-        b.extend(leaks.kind.iter().map(|&k| kind_byte(k)));
-        put_slab(&mut b, &leaks.leader);
-        for c in [leaks.definitely_lost, leaks.indirectly_lost, leaks.possibly_lost, leaks.still_reachable] {
-            b.extend_from_slice(&c.bytes.to_le_bytes());
-            b.extend_from_slice(&c.blocks.to_le_bytes());
-        }
-        b.extend_from_slice(&(leaks.via_heuristic.len() as u64).to_le_bytes());
-        for (h, c) in &leaks.via_heuristic {
-            b.push(heuristic_byte(*h));
-            b.extend_from_slice(&c.bytes.to_le_bytes());
-            b.extend_from_slice(&c.blocks.to_le_bytes());
-        }
-        match dominators {
-            None => b.push(0),
-            Some(d) => {
-                b.push(1);
-                let (idom, retained, dominated) = d.parts();
-                put_slab(&mut b, idom);
-                put_slab(&mut b, retained);
-                put_slab(&mut b, dominated);
+        write_atomically(&self.path, |o| {
+            o.raw(MAGIC);
+            for k in self.key {
+                o.u64(k);
             }
-        }
-        let crc = crc32fast::hash(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
-        write_atomically(&self.path, &b)
+            o.u64(leaks.kind.len() as u64);
+            let classes: Vec<u8> = leaks.kind.iter().map(|&k| kind_byte(k)).collect();
+            o.raw(&classes);
+            o.slab(&leaks.leader);
+            for c in [leaks.definitely_lost, leaks.indirectly_lost, leaks.possibly_lost, leaks.still_reachable] {
+                o.u64(c.bytes);
+                o.u64(c.blocks);
+            }
+            o.u64(leaks.via_heuristic.len() as u64);
+            for (h, c) in &leaks.via_heuristic {
+                o.u8(heuristic_byte(*h));
+                o.u64(c.bytes);
+                o.u64(c.blocks);
+            }
+            match dominators {
+                None => o.u8(0),
+                Some(d) => {
+                    o.u8(1);
+                    let (idom, retained, dominated) = d.parts();
+                    o.slab(idom);
+                    o.slab(retained);
+                    o.slab(dominated);
+                }
+            }
+        })
     }
 }
 
-/// Appends a counted array, its items starting at a multiple of 8 bytes
-/// (so that [`Reader::slab`] can read them in place), little endian.
-pub fn put_slab<T: bytemuck::Pod>(b: &mut Vec<u8>, v: &[T]) {
-    b.extend_from_slice(&(v.len() as u64).to_le_bytes());
-    while b.len() % 8 != 0 {
-        b.push(0);
+/// A cache file being written: little-endian fields straight to the
+/// file (no copy of the whole in memory: the graph of 10 M blocks is
+/// 440 MB), the CRC kept as they go. The first error is kept and ends
+/// the writing (see [`write_atomically`]).
+pub(crate) struct Out {
+    file: std::io::BufWriter<std::fs::File>,
+    crc: crc32fast::Hasher,
+    len: u64,
+    error: Option<std::io::Error>,
+}
+
+impl Out {
+    /// Bytes as they are.
+    pub(crate) fn raw(&mut self, b: &[u8]) {
+        if self.error.is_none() {
+            match self.file.write_all(b) {
+                Ok(()) => {
+                    self.crc.update(b);
+                    self.len += b.len() as u64;
+                }
+                Err(e) => self.error = Some(e),
+            }
+        }
     }
-    if cfg!(target_endian = "little") {
-        b.extend_from_slice(bytemuck::cast_slice(v));
-    } else {
-        let size = std::mem::size_of::<T>();
-        for x in v {
-            let at = b.len();
-            b.extend_from_slice(bytemuck::bytes_of(x));
-            // Each little-endian word of the item (a `Packed` block is
-            // two u64s).
-            for c in b[at..].chunks_exact_mut(size.min(8)) {
-                c.reverse();
+    pub(crate) fn u8(&mut self, v: u8) {
+        self.raw(&[v]);
+    }
+    pub(crate) fn u32(&mut self, v: u32) {
+        self.raw(&v.to_le_bytes());
+    }
+    pub(crate) fn u64(&mut self, v: u64) {
+        self.raw(&v.to_le_bytes());
+    }
+    /// Counted bytes.
+    pub(crate) fn counted(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.raw(b);
+    }
+    /// A counted array, its items starting at a multiple of 8 bytes (zeros
+    /// before them) so that [`Reader::slab`] can read them in place;
+    /// little endian.
+    pub(crate) fn slab<T: bytemuck::Pod>(&mut self, v: &[T]) {
+        self.u64(v.len() as u64);
+        let pad = (8 - self.len % 8) % 8;
+        self.raw(&[0u8; 8][..pad as usize]);
+        if cfg!(target_endian = "little") {
+            self.raw(bytemuck::cast_slice(v));
+        } else {
+            let size = std::mem::size_of::<T>();
+            for x in v {
+                let mut b = bytemuck::bytes_of(x).to_vec();
+                // Each little-endian word of the item (a `Packed` block is
+                // two u64s).
+                for c in b.chunks_exact_mut(size.min(8)) {
+                    c.reverse();
+                }
+                self.raw(&b);
             }
         }
     }
@@ -306,9 +340,10 @@ pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary name (mode 0600), then
-/// keeps the directory's caches within bounds.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes what `body` writes, then its CRC, to `path` through a
+/// temporary name (mode 0600), then keeps the directory's caches within
+/// bounds. A failure leaves no file behind.
+fn write_atomically(path: &Path, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.{}.{}.tmp",
@@ -317,9 +352,16 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
     ));
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    let mut o = Out { file: std::io::BufWriter::with_capacity(1 << 20, f), crc: crc32fast::Hasher::new(), len: 0, error: None };
+    body(&mut o);
+    let crc = o.crc.clone().finalize();
+    o.raw(&crc.to_le_bytes());
     // No fsync: a cache cut short by a crash fails its CRC and is rebuilt.
-    let r = f.write_all(bytes).and_then(|()| std::fs::rename(&tmp, path));
+    let r = match o.error.take() {
+        Some(e) => Err(e),
+        None => o.file.flush().and_then(|()| std::fs::rename(&tmp, path)),
+    };
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -383,7 +425,7 @@ impl<'a> Reader<'a> {
     pub(crate) fn u64(&mut self) -> Result<u64, CacheProblem> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| CacheProblem::Stale("cut short"))?))
     }
-    /// A counted array written by [`put_slab`], read in place from `map`
+    /// A counted array written by [`Out::slab`], read in place from `map`
     /// (the mapping these bytes are the start of).
     pub(crate) fn slab<T: bytemuck::Pod>(&mut self, map: &Arc<memmap2::Mmap>) -> Result<Slab<T>, CacheProblem> {
         let size = std::mem::size_of::<T>();

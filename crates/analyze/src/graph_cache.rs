@@ -5,7 +5,7 @@
 //! a CRC at the end; read back with every index checked, so that a damaged
 //! file is refused (and rebuilt) rather than trusted.
 
-use crate::cache::{CacheProblem, Reader};
+use crate::cache::{CacheProblem, Out, Reader};
 use crate::heap::{Blocks, Heap, ModuleInfo, Offsets, Packed, Root, RootKind, RootRegion, SiteId, ThreadInfo, WideOffset, INTERIOR};
 use crate::slab::Slab;
 use heapdump_format::{Backtrace, Header, Mode, Reason, Segment, SignalInfo, Trailer};
@@ -17,36 +17,13 @@ use std::sync::Arc;
 /// place from the mapping ([`Slab`]).
 const MAGIC: &[u8; 8] = b"HDGRAPH\x03";
 
-struct W(Vec<u8>);
-
-impl W {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        self.u64(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
-    /// A counted array the reader uses in place.
-    fn slab<T: bytemuck::Pod>(&mut self, v: &[T]) {
-        crate::cache::put_slab(&mut self.0, v);
-    }
-}
-
 fn bad(what: &'static str) -> CacheProblem {
     CacheProblem::Stale(what)
 }
 
-/// The graph as bytes, keyed by `key` (the cache's).
-pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
-    let mut w = W(Vec::with_capacity(64 + heap.len() * 24 + heap.edge_count() * 6));
-    w.0.extend_from_slice(MAGIC);
+/// Writes the graph to `w`, keyed by `key` (the cache's).
+pub(crate) fn encode(heap: &Heap, key: &[u64; 5], w: &mut Out) {
+    w.raw(MAGIC);
     for k in key {
         w.u64(*k);
     }
@@ -58,17 +35,17 @@ pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
     w.u32(h.page_size);
     w.u32(h.pid);
     w.u64(h.time_ns);
-    w.bytes(heap.exe.as_bytes());
+    w.counted(heap.exe.as_bytes());
     w.u64(heap.cmdline.len() as u64);
     for a in &heap.cmdline {
-        w.bytes(a.as_bytes());
+        w.counted(a.as_bytes());
     }
     w.u8(heap.backtrace.to_u8());
     w.u64(heap.sample_mean);
     w.u64(heap.modules.len() as u64);
     for m in &heap.modules {
-        w.bytes(m.path.as_bytes());
-        w.bytes(&m.build_id);
+        w.counted(m.path.as_bytes());
+        w.counted(&m.build_id);
         w.u64(m.bias);
         w.u64(m.segments.len() as u64);
         for s in &m.segments {
@@ -81,7 +58,7 @@ pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
     w.u64(heap.threads.len() as u64);
     for t in &heap.threads {
         w.u32(t.tid);
-        w.bytes(t.name.as_bytes());
+        w.counted(t.name.as_bytes());
         w.u32(t.flags);
         w.u64(t.stack.0);
         w.u64(t.stack.1);
@@ -141,8 +118,8 @@ pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
         });
         w.u64(r.address);
         w.u32(r.tid);
-        w.bytes(r.owner.as_bytes());
-        w.bytes(r.name.as_bytes());
+        w.counted(r.owner.as_bytes());
+        w.counted(r.name.as_bytes());
         w.u8(u8::from(r.libc));
     }
     match &heap.trailer {
@@ -172,13 +149,10 @@ pub fn encode(heap: &Heap, key: &[u64; 5]) -> Vec<u8> {
         None => w.u8(0),
         Some(t) => {
             w.u8(1);
-            w.bytes(t.as_bytes());
+            w.counted(t.as_bytes());
         }
     }
     w.u8(u8::from(heap.roots_complete));
-    let crc = crc32fast::hash(&w.0);
-    w.u32(crc);
-    w.0
 }
 
 /// The graph back from the mapped file `map`, every index checked; its
