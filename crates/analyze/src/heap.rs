@@ -740,7 +740,13 @@ mod tests {
                 edges.push((b as u32, ((b + 1) % 4) as u32, o, 0));
             }
         }
-        let h = Heap::from_parts(Header::new(heapdump_format::Mode::Compact, heapdump_format::Reason::Api, 4096, 1, 0), blocks, &edges, vec![], vec![]);
+        let h = Heap::from_parts(
+            Header::new(heapdump_format::Mode::Compact, heapdump_format::Reason::Api, 4096, 1, 0),
+            blocks,
+            &edges,
+            vec![],
+            vec![],
+        );
         let mut k = 0;
         for (b, list) in offsets.iter().enumerate() {
             let got: Vec<u64> = h.edges(BlockId(b as u32)).map(|e| e.offset).collect();

@@ -267,6 +267,21 @@ impl Slots {
             });
         }
     }
+    /// Calls `f` with each `chunk`-aligned range of the shadow's site
+    /// words for the pages of slots in use, in address order, once each.
+    pub fn for_each_site_chunk(&self, chunk: u64, f: &mut dyn FnMut(u64, u64)) {
+        let b = self.shadow.base();
+        if b > shadow::FAILED {
+            let mut last = u64::MAX;
+            Shadow::for_each_page(b, |start| {
+                let c = Shadow::site(b, start) as *const AtomicU32 as u64 & !(chunk - 1);
+                if c != last {
+                    last = c;
+                    f(c, c + chunk);
+                }
+            });
+        }
+    }
     /// Keeps the shadow on 4 KiB pages (called before the first small block
     /// is recorded).
     pub fn no_huge_pages(&self) {

@@ -73,6 +73,38 @@ pub fn errno_text(errno: i32, buf: &mut [u8; 128]) -> &[u8] {
     &buf[..n]
 }
 
+/// Calls `f(a, b)` for each part of `[start, end)` outside the runtime's
+/// own mappings, in address order. (The kernel merges an anonymous
+/// mapping of the program's with one of ours beside it into one line of
+/// /proc/self/maps: the program's part is still the program's.)
+pub fn for_each_outside_own(start: u64, end: u64, mut f: impl FnMut(u64, u64)) {
+    use core::sync::atomic::Ordering;
+    let mut cur = start;
+    while cur < end {
+        // The own mapping overlapping [cur, end) that starts first.
+        let mut first: Option<(u64, u64)> = None;
+        for (a, l) in &OWN {
+            let a = a.load(Ordering::Acquire);
+            let l = l.load(Ordering::Acquire);
+            if a != 0 && l != 0 && a < end && a + l > cur && first.is_none_or(|(fa, _)| a < fa) {
+                first = Some((a, a + l));
+            }
+        }
+        match first {
+            None => {
+                f(cur, end);
+                return;
+            }
+            Some((a, b)) => {
+                if a > cur {
+                    f(cur, a);
+                }
+                cur = b;
+            }
+        }
+    }
+}
+
 /// Calls `f(start, end)` for each of the runtime's own mappings.
 pub fn for_each_own(mut f: impl FnMut(u64, u64)) {
     use core::sync::atomic::Ordering;

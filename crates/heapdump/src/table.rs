@@ -87,6 +87,11 @@ impl Table {
         self.slots.for_each_shadow_chunk(chunk, f)
     }
 
+    /// The same for the shadow's site words (see [`Slots::for_each_site_chunk`]).
+    pub fn for_each_site_chunk(&self, chunk: u64, f: &mut dyn FnMut(u64, u64)) {
+        self.slots.for_each_site_chunk(chunk, f)
+    }
+
     /// Keeps the shadow on 4 KiB pages (called before the first small block
     /// is recorded).
     pub fn no_huge_pages(&self) {

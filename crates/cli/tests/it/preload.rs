@@ -43,6 +43,36 @@ fn threads_allocations_are_exact() {
     }
 }
 
+/// `--collapse` leaves the fork next to nothing to copy: the program's
+/// anonymous memory (a big array the kernel merged with a mapping of the
+/// runtime's: skipped whole before) and the tracker's site words on huge
+/// pages. Before: the array on 4 KiB pages, 76 MiB of 4 KiB pages left.
+#[test]
+fn a_collapse_leaves_the_fork_few_small_pages() {
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.is_empty() || thp.contains("[never]") {
+        eprintln!("no transparent huge pages here ({thp:?}): nothing to collapse");
+        return;
+    }
+    let d = Scratch::new("collapse-all");
+    let prog = compile(&d, "collapse_all.c", &["-O1"]);
+    let dump = d.path("c.hdump");
+    let (o, _) = run_traced(&dump, &prog, &[dump.to_str().unwrap()], &["--mode", "compact", "--no-at-exit", "--fork", "--collapse"]);
+    let out = ok(&o);
+    let field = |name: &str| -> Vec<u64> {
+        out.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} missing: {out}"))
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect()
+    };
+    let array = field("array ");
+    assert!(array[0] >= array[1], "the array's whole 2 MiB ranges on huge pages: {array:?} KiB");
+    let small = field("small ")[0];
+    assert!(small < 16 * 1024, "{small} KiB of anonymous memory left on 4 KiB pages");
+}
+
 #[test]
 fn a_forked_writer_after_a_collapse_dumps_exactly() {
     let d = Scratch::new("collapse");
