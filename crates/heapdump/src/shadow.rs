@@ -90,6 +90,9 @@ pub struct Shadow {
     thp: AtomicBool,
     /// Whether they may (`HEAPDUMP_THP`).
     thp_allowed: AtomicBool,
+    /// Whether every block has a site (so the site words are as dense as
+    /// the slots, and get huge pages with them).
+    every_site: AtomicBool,
 }
 
 /// The word of `base + off` as an atomic `T` (the reservation is never
@@ -103,7 +106,19 @@ fn at<T>(base: usize, off: usize) -> &'static T {
 
 impl Shadow {
     pub const fn new() -> Shadow {
-        Shadow { base: AtomicUsize::new(0), pages: AtomicU64::new(0), thp: AtomicBool::new(false), thp_allowed: AtomicBool::new(true) }
+        Shadow {
+            base: AtomicUsize::new(0),
+            pages: AtomicU64::new(0),
+            thp: AtomicBool::new(false),
+            thp_allowed: AtomicBool::new(true),
+            every_site: AtomicBool::new(false),
+        }
+    }
+
+    /// Every block will have a site (called before the first is recorded):
+    /// the site words of a chunk given huge pages get them too.
+    pub fn every_block_has_a_site(&self) {
+        self.every_site.store(true, Ordering::Relaxed);
     }
 
     /// Never asks for huge pages (called before the reservation).
@@ -197,7 +212,7 @@ impl Shadow {
         // A chunk's level-2 bits are one byte of the word: all clear means
         // this is the chunk's first page.
         if (before >> (i2 % 64 / 8 * 8)) & 0xff == 0 && self.thp.load(Ordering::Relaxed) {
-            Self::maybe_huge(base, page / PAGES_PER_CHUNK);
+            Self::maybe_huge(base, page / PAGES_PER_CHUNK, self.every_site.load(Ordering::Relaxed));
         }
     }
 
@@ -212,8 +227,14 @@ impl Shadow {
     /// two-dimensional page walk) and 512 page faults to fill. Sparse
     /// parts of the table keep 4 KiB pages, so a small or scattered heap
     /// does not pay 2 MiB per 16 MiB of address space it touches.
+    ///
+    /// With `sites` (every block has one), the chunk's site words (4 MiB,
+    /// as dense as its slots) are given huge pages too: on 4 KiB pages
+    /// they were most of what a fork copied of the runtime's (343 MB, 86
+    /// 000 page-table entries at 22 M blocks). Not with sampled sites,
+    /// whose few words would then take 2 MiB each.
     #[cold]
-    fn maybe_huge(base: usize, c: usize) {
+    fn maybe_huge(base: usize, c: usize, sites: bool) {
         let dense = |c: usize| -> bool {
             let words: &[AtomicU64; PAGES_PER_CHUNK / 64] = at(base, L1 + c * (PAGES_PER_CHUNK / 8));
             words.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum::<u32>() >= DENSE_PAGES
@@ -224,6 +245,10 @@ impl Shadow {
         }
         if sys::huge_pages(base + (c << 21), 1 << 21).is_ok() {
             at::<AtomicU64>(base, HUGE + c / 64 * 8).fetch_or(1 << (c % 64), Ordering::AcqRel);
+            if sites {
+                // The site words of the chunk's 16 MiB of address space.
+                let _ = sys::huge_pages(base + SITES + (c << (CHUNK_COVER_BITS - 2)), 1 << (CHUNK_COVER_BITS - 2));
+            }
         }
     }
 

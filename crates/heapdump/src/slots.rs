@@ -287,6 +287,10 @@ impl Slots {
     pub fn no_huge_pages(&self) {
         self.shadow.no_huge_pages();
     }
+    /// Every block will have a site (see [`Shadow::every_block_has_a_site`]).
+    pub fn every_block_has_a_site(&self) {
+        self.shadow.every_block_has_a_site();
+    }
     /// Keeps small blocks in buckets rather than the shadow (called before
     /// the first is recorded).
     pub fn use_buckets(&self) {

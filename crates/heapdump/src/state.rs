@@ -71,6 +71,9 @@ pub(crate) fn init_slow() {
             if !c.thp {
                 STATE.table.no_huge_pages();
             }
+            if c.backtrace == crate::config::Backtrace::All {
+                STATE.table.every_block_has_a_site();
+            }
             STATE.table.give_back_stripes();
             let _ = stw::init();
             STATE.init.store(2, Ordering::Release);

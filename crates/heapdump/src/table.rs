@@ -98,6 +98,13 @@ impl Table {
         self.slots.no_huge_pages();
     }
 
+    /// Every block will have a site (called before the first small block
+    /// is recorded): the shadow's site words get huge pages where its slots
+    /// do.
+    pub fn every_block_has_a_site(&self) {
+        self.slots.every_block_has_a_site();
+    }
+
     /// Keeps small blocks in buckets rather than the shadow (called before
     /// the first is recorded).
     pub fn use_buckets(&self) {
