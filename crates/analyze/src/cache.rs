@@ -119,30 +119,14 @@ impl CacheFile {
         ext: &str,
         parse: impl FnOnce(&mut Reader<'_>, &Arc<memmap2::Mmap>) -> Result<T, CacheProblem>,
     ) -> Result<Option<T>, CacheProblem> {
-        let map = match map(&self.part_path(ext)) {
-            Ok(b) => Arc::new(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let bytes: &[u8] = &map;
-        let body_len = bytes.len().checked_sub(4).ok_or(CacheProblem::Stale("too short"))?;
-        let (body, crc) = bytes.split_at(body_len);
-        if crc32fast::hash(body).to_le_bytes() != crc {
-            return Err(CacheProblem::Stale("checksum differs"));
-        }
-        let mut r = Reader { b: body, at: 0 };
+        let Some(map) = map_checked(&self.part_path(ext))? else { return Ok(None) };
+        let mut r = Reader::body(&map);
         if r.take(8)? != PART_MAGIC || r.bytes()? != ext.as_bytes() {
             return Err(CacheProblem::Stale("not this part of a heapdump cache"));
         }
-        for k in self.key {
-            if r.u64()? != k {
-                return Err(CacheProblem::Stale("written for another dump or tool version"));
-            }
-        }
+        r.key(&self.key)?;
         let v = parse(&mut r, &map)?;
-        if r.at != body.len() {
-            return Err(CacheProblem::Stale("trailing bytes"));
-        }
+        r.end()?;
         Ok(Some(v))
     }
 
@@ -167,26 +151,12 @@ impl CacheFile {
     /// Reads the cache for a heap of `blocks` blocks: `Ok(None)` when there
     /// is none, `Err` (with why) when it is there but stale or damaged.
     pub fn read(&self, blocks: usize) -> Result<Option<Cached>, CacheProblem> {
-        let map = match map(&self.path) {
-            Ok(b) => Arc::new(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let bytes: &[u8] = &map;
-        let body_len = bytes.len().checked_sub(4).ok_or(CacheProblem::Stale("too short"))?;
-        let (body, crc) = bytes.split_at(body_len);
-        if crc32fast::hash(body).to_le_bytes() != crc {
-            return Err(CacheProblem::Stale("checksum differs"));
-        }
-        let mut r = Reader { b: body, at: 0 };
+        let Some(map) = map_checked(&self.path)? else { return Ok(None) };
+        let mut r = Reader::body(&map);
         if r.take(8)? != MAGIC {
             return Err(CacheProblem::Stale("not a heapdump cache"));
         }
-        for k in self.key {
-            if r.u64()? != k {
-                return Err(CacheProblem::Stale("written for another dump or tool version"));
-            }
-        }
+        r.key(&self.key)?;
         let n = usize::try_from(r.u64()?).map_err(|_| CacheProblem::Stale("block count"))?;
         if n != blocks {
             return Err(CacheProblem::Stale("block count differs"));
@@ -228,9 +198,7 @@ impl CacheFile {
             }
             _ => return Err(CacheProblem::Stale("bad flag")),
         };
-        if r.at != body.len() {
-            return Err(CacheProblem::Stale("trailing bytes"));
-        }
+        r.end()?;
         Ok(Some(Cached { leaks: Some(leaks), dominators }))
     }
 
@@ -331,6 +299,22 @@ impl Out {
     }
 }
 
+/// The cache file at `path`, mapped, its CRC (its last four bytes)
+/// checked against the rest: `Ok(None)` when there is none.
+pub(crate) fn map_checked(path: &Path) -> Result<Option<Arc<memmap2::Mmap>>, CacheProblem> {
+    let map = match map(path) {
+        Ok(b) => Arc::new(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let body_len = map.len().checked_sub(4).ok_or(CacheProblem::Stale("too short"))?;
+    let (body, crc) = map.split_at(body_len);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err(CacheProblem::Stale("checksum differs"));
+    }
+    Ok(Some(map))
+}
+
 /// A cache file, mapped (read in place: no copy of hundreds of megabytes
 /// into fresh memory). Only a regular file is mapped.
 pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
@@ -409,6 +393,27 @@ pub(crate) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// The fields of a file [`map_checked`] gave: all but its CRC.
+    pub(crate) fn body(map: &'a [u8]) -> Reader<'a> {
+        Reader { b: &map[..map.len().saturating_sub(4)], at: 0 }
+    }
+    /// The key a file was written for: this dump's and this version's, or
+    /// the file is refused.
+    pub(crate) fn key(&mut self, key: &[u64; 5]) -> Result<(), CacheProblem> {
+        for &k in key {
+            if self.u64()? != k {
+                return Err(CacheProblem::Stale("written for another dump or tool version"));
+            }
+        }
+        Ok(())
+    }
+    /// Nothing may follow the last field.
+    pub(crate) fn end(&self) -> Result<(), CacheProblem> {
+        if self.at != self.b.len() {
+            return Err(CacheProblem::Stale("trailing bytes"));
+        }
+        Ok(())
+    }
     pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], CacheProblem> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(CacheProblem::Stale("cut short"))?;
         let s = &self.b[self.at..end];

@@ -155,24 +155,15 @@ pub(crate) fn encode(heap: &Heap, key: &[u64; 5], w: &mut Out) {
     w.u8(u8::from(heap.roots_complete));
 }
 
-/// The graph back from the mapped file `map`, every index checked; its
-/// large arrays are read in place.
-pub fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem> {
-    let bytes: &[u8] = map;
-    let body_len = bytes.len().checked_sub(4).ok_or(bad("too short"))?;
-    let (body, crc) = bytes.split_at(body_len);
-    if crc32fast::hash(body).to_le_bytes() != crc {
-        return Err(bad("checksum differs"));
-    }
-    let mut r = Reader { b: body, at: 0 };
+/// The graph back from the mapped file `map` (its CRC checked by
+/// `map_checked`), every index checked; its large arrays are read in
+/// place.
+fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem> {
+    let mut r = Reader::body(map);
     if r.take(8)? != MAGIC {
         return Err(bad("not a heapdump graph cache"));
     }
-    for k in key {
-        if r.u64()? != *k {
-            return Err(bad("written for another dump or tool version"));
-        }
-    }
+    r.key(key)?;
     let v = r.u32()?;
     let pointer_size = r.u8()?;
     let mode = Mode::from_u8(r.u8()?).ok_or(bad("mode"))?;
@@ -337,17 +328,14 @@ pub fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CachePro
         _ => return Err(bad("flag")),
     };
     heap.roots_complete = r.u8()? != 0;
-    if r.at != body.len() {
-        return Err(bad("trailing bytes"));
-    }
+    r.end()?;
     Ok(heap)
 }
 
 /// Reads `path`'s graph for `key` (`Ok(None)`: no such file).
 pub fn read(path: &Path, key: &[u64; 5]) -> Result<Option<Heap>, CacheProblem> {
-    match crate::cache::map(path) {
-        Ok(b) => decode(&Arc::new(b), key).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
+    match crate::cache::map_checked(path)? {
+        Some(map) => decode(&map, key).map(Some),
+        None => Ok(None),
     }
 }

@@ -255,26 +255,21 @@ impl Slots {
     /// that holds marked pages, in address order (nothing when the table
     /// uses buckets).
     pub fn for_each_shadow_chunk(&self, chunk: u64, f: &mut dyn FnMut(u64, u64)) {
-        let b = self.shadow.base();
-        if b > shadow::FAILED {
-            let mut last = u64::MAX;
-            Shadow::for_each_page(b, |start| {
-                let c = Shadow::slot(b, start) as *const AtomicU16 as u64 & !(chunk - 1);
-                if c != last {
-                    last = c;
-                    f(c, c + chunk);
-                }
-            });
-        }
+        self.for_each_chunk_of(chunk, |b, start| Shadow::slot(b, start) as *const AtomicU16 as u64, f);
     }
     /// Calls `f` with each `chunk`-aligned range of the shadow's site
     /// words for the pages of slots in use, in address order, once each.
     pub fn for_each_site_chunk(&self, chunk: u64, f: &mut dyn FnMut(u64, u64)) {
+        self.for_each_chunk_of(chunk, |b, start| Shadow::site(b, start) as *const AtomicU32 as u64, f);
+    }
+    /// The `chunk`-aligned ranges holding `word(base, start)` for the first
+    /// address `start` of each marked page, once each.
+    fn for_each_chunk_of(&self, chunk: u64, word: impl Fn(usize, u64) -> u64, f: &mut dyn FnMut(u64, u64)) {
         let b = self.shadow.base();
         if b > shadow::FAILED {
             let mut last = u64::MAX;
             Shadow::for_each_page(b, |start| {
-                let c = Shadow::site(b, start) as *const AtomicU32 as u64 & !(chunk - 1);
+                let c = word(b, start) & !(chunk - 1);
                 if c != last {
                     last = c;
                     f(c, c + chunk);
