@@ -206,6 +206,13 @@ pub fn in_lock() -> bool {
     STATE.try_with(|s| s.load(Relaxed) & IN_LOCK != 0).unwrap_or(false)
 }
 
+/// Whether updates a signal handler deferred on this thread wait (a
+/// free of a block must then first cancel its queued insert, if any).
+#[inline(always)]
+pub fn has_deferred() -> bool {
+    get().is_some_and(|s| s & HAS_DEFERRED != 0)
+}
+
 /// A table update deferred by [`in_lock`].
 #[derive(Clone, Copy, Debug)]
 pub enum Deferred {

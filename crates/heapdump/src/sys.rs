@@ -453,6 +453,38 @@ pub fn waitpid(pid: u32) -> Result<i32, i32> {
     }
 }
 
+/// Every signal but those a fault raises (SIGSEGV, SIGBUS, SIGFPE,
+/// SIGILL, SIGTRAP: blocked, the kernel would kill the process outright)
+/// blocked on this thread while it lives; the mask is restored on drop.
+pub struct AsyncSignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl AsyncSignalsBlocked {
+    /// Blocks them on the calling thread.
+    pub fn new() -> AsyncSignalsBlocked {
+        // SAFETY: sigset operations on sets we own; pthread_sigmask is
+        // async-signal-safe in glibc and allocates nothing.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigfillset(&mut set);
+            for s in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP] {
+                libc::sigdelset(&mut set, s);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            AsyncSignalsBlocked { old }
+        }
+    }
+}
+
+impl Drop for AsyncSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask `new` saved.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, core::ptr::null_mut()) };
+    }
+}
+
 /// SIGXFSZ blocked on this thread while it lives: a dump or a report line
 /// past the program's `RLIMIT_FSIZE` fails with `EFBIG` instead of killing
 /// the program (whose own writes still get the signal). The signal a

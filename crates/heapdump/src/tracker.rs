@@ -115,6 +115,13 @@ fn release(st: &State, p: *mut u8, known: Known) -> bool {
         let (size, align) = known.map_or((0, 1), |l| (l.size(), l.align()));
         return guard::cancel_insert(p as u64) || !guard::defer(guard::Deferred::Free(p as u64, size, align));
     }
+    // A block a signal handler allocated while this thread held a lock,
+    // freed before its queued insert was applied: the insert goes, the
+    // block was never in the table. (Applied later, it put a freed block
+    // back in the table: one too many live.)
+    if guard::has_deferred() && guard::cancel_insert(p as u64) {
+        return true;
+    }
     match known {
         Some(l) => st.table.forget(p as u64, table_layout(l)),
         None => {
@@ -300,6 +307,12 @@ fn threshold_entered(st: &State, live: u64, free: &dyn Fn(*mut u8, usize, usize)
 /// Applies the table updates a signal handler deferred on this thread;
 /// `free` releases a postponed block in the underlying allocator.
 fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
+    // No signal handler runs on this thread meanwhile: one freeing a block
+    // between the pop of its insert and the insert would find it in
+    // neither the queue nor the table, and the insert would then put a
+    // freed block in the table. (Rare: only after a handler allocated
+    // while this thread held a tracker lock.)
+    let _blocked = crate::sys::AsyncSignalsBlocked::new();
     while let Some(op) = guard::pop_deferred() {
         match op {
             guard::Deferred::None => {}
@@ -322,6 +335,11 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
 /// `layout` is its (size, alignment) when the caller knows it.
 #[inline(always)]
 fn realloc_begin(st: &State, p: *mut u8, layout: Option<Layout>) -> Option<Entry> {
+    // As in `release`: a queued insert of `p` is cancelled (the realloc
+    // records the block it returns).
+    if guard::has_deferred() && guard::cancel_insert(p as u64) {
+        return None;
+    }
     let layout = layout.map(table_layout);
     if let Some(l) = layout {
         if let Some(e) = st.table.try_remove(p as u64, l) {
