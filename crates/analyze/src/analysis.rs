@@ -356,6 +356,39 @@ impl<'h> Analysis<'h> {
         self.note_written(c.path().to_path_buf(), c.write(l, self.dominators.get()));
     }
 
+    /// Part `ext` of the cache when a good copy is kept, noting whether it
+    /// was there (`hit`, `miss`) or refused (`rebuilt`, with why).
+    fn read_part<T>(
+        &self,
+        c: &CacheFile,
+        ext: &str,
+        parse: impl FnOnce(&mut Reader<'_>, &Arc<memmap2::Mmap>) -> std::result::Result<T, CacheProblem>,
+    ) -> Option<T> {
+        let path = c.part_path(ext);
+        match c.read_part(ext, parse) {
+            Ok(Some(v)) => {
+                self.note(format!("hit {}", path.display()));
+                Some(v)
+            }
+            Ok(None) => {
+                self.note(format!("miss {}", path.display()));
+                None
+            }
+            Err(why) => {
+                self.note(format!("rebuilt {} ({why})", path.display()));
+                None
+            }
+        }
+    }
+
+    /// Keeps part `ext` in the cache, if there is one, noting whether it
+    /// was written.
+    fn keep_part(&self, ext: &str, body: impl FnOnce(&mut crate::cache::Out)) {
+        if let Some(c) = &self.cache {
+            self.note_written(c.part_path(ext), c.write_part(ext, body));
+        }
+    }
+
     fn note_written(&self, path: std::path::PathBuf, r: std::io::Result<()>) {
         match r {
             Ok(()) => self.note(format!("wrote {}", path.display())),
@@ -369,20 +402,13 @@ impl<'h> Analysis<'h> {
     fn with_types<R>(&self, f: impl FnOnce(&mut Types<'h>, &mut Symbolizer<'h>) -> R) -> R {
         let mut types = self.types.borrow_mut();
         if let Some(c) = self.cache.as_ref().filter(|_| types.needs_scan() && !self.names_looked_up.replace(true)) {
-            match c.read_part(NAMES, read_names) {
-                Ok(Some(names)) => {
-                    self.note(format!("hit {}", c.part_path(NAMES).display()));
-                    types.preset(names);
-                }
-                Ok(None) => self.note(format!("miss {}", c.part_path(NAMES).display())),
-                Err(why) => self.note(format!("rebuilt {} ({why})", c.part_path(NAMES).display())),
+            if let Some(names) = self.read_part(c, NAMES, read_names) {
+                types.preset(names);
             }
         }
         let r = f(&mut types, &mut self.sym.borrow_mut());
         if let Some(names) = types.take_new_scan() {
-            if let Some(c) = &self.cache {
-                self.note_written(c.part_path(NAMES), c.write_part(NAMES, |b| write_names(b, names)));
-            }
+            self.keep_part(NAMES, |b| write_names(b, names));
         }
         r
     }
@@ -451,29 +477,21 @@ impl<'h> Analysis<'h> {
     pub fn reach(&self) -> &Reach {
         self.reach.get_or_init(|| {
             if let Some(c) = &self.cache {
-                let read = c.read_part(REACH, |r, map| {
+                let read = self.read_part(c, REACH, |r, map| {
                     let pred = r.slab(map)?;
                     let via = r.slab(map)?;
                     Reach::from_parts(self.heap, pred, via).ok_or(CacheProblem::Stale("paths of another heap"))
                 });
-                match read {
-                    Ok(Some(reach)) => {
-                        self.note(format!("hit {}", c.part_path(REACH).display()));
-                        return reach;
-                    }
-                    Ok(None) => self.note(format!("miss {}", c.part_path(REACH).display())),
-                    Err(why) => self.note(format!("rebuilt {} ({why})", c.part_path(REACH).display())),
+                if let Some(reach) = read {
+                    return reach;
                 }
             }
             let reach = Reach::of(self.heap);
-            if let Some(c) = &self.cache {
-                let (pred, via) = reach.parts();
-                let written = c.write_part(REACH, |b| {
-                    b.slab(pred);
-                    b.slab(via);
-                });
-                self.note_written(c.part_path(REACH), written);
-            }
+            let (pred, via) = reach.parts();
+            self.keep_part(REACH, |b| {
+                b.slab(pred);
+                b.slab(via);
+            });
             reach
         })
     }
@@ -483,15 +501,8 @@ impl<'h> Analysis<'h> {
     pub fn dominated_by(&self, b: Option<BlockId>) -> &[u32] {
         let c = self.children.get_or_init(|| {
             let n = self.heap.len();
-            if let Some(c) = &self.cache {
-                match c.read_part(TREE, |r, map| read_children(r, map, n)) {
-                    Ok(Some(children)) => {
-                        self.note(format!("hit {}", c.part_path(TREE).display()));
-                        return children;
-                    }
-                    Ok(None) => self.note(format!("miss {}", c.part_path(TREE).display())),
-                    Err(why) => self.note(format!("rebuilt {} ({why})", c.part_path(TREE).display())),
-                }
+            if let Some(children) = self.cache.as_ref().and_then(|c| self.read_part(c, TREE, |r, map| read_children(r, map, n))) {
+                return children;
             }
             let d = self.dominators();
             let parent = |i: usize| d.idom(BlockId(i as u32)).map_or(n, |b| b.index());
@@ -513,13 +524,10 @@ impl<'h> Analysis<'h> {
                 let s = &mut list[start[p] as usize..start[p + 1] as usize];
                 s.sort_by(|&a, &b| d.retained[b as usize].cmp(&d.retained[a as usize]).then(a.cmp(&b)));
             }
-            if let Some(c) = &self.cache {
-                let written = c.write_part(TREE, |b| {
-                    b.slab(&start);
-                    b.slab(&list);
-                });
-                self.note_written(c.part_path(TREE), written);
-            }
+            self.keep_part(TREE, |b| {
+                b.slab(&start);
+                b.slab(&list);
+            });
             Children { start: start.into(), list: list.into() }
         });
         let p = b.map_or(self.heap.len(), |b| b.index());

@@ -285,14 +285,9 @@ impl Out {
         if cfg!(target_endian = "little") {
             self.raw(bytemuck::cast_slice(v));
         } else {
-            let size = std::mem::size_of::<T>();
             for x in v {
                 let mut b = bytemuck::bytes_of(x).to_vec();
-                // Each little-endian word of the item (a `Packed` block is
-                // two u64s).
-                for c in b.chunks_exact_mut(size.min(8)) {
-                    c.reverse();
-                }
+                crate::slab::swap_words(&mut b);
                 self.raw(&b);
             }
         }

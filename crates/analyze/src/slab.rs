@@ -68,8 +68,9 @@ impl<T: Pod> Slab<T> {
 }
 
 /// The caches' items are little-endian words of 2, 4 or 8 bytes (a
-/// `Packed` block is two u64s): each word's bytes reversed.
-fn swap_words(item: &mut [u8]) {
+/// `Packed` block is two u64s): each word's bytes reversed (reading them
+/// on a big-endian machine, and writing them there).
+pub(crate) fn swap_words(item: &mut [u8]) {
     let w = match item.len() {
         2 | 4 | 8 => item.len(),
         _ => 8,
