@@ -11,7 +11,7 @@
 
 use crate::collapse::collapse_heap;
 use crate::config::{self, Config};
-use crate::index::{build_index, Index};
+use crate::index::{build_index, Index, Prepared};
 use crate::modules::Modules;
 use crate::outcome::{DumpError, DumpInfo};
 use crate::pipe::{self, PipeSink};
@@ -191,10 +191,13 @@ fn write_locked(src: Sources<'_>, fd: i32, req: &Request<'_>) -> Result<DumpInfo
     // running by it; a forked writer starts its own (here: none).
     let pipe = if writes_much(src.table, req.mode) { sc.pipe } else { core::ptr::null_mut() };
     let sink = PipeSink::start(fd, if fork { core::ptr::null_mut() } else { pipe });
+    // The index's memory, made ready while the program runs (see
+    // `Prepared`); a forked writer maps its own.
+    let prepared = if fork { None } else { Prepared::new(src.table) };
     let t0 = sys::monotonic_ns();
     let stopped = stw::stop(sink.helper_tid());
     if !fork {
-        let r = write_body(src, sc, sink, req, Held { stopped, t0, pause: None });
+        let r = write_body(src, sc, sink, req, prepared, Held { stopped, t0, pause: None });
         stw::resume();
         return r;
     }
@@ -204,7 +207,7 @@ fn write_locked(src: Sources<'_>, fd: i32, req: &Request<'_>) -> Result<DumpInfo
             let pause = sys::monotonic_ns() - t0;
             crate::report::writer();
             let sink = PipeSink::start(fd, pipe);
-            let code = match write_body(src, sc, sink, req, Held { stopped, t0, pause: Some(pause) }) {
+            let code = match write_body(src, sc, sink, req, None, Held { stopped, t0, pause: Some(pause) }) {
                 Ok(info) => {
                     if let Some(m) = sc.shared.as_mut() {
                         // SAFETY: a MAP_SHARED page the parent reads after
@@ -239,10 +242,17 @@ fn write_locked(src: Sources<'_>, fd: i32, req: &Request<'_>) -> Result<DumpInfo
     Ok(info)
 }
 
-fn write_body(src: Sources<'_>, sc: &mut Scratch, sink: PipeSink, req: &Request<'_>, held: Held) -> Result<DumpInfo, DumpError> {
+fn write_body(
+    src: Sources<'_>,
+    sc: &mut Scratch,
+    sink: PipeSink,
+    req: &Request<'_>,
+    prepared: Option<Prepared>,
+    held: Held,
+) -> Result<DumpInfo, DumpError> {
     // The sorted index serves the compact scan and, in both modes, tells
     // which anonymous mappings hold heap blocks.
-    let mut index = build_index(src.table)?;
+    let mut index = build_index(src.table, prepared)?;
     let result = write_records(src, sc, sink, req, held, &index);
     index.release();
     result

@@ -136,8 +136,15 @@ impl<'a> Scanner<'a> {
             }
             count += 1;
         }
-        let it = links[..filled].iter().copied().chain(LinkScan { index, start: e.addr, off: resume, len: e.size });
-        w.dense_alloc(info, count, it)?;
+        if filled as u64 == count {
+            // All gathered (every block of fewer pointers than `links`
+            // holds): the writer reads the slice, not a chain that asks
+            // at each step which half it is in.
+            w.dense_alloc(info, count, links[..filled].iter().copied())?;
+        } else {
+            let it = links[..filled].iter().copied().chain(LinkScan { index, start: e.addr, off: resume, len: e.size });
+            w.dense_alloc(info, count, it)?;
+        }
         Ok(())
     }
 }
