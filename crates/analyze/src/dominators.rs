@@ -145,7 +145,11 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
             root_children.push(v);
         }
     }
-    let mut dfn = vec![0u32; n];
+    // Per node, side by side: its preorder number (1-based; 0 =
+    // unvisited) and how many edges point to it, counted as the walk
+    // reads each edge's number (the same cache line: a separate pass over
+    // the edges for the counts took 0.46 s at 10 M dense blocks).
+    let mut dfn = vec![[0u32; 2]; n];
     // Successors of node v (node = block + 1; 0 = the virtual root).
     let succ = |root_children: &[u32], v: u32, k: usize| -> Option<u32> {
         if v == 0 {
@@ -166,11 +170,11 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     const AHEAD: usize = 16;
     let (starts, targets) = heap.raw_edges();
     let mut dfs_from =
-        |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut Vec<u32>| {
+        |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [[u32; 2]], vertex: &mut Vec<u32>, parent: &mut Vec<u32>| {
             vertex.push(start);
             parent.push(parent_dfn);
             next.push(0);
-            dfn[start as usize] = vertex.len() as u32;
+            dfn[start as usize][0] = vertex.len() as u32;
             let first = vertex.len() - 1;
             let mut cur = first;
             loop {
@@ -201,11 +205,12 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
                 match succ(root_children, v, k) {
                     Some(w) => {
                         next[cur] += 1;
-                        if dfn[w as usize] == 0 {
+                        dfn[w as usize][1] += 1;
+                        if dfn[w as usize][0] == 0 {
                             vertex.push(w);
                             parent.push(cur as u32);
                             next.push(0);
-                            dfn[w as usize] = vertex.len() as u32;
+                            dfn[w as usize][0] = vertex.len() as u32;
                             cur = vertex.len() - 1;
                         }
                     }
@@ -220,7 +225,8 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
         let v = b.0 + 1;
         if is_child.insert(v) {
             root_children.push(v);
-            if dfn[v as usize] == 0 {
+            dfn[v as usize][1] += 1;
+            if dfn[v as usize][0] == 0 {
                 dfs_from(v, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
             }
         }
@@ -228,18 +234,26 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     drop(is_child);
     // Whatever the roots and leaders do not reach hangs off the root too.
     for start in 1..n as u32 {
-        if dfn[start as usize] == 0 {
+        if dfn[start as usize][0] == 0 {
             root_children.push(start);
+            dfn[start as usize][1] += 1;
             dfs_from(start, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
         }
     }
     drop(next);
     let count = vertex.len();
 
-    // Predecessors in dfn space (CSR), walking the edges in block order
-    // (sequential reads of the heap's tables; every node was visited).
+    // Predecessors in dfn space (CSR): the counts the walk kept, in
+    // preorder, then the edges walked in block order (sequential reads of
+    // the heap's tables; every node was visited).
     let mut pred_start = vec![0u32; count + 1];
-    for_edges(heap, &root_children, &dfn, &mut pred_start, |pred_start, _, w| pred_start[dfn[w as usize] as usize] += 1);
+    const GATHER_AHEAD: usize = 16;
+    for i in 0..count {
+        if let Some(&ahead) = vertex.get(i + GATHER_AHEAD) {
+            prefetch(&dfn, ahead as usize);
+        }
+        pred_start[i + 1] = dfn[vertex[i] as usize][1];
+    }
     for i in 0..count {
         pred_start[i + 1] += pred_start[i];
     }
@@ -247,9 +261,9 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     // Fill from the end of each range backwards, reusing pred_start's
     // shifted values as cursors (no second array).
     for_edges(heap, &root_children, &dfn, &mut pred_start, |pred_start, v, w| {
-        let wi = dfn[w as usize] as usize;
+        let wi = dfn[w as usize][0] as usize;
         pred_start[wi] -= 1;
-        preds[pred_start[wi] as usize] = dfn[v] - 1;
+        preds[pred_start[wi] as usize] = dfn[v][0] - 1;
     });
     // pred_start[wi] now is the start of w's range, for wi in 1..=count:
     // shift down by one so that index wi-1 (0-based dfn) starts there.
@@ -377,10 +391,10 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
 
 /// Calls `f(slots, v, w)` for every edge v -> w of the graph (nodes: the
 /// virtual root 0, block b as b + 1), in block order, where `slots` is
-/// indexed by the target's number `dfn[w]`. Reading the heap's edges in
+/// indexed by the target's number `dfn[w][0]`. Reading the heap's edges in
 /// order, it prefetches two stages ahead: a target's number, then (once
 /// that has arrived) its slot.
-fn for_edges(heap: &Heap, root_children: &[u32], dfn: &[u32], slots: &mut [u32], mut f: impl FnMut(&mut [u32], usize, u32)) {
+fn for_edges(heap: &Heap, root_children: &[u32], dfn: &[[u32; 2]], slots: &mut [u32], mut f: impl FnMut(&mut [u32], usize, u32)) {
     const AHEAD: usize = 16;
     let (starts, targets) = heap.raw_edges();
     let node_at = |k: usize| targets.get(k).map_or(0, |&t| (t & !INTERIOR) as usize + 1);
@@ -390,7 +404,7 @@ fn for_edges(heap: &Heap, root_children: &[u32], dfn: &[u32], slots: &mut [u32],
     for b in 0..heap.len() {
         for k in starts[b] as usize..starts[b + 1] as usize {
             prefetch(dfn, node_at(k + 2 * AHEAD));
-            if let Some(&d) = dfn.get(node_at(k + AHEAD)) {
+            if let Some(&[d, _]) = dfn.get(node_at(k + AHEAD)) {
                 prefetch(slots, d as usize);
             }
             f(slots, b + 1, node_at(k) as u32);
