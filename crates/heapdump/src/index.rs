@@ -511,19 +511,15 @@ impl Prepared {
         Some(Prepared { ptr, len })
     }
 
-    /// The mapping, when it holds at least `len` bytes; else it is given
-    /// back.
-    fn take(self, len: usize) -> Option<*mut u8> {
+    /// The mapping and its length, when it holds at least `len` bytes;
+    /// else it is given back.
+    fn take(self, len: usize) -> Option<(*mut u8, usize)> {
         if self.len >= len {
-            let p = self.ptr;
+            let taken = (self.ptr, self.len);
             core::mem::forget(self);
-            return Some(p);
+            return Some(taken);
         }
         None
-    }
-
-    fn len(&self) -> usize {
-        self.len
     }
 }
 
@@ -551,12 +547,12 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
     let mut room = room_for(guess);
     let (ptr, map_len, small) = loop {
         let mut map_len = ((large + room).max(1) * size).next_multiple_of(4096);
-        let ptr: *mut Entry = match prepared.take().map(|p| (p.len(), p.take(map_len))) {
-            Some((len, Some(p))) => {
+        let ptr: *mut Entry = match prepared.take().and_then(|p| p.take(map_len)) {
+            Some((p, len)) => {
                 map_len = len;
                 p.cast()
             }
-            _ => {
+            None => {
                 let p = sys::mmap_anon(map_len).map_err(map_err)?;
                 // Looked up at random for every pointer of a dense heap:
                 // huge pages spare a TLB miss per lookup (a hint; refused
