@@ -165,19 +165,11 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     // program started through a shell) become this process's children, so
     // that they can be waited for and reaped.
     let _ = rustix::process::set_child_subreaper(rustix::process::Pid::from_raw(std::process::id() as i32));
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            // As shells do: 127 when the program is not found, 126 when it
-            // cannot be run.
-            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-            eprintln!("heapdump: cannot run {}: {e}", o.program[0].to_string_lossy());
-            return Ok(ExitCode::from(code));
-        }
-    };
     // Forward the signals a user sends to `heapdump run` to the program
-    // (the dump signal among them).
-    let pid = rustix::process::Pid::from_raw(child.id() as i32);
+    // (the dump signal among them). The handlers go in before the program
+    // starts: one sent in between is kept and passed on once it runs
+    // (installed after, a SIGTERM the moment the program started ended
+    // `heapdump run` alone and left the program running without it).
     let mut forwarded = vec![
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -193,6 +185,17 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     }
     let mut signals = signal_hook::iterator::SignalsInfo::<signal_hook::iterator::exfiltrator::WithRawSiginfo>::new(&forwarded)
         .context("cannot install signal handlers")?;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            // As shells do: 127 when the program is not found, 126 when it
+            // cannot be run.
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            eprintln!("heapdump: cannot run {}: {e}", o.program[0].to_string_lossy());
+            return Ok(ExitCode::from(code));
+        }
+    };
+    let pid = rustix::process::Pid::from_raw(child.id() as i32);
     let handle = signals.handle();
     let exited = Arc::new(AtomicBool::new(false));
     let interrupted = Arc::new(AtomicBool::new(false));

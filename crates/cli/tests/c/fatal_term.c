@@ -5,7 +5,9 @@
              runtime's), which says "handler" and ends with the signal's
              default action, as servers that clean up do;
      exit:   its own SIGTERM handler exits cleanly (exit(0));
-     ignore: ignores SIGTERM, then exits by itself after 1 s. */
+     ignore: ignores SIGTERM, then exits by itself after 1 s;
+     parent: sends SIGTERM to its parent (heapdump run) before main, the
+             moment it starts, as a user's kill right after the start. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,9 @@ __attribute__((noinline)) static void leak(void) {
 __attribute__((noinline)) static void scrub(void) {
     volatile char buf[16384];
     memset((char *)buf, 0, sizeof buf);
+}
+__attribute__((constructor)) static void early(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "parent")) kill(getppid(), SIGTERM);
 }
 int main(int argc, char **argv) {
     for (int i = 0; i < 100; i++) {

@@ -81,6 +81,47 @@ fn sigterm_dumps_a_server_and_ends_it_as_before() {
     }
 }
 
+/// A signal sent to `heapdump run` the moment its program starts is
+/// passed on like any other: `heapdump run` used to install its handlers
+/// only after starting the program, so a SIGTERM in between ended it
+/// alone and left the program running without it (seen once in CI, the
+/// machine loaded: the test reading the program's output hung). The
+/// program signals its parent from a constructor, before its main.
+#[test]
+fn a_signal_right_after_the_start_is_passed_on() {
+    ensure_preload();
+    let d = Scratch::new("early");
+    let prog = compile(&d, "fatal_term.c", &["-O0", "-g"]);
+    for round in 0..20 {
+        let out = d.path(&format!("early{round}.hdump"));
+        let child = heapdump()
+            .args(["run", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&prog)
+            .arg("parent")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read to the end on a thread: a program left behind holds its
+        // output open, and the wait below must not hang on it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let id = child.id();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let o = rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap_or_else(|_| {
+            let _ = Command::new("kill").arg(id.to_string()).status();
+            panic!("round {round}: heapdump run did not end: the program runs on without it")
+        });
+        let o = o.unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(143), "round {round}: the program ended by the SIGTERM passed on: {stderr}");
+        assert_eq!(summary(&out)["signal"]["name"], "SIGTERM", "round {round}: {stderr}");
+    }
+}
+
 #[test]
 fn a_handler_that_exits_cleanly_gets_the_exit_dump_too() {
     // The signal dump first, then the program's handler, whose exit(0)
