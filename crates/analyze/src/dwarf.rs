@@ -132,7 +132,10 @@ impl ModuleDebug {
     /// Loads `path`, checking its GNU build id against `build_id` (when
     /// the dump has one). Debug info may also come from
     /// `/usr/lib/debug/.build-id/xx/yyyy.debug` when the file has none.
-    pub fn load(path: &str, build_id: &[u8]) -> Result<ModuleDebug, DebugError> {
+    /// With `symbols_only`, the symbol table alone: no frame gets a file,
+    /// a line or inlined callers (see [`crate::symbols`] for the module
+    /// that asks for that).
+    pub fn load(path: &str, build_id: &[u8], symbols_only: bool) -> Result<ModuleDebug, DebugError> {
         // The path comes from the dump: only a regular file is mapped.
         let bytes = map(path)?;
         let file = object::File::parse(&bytes[..]).map_err(|e| parse_error(path, e))?;
@@ -154,18 +157,20 @@ impl ModuleDebug {
         // One entry per address, the one with a size (and the longest) kept.
         symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         symbols.dedup_by_key(|s| s.0);
-        let dwarf = if file.section_by_name(".debug_info").is_none() && !build_id.is_empty() {
+        let dwarf = if symbols_only {
+            load_dwarf(&file, &bytes, false)
+        } else if file.section_by_name(".debug_info").is_none() && !build_id.is_empty() {
             let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
             let separate = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
             match map(&separate) {
                 Ok(b) => {
                     let f = object::File::parse(&b[..]).map_err(|e| parse_error(&separate, e))?;
-                    load_dwarf(&f, &b)
+                    load_dwarf(&f, &b, true)
                 }
-                Err(_) => load_dwarf(&file, &bytes),
+                Err(_) => load_dwarf(&file, &bytes, true),
             }
         } else {
-            load_dwarf(&file, &bytes)
+            load_dwarf(&file, &bytes, true)
         }
         .map_err(|e| parse_error(path, e))?;
         // addr2line shares the sections through an Arc; the reader is Rc-based
@@ -407,12 +412,13 @@ pub fn parse_vtable_name(name: &str) -> Option<(&str, &str)> {
     Some((&inner[..i], &inner[i + 4..]))
 }
 
-fn load_dwarf(file: &object::File<'_>, data: &Rc<memmap2::Mmap>) -> Result<gimli::Dwarf<R>, object::Error> {
+/// The DWARF sections of `file` (all empty without `sections`).
+fn load_dwarf(file: &object::File<'_>, data: &Rc<memmap2::Mmap>, sections: bool) -> Result<gimli::Dwarf<R>, object::Error> {
     let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
     let base = data.as_ptr() as usize;
     let empty = || R::new(Bytes::Owned(Rc::from(&[][..])), endian);
     let load = |id: gimli::SectionId| -> Result<R, object::Error> {
-        let Some(section) = file.section_by_name(id.name()) else { return Ok(empty()) };
+        let Some(section) = file.section_by_name(id.name()).filter(|_| sections) else { return Ok(empty()) };
         match section.uncompressed_data()? {
             std::borrow::Cow::Borrowed(s) => {
                 // A slice of the file: share the mapping. An empty section

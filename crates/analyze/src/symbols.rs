@@ -135,7 +135,13 @@ impl<'h> Symbolizer<'h> {
                 let syms = if path.is_empty() || path.starts_with("linux-vdso") || path.starts_with("linux-gate") {
                     ModuleSyms { debug: None, problem: None }
                 } else {
-                    match crate::dwarf::ModuleDebug::load(path, &m.build_id) {
+                    // The tracker's own preload library: every frame in it is
+                    // the tracker's (seen through) but the allocation function
+                    // the program called, which its symbol names. Its debug
+                    // info (a Rust library's, thousands of units) cost every
+                    // analysis of a preload dump 36 MiB and its parse time.
+                    let runtime = path.rsplit('/').next().is_some_and(|f| f.starts_with(PRELOAD_LIBRARY));
+                    match crate::dwarf::ModuleDebug::load(path, &m.build_id, runtime) {
                         Ok(d) => ModuleSyms { debug: Some(d), problem: None },
                         Err(e) => ModuleSyms { debug: None, problem: Some(e.to_string()) },
                     }
@@ -322,6 +328,9 @@ fn demangle(s: &str) -> String {
     s.to_string()
 }
 
+/// The file name of the tracker's preload library, without its suffix.
+const PRELOAD_LIBRARY: &str = "libheapdump_preload";
+
 /// Whether a frame is the tracker's own (heapdump's runtime or its preload
 /// library), as opposed to the allocation function the program called.
 /// The preload library's exported allocation functions are not: they are
@@ -341,7 +350,7 @@ pub fn is_runtime(f: &Frame) -> bool {
         "malloc_usable_size",
         "cfree",
     ];
-    let in_preload = f.module.as_deref().is_some_and(|m| m.contains("libheapdump_preload"));
+    let in_preload = f.module.as_deref().is_some_and(|m| m.contains(PRELOAD_LIBRARY));
     match f.function.as_deref() {
         Some(name) => {
             if in_preload && ENTRY.contains(&name) {
@@ -484,7 +493,7 @@ pub fn is_wrapper(f: &Frame) -> bool {
 pub fn is_machinery(f: &Frame) -> bool {
     let Some(name) = f.function.as_deref() else {
         // Unnamed frames inside the preload library or libc are machinery.
-        return f.module.as_deref().is_some_and(|m| m.contains("libheapdump_preload") || m.contains("/libc.so"));
+        return f.module.as_deref().is_some_and(|m| m.contains(PRELOAD_LIBRARY) || m.contains("/libc.so"));
     };
     // A mangled C++ name of the standard library (demangling can fail on
     // some templates) is machinery too.
