@@ -320,19 +320,26 @@ pub(crate) struct WideOffset {
 }
 
 impl Offsets {
-    const WIDE: u32 = u32::MAX;
+    pub(crate) const WIDE: u32 = u32::MAX;
 
     pub(crate) fn with_capacity(n: usize) -> Offsets {
         Offsets { words: Vec::with_capacity(n).into(), wide: Slab::default() }
     }
 
     pub(crate) fn push(&mut self, offset: u64) {
+        let w = Self::word(offset);
+        if w == Self::WIDE {
+            self.wide.to_mut().push(WideOffset { edge: self.words.len() as u32, pad: 0, offset });
+        }
+        self.words.to_mut().push(w);
+    }
+
+    /// The word index that stands for `offset`, or [`Offsets::WIDE`] when
+    /// it needs a side entry.
+    pub(crate) fn word(offset: u64) -> u32 {
         match u32::try_from(offset / 8) {
-            Ok(w) if offset % 8 == 0 && w != Self::WIDE => self.words.to_mut().push(w),
-            _ => {
-                self.wide.to_mut().push(WideOffset { edge: self.words.len() as u32, pad: 0, offset });
-                self.words.to_mut().push(Self::WIDE);
-            }
+            Ok(w) if offset % 8 == 0 && w != Self::WIDE => w,
+            _ => Self::WIDE,
         }
     }
 
@@ -341,13 +348,6 @@ impl Offsets {
             Self::WIDE => self.wide.binary_search_by_key(&(k as u32), |w| w.edge).map_or(0, |i| self.wide[i].offset),
             w => u64::from(w) * 8,
         }
-    }
-
-    /// Appends the offsets of the edges that follow these.
-    pub(crate) fn append(&mut self, next: Offsets) {
-        let base = self.words.len() as u32;
-        self.words.to_mut().extend_from_slice(&next.words);
-        self.wide.to_mut().extend(next.wide.iter().map(|w| WideOffset { edge: w.edge + base, ..*w }));
     }
 
     pub(crate) fn shrink_to_fit(&mut self) {
@@ -760,22 +760,14 @@ mod tests {
         }
     }
 
-    /// Offsets of every size and alignment come back exactly, also after
-    /// two runs of edges are joined.
+    /// Offsets of every size and alignment come back exactly.
     #[test]
     fn offsets_keep_what_does_not_pack() {
-        let first = [0u64, 8, 13, 8 * 65535, 8 * 65536, 8 * (u64::from(u32::MAX) - 1), 8 * u64::from(u32::MAX), 1 << 40];
-        let second = [u64::MAX, 16, 7];
-        let mut a = Offsets::with_capacity(first.len());
-        for &o in &first {
+        let all = [0u64, 8, 13, 8 * 65535, 8 * 65536, 8 * (u64::from(u32::MAX) - 1), 8 * u64::from(u32::MAX), 1 << 40, u64::MAX, 16, 7];
+        let mut a = Offsets::with_capacity(all.len());
+        for &o in &all {
             a.push(o);
         }
-        let mut b = Offsets::with_capacity(second.len());
-        for &o in &second {
-            b.push(o);
-        }
-        a.append(b);
-        let all: Vec<u64> = first.iter().chain(&second).copied().collect();
         for (k, &o) in all.iter().enumerate() {
             assert_eq!(a.get(k), o, "edge {k}");
         }

@@ -7,7 +7,8 @@
 use crate::error::{AnalyzeError, Result};
 use crate::file::DumpFile;
 use crate::heap::{
-    holder, Block, BlockId, Blocks, Heap, ModuleInfo, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo, INTERIOR, MAX_BLOCKS,
+    holder, Block, BlockId, Blocks, Heap, ModuleInfo, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo, WideOffset, INTERIOR,
+    MAX_BLOCKS,
 };
 use crate::prefetch::prefetch;
 use crate::slab::Slab;
@@ -183,18 +184,48 @@ impl Heap {
         };
         let header_end = raw::FILE_HEADER_SIZE as u64;
         let (split_off, split_n) = split.unwrap_or((end_of_valid as u64, n));
-        let (first, second) = std::thread::scope(|sc| {
-            let second =
-                sc.spawn(|| ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, pointers[1], &mut |_, _| {}));
-            let first = ctx.run(dump.records_between(header_end, split_off), split_n, pointers[0] + pointers[1], progress);
-            (first, second.join())
-        });
-        let mut part = first?;
-        let second = second.map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "pass 2 failed".into() })??;
-        part.append(second)
-            .map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() })?;
-        let Part { mut start, mut target, mut offset, mut interior_into, roots, root_regions } = part;
-        start.reserve_exact((n + 1).saturating_sub(start.len()));
+        // The edge tables, sized from pass 1's counts, each thread filling
+        // its window of them in place (zeroed memory the kernel maps on
+        // first touch: a window the records do not fill costs nothing).
+        // A second thread's tables of its own, appended after, cost 8
+        // bytes per pointer of its half at the peak.
+        let mut start = vec![0u32; n + 1];
+        let mut target = vec![0u32; pointers[0] + pointers[1]];
+        let mut words = vec![0u32; pointers[0] + pointers[1]];
+        let (first, second) = {
+            let (s0, s1) = start.split_at_mut(split_n);
+            let (t0, t1) = target.split_at_mut(pointers[0]);
+            let (w0, w1) = words.split_at_mut(pointers[0]);
+            let (first, second) = std::thread::scope(|sc| {
+                let second = sc.spawn(|| {
+                    ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, Part::new(s1, t1, w1), &mut |_, _| {})
+                        .map(Part::done)
+                });
+                let first = ctx.run(dump.records_between(header_end, split_off), split_n, Part::new(s0, t0, w0), progress).map(Part::done);
+                (first, second.join())
+            });
+            (first?, second.map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "pass 2 failed".into() })??)
+        };
+        let too_many = || AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "more than 2^31 pointers".into() };
+        let filled = |f: &Filled| f.0 + f.1.len();
+        let base = filled(&first.target);
+        if base + filled(&second.target) >= INTERIOR as usize {
+            return Err(too_many());
+        }
+        let base32 = base as u32;
+        join(&mut start, split_n, first.start, second.start, base32);
+        join(&mut target, pointers[0], first.target, second.target, 0);
+        join(&mut words, pointers[0], first.words, second.words, 0);
+        let mut wide = first.wide;
+        wide.extend(second.wide.into_iter().map(|w| WideOffset { edge: w.edge + base32, ..w }));
+        let mut offset = Offsets { words: words.into(), wide: wide.into() };
+        let mut interior_into = first.interior_into;
+        interior_into.extend(second.interior_into.into_iter().map(|(k, v)| (k + base32, v)));
+        let mut roots = first.roots;
+        let regions = first.root_regions.len() as u32;
+        roots.extend(second.roots.into_iter().map(|r| Root { region: r.region + regions, ..r }));
+        let mut root_regions = first.root_regions;
+        root_regions.extend(second.root_regions);
         while start.len() <= n {
             start.push(target.len() as u32);
         }
@@ -234,57 +265,136 @@ struct Pass2<'a> {
 #[derive(Debug)]
 struct TooManyPointers;
 
-/// Edges and roots of a run of records.
-struct Part {
+/// Edges and roots of a run of records, the edge tables filled in the
+/// thread's windows of the shared ones.
+struct Part<'a> {
     /// Start of each ALLOC record's edges.
-    start: Vec<u32>,
-    target: Vec<u32>,
-    offset: Offsets,
+    start: Fill<'a>,
+    target: Fill<'a>,
+    /// The edges' offsets as [`Offsets`] keeps them: word indices, and
+    /// the offsets they cannot hold by (part-relative) edge index.
+    words: Fill<'a>,
+    wide: Vec<WideOffset>,
     interior_into: HashMap<u32, u64>,
     roots: Vec<Root>,
     root_regions: Vec<RootRegion>,
 }
 
-impl Part {
-    /// Appends the part that follows this one in the file.
-    fn append(&mut self, next: Part) -> std::result::Result<(), TooManyPointers> {
-        let base = u32::try_from(self.target.len()).map_err(|_| TooManyPointers)?;
-        if self.target.len() + next.target.len() >= INTERIOR as usize {
-            return Err(TooManyPointers);
-        }
-        let regions = self.root_regions.len() as u32;
-        // Room for the final entry too: a doubling for that one push would
-        // cost 4 bytes per block.
-        self.start.reserve_exact(next.start.len() + 1);
-        self.start.extend(next.start.into_iter().map(|s| s + base));
-        self.target.extend(next.target);
-        self.offset.append(next.offset);
-        self.interior_into.extend(next.interior_into.into_iter().map(|(k, v)| (k + base, v)));
-        self.roots.extend(next.roots.into_iter().map(|r| Root { region: r.region + regions, ..r }));
-        self.root_regions.extend(next.root_regions);
-        Ok(())
-    }
+/// A [`Part`] once its thread is done, its tables' windows given back.
+struct Done {
+    start: Filled,
+    target: Filled,
+    words: Filled,
+    wide: Vec<WideOffset>,
+    interior_into: HashMap<u32, u64>,
+    roots: Vec<Root>,
+    root_regions: Vec<RootRegion>,
 }
 
-impl Pass2<'_> {
-    /// Resolves the pointers of `records` (at most `allocs` ALLOC records).
-    /// `pointers` sizes the edge tables (the compact records' counts).
-    fn run(
-        &self,
-        records: heapdump_format::Records<'_>,
-        allocs: usize,
-        pointers: usize,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<Part> {
-        let too_many = || AnalyzeError::TooLarge { path: self.path.to_path_buf(), what: "more than 2^31 pointers".into() };
-        let mut p = Part {
-            start: Vec::with_capacity(allocs + 1),
-            target: Vec::with_capacity(pointers),
-            offset: Offsets::with_capacity(pointers),
+impl<'a> Part<'a> {
+    fn new(start: &'a mut [u32], target: &'a mut [u32], words: &'a mut [u32]) -> Part<'a> {
+        Part {
+            start: Fill::new(start),
+            target: Fill::new(target),
+            words: Fill::new(words),
+            wide: Vec::new(),
             interior_into: HashMap::new(),
             roots: Vec::new(),
             root_regions: Vec::new(),
-        };
+        }
+    }
+
+    fn push_offset(&mut self, offset: u64) {
+        let w = Offsets::word(offset);
+        if w == Offsets::WIDE {
+            self.wide.push(WideOffset { edge: self.words.len() as u32, pad: 0, offset });
+        }
+        self.words.push(w);
+    }
+
+    fn done(self) -> Done {
+        Done {
+            start: self.start.done(),
+            target: self.target.done(),
+            words: self.words.done(),
+            wide: self.wide,
+            interior_into: self.interior_into,
+            roots: self.roots,
+            root_regions: self.root_regions,
+        }
+    }
+}
+
+/// One pass-2 thread's share of an edge table: its window of the table,
+/// then a spill vector for what pass 1's counts did not foresee (a full
+/// ALLOC record's pointers are not counted).
+struct Fill<'a> {
+    window: &'a mut [u32],
+    n: usize,
+    spill: Vec<u32>,
+}
+
+/// What a [`Fill`] holds: how much of its window, and its spill.
+type Filled = (usize, Vec<u32>);
+
+impl<'a> Fill<'a> {
+    fn new(window: &'a mut [u32]) -> Fill<'a> {
+        Fill { window, n: 0, spill: Vec::new() }
+    }
+
+    #[inline]
+    fn push(&mut self, v: u32) {
+        match self.window.get_mut(self.n) {
+            Some(slot) => {
+                *slot = v;
+                self.n += 1;
+            }
+            None => self.spill.push(v),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.n + self.spill.len()
+    }
+
+    fn done(self) -> Filled {
+        (self.n, self.spill)
+    }
+}
+
+/// Joins in `all` the two threads' shares of it, whose windows start at 0
+/// and `split`: the first's values, its spill, the second's (each plus
+/// `add`), its spill. Moves the second's values within `all`, never copies
+/// the table.
+fn join(all: &mut Vec<u32>, split: usize, first: Filled, second: Filled, add: u32) {
+    let ((n0, spill0), (n1, spill1)) = (first, second);
+    let head = n0 + spill0.len();
+    if all.len() < head + n1 {
+        all.resize(head + n1, 0);
+    }
+    // Moved first: the first's spill may reach into the second's window.
+    all.copy_within(split..split + n1, head);
+    all[n0..head].copy_from_slice(&spill0);
+    if add != 0 {
+        for v in &mut all[head..head + n1] {
+            *v += add;
+        }
+    }
+    all.truncate(head + n1);
+    all.extend(spill1.into_iter().map(|v| v + add));
+}
+
+impl Pass2<'_> {
+    /// Resolves the pointers of `records` (at most `allocs` ALLOC records)
+    /// into `p`.
+    fn run<'a>(
+        &self,
+        records: heapdump_format::Records<'_>,
+        allocs: usize,
+        mut p: Part<'a>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Part<'a>> {
+        let too_many = || AnalyzeError::TooLarge { path: self.path.to_path_buf(), what: "more than 2^31 pointers".into() };
         let blocks = self.blocks;
         let find = |v: u64| self.dir.find(blocks, v);
         let mut pipe = Pipeline::new(self.dir, blocks);
@@ -421,7 +531,7 @@ impl<'a> Pipeline<'a> {
     /// Queues a step, finishing the oldest one when the pipeline is full.
     /// `Err` when the edges outgrow 2^31.
     #[inline]
-    fn push(&mut self, step: Pending, p: &mut Part) -> std::result::Result<(), TooManyPointers> {
+    fn push(&mut self, step: Pending, p: &mut Part<'_>) -> std::result::Result<(), TooManyPointers> {
         // Nothing waiting: a step with no lookup (ALLOCS) is done at once.
         if self.ring.is_empty() && !matches!(step, Pending::Word { .. }) {
             return self.finish(step, p);
@@ -445,7 +555,7 @@ impl<'a> Pipeline<'a> {
     }
 
     /// Finishes every queued step.
-    fn drain(&mut self, p: &mut Part) -> std::result::Result<(), TooManyPointers> {
+    fn drain(&mut self, p: &mut Part<'_>) -> std::result::Result<(), TooManyPointers> {
         while let Some(step) = self.ring.pop_front() {
             self.finish(step, p)?;
         }
@@ -456,7 +566,7 @@ impl<'a> Pipeline<'a> {
     }
 
     #[inline]
-    fn finish(&self, step: Pending, p: &mut Part) -> std::result::Result<(), TooManyPointers> {
+    fn finish(&self, step: Pending, p: &mut Part<'_>) -> std::result::Result<(), TooManyPointers> {
         match step {
             Pending::Start => {
                 if p.target.len() >= INTERIOR as usize {
@@ -469,7 +579,7 @@ impl<'a> Pipeline<'a> {
                     p.interior_into.insert(p.target.len() as u32, into);
                 }
                 p.target.push(b | if into != 0 { INTERIOR } else { 0 });
-                p.offset.push(o);
+                p.push_offset(o);
             }
             Pending::Word { v, o, located } => {
                 if let Some((b, interior)) = self.dir.finish(self.blocks, v, located) {
@@ -477,7 +587,7 @@ impl<'a> Pipeline<'a> {
                         p.interior_into.insert(p.target.len() as u32, v - self.blocks.addr(b.index()));
                     }
                     p.target.push(b.0 | if interior { INTERIOR } else { 0 });
-                    p.offset.push(o);
+                    p.push_offset(o);
                 }
             }
         }
@@ -659,6 +769,38 @@ fn for_each_region(blocks: &Blocks, mut f: impl FnMut(usize, usize)) {
                 f(first, i - 1);
             }
             first = i;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two threads' shares of a table, each filling its window and maybe
+    /// spilling past it, join to the first's values then the second's
+    /// (rebased), whatever each filled: the join the load makes of its
+    /// two halves of the edges.
+    #[test]
+    fn two_shares_join_in_order() {
+        // (window lengths, values each thread pushes)
+        let cases: [(usize, usize, usize, usize); 7] =
+            [(4, 4, 4, 4), (4, 4, 2, 4), (4, 4, 7, 3), (4, 4, 4, 9), (0, 0, 5, 6), (3, 0, 1, 0), (4, 4, 0, 0)];
+        for (w0, w1, k0, k1) in cases {
+            let mut all = vec![0u32; w0 + w1];
+            let (a, b) = all.split_at_mut(w0);
+            let (mut f0, mut f1) = (Fill::new(a), Fill::new(b));
+            for v in 0..k0 {
+                f0.push(100 + v as u32);
+            }
+            for v in 0..k1 {
+                f1.push(200 + v as u32);
+            }
+            assert_eq!((f0.len(), f1.len()), (k0, k1));
+            let (d0, d1) = (f0.done(), f1.done());
+            join(&mut all, w0, d0, d1, 1000);
+            let want: Vec<u32> = (0..k0).map(|v| 100 + v as u32).chain((0..k1).map(|v| 1200 + v as u32)).collect();
+            assert_eq!(all, want, "windows {w0}+{w1}, filled {k0}+{k1}");
         }
     }
 }
