@@ -299,11 +299,23 @@ impl<'h> Symbolizer<'h> {
         if let Some(s) = self.site_cache.get(&site) {
             return s.clone();
         }
-        let frames = self.site_frames(site);
-        let skip = self.skip.as_ref();
-        let seen_through =
-            |f: &Frame| is_machinery(f) || is_wrapper(f) || skip.is_some_and(|r| f.function.as_deref().is_some_and(|n| r.is_match(n)));
-        let first = frames.iter().position(|f| !seen_through(f)).unwrap_or(0);
+        // The site's frames up to the label's last, resolved in turn: the
+        // outer ones (the C library's start, say) are not looked up, nor
+        // their module's debug info loaded, for a label that ends before.
+        let mut frames = Vec::new();
+        let mut first = None;
+        for a in self.site_addresses(site) {
+            let more = self.program_frames(a);
+            frames.extend(more);
+            let skip = self.skip.as_ref();
+            let seen_through =
+                |f: &Frame| is_machinery(f) || is_wrapper(f) || skip.is_some_and(|r| f.function.as_deref().is_some_and(|n| r.is_match(n)));
+            first = first.or_else(|| frames.iter().position(|f| !seen_through(f)));
+            if first.is_some_and(|i| frames.len() >= i + self.depth) {
+                break;
+            }
+        }
+        let first = first.unwrap_or(0);
         let label = if frames.is_empty() {
             format!("site {site}")
         } else {
