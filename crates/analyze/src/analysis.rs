@@ -742,7 +742,7 @@ impl<'h> Analysis<'h> {
         let mut indirect: HashMap<u32, (u64, u64)> = HashMap::new();
         for (i, k) in l.kind.iter().enumerate() {
             if *k == LeakKind::IndirectlyLost && !suppressed[i] {
-                let e = indirect.entry(l.leader[i]).or_default();
+                let e = indirect.entry(l.leader_of(BlockId(i as u32)).map_or(u32::MAX, |b| b.0)).or_default();
                 e.0 += 1;
                 e.1 += heap.size(BlockId(i as u32));
             }

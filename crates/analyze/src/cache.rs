@@ -26,7 +26,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const MAGIC: &[u8; 8] = b"HDCACHE\x02";
+const MAGIC: &[u8; 8] = b"HDCACHE\x03";
 const PART_MAGIC: &[u8; 8] = b"HDPART\x01\0";
 
 /// The extensions of a directory's cache files (what eviction counts).
@@ -163,7 +163,7 @@ impl CacheFile {
         }
         let kind = r.take(n)?.iter().map(|&k| kind_of(k).ok_or(CacheProblem::Stale("bad leak class"))).collect::<Result<Vec<_>, _>>()?;
         let leader: Slab<u32> = r.slab(&map)?;
-        if leader.len() != n || leader.iter().any(|&x| x != u32::MAX && x as usize >= n) {
+        if leader.len() != n || leader.iter().any(|&x| x != crate::leaks::NO_LEADER && !x as usize >= n) {
             return Err(CacheProblem::Stale("bad leader"));
         }
         let mut counts = [Count::default(); 4];
