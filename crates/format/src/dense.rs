@@ -78,6 +78,15 @@ pub struct Link {
     pub delta: u64,
 }
 
+impl Link {
+    /// Bytes this pointer takes in the entry of allocation `ordinal`,
+    /// after a pointer whose word ends at `next_offset` (0 for the first):
+    /// what [`crate::Writer::dense_alloc_sized`] is told the links sum to.
+    pub fn encoded_len(&self, next_offset: u64, ordinal: u64) -> u64 {
+        link_len(next_offset, ordinal, self) as u64
+    }
+}
+
 /// An allocation's first word in an ALLOCS record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FirstWord {

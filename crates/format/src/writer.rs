@@ -479,6 +479,19 @@ impl<'b, S: Sink> Writer<'b, S> {
     where
         I: Iterator<Item = Link> + Clone,
     {
+        self.dense_alloc_sized(a, count, None, links)
+    }
+
+    /// [`Writer::dense_alloc`], told the encoded length of `links` (the
+    /// sum of [`Link::encoded_len`] over them, each after the one before):
+    /// an entry too large for the batch buffer is then streamed without a
+    /// walk of `links` to measure it first (for a block of millions of
+    /// pointers, a scan of the block). A length or a count that `links`
+    /// disagrees with poisons the writer.
+    pub fn dense_alloc_sized<I>(&mut self, a: &AllocInfo, count: u64, links_len: Option<u64>, links: I) -> Result<(), WriteError>
+    where
+        I: Iterator<Item = Link> + Clone,
+    {
         if self.poisoned {
             return Err(WriteError::Poisoned);
         }
@@ -518,18 +531,31 @@ impl<'b, S: Sink> Writer<'b, S> {
             // Alone in a record, its length counted first.
             let mut head = [0u8; dense::ENTRY_HEAD_MAX];
             let hn = dense::put_head(&mut head, 0, 0, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
-            let mut len = hn as u64;
-            checked_links(links.clone(), count, a.size, |l, next_offset| len += dense::link_len(next_offset, ordinal, l) as u64)?;
-            self.begin(tag::ALLOCS, dense::ALLOCS_FIXED as u64 + len)?;
+            let len = match links_len {
+                Some(len) => len,
+                None => {
+                    let mut len = 0u64;
+                    checked_links(links.clone(), count, a.size, |l, next_offset| len += dense::link_len(next_offset, ordinal, l) as u64)?;
+                    len
+                }
+            };
+            self.begin(tag::ALLOCS, (dense::ALLOCS_FIXED + hn) as u64 + len)?;
             self.allocs_fixed(ordinal, 1, count, a.size)?;
             self.put(&head[..hn])?;
-            let mut next_offset = 0u64;
             let mut one = [0u8; dense::LINK_MAX];
-            for l in links {
-                let n = dense::put_link(&mut one, next_offset, ordinal, &l);
-                self.put(&one[..n])?;
-                next_offset = l.offset.wrapping_add(8);
-            }
+            let mut written = Ok(());
+            // Checked again as written: a length given by the caller was
+            // not checked against `links` above. The record is open: a
+            // disagreement poisons the writer (and `put` refuses a byte
+            // past the declared length).
+            checked_links(links, count, a.size, |l, next_offset| {
+                if written.is_ok() {
+                    let n = dense::put_link(&mut one, next_offset, ordinal, l);
+                    written = self.put(&one[..n]);
+                }
+            })
+            .or_else(|e| self.poison(e))?;
+            written?;
             self.end()?;
         }
         self.totals.allocations += 1;

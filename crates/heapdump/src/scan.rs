@@ -126,6 +126,11 @@ impl<'a> Scanner<'a> {
         let links = &mut *self.links;
         let first = e.addr.next_multiple_of(8) - e.addr;
         let (mut count, mut filled, mut resume) = (0u64, 0usize, e.size);
+        // Past the scratch, the links' encoded length is summed as they are
+        // counted, so that the writer need not scan the block again to
+        // measure them (a block of millions of pointers: a scan each).
+        let ordinal = w.next_ordinal();
+        let (mut links_len, mut next_offset) = (0u64, 0u64);
         for l in (LinkScan { index, start: e.addr, off: first, len: e.size }) {
             if filled < links.len() {
                 links[filled] = l;
@@ -133,6 +138,15 @@ impl<'a> Scanner<'a> {
                 if filled == links.len() {
                     resume = l.offset + 8;
                 }
+            } else {
+                if next_offset == 0 {
+                    for g in links.iter() {
+                        links_len += g.encoded_len(next_offset, ordinal);
+                        next_offset = g.offset + 8;
+                    }
+                }
+                links_len += l.encoded_len(next_offset, ordinal);
+                next_offset = l.offset + 8;
             }
             count += 1;
         }
@@ -143,7 +157,7 @@ impl<'a> Scanner<'a> {
             w.dense_alloc(info, count, links[..filled].iter().copied())?;
         } else {
             let it = links[..filled].iter().copied().chain(LinkScan { index, start: e.addr, off: resume, len: e.size });
-            w.dense_alloc(info, count, it)?;
+            w.dense_alloc_sized(info, count, Some(links_len), it)?;
         }
         Ok(())
     }

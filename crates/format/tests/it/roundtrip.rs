@@ -120,3 +120,48 @@ extern "C" {
     fn pipe(fds: *mut i32) -> i32;
     fn close(fd: i32) -> i32;
 }
+
+/// An entry too large for the batch buffer, written with its links'
+/// encoded length given, is the same bytes as when the writer measures
+/// them; a length or a count the links disagree with poisons the writer.
+#[test]
+fn a_large_entry_told_its_length_is_written_alike() {
+    let info = AllocInfo { address: 0x10_0000, size: 8 * 5000, site: 7, align_log2: 3, flags: 0, first_word: 0 };
+    let links: Vec<Link> =
+        (0..5000u64).filter(|k| k % 3 != 1).map(|k| Link { offset: 8 * k, target: (k * 7919) % 4000, delta: k % 5 }).collect();
+    let count = links.len() as u64;
+    let (mut next, mut len) = (0u64, 0u64);
+    for l in &links {
+        len += l.encoded_len(next, 0);
+        next = l.offset + 8;
+    }
+    let write = |given: Option<u64>, count: u64| {
+        let (mut buf, mut batch) = ([0u8; 4096], [0u8; 1024]);
+        let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
+        w.set_batch_buffer(&mut batch).unwrap();
+        let r = w.dense_alloc_sized(&info, count, given, links.iter().copied());
+        (r, w.finish(0).map(|(b, _)| b))
+    };
+    let (r, measured) = write(None, count);
+    r.unwrap();
+    let (r, told) = write(Some(len), count);
+    r.unwrap();
+    let measured = measured.unwrap();
+    assert_eq!(told.unwrap(), measured, "the same bytes, told or measured");
+    let d = Dump::parse(&measured).unwrap();
+    let entries: Vec<DenseAlloc> = d
+        .records()
+        .filter_map(|r| match r.unwrap().1 {
+            Record::Allocs(a) => Some(a.entries().map(|e| e.unwrap()).collect::<Vec<_>>()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].links.collect::<Vec<_>>(), links);
+    for (given, count) in [(Some(len - 1), count), (Some(len + 1), count), (Some(len), count + 1), (Some(len), count - 1)] {
+        let (r, finished) = write(given, count);
+        assert!(matches!(r, Err(WriteError::LengthMismatch { .. })), "{given:?} {count}: {r:?}");
+        assert!(finished.is_err(), "a poisoned writer does not finish");
+    }
+}
