@@ -9,6 +9,7 @@
 //! configuration) and [`Request`] (what was asked and why): it knows
 //! nothing of the runtime's global state or its triggers.
 
+use crate::assist::{self, Assist, CHUNK};
 use crate::collapse::collapse_heap;
 use crate::config::{self, Config};
 use crate::index::{build_index, Index, Prepared};
@@ -17,7 +18,7 @@ use crate::outcome::{DumpError, DumpInfo};
 use crate::pipe::{self, PipeSink};
 use crate::procfs::{self, Maps, MapsText};
 use crate::roots::{anon_roots, outside_holes, tls_root, OwnTls};
-use crate::scan::Scanner;
+use crate::scan::{self, Scanner};
 use crate::sites::Sites;
 use crate::stw::{self, Regs, RSP};
 use crate::sys::{self, Mapping};
@@ -82,6 +83,9 @@ struct Scratch {
     shared: Option<Mapping>,
     /// The helper writer's slots and stack (null: write on the dumping thread).
     pipe: *mut u8,
+    /// The scanning helper's slots and stack (null: scan on the dumping
+    /// thread alone).
+    assist: *mut u8,
 }
 
 static mut SCRATCH: Scratch = Scratch {
@@ -93,6 +97,7 @@ static mut SCRATCH: Scratch = Scratch {
     modules: None,
     shared: None,
     pipe: core::ptr::null_mut(),
+    assist: core::ptr::null_mut(),
 };
 
 /// The staging buffer: small enough that the kernel copies it out of the
@@ -107,6 +112,9 @@ const BATCH: usize = 1 << 18;
 /// How many blocks ahead of the scan the compact dump's lookups are
 /// prefetched (twice that for the directory's buckets).
 const PREFETCH_AHEAD: usize = 8;
+/// Fewer live blocks than this are scanned by the dumping thread alone
+/// (starting the helper and handing over chunks cost more than they save).
+const ASSIST_MIN: usize = 64 * CHUNK;
 
 /// Takes one dump into `fd`.
 pub fn write_dump(src: Sources<'_>, fd: i32, req: &Request<'_>) -> Result<DumpInfo, DumpError> {
@@ -137,6 +145,9 @@ fn scratch() -> Result<&'static mut Scratch, DumpError> {
     mapped(&mut s.shared, 4096, "mapping shared scratch", true)?;
     if s.pipe.is_null() {
         s.pipe = pipe::map();
+    }
+    if s.assist.is_null() {
+        s.assist = assist::map();
     }
     if s.modules.is_none() {
         s.modules = Some(Modules::new().map_err(|errno| DumpError::Os { what: "mapping the module map", errno })?);
@@ -268,6 +279,7 @@ fn write_records(
 ) -> Result<DumpInfo, DumpError> {
     let mode = req.mode;
     let maps = sc.maps.read();
+    let assist_map = sc.assist;
     let unmapped = || DumpError::Os { what: "mapping scratch", errno: libc::ENOMEM };
     let buf = sc.buf.as_mut().ok_or_else(unmapped)?.bytes_mut();
     let batch = sc.batch.as_mut().ok_or_else(unmapped)?.bytes_mut();
@@ -323,28 +335,48 @@ fn write_records(
         })
     };
     site_err?;
-    // Allocations, in address order.
+    // Allocations, in address order: a compact dump of many shares their
+    // scan with a second thread (see `assist`), a chunk of blocks at a time.
     let all = index.as_slice();
-    for (i, e) in all.iter().enumerate() {
-        if mode == Mode::Compact {
-            // The lookups of a dense heap's pointers are random reads of
-            // the directory and the index: start them for the blocks ahead,
-            // buckets first, then the entries the buckets name, so that the
-            // scan of this block finds them in the cache.
-            if let Some(f) = all.get(i + 2 * PREFETCH_AHEAD) {
-                index.prefetch(f.addr, f.size, false);
+    let mut assist = if mode == Mode::Compact && all.len() >= ASSIST_MIN { Assist::start(assist_map, index) } else { Assist::NONE };
+    let ordinals_disagree = || DumpError::Write(WriteError::LengthMismatch { what: "allocation ordinals and the index disagree" });
+    for j in 0..all.len().div_ceil(CHUNK) {
+        let (from, to) = (j * CHUNK, ((j + 1) * CHUNK).min(all.len()));
+        let mut next = from;
+        if let Some(scanned) = assist.take(j) {
+            for h in scanned.heads {
+                let e = &all[next];
+                // ALLOCS pointers name their targets by index position:
+                // the writer's ordinals must be the same.
+                if w.next_ordinal() != next as u64 {
+                    return Err(ordinals_disagree());
+                }
+                let links = scanned.links.get(h.at as usize..h.at as usize + h.count as usize).unwrap_or(&[]);
+                w.dense_alloc(&scan::alloc_info_with(e, h.first_word, h.flags), links.len() as u64, links.iter().copied())?;
+                next += 1;
             }
-            if let Some(f) = all.get(i + PREFETCH_AHEAD) {
-                index.prefetch(f.addr, f.size, true);
-            }
-            // ALLOCS pointers name their targets by index position: the
-            // writer's ordinals must be the same.
-            if w.next_ordinal() != i as u64 {
-                return Err(DumpError::Write(WriteError::LengthMismatch { what: "allocation ordinals and the index disagree" }));
-            }
+            assist.release(j);
         }
-        scanner.alloc(&mut w, e)?;
+        for (i, e) in all.iter().enumerate().take(to).skip(next) {
+            if mode == Mode::Compact {
+                // The lookups of a dense heap's pointers are random reads of
+                // the directory and the index: start them for the blocks
+                // ahead, buckets first, then the entries the buckets name,
+                // so that the scan of this block finds them in the cache.
+                if let Some(f) = all.get(i + 2 * PREFETCH_AHEAD) {
+                    index.prefetch(f.addr, f.size, false);
+                }
+                if let Some(f) = all.get(i + PREFETCH_AHEAD) {
+                    index.prefetch(f.addr, f.size, true);
+                }
+                if w.next_ordinal() != i as u64 {
+                    return Err(ordinals_disagree());
+                }
+            }
+            scanner.alloc(&mut w, e)?;
+        }
     }
+    assist.finish();
     let pause = held.pause.unwrap_or_else(|| sys::monotonic_ns() - held.t0);
     let totals = *w.totals();
     let (mut sink, bytes) = w.finish(pause)?;

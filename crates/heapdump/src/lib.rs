@@ -40,6 +40,7 @@
 //!   thread never stops (for a dump) while holding one.
 #![deny(missing_docs)]
 
+mod assist;
 mod collapse;
 mod config;
 mod counters;

@@ -55,7 +55,7 @@ pub enum PipeSink {
 
 // --- raw system calls (no errno: this runs on a thread without TLS) -----
 
-fn futex_wait(word: &AtomicU32, seen: u32) {
+pub(crate) fn futex_wait(word: &AtomicU32, seen: u32) {
     // SAFETY: FUTEX_WAIT on a valid, aligned u32: returns at once if it no
     // longer holds `seen`; no timeout.
     unsafe { sys::raw_syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAIT as u64, u64::from(seen), 0) };
@@ -65,7 +65,7 @@ fn futex_wait(word: &AtomicU32, seen: u32) {
 /// the other side usually answers within microseconds, and a thread that
 /// sleeps takes far longer to wake (an idle virtual CPU halts). The world
 /// is stopped meanwhile, so the spinning takes nothing from the program.
-fn wait_change(word: &AtomicU32, seen: u32) {
+pub(crate) fn wait_change(word: &AtomicU32, seen: u32) {
     for i in 0..SPINS {
         if word.load(Ordering::Acquire) != seen {
             return;
@@ -84,7 +84,7 @@ fn wait_change(word: &AtomicU32, seen: u32) {
 /// Spins before sleeping: about 100 µs of `pause`, yielding now and then.
 const SPINS: u32 = 20_000;
 
-fn futex_wake(word: &AtomicU32) {
+pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a valid, aligned u32 wakes waiters; no memory is touched.
     unsafe { sys::raw_syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAKE as u64, i32::MAX as u64, 0) };
 }

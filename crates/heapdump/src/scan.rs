@@ -166,7 +166,24 @@ impl<'a> Scanner<'a> {
 /// What the dump says of a live allocation, its first word read from it
 /// (zero-padded below 8 bytes).
 fn alloc_info(e: &Entry) -> AllocInfo {
-    let first_word = if e.size >= 8 && e.addr % 8 == 0 {
+    alloc_info_with(e, first_word(e), hashbrown_flags(e))
+}
+
+/// [`alloc_info`] with the first word and hashbrown flags read already.
+pub(crate) fn alloc_info_with(e: &Entry, first_word: u64, hashbrown: u8) -> AllocInfo {
+    AllocInfo {
+        address: e.addr,
+        size: e.size,
+        site: e.site,
+        align_log2: e.align_log2,
+        flags: if e.sampled { raw::ALLOC_SAMPLED } else { 0 } | hashbrown,
+        first_word,
+    }
+}
+
+/// The first word of a live allocation (zero-padded below 8 bytes).
+pub(crate) fn first_word(e: &Entry) -> u64 {
+    if e.size >= 8 && e.addr % 8 == 0 {
         // SAFETY: a live allocation of at least 8 bytes, aligned.
         unsafe { core::ptr::read_volatile(e.addr as *const u64) }
     } else {
@@ -176,15 +193,13 @@ fn alloc_info(e: &Entry) -> AllocInfo {
             *x = unsafe { core::ptr::read_volatile((e.addr + i as u64) as *const u8) };
         }
         u64::from_le_bytes(b)
-    };
-    AllocInfo {
-        address: e.addr,
-        size: e.size,
-        site: e.site,
-        align_log2: e.align_log2,
-        flags: if e.sampled { raw::ALLOC_SAMPLED } else { 0 } | hashbrown_flags(e),
-        first_word,
     }
+}
+
+/// The pointers of the live allocation `e` as ALLOCS links (see
+/// [`LinkScan`]).
+pub(crate) fn links_of<'a>(index: &'a Index, e: &Entry) -> impl Iterator<Item = Link> + 'a {
+    LinkScan { index, start: e.addr, off: e.addr.next_multiple_of(8) - e.addr, len: e.size }
 }
 
 /// How many words ahead a large block's lookups are started.
@@ -231,7 +246,7 @@ impl Iterator for LinkScan<'_> {
 /// The hashbrown bits of a block's ALLOC flags: the layout proven on its
 /// live contents (see `heapdump_format::hashbrown`), read where the dump
 /// reads it anyway (the compact scan reads every word of the block).
-fn hashbrown_flags(e: &Entry) -> u8 {
+pub(crate) fn hashbrown_flags(e: &Entry) -> u8 {
     if e.addr % 8 != 0 {
         return 0;
     }

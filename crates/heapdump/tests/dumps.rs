@@ -561,6 +561,19 @@ fn compact_pointers_of_a_dense_heap_are_exact() {
         n[5] = rng.next() >> 1;
         nodes.push(n);
     }
+    // And 4 KiB blocks of nothing but pointers, among the nodes: more
+    // pointers than a chunk's slot of the compact dump's scanning helper
+    // holds (see `assist`), so that chunks are split between the helper
+    // and the dumping thread inside them too.
+    let mut wide: Vec<Box<[u64; 512]>> = Vec::with_capacity(300);
+    for _ in 0..300 {
+        let mut w = Box::new([0u64; 512]);
+        for x in w.iter_mut() {
+            *x = &*nodes[rng.next() as usize % nodes.len()] as *const [u64; 6] as u64;
+        }
+        wide.push(w);
+        nodes.push(Box::new([0u64; 6]));
+    }
     let dir = common::scratch("dense");
     let (pc, pf) = (dir.join("c.hdump"), dir.join("f.hdump"));
     heapdump::dump(&pc, heapdump::Mode::Compact).unwrap();
@@ -585,7 +598,8 @@ fn compact_pointers_of_a_dense_heap_are_exact() {
         assert_eq!(got, want, "block {a:#x}");
         pointers += got.len();
     }
-    assert!(pointers >= 3 * 99_999, "{pointers}");
+    assert!(pointers >= 3 * 99_999 + 300 * 512, "{pointers}");
+    drop(wide);
     drop(nodes);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -1,0 +1,303 @@
+//! A second thread that scans blocks for the compact dump.
+//!
+//! On a dense heap the compact dump's time is the blocks' scan: each word
+//! read, looked up in the directory, the pointers gathered (about two
+//! thirds of it), then encoded and written. The helper scans chunks of
+//! [`CHUNK`] blocks in index order into slots, and the dumping thread, as
+//! it reaches each chunk in turn, either encodes what the helper gathered
+//! or, when the helper has not claimed that chunk, claims and scans it
+//! itself: whichever thread is free takes the next chunk, so the work
+//! splits between the two cores by itself, and a helper that never runs
+//! (no second core, a failed clone) costs nothing but the claims.
+//!
+//! Written by hand because it runs inside the traced process with the
+//! world stopped: the helper is a raw `clone` thread (as the pipe's
+//! writer, see [`crate::pipe`]), started with every signal blocked; it
+//! reads the live blocks and the sorted index, writes only its mapping,
+//! never touches thread-local storage, allocates nothing and cannot
+//! panic (every slot index is bounded by the constants below).
+
+use crate::index::Index;
+use crate::pipe::{futex_wait, futex_wake, wait_change};
+use crate::scan;
+use crate::sys;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use heapdump_format::Link;
+
+/// Blocks to a chunk.
+pub(crate) const CHUNK: usize = 1024;
+/// Chunks the helper may be ahead by.
+const SLOTS: usize = 4;
+/// Pointers a slot holds; a chunk's blocks past it are the dumping
+/// thread's.
+const SLOT_LINKS: usize = 16 * 1024;
+/// Larger blocks are the dumping thread's (their pointers may not fit a
+/// slot; it scans them with its own scratch).
+const MAX_BLOCK: u64 = 4096;
+/// How many blocks ahead the helper starts its lookups' reads (as the
+/// dumping thread does, see `dump::PREFETCH_AHEAD`).
+const AHEAD: usize = 8;
+const STACK_LEN: usize = 256 << 10;
+/// Set in `released` when the dump ends: wakes a helper waiting for a
+/// slot.
+const CLOSED: u32 = u32::MAX;
+
+/// What the helper gathered of one block: its first word and hashbrown
+/// flags (see `scan::alloc_info`), and its pointers in the slot's links.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Head {
+    pub first_word: u64,
+    pub at: u32,
+    pub count: u32,
+    pub flags: u8,
+}
+
+#[repr(C)]
+struct Slot {
+    /// The chunk it holds plus one once filled; 0 while free.
+    ready: AtomicU32,
+    /// How many of the chunk's first blocks the helper did.
+    done: AtomicU32,
+    heads: [Head; CHUNK],
+    links: [Link; SLOT_LINKS],
+}
+
+#[repr(C)]
+struct Shared {
+    /// The first chunk nobody has claimed.
+    next: AtomicU64,
+    /// Chunks the dumping thread has written and released: chunk k may be
+    /// claimed once k < released + SLOTS (its slot's last chunk is
+    /// released; a slot's `ready` alone cannot say that a chunk claimed
+    /// into it is done being filled).
+    released: AtomicU32,
+    chunks: u64,
+    /// The helper's thread id; the kernel clears it (and wakes waiters on
+    /// it) when the helper exits.
+    tid: AtomicU32,
+    index: *const Index,
+    slots: [Slot; SLOTS],
+}
+
+const SHARED_LEN: usize = core::mem::size_of::<Shared>().next_multiple_of(4096);
+/// The shared block, the slots, the helper's stack.
+pub(crate) const MAP_LEN: usize = SHARED_LEN + STACK_LEN;
+
+/// Maps the helper's block (once per process; kept with the dumper's
+/// scratch). Null when it cannot.
+pub(crate) fn map() -> *mut u8 {
+    sys::mmap_anon(MAP_LEN).unwrap_or(core::ptr::null_mut())
+}
+
+fn shared<'a>(map: *mut u8) -> &'a Shared {
+    // SAFETY: the mapping starts with a Shared (zeroed memory is valid for
+    // its atomics, integers and pointer) and outlives every user of it.
+    unsafe { &*map.cast::<Shared>() }
+}
+
+fn slot_ptr(map: *mut u8, k: usize) -> *mut Slot {
+    // SAFETY: k < SLOTS: a slot of the Shared at the start of the mapping.
+    unsafe { core::ptr::addr_of_mut!((*map.cast::<Shared>()).slots[k % SLOTS]) }
+}
+
+/// The helper: claims free chunks and scans them until none is left.
+extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
+    let map = arg.cast::<u8>();
+    let sh = shared(map);
+    // SAFETY: the index outlives the helper: the dumping thread waits for
+    // it to exit before releasing the index (see `Assist::finish`).
+    let index = unsafe { &*sh.index };
+    loop {
+        let j = sh.next.load(Ordering::Acquire);
+        if j >= sh.chunks {
+            return 0;
+        }
+        let released = sh.released.load(Ordering::Acquire);
+        if j >= u64::from(released) + SLOTS as u64 {
+            // The dumping thread has not yet written chunk j - SLOTS.
+            wait_change(&sh.released, released);
+            continue;
+        }
+        if sh.next.compare_exchange(j, j + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            fill(map, index, j as usize);
+        }
+    }
+}
+
+/// The `ready` word of chunk `j`'s slot.
+fn ready_of<'a>(map: *mut u8, j: usize) -> &'a AtomicU32 {
+    // SAFETY: an atomic of a slot of the mapping, shared by both threads.
+    unsafe { &(*slot_ptr(map, j)).ready }
+}
+
+/// Scans chunk `j` (claimed by the caller; its slot free) into its slot:
+/// its first blocks, up to one too large for the slot.
+fn fill(map: *mut u8, index: &Index, j: usize) {
+    let all = index.as_slice();
+    let sp = slot_ptr(map, j);
+    let from = j * CHUNK;
+    let to = (from + CHUNK).min(all.len());
+    let (mut at, mut done) = (0usize, 0usize);
+    for i in from..to {
+        if let Some(f) = all.get(i + 2 * AHEAD) {
+            index.prefetch(f.addr, f.size, false);
+        }
+        if let Some(f) = all.get(i + AHEAD) {
+            index.prefetch(f.addr, f.size, true);
+        }
+        let e = &all[i];
+        if e.size > MAX_BLOCK || at + (e.size / 8) as usize > SLOT_LINKS {
+            break;
+        }
+        let mut count = 0usize;
+        for l in scan::links_of(index, e) {
+            // SAFETY: at + count < at + size / 8 <= SLOT_LINKS (a block has
+            // at most size / 8 aligned words); the slot is the caller's
+            // until `ready` says otherwise.
+            unsafe { core::ptr::addr_of_mut!((*sp).links[at + count]).write(l) };
+            count += 1;
+        }
+        let head = Head { first_word: scan::first_word(e), at: at as u32, count: count as u32, flags: scan::hashbrown_flags(e) };
+        // SAFETY: i - from < CHUNK.
+        unsafe { core::ptr::addr_of_mut!((*sp).heads[i - from]).write(head) };
+        at += count;
+        done += 1;
+    }
+    // SAFETY: an atomic of the slot.
+    unsafe { (*sp).done.store(done as u32, Ordering::Relaxed) };
+    let ready = ready_of(map, j);
+    ready.store(j as u32 + 1, Ordering::Release);
+    futex_wake(ready);
+}
+
+/// The blocks of a chunk the helper scanned: the first `heads.len()`.
+pub(crate) struct Scanned<'a> {
+    pub heads: &'a [Head],
+    pub links: &'a [Link],
+}
+
+/// The dumping thread's side of the helper.
+pub(crate) struct Assist {
+    /// Null: no helper; every chunk is the caller's.
+    map: *mut u8,
+}
+
+impl Assist {
+    /// No helper.
+    pub(crate) const NONE: Assist = Assist { map: core::ptr::null_mut() };
+
+    /// Starts the helper over the entries of `index` (null `map`, or a
+    /// helper that cannot start: none).
+    pub(crate) fn start(map: *mut u8, index: &Index) -> Assist {
+        if map.is_null() {
+            return Assist::NONE;
+        }
+        let sh = shared(map);
+        sh.next.store(0, Ordering::Relaxed);
+        sh.released.store(0, Ordering::Relaxed);
+        sh.tid.store(0, Ordering::Relaxed);
+        for k in 0..SLOTS {
+            // SAFETY: the slot's atomics; no helper runs yet.
+            unsafe { (*slot_ptr(map, k)).ready.store(0, Ordering::Relaxed) };
+        }
+        // SAFETY: plain fields of our mapping, read by the helper only
+        // after the clone below.
+        unsafe {
+            (*map.cast::<Shared>()).chunks = index.as_slice().len().div_ceil(CHUNK) as u64;
+            (*map.cast::<Shared>()).index = index;
+        }
+        // SAFETY: the stack is the top of our mapping, used by no one else;
+        // `helper` touches only the mapping, the index and the live blocks
+        // (read), and makes raw system calls; the kernel clears `tid` when
+        // it exits, and `finish` waits for that before the index goes.
+        let started = unsafe { sys::clone_thread(helper, map.wrapping_add(MAP_LEN), map.cast(), sh.tid.as_ptr().cast::<i32>()) };
+        if started {
+            Assist { map }
+        } else {
+            Assist::NONE
+        }
+    }
+
+    /// Chunk `j` (every chunk is asked for, in order) as scanned into its
+    /// slot: its first blocks (the rest, if any, are the caller's). None
+    /// when there is no helper: all of it is the caller's. While the
+    /// helper is still on chunk `j`, the caller scans chunks ahead into
+    /// their slots itself, so that neither thread waits for the other
+    /// while there is a chunk to scan. Call [`Assist::release`] once done
+    /// with it.
+    pub(crate) fn take(&mut self, j: usize) -> Option<Scanned<'_>> {
+        if self.map.is_null() {
+            return None;
+        }
+        let (map, sh) = (self.map, shared(self.map));
+        // SAFETY: the index outlives this Assist (see `finish`).
+        let index = unsafe { &*sh.index };
+        let ready = ready_of(map, j);
+        loop {
+            let r = ready.load(Ordering::Acquire);
+            if r == j as u32 + 1 {
+                break;
+            }
+            // The first unclaimed chunk, if it has a slot (chunks j to
+            // j + SLOTS - 1 do: j - 1 is released).
+            let k = sh.next.load(Ordering::Acquire);
+            if k < sh.chunks && (k as usize) < j + SLOTS && sh.next.compare_exchange(k, k + 1, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                fill(map, index, k as usize);
+                continue;
+            }
+            wait_change(ready, r);
+        }
+        let sp = slot_ptr(map, j);
+        // SAFETY: the slot's first `done` heads and the links they name
+        // were written before `ready` was stored (Release, read Acquire
+        // above), and nobody writes the slot until it is released.
+        unsafe {
+            let done = ((*sp).done.load(Ordering::Relaxed) as usize).min(CHUNK);
+            let heads = core::slice::from_raw_parts(core::ptr::addr_of!((*sp).heads).cast::<Head>(), done);
+            let links = core::slice::from_raw_parts(core::ptr::addr_of!((*sp).links).cast::<Link>(), SLOT_LINKS);
+            Some(Scanned { heads, links })
+        }
+    }
+
+    /// Gives chunk `j`'s slot back to the helper.
+    pub(crate) fn release(&mut self, j: usize) {
+        if self.map.is_null() {
+            return;
+        }
+        let sh = shared(self.map);
+        ready_of(self.map, j).store(0, Ordering::Release);
+        sh.released.store(j as u32 + 1, Ordering::Release);
+        futex_wake(&sh.released);
+    }
+
+    /// Stops the helper (it finishes the chunk it is on) and waits for it
+    /// to exit. Also on drop, so that an early error never leaves it
+    /// reading an index that is about to go.
+    pub(crate) fn finish(&mut self) {
+        if self.map.is_null() {
+            return;
+        }
+        let sh = shared(self.map);
+        sh.next.store(u64::MAX, Ordering::Release);
+        // A helper waiting for a slot sees this change, wakes, and finds
+        // nothing left to claim.
+        sh.released.store(CLOSED, Ordering::Release);
+        futex_wake(&sh.released);
+        loop {
+            let t = sh.tid.load(Ordering::Acquire);
+            if t == 0 {
+                break;
+            }
+            futex_wait(&sh.tid, t);
+        }
+        self.map = core::ptr::null_mut();
+    }
+}
+
+impl Drop for Assist {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
