@@ -372,6 +372,10 @@ fn write_records(
                 if w.next_ordinal() != i as u64 {
                     return Err(ordinals_disagree());
                 }
+                if let Some((count, len)) = assist.measured(i) {
+                    scanner.alloc_measured(&mut w, e, count, len)?;
+                    continue;
+                }
             }
             scanner.alloc(&mut w, e)?;
         }

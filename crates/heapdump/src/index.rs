@@ -31,9 +31,56 @@ pub(crate) struct Index {
     lo: u64,
     hi: u64,
     dir: Directory,
+    /// The largest blocks of [`HUGE`] bytes or more.
+    huge: Huge,
+}
+
+/// A block this large is one whose scan the compact dump's helper may
+/// measure ahead (see `assist`): an array of a hundred thousand pointers.
+pub(crate) const HUGE: u64 = 1 << 20;
+/// How many such blocks the index names.
+pub(crate) const HUGE_KEPT: usize = 16;
+
+/// Positions of the largest blocks of [`HUGE`] bytes or more (at most
+/// [`HUGE_KEPT`]), in index order.
+#[derive(Clone, Copy)]
+struct Huge {
+    at: [usize; HUGE_KEPT],
+    size: [u64; HUGE_KEPT],
+    n: usize,
+}
+
+impl Huge {
+    const NONE: Huge = Huge { at: [0; HUGE_KEPT], size: [0; HUGE_KEPT], n: 0 };
+
+    /// Keeps position `at` (a block of `size` bytes, after every position
+    /// kept) if it is among the largest.
+    fn note(&mut self, at: usize, size: u64) {
+        if size < HUGE {
+            return;
+        }
+        if self.n < HUGE_KEPT {
+            (self.at[self.n], self.size[self.n]) = (at, size);
+            self.n += 1;
+            return;
+        }
+        let Some(k) = (0..HUGE_KEPT).min_by_key(|&k| self.size[k]) else { return };
+        if size > self.size[k] {
+            // Kept in index order: the smallest out, the new one at the end.
+            self.at.copy_within(k + 1.., k);
+            self.size.copy_within(k + 1.., k);
+            (self.at[HUGE_KEPT - 1], self.size[HUGE_KEPT - 1]) = (at, size);
+        }
+    }
 }
 
 impl Index {
+    /// Positions of the largest blocks of [`HUGE`] bytes or more, in index
+    /// order.
+    pub(crate) fn huge(&self) -> &[usize] {
+        &self.huge.at[..self.huge.n]
+    }
+
     pub(crate) fn as_slice(&self) -> &[Entry] {
         if self.ptr.is_null() {
             return &[];
@@ -609,6 +656,8 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
     others.sort_unstable_by_key(|e| e.addr);
     let (mut a, mut b) = (large, 0);
     let mut out = 0;
+    // The largest blocks are large ones: noted as they are merged.
+    let mut huge = Huge::NONE;
     while a < n || b < large {
         // SAFETY: a < n and b < large index written entries; out never
         // passes a (out <= (a - large) + b <= a).
@@ -627,13 +676,16 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
                 continue;
             }
             ptr.add(out).write(e);
+            if !take_small {
+                huge.note(out, e.size);
+            }
             out += 1;
         }
     }
     let n = out;
     // SAFETY: our mapping, no longer referenced.
     unsafe { sys::munmap(tmp.cast(), tmp_len) };
-    let mut index = Index { ptr, len: n, map_len, lo: 0, hi: 0, dir: Directory::EMPTY };
+    let mut index = Index { ptr, len: n, map_len, lo: 0, hi: 0, dir: Directory::EMPTY, huge };
     match Directory::build(index.as_slice()) {
         Ok(d) => index.dir = d,
         Err(errno) => {
@@ -650,6 +702,24 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The largest blocks of at least `HUGE` bytes are kept, at most
+    /// `HUGE_KEPT` of them, in index order; smaller ones never.
+    #[test]
+    fn the_largest_blocks_are_kept_in_order() {
+        let mut h = Huge::NONE;
+        let sizes: Vec<u64> = (0..40u64).map(|k| if k % 3 == 0 { HUGE - 1 } else { HUGE + (k * 7919) % 101 * 4096 }).collect();
+        for (at, &size) in sizes.iter().enumerate() {
+            h.note(at, size);
+        }
+        let mut want: Vec<(u64, usize)> = sizes.iter().enumerate().filter(|(_, &s)| s >= HUGE).map(|(at, &s)| (s, at)).collect();
+        // The largest, ties to the later (a new block replaces only a
+        // smaller one, so the earlier of two equal ones goes first).
+        want.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+        let mut want: Vec<usize> = want.iter().take(HUGE_KEPT).map(|x| x.1).collect();
+        want.sort();
+        assert_eq!(&h.at[..h.n], &want[..]);
+    }
 
     /// The answer of a search of every entry: the block `v` points at or
     /// into, and the offset.
@@ -739,7 +809,7 @@ mod tests {
             let cl = unsafe { core::slice::from_raw_parts(dir.clusters, dir.nclusters) };
             with_lines += cl.iter().filter(|c| c.lines != NO_LINES).count();
             with_buckets += cl.iter().filter(|c| c.lines == NO_LINES).count();
-            let index = Index { ptr: entries.as_mut_ptr(), len: entries.len(), map_len: 0, lo, hi, dir };
+            let index = Index { ptr: entries.as_mut_ptr(), len: entries.len(), map_len: 0, lo, hi, dir, huge: Huge::NONE };
             let mut probes: Vec<u64> = entries
                 .iter()
                 .flat_map(|e| [e.addr, e.addr + e.size / 2, e.addr + e.size, e.addr + e.size.saturating_sub(1), e.addr.wrapping_sub(1)])

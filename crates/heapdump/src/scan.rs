@@ -118,6 +118,13 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// A compact allocation whose pointers were counted and measured
+    /// already (see [`measure`]): written in one scan.
+    pub fn alloc_measured(&mut self, w: &mut Writer<'_, PipeSink>, e: &Entry, count: u64, len: u64) -> Result<(), DumpError> {
+        w.dense_alloc_sized(&alloc_info(e), count, Some(len), links_of(self.index, e))?;
+        Ok(())
+    }
+
     /// A compact allocation: its first pointers gathered in `links` as the
     /// scan finds them (one read of the block), the rest, if any, scanned
     /// again when written.
@@ -196,9 +203,22 @@ pub(crate) fn first_word(e: &Entry) -> u64 {
     }
 }
 
+/// How many pointers the live allocation `e` (of ordinal `ordinal`)
+/// holds, and their encoded length (see `Writer::dense_alloc_sized`): one
+/// scan of it.
+pub(crate) fn measure(index: &Index, e: &Entry, ordinal: u64) -> (u64, u64) {
+    let (mut count, mut len, mut next_offset) = (0u64, 0u64, 0u64);
+    for l in links_of(index, e) {
+        len += l.encoded_len(next_offset, ordinal);
+        next_offset = l.offset + 8;
+        count += 1;
+    }
+    (count, len)
+}
+
 /// The pointers of the live allocation `e` as ALLOCS links (see
 /// [`LinkScan`]).
-pub(crate) fn links_of<'a>(index: &'a Index, e: &Entry) -> impl Iterator<Item = Link> + 'a {
+pub(crate) fn links_of<'a>(index: &'a Index, e: &Entry) -> impl Iterator<Item = Link> + Clone + 'a {
     LinkScan { index, start: e.addr, off: e.addr.next_multiple_of(8) - e.addr, len: e.size }
 }
 
