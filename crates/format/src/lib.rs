@@ -46,4 +46,7 @@ pub use reader::{
     ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Module, Pointers, Process, Record, Records, Site, Static, Thread, Words,
 };
 pub use types::{Backtrace, Header, History, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
-pub use writer::{AllocInfo, Contents, FdSink, ModuleInfo, NoPointers, ProcessInfo, Sink, StaticInfo, ThreadInfo, Writer, MIN_BUFFER};
+pub use writer::{
+    AllocInfo, Contents, DenseEncoder, Encoded, FdSink, ModuleInfo, NoPointers, ProcessInfo, Sink, StaticInfo, ThreadInfo, Writer,
+    MIN_BUFFER,
+};

@@ -565,6 +565,39 @@ impl<'b, S: Sink> Writer<'b, S> {
         Ok(())
     }
 
+    /// Writes the allocations a [`DenseEncoder`] encoded (`bytes`, its
+    /// output) as one ALLOCS record. They must be the next ones: their
+    /// first ordinal the writer's next, their first address past the last
+    /// one written. Allocations gathered for a record of the writer's own
+    /// go first.
+    pub fn allocs_encoded(&mut self, e: &Encoded, bytes: &[u8]) -> Result<(), WriteError> {
+        if self.poisoned {
+            return Err(WriteError::Poisoned);
+        }
+        if self.mode != Mode::Compact {
+            return Err(WriteError::ModeMismatch);
+        }
+        if e.count == 0 {
+            return Ok(());
+        }
+        if e.first != self.totals.allocations || bytes.len() != e.len {
+            return Err(WriteError::LengthMismatch { what: "encoded allocations out of ordinal order" });
+        }
+        if self.last_dense.is_some_and(|p| e.first_address <= p) {
+            return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
+        }
+        self.flush_batch()?;
+        self.begin(tag::ALLOCS, (dense::ALLOCS_FIXED + bytes.len()) as u64)?;
+        self.allocs_fixed(e.first, e.count, e.pointers, e.bytes)?;
+        self.put(bytes)?;
+        self.end()?;
+        self.totals.allocations += u64::from(e.count);
+        self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(e.bytes);
+        self.totals.pointers += e.pointers;
+        self.last_dense = Some(e.last_address);
+        Ok(())
+    }
+
     /// Writes the trailer and flushes. Returns the sink and the file size.
     pub fn finish(mut self, pause_ns: u64) -> Result<(S, u64), WriteError> {
         if self.poisoned || self.open {
@@ -776,6 +809,87 @@ impl<'b, S: Sink> Writer<'b, S> {
 /// them (in increasing offset order, inside the `size` bytes, exactly
 /// `count`) and calling `each` with each and the end of the previous
 /// one's word; nothing is written on an error.
+/// Encodes a run of allocations as the entries of one ALLOCS record, into
+/// a buffer of the caller's, as [`Writer::dense_alloc`] gathers them: so
+/// that another thread can encode allocations for the writer's thread to
+/// write with [`Writer::allocs_encoded`]. Allocation-free, as the writer.
+#[derive(Clone, Debug)]
+pub struct DenseEncoder {
+    e: Encoded,
+    prev_end: u64,
+    prev_site: u32,
+}
+
+/// What a [`DenseEncoder`] encoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Encoded {
+    /// Ordinal of the first allocation.
+    pub first: u64,
+    /// How many.
+    pub count: u32,
+    /// Their pointers.
+    pub pointers: u64,
+    /// Their sizes' sum.
+    pub bytes: u64,
+    /// Bytes of the entries.
+    pub len: usize,
+    /// Address of the first.
+    pub first_address: u64,
+    /// Address of the last.
+    pub last_address: u64,
+}
+
+impl DenseEncoder {
+    /// An encoder of the allocations from ordinal `first` on.
+    pub fn new(first: u64) -> DenseEncoder {
+        DenseEncoder { e: Encoded { first, ..Encoded::default() }, prev_end: 0, prev_site: 0 }
+    }
+
+    /// Appends allocation `a` with its pointers `links` (in offset order,
+    /// inside it) to `out`, where the entries so far end. Nothing is
+    /// written when it is out of order or invalid (an error), or when the
+    /// entry might not fit in `out` (false).
+    pub fn push(&mut self, out: &mut [u8], a: &AllocInfo, links: &[Link]) -> Result<bool, WriteError> {
+        if self.e.count > 0 && a.address <= self.e.last_address {
+            return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
+        }
+        if a.address.checked_add(a.size).is_none() || a.align_log2 >= 64 {
+            return Err(WriteError::LengthMismatch { what: "allocation wraps the address space" });
+        }
+        let count = links.len() as u64;
+        checked_links(links.iter().copied(), count, a.size, |_, _| {})?;
+        let bound = dense::ENTRY_HEAD_MAX + links.len().saturating_mul(dense::LINK_MAX);
+        if self.e.count == u32::MAX || out.len().saturating_sub(self.e.len) < bound {
+            return Ok(false);
+        }
+        let ordinal = self.e.first + u64::from(self.e.count);
+        let first = dense::first_form(a.first_word, links.first().is_some_and(|l| l.offset == 0));
+        let b = &mut out[self.e.len..];
+        let mut n = dense::put_head(b, self.prev_end, self.prev_site, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
+        let mut next_offset = 0;
+        for l in links {
+            n += dense::put_link(&mut b[n..], next_offset, ordinal, l);
+            next_offset = l.offset + 8;
+        }
+        if self.e.count == 0 {
+            self.e.first_address = a.address;
+        }
+        self.e.len += n;
+        self.e.count += 1;
+        self.e.pointers += count;
+        self.e.bytes = self.e.bytes.wrapping_add(a.size);
+        self.e.last_address = a.address;
+        self.prev_end = a.address + a.size;
+        self.prev_site = a.site;
+        Ok(true)
+    }
+
+    /// What was encoded so far.
+    pub fn encoded(&self) -> Encoded {
+        self.e
+    }
+}
+
 fn checked_links<I: Iterator<Item = Link>>(links: I, count: u64, size: u64, mut each: impl FnMut(&Link, u64)) -> Result<(), WriteError> {
     let (mut next_offset, mut k) = (0u64, 0u64);
     for l in links {

@@ -22,17 +22,17 @@ use crate::pipe::{futex_wait, futex_wake, wait_change};
 use crate::scan;
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use heapdump_format::Link;
+use heapdump_format::{DenseEncoder, Encoded, Link};
 
 /// Blocks to a chunk.
 pub(crate) const CHUNK: usize = 1024;
 /// Chunks the helper may be ahead by.
 const SLOTS: usize = 4;
-/// Pointers a slot holds; a chunk's blocks past it are the dumping
-/// thread's.
-const SLOT_LINKS: usize = 16 * 1024;
-/// Larger blocks are the dumping thread's (their pointers may not fit a
-/// slot; it scans them with its own scratch).
+/// Bytes of encoded entries a slot holds; a chunk's blocks past them are
+/// the dumping thread's.
+const SLOT_BYTES: usize = 256 << 10;
+/// Larger blocks are the dumping thread's (their pointers, at most one
+/// per word, are gathered on the scanning thread's stack first).
 const MAX_BLOCK: u64 = 4096;
 /// How many blocks ahead the helper starts its lookups' reads (as the
 /// dumping thread does, see `dump::PREFETCH_AHEAD`).
@@ -42,25 +42,13 @@ const STACK_LEN: usize = 256 << 10;
 /// slot.
 const CLOSED: u32 = u32::MAX;
 
-/// What the helper gathered of one block: its first word and hashbrown
-/// flags (see `scan::alloc_info`), and its pointers in the slot's links.
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub(crate) struct Head {
-    pub first_word: u64,
-    pub at: u32,
-    pub count: u32,
-    pub flags: u8,
-}
-
 #[repr(C)]
 struct Slot {
     /// The chunk it holds plus one once filled; 0 while free.
     ready: AtomicU32,
-    /// How many of the chunk's first blocks the helper did.
-    done: AtomicU32,
-    heads: [Head; CHUNK],
-    links: [Link; SLOT_LINKS],
+    /// What `bytes` hold: the chunk's first blocks as ALLOCS entries.
+    encoded: Encoded,
+    bytes: [u8; SLOT_BYTES],
 }
 
 #[repr(C)]
@@ -160,15 +148,20 @@ fn ready_of<'a>(map: *mut u8, j: usize) -> &'a AtomicU32 {
     unsafe { &(*slot_ptr(map, j)).ready }
 }
 
-/// Scans chunk `j` (claimed by the caller; its slot free) into its slot:
-/// its first blocks, up to one too large for the slot.
+/// Scans chunk `j` (claimed by the caller; its slot free) into its slot,
+/// encoded as the entries of an ALLOCS record: its first blocks, up to
+/// one too large for the slot.
 fn fill(map: *mut u8, index: &Index, j: usize) {
     let all = index.as_slice();
     let sp = slot_ptr(map, j);
     let from = j * CHUNK;
     let to = (from + CHUNK).min(all.len());
-    let (mut at, mut done) = (0usize, 0usize);
-    for i in from..to {
+    // SAFETY: the slot is the caller's until `ready` says otherwise: its
+    // bytes are written by no one else, and read by no one meanwhile.
+    let out = unsafe { &mut *core::ptr::addr_of_mut!((*sp).bytes) };
+    let mut enc = DenseEncoder::new(from as u64);
+    let mut links = [Link { offset: 0, target: 0, delta: 0 }; (MAX_BLOCK / 8) as usize];
+    'blocks: for i in from..to {
         if let Some(f) = all.get(i + 2 * AHEAD) {
             index.prefetch(f.addr, f.size, false);
         }
@@ -176,34 +169,32 @@ fn fill(map: *mut u8, index: &Index, j: usize) {
             index.prefetch(f.addr, f.size, true);
         }
         let e = &all[i];
-        if e.size > MAX_BLOCK || at + (e.size / 8) as usize > SLOT_LINKS {
+        if e.size > MAX_BLOCK {
             break;
         }
         let mut count = 0usize;
         for l in scan::links_of(index, e) {
-            // SAFETY: at + count < at + size / 8 <= SLOT_LINKS (a block has
-            // at most size / 8 aligned words); the slot is the caller's
-            // until `ready` says otherwise.
-            unsafe { core::ptr::addr_of_mut!((*sp).links[at + count]).write(l) };
+            // At most one per word: size / 8 <= links.len().
+            let Some(slot) = links.get_mut(count) else { break 'blocks };
+            *slot = l;
             count += 1;
         }
-        let head = Head { first_word: scan::first_word(e), at: at as u32, count: count as u32, flags: scan::hashbrown_flags(e) };
-        // SAFETY: i - from < CHUNK.
-        unsafe { core::ptr::addr_of_mut!((*sp).heads[i - from]).write(head) };
-        at += count;
-        done += 1;
+        let info = scan::alloc_info_with(e, scan::first_word(e), scan::hashbrown_flags(e));
+        if enc.push(out, &info, &links[..count]) != Ok(true) {
+            break;
+        }
     }
-    // SAFETY: an atomic of the slot.
-    unsafe { (*sp).done.store(done as u32, Ordering::Relaxed) };
+    // SAFETY: as above.
+    unsafe { core::ptr::addr_of_mut!((*sp).encoded).write(enc.encoded()) };
     let ready = ready_of(map, j);
     ready.store(j as u32 + 1, Ordering::Release);
     futex_wake(ready);
 }
 
-/// The blocks of a chunk the helper scanned: the first `heads.len()`.
+/// A chunk's first blocks, scanned and encoded (see [`fill`]).
 pub(crate) struct Scanned<'a> {
-    pub heads: &'a [Head],
-    pub links: &'a [Link],
+    pub encoded: Encoded,
+    pub bytes: &'a [u8],
 }
 
 /// The dumping thread's side of the helper.
@@ -282,14 +273,13 @@ impl Assist {
             wait_change(ready, r);
         }
         let sp = slot_ptr(map, j);
-        // SAFETY: the slot's first `done` heads and the links they name
-        // were written before `ready` was stored (Release, read Acquire
-        // above), and nobody writes the slot until it is released.
+        // SAFETY: the slot's `encoded` and the bytes it covers were written
+        // before `ready` was stored (Release, read Acquire above), and
+        // nobody writes the slot until it is released.
         unsafe {
-            let done = ((*sp).done.load(Ordering::Relaxed) as usize).min(CHUNK);
-            let heads = core::slice::from_raw_parts(core::ptr::addr_of!((*sp).heads).cast::<Head>(), done);
-            let links = core::slice::from_raw_parts(core::ptr::addr_of!((*sp).links).cast::<Link>(), SLOT_LINKS);
-            Some(Scanned { heads, links })
+            let encoded = core::ptr::addr_of!((*sp).encoded).read();
+            let bytes = core::slice::from_raw_parts(core::ptr::addr_of!((*sp).bytes).cast::<u8>(), encoded.len.min(SLOT_BYTES));
+            Some(Scanned { encoded, bytes })
         }
     }
 

@@ -18,7 +18,7 @@ use crate::outcome::{DumpError, DumpInfo};
 use crate::pipe::{self, PipeSink};
 use crate::procfs::{self, Maps, MapsText};
 use crate::roots::{anon_roots, outside_holes, tls_root, OwnTls};
-use crate::scan::{self, Scanner};
+use crate::scan::Scanner;
 use crate::sites::Sites;
 use crate::stw::{self, Regs, RSP};
 use crate::sys::{self, Mapping};
@@ -344,17 +344,10 @@ fn write_records(
         let (from, to) = (j * CHUNK, ((j + 1) * CHUNK).min(all.len()));
         let mut next = from;
         if let Some(scanned) = assist.take(j) {
-            for h in scanned.heads {
-                let e = &all[next];
-                // ALLOCS pointers name their targets by index position:
-                // the writer's ordinals must be the same.
-                if w.next_ordinal() != next as u64 {
-                    return Err(ordinals_disagree());
-                }
-                let links = scanned.links.get(h.at as usize..h.at as usize + h.count as usize).unwrap_or(&[]);
-                w.dense_alloc(&scan::alloc_info_with(e, h.first_word, h.flags), links.len() as u64, links.iter().copied())?;
-                next += 1;
-            }
+            // ALLOCS pointers name their targets by index position: the
+            // writer checks that the chunk's first ordinal is its next.
+            w.allocs_encoded(&scanned.encoded, scanned.bytes)?;
+            next = from + scanned.encoded.count as usize;
             assist.release(j);
         }
         for (i, e) in all.iter().enumerate().take(to).skip(next) {

@@ -165,3 +165,80 @@ fn a_large_entry_told_its_length_is_written_alike() {
         assert!(finished.is_err(), "a poisoned writer does not finish");
     }
 }
+
+/// Allocations encoded apart (as the runtime's scanning helper does) and
+/// written as records of their own between ones the writer gathered read
+/// back as the same allocations, ordinals and pointers as when the writer
+/// gathers them all; out of order, they are refused.
+#[test]
+fn allocations_encoded_apart_read_back_alike() {
+    let alloc = |i: u64| AllocInfo {
+        address: 0x10_0000 + 0x40 * i,
+        size: 48,
+        site: (i % 3) as u32,
+        align_log2: 4,
+        flags: 0,
+        first_word: i * 0x1111,
+    };
+    let links =
+        |i: u64| -> Vec<Link> { (0..i % 4).map(|k| Link { offset: 8 * k, target: (i * 31 + k * 7) % 100, delta: k % 2 * 8 }).collect() };
+    let read = |bytes: &[u8]| -> Vec<(u64, u64, FirstWord, Vec<Link>)> {
+        let d = Dump::parse(bytes).unwrap();
+        d.records()
+            .filter_map(|r| match r.unwrap().1 {
+                Record::Allocs(a) => {
+                    Some(a.entries().map(|e| e.unwrap()).map(|e| (e.address, e.size, e.first_word, e.links.collect())).collect::<Vec<_>>())
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    let header = Header::new(Mode::Compact, Reason::Api, 4096, 1, 0);
+    // All gathered by the writer.
+    let (mut buf, mut batch) = ([0u8; 4096], [0u8; 512]);
+    let mut w = Writer::new(Vec::new(), &mut buf, &header).unwrap();
+    w.set_batch_buffer(&mut batch).unwrap();
+    for i in 0..100 {
+        w.dense_alloc(&alloc(i), i % 4, links(i).into_iter()).unwrap();
+    }
+    let (whole, _) = w.finish(0).unwrap();
+    // 0..30 gathered, 30..70 encoded apart (two runs, the first cut where
+    // its buffer is full), 70..100 gathered.
+    let (mut buf, mut batch) = ([0u8; 4096], [0u8; 512]);
+    let mut w = Writer::new(Vec::new(), &mut buf, &header).unwrap();
+    w.set_batch_buffer(&mut batch).unwrap();
+    for i in 0..30 {
+        w.dense_alloc(&alloc(i), i % 4, links(i).into_iter()).unwrap();
+    }
+    let mut i = 30;
+    while i < 70 {
+        let mut out = [0u8; 700];
+        let mut enc = DenseEncoder::new(i);
+        while i < 70 && enc.push(&mut out, &alloc(i), &links(i)).unwrap() {
+            i += 1;
+        }
+        let e = enc.encoded();
+        assert!(e.count > 0);
+        // Not the next ordinal: refused, nothing written.
+        let wrong = Encoded { first: e.first + 1, ..e };
+        assert!(w.allocs_encoded(&wrong, &out[..e.len]).is_err());
+        w.allocs_encoded(&e, &out[..e.len]).unwrap();
+    }
+    for i in 70..100 {
+        w.dense_alloc(&alloc(i), i % 4, links(i).into_iter()).unwrap();
+    }
+    // Behind the last one written: refused.
+    let mut out = [0u8; 100];
+    let mut enc = DenseEncoder::new(100);
+    assert!(enc.push(&mut out, &alloc(5), &[]).unwrap());
+    assert!(w.allocs_encoded(&enc.encoded(), &out[..enc.encoded().len]).is_err());
+    let (apart, _) = w.finish(0).unwrap();
+    let (a, b) = (read(&whole), read(&apart));
+    assert_eq!(a.len(), 100);
+    assert_eq!(a, b);
+    // A pointer outside its allocation is refused by the encoder.
+    let mut enc = DenseEncoder::new(0);
+    assert!(enc.push(&mut out, &alloc(1), &[Link { offset: 48, target: 0, delta: 0 }]).is_err());
+    assert_eq!(enc.encoded().count, 0);
+}
