@@ -47,6 +47,6 @@ pub use reader::{
 };
 pub use types::{Backtrace, Header, History, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
 pub use writer::{
-    AllocInfo, Contents, DenseEncoder, Encoded, FdSink, ModuleInfo, NoPointers, ProcessInfo, Sink, StaticInfo, ThreadInfo, Writer,
-    MIN_BUFFER,
+    AllocInfo, Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, ModuleInfo, NoPointers, ProcessInfo, Sink, StaticInfo, ThreadInfo,
+    Writer, MIN_BUFFER,
 };

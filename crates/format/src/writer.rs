@@ -598,6 +598,44 @@ impl<'b, S: Sink> Writer<'b, S> {
         Ok(())
     }
 
+    /// Writes allocation `a` with the pointers a [`LinkEncoder`] encoded
+    /// for it (`bytes`, its output): one allocation of many pointers
+    /// encoded by another thread, written here without a scan of them.
+    /// The encoder must have been made for this allocation (its ordinal
+    /// the writer's next, its size `a`'s).
+    pub fn dense_alloc_encoded(&mut self, a: &AllocInfo, links: &LinkEncoder, bytes: &[u8]) -> Result<(), WriteError> {
+        if self.poisoned {
+            return Err(WriteError::Poisoned);
+        }
+        if self.mode != Mode::Compact {
+            return Err(WriteError::ModeMismatch);
+        }
+        let ordinal = self.totals.allocations;
+        if links.ordinal != ordinal || links.size != a.size || bytes.len() != links.len {
+            return Err(WriteError::LengthMismatch { what: "encoded pointers of another allocation" });
+        }
+        if self.last_dense.is_some_and(|p| a.address <= p) {
+            return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
+        }
+        if a.address.checked_add(a.size).is_none() || a.align_log2 >= 64 {
+            return Err(WriteError::LengthMismatch { what: "allocation wraps the address space" });
+        }
+        let first = dense::first_form(a.first_word, links.first_at_zero);
+        let mut head = [0u8; dense::ENTRY_HEAD_MAX];
+        let hn = dense::put_head(&mut head, 0, 0, a.address, a.size, a.site, a.align_log2, a.flags, first, links.count);
+        self.flush_batch()?;
+        self.begin(tag::ALLOCS, (dense::ALLOCS_FIXED + hn + bytes.len()) as u64)?;
+        self.allocs_fixed(ordinal, 1, links.count, a.size)?;
+        self.put(&head[..hn])?;
+        self.put(bytes)?;
+        self.end()?;
+        self.totals.allocations += 1;
+        self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(a.size);
+        self.totals.pointers += links.count;
+        self.last_dense = Some(a.address);
+        Ok(())
+    }
+
     /// Writes the trailer and flushes. Returns the sink and the file size.
     pub fn finish(mut self, pause_ns: u64) -> Result<(S, u64), WriteError> {
         if self.poisoned || self.open {
@@ -818,6 +856,64 @@ pub struct DenseEncoder {
     e: Encoded,
     prev_end: u64,
     prev_site: u32,
+}
+
+/// Encodes the pointers of one allocation into a buffer of the caller's,
+/// as its ALLOCS entry holds them, for [`Writer::dense_alloc_encoded`]:
+/// so that another thread can encode a block of millions of pointers
+/// while the writer's writes others. Allocation-free, as the writer.
+#[derive(Clone, Debug)]
+pub struct LinkEncoder {
+    ordinal: u64,
+    size: u64,
+    next_offset: u64,
+    count: u64,
+    len: usize,
+    first_at_zero: bool,
+}
+
+impl LinkEncoder {
+    /// The most bytes one pointer takes.
+    pub const MAX_LINK: usize = dense::LINK_MAX;
+
+    /// An encoder of the pointers of allocation `ordinal`, of `size` bytes.
+    pub fn new(ordinal: u64, size: u64) -> LinkEncoder {
+        LinkEncoder { ordinal, size, next_offset: 0, count: 0, len: 0, first_at_zero: false }
+    }
+
+    /// Appends pointer `l` (after every one so far, inside the allocation)
+    /// to `out`, where the pointers so far end. Nothing is written when it
+    /// is out of order or outside (an error), or might not fit (false).
+    pub fn push(&mut self, out: &mut [u8], l: &Link) -> Result<bool, WriteError> {
+        if l.offset < self.next_offset || l.offset.checked_add(8).is_none_or(|e| e > self.size) {
+            return Err(WriteError::LengthMismatch { what: "pointers out of order, outside the allocation or more than declared" });
+        }
+        if out.len().saturating_sub(self.len) < dense::LINK_MAX {
+            return Ok(false);
+        }
+        if self.count == 0 {
+            self.first_at_zero = l.offset == 0;
+        }
+        self.len += dense::put_link(&mut out[self.len..], self.next_offset, self.ordinal, l);
+        self.next_offset = l.offset + 8;
+        self.count += 1;
+        Ok(true)
+    }
+
+    /// Pointers encoded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Bytes they take.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
 }
 
 /// What a [`DenseEncoder`] encoded.

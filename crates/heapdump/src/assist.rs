@@ -22,7 +22,7 @@ use crate::pipe::{futex_wait, futex_wake, wait_change};
 use crate::scan;
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use heapdump_format::{DenseEncoder, Encoded, Link};
+use heapdump_format::{DenseEncoder, Encoded, Link, LinkEncoder};
 
 /// Blocks to a chunk.
 pub(crate) const CHUNK: usize = 1024;
@@ -71,18 +71,37 @@ struct Shared {
     slots: [Slot; SLOTS],
 }
 
-/// A large block's count of pointers and their encoded length.
+/// A large block's pointers, encoded by the helper (or only counted and
+/// measured, when they did not fit `buf`).
 #[repr(C)]
 struct Measure {
-    /// [`UNCLAIMED`], [`MEASURING`] or [`MEASURED`].
+    /// [`UNCLAIMED`], [`MEASURING`], [`MEASURED`] or [`ENCODED`].
     state: AtomicU32,
     count: AtomicU64,
     len: AtomicU64,
+    /// Where they are encoded (mapped by the dumping thread before the
+    /// helper starts, unmapped by it after; null: counted only).
+    buf: *mut u8,
+    buf_len: usize,
+    /// The encoder, once [`ENCODED`] (all integers: zeroed is valid).
+    enc: LinkEncoder,
 }
 
 const UNCLAIMED: u32 = 0;
 const MEASURING: u32 = 1;
 const MEASURED: u32 = 2;
+const ENCODED: u32 = 3;
+/// The most a large block's encoded pointers may be given (virtual: the
+/// pages written are those the encoding takes, 3 to 4 bytes a pointer).
+const ENCODE_MAX: usize = 1 << 30;
+
+/// A large block's pointers as the helper left them.
+pub(crate) enum Large<'a> {
+    /// Encoded, for `Writer::dense_alloc_encoded`.
+    Encoded(&'a LinkEncoder, &'a [u8]),
+    /// Counted and measured, for `Scanner::alloc_measured`.
+    Measured(u64, u64),
+}
 
 const SHARED_LEN: usize = core::mem::size_of::<Shared>().next_multiple_of(4096);
 /// The shared block, the slots, the helper's stack.
@@ -92,6 +111,12 @@ pub(crate) const MAP_LEN: usize = SHARED_LEN + STACK_LEN;
 /// scratch). Null when it cannot.
 pub(crate) fn map() -> *mut u8 {
     sys::mmap_anon(MAP_LEN).unwrap_or(core::ptr::null_mut())
+}
+
+/// The Shared at the start of `map`, to write its plain fields before the
+/// helper starts.
+fn sh_mut(map: *mut u8) -> *mut Shared {
+    map.cast::<Shared>()
 }
 
 fn shared<'a>(map: *mut u8) -> &'a Shared {
@@ -118,7 +143,22 @@ extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
     for (k, &at) in index.huge().iter().enumerate() {
         let m = &sh.measures[k];
         if m.state.compare_exchange(UNCLAIMED, MEASURING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            let (count, len) = scan::measure(index, &index.as_slice()[at], at as u64);
+            let e = &index.as_slice()[at];
+            if !m.buf.is_null() {
+                // SAFETY: the buffer is the measure's, written by no one
+                // else until its state says ENCODED.
+                let out = unsafe { core::slice::from_raw_parts_mut(m.buf, m.buf_len) };
+                let mut enc = LinkEncoder::new(at as u64, e.size);
+                if scan::links_of(index, e).all(|l| enc.push(out, &l) == Ok(true)) {
+                    // SAFETY: the measure's encoder, read by the dumping
+                    // thread only after the state below (Release).
+                    unsafe { core::ptr::addr_of!(m.enc).cast_mut().write(enc) };
+                    m.state.store(ENCODED, Ordering::Release);
+                    futex_wake(&m.state);
+                    continue;
+                }
+            }
+            let (count, len) = scan::measure(index, e, at as u64);
             m.count.store(count, Ordering::Relaxed);
             m.len.store(len, Ordering::Relaxed);
             m.state.store(MEASURED, Ordering::Release);
@@ -217,8 +257,20 @@ impl Assist {
         sh.next.store(0, Ordering::Relaxed);
         sh.released.store(0, Ordering::Relaxed);
         sh.tid.store(0, Ordering::Relaxed);
-        for m in &sh.measures {
-            m.state.store(UNCLAIMED, Ordering::Relaxed);
+        for (k, &at) in index.huge().iter().enumerate() {
+            // SAFETY: k < HUGE_KEPT: a measure of the Shared at the start of
+            // the mapping.
+            let m = unsafe { core::ptr::addr_of_mut!((*sh_mut(map)).measures[k]) };
+            // A buffer for its pointers as encoded: room for one varint
+            // triple per word (virtual; none past ENCODE_MAX: counted only).
+            let want = (index.as_slice()[at].size / 8) as usize * LinkEncoder::MAX_LINK;
+            let buf = if want <= ENCODE_MAX { sys::mmap_sparse(want).unwrap_or(core::ptr::null_mut()) } else { core::ptr::null_mut() };
+            // SAFETY: no helper runs yet: the measures are ours.
+            unsafe {
+                (*m).state.store(UNCLAIMED, Ordering::Relaxed);
+                (*m).buf = buf;
+                (*m).buf_len = if buf.is_null() { 0 } else { want };
+            }
         }
         for k in 0..SLOTS {
             // SAFETY: the slot's atomics; no helper runs yet.
@@ -287,7 +339,7 @@ impl Assist {
     /// index position `at`, when it is one of the largest and the helper
     /// measured it (waiting if it is measuring it now); None when the
     /// caller is to measure it (it is not one, or now the caller's).
-    pub(crate) fn measured(&mut self, at: usize) -> Option<(u64, u64)> {
+    pub(crate) fn measured(&mut self, at: usize) -> Option<Large<'_>> {
         if self.map.is_null() {
             return None;
         }
@@ -302,7 +354,13 @@ impl Assist {
         loop {
             let s = m.state.load(Ordering::Acquire);
             if s == MEASURED {
-                return Some((m.count.load(Ordering::Relaxed), m.len.load(Ordering::Relaxed)));
+                return Some(Large::Measured(m.count.load(Ordering::Relaxed), m.len.load(Ordering::Relaxed)));
+            }
+            if s == ENCODED {
+                // SAFETY: the encoder and the bytes it covers were written
+                // before the state (Release, read Acquire above); nothing
+                // writes them again.
+                return Some(Large::Encoded(&m.enc, unsafe { core::slice::from_raw_parts(m.buf, m.enc.len().min(m.buf_len)) }));
             }
             wait_change(&m.state, s);
         }
@@ -338,6 +396,16 @@ impl Assist {
                 break;
             }
             futex_wait(&sh.tid, t);
+        }
+        // SAFETY: the index outlives this Assist; the helper is gone.
+        let index = unsafe { &*sh.index };
+        for k in 0..index.huge().len() {
+            let m = &sh.measures[k];
+            if !m.buf.is_null() {
+                // SAFETY: mapped in `start`, referenced by nothing now (a
+                // `Large` borrowed from this Assist cannot outlive it).
+                unsafe { sys::munmap(m.buf, m.buf_len) };
+            }
         }
         self.map = core::ptr::null_mut();
     }

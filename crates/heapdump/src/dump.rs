@@ -9,7 +9,7 @@
 //! configuration) and [`Request`] (what was asked and why): it knows
 //! nothing of the runtime's global state or its triggers.
 
-use crate::assist::{self, Assist, CHUNK};
+use crate::assist::{self, Assist, Large, CHUNK};
 use crate::collapse::collapse_heap;
 use crate::config::{self, Config};
 use crate::index::{build_index, Index, Prepared};
@@ -18,7 +18,7 @@ use crate::outcome::{DumpError, DumpInfo};
 use crate::pipe::{self, PipeSink};
 use crate::procfs::{self, Maps, MapsText};
 use crate::roots::{anon_roots, outside_holes, tls_root, OwnTls};
-use crate::scan::Scanner;
+use crate::scan::{self, Scanner};
 use crate::sites::Sites;
 use crate::stw::{self, Regs, RSP};
 use crate::sys::{self, Mapping};
@@ -365,9 +365,16 @@ fn write_records(
                 if w.next_ordinal() != i as u64 {
                     return Err(ordinals_disagree());
                 }
-                if let Some((count, len)) = assist.measured(i) {
-                    scanner.alloc_measured(&mut w, e, count, len)?;
-                    continue;
+                match assist.measured(i) {
+                    Some(Large::Encoded(links, bytes)) => {
+                        w.dense_alloc_encoded(&scan::alloc_info(e), links, bytes)?;
+                        continue;
+                    }
+                    Some(Large::Measured(count, len)) => {
+                        scanner.alloc_measured(&mut w, e, count, len)?;
+                        continue;
+                    }
+                    None => {}
                 }
             }
             scanner.alloc(&mut w, e)?;

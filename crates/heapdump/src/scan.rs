@@ -172,7 +172,7 @@ impl<'a> Scanner<'a> {
 
 /// What the dump says of a live allocation, its first word read from it
 /// (zero-padded below 8 bytes).
-fn alloc_info(e: &Entry) -> AllocInfo {
+pub(crate) fn alloc_info(e: &Entry) -> AllocInfo {
     alloc_info_with(e, first_word(e), hashbrown_flags(e))
 }
 

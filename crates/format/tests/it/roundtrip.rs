@@ -148,6 +148,26 @@ fn a_large_entry_told_its_length_is_written_alike() {
     r.unwrap();
     let measured = measured.unwrap();
     assert_eq!(told.unwrap(), measured, "the same bytes, told or measured");
+    // Encoded apart (by another thread, in the runtime), then written.
+    let mut enc = LinkEncoder::new(0, info.size);
+    let mut out = vec![0u8; 64 << 10];
+    for l in &links {
+        assert!(enc.push(&mut out, l).unwrap());
+    }
+    assert_eq!((enc.count(), enc.len() as u64), (count, len));
+    let (mut buf, mut batch) = ([0u8; 4096], [0u8; 1024]);
+    let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
+    w.set_batch_buffer(&mut batch).unwrap();
+    // Another allocation's encoding is refused.
+    assert!(w.dense_alloc_encoded(&AllocInfo { size: 8, ..info }, &enc, &out[..enc.len()]).is_err());
+    w.dense_alloc_encoded(&info, &enc, &out[..enc.len()]).unwrap();
+    assert_eq!(w.finish(0).unwrap().0, measured, "the same bytes, encoded apart");
+    // Out of order: refused, nothing written; no room: false.
+    let before = enc.len();
+    assert!(enc.push(&mut out, &links[0]).is_err());
+    assert_eq!(enc.len(), before);
+    let mut small = LinkEncoder::new(0, info.size);
+    assert_eq!(small.push(&mut [0u8; 4], &links[0]), Ok(false));
     let d = Dump::parse(&measured).unwrap();
     let entries: Vec<DenseAlloc> = d
         .records()
