@@ -1,14 +1,17 @@
 //! A second thread that scans blocks for the compact dump.
 //!
 //! On a dense heap the compact dump's time is the blocks' scan: each word
-//! read, looked up in the directory, the pointers gathered (about two
-//! thirds of it), then encoded and written. The helper scans chunks of
-//! [`CHUNK`] blocks in index order into slots, and the dumping thread, as
-//! it reaches each chunk in turn, either encodes what the helper gathered
-//! or, when the helper has not claimed that chunk, claims and scans it
-//! itself: whichever thread is free takes the next chunk, so the work
-//! splits between the two cores by itself, and a helper that never runs
-//! (no second core, a failed clone) costs nothing but the claims.
+//! read, looked up in the directory, the pointers gathered, then encoded
+//! and written. Chunks of [`CHUNK`] blocks are claimed in index order by
+//! whichever of two threads is free, each scanned and encoded into a slot
+//! as one ALLOCS record (see [`fill`]): the helper claims the next chunk
+//! as soon as one has a slot; the dumping thread writes the chunks' records
+//! in order, and while the one it needs is still being filled, claims and
+//! fills the next ones itself. The work splits between the two cores by
+//! itself, and a helper that never runs (a failed clone) costs nothing but
+//! the claims. Before its first chunk the helper encodes the pointers of
+//! the index's largest blocks (an array of every node) into buffers of
+//! their own, which the dumping thread copies when it gets there.
 //!
 //! Written by hand because it runs inside the traced process with the
 //! world stopped: the helper is a raw `clone` thread (as the pipe's
@@ -150,9 +153,10 @@ extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
                 let out = unsafe { core::slice::from_raw_parts_mut(m.buf, m.buf_len) };
                 let mut enc = LinkEncoder::new(at as u64, e.size);
                 if scan::links_of(index, e).all(|l| enc.push(out, &l) == Ok(true)) {
-                    // SAFETY: the measure's encoder, read by the dumping
-                    // thread only after the state below (Release).
-                    unsafe { core::ptr::addr_of!(m.enc).cast_mut().write(enc) };
+                    // SAFETY: k < HUGE_KEPT: the measure's encoder, read by
+                    // the dumping thread only after the state below
+                    // (Release).
+                    unsafe { core::ptr::addr_of_mut!((*sh_mut(map)).measures[k].enc).write(enc) };
                     m.state.store(ENCODED, Ordering::Release);
                     futex_wake(&m.state);
                     continue;
@@ -287,11 +291,13 @@ impl Assist {
         // (read), and makes raw system calls; the kernel clears `tid` when
         // it exits, and `finish` waits for that before the index goes.
         let started = unsafe { sys::clone_thread(helper, map.wrapping_add(MAP_LEN), map.cast(), sh.tid.as_ptr().cast::<i32>()) };
-        if started {
-            Assist { map }
-        } else {
-            Assist::NONE
+        let mut a = Assist { map };
+        if !started {
+            // No helper to wait for: the buffers go, and every chunk is
+            // the caller's.
+            a.finish();
         }
+        a
     }
 
     /// Chunk `j` (every chunk is asked for, in order) as scanned into its
@@ -335,10 +341,10 @@ impl Assist {
         }
     }
 
-    /// The count of pointers and their encoded length of the block at
-    /// index position `at`, when it is one of the largest and the helper
-    /// measured it (waiting if it is measuring it now); None when the
-    /// caller is to measure it (it is not one, or now the caller's).
+    /// The pointers of the block at index position `at`, when it is one
+    /// of the largest and the helper got to it first (waiting if it is on
+    /// it now): encoded, or counted and measured. None when the caller is
+    /// to scan it (it is not one, or it is now the caller's).
     pub(crate) fn measured(&mut self, at: usize) -> Option<Large<'_>> {
         if self.map.is_null() {
             return None;
