@@ -21,7 +21,7 @@
 //! panic (every slot index is bounded by the constants below).
 
 use crate::index::{Index, HUGE_KEPT};
-use crate::pipe::{futex_wait, futex_wake, wait_change};
+use crate::pipe::{futex_wake, wait_change, wait_exit};
 use crate::scan;
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -396,13 +396,7 @@ impl Assist {
         // nothing left to claim.
         sh.released.store(CLOSED, Ordering::Release);
         futex_wake(&sh.released);
-        loop {
-            let t = sh.tid.load(Ordering::Acquire);
-            if t == 0 {
-                break;
-            }
-            futex_wait(&sh.tid, t);
-        }
+        wait_exit(&sh.tid);
         // SAFETY: the index outlives this Assist; the helper is gone.
         let index = unsafe { &*sh.index };
         for k in 0..index.huge().len() {

@@ -84,6 +84,18 @@ pub(crate) fn wait_change(word: &AtomicU32, seen: u32) {
 /// Spins before sleeping: about 100 µs of `pause`, yielding now and then.
 const SPINS: u32 = 20_000;
 
+/// Waits until the raw thread whose id the kernel keeps in `tid` (set by
+/// `clone`, cleared with a futex wake at its exit) has exited.
+pub(crate) fn wait_exit(tid: &AtomicU32) {
+    loop {
+        let t = tid.load(Ordering::Acquire);
+        if t == 0 {
+            return;
+        }
+        futex_wait(tid, t);
+    }
+}
+
 pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a valid, aligned u32 wakes waiters; no memory is touched.
     unsafe { sys::raw_syscall4(libc::SYS_futex, word.as_ptr() as u64, libc::FUTEX_WAKE as u64, i32::MAX as u64, 0) };
@@ -182,13 +194,7 @@ impl PipeSink {
         let sh = shared(map);
         sh.filled.fetch_or(QUIT, Ordering::AcqRel);
         futex_wake(&sh.filled);
-        loop {
-            let t = sh.tid.load(Ordering::Acquire);
-            if t == 0 {
-                break;
-            }
-            futex_wait(&sh.tid, t);
-        }
+        wait_exit(&sh.tid);
         // Not an assignment: that would drop the helper variant, whose
         // drop finishes again.
         core::mem::forget(core::mem::replace(self, PipeSink::Direct(FdSink::new(sh.fd))));
