@@ -492,21 +492,9 @@ impl<'b, S: Sink> Writer<'b, S> {
     where
         I: Iterator<Item = Link> + Clone,
     {
-        if self.poisoned {
-            return Err(WriteError::Poisoned);
-        }
-        if self.mode != Mode::Compact {
-            return Err(WriteError::ModeMismatch);
-        }
-        if self.last_dense.is_some_and(|p| a.address <= p) {
-            return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
-        }
-        if a.address.checked_add(a.size).is_none() || a.align_log2 >= 64 {
-            return Err(WriteError::LengthMismatch { what: "allocation wraps the address space" });
-        }
+        self.dense_open()?;
+        placed(a, self.last_dense)?;
         let ordinal = self.totals.allocations;
-        let first_link = links.clone().next().is_some_and(|l| l.offset == 0);
-        let first = dense::first_form(a.first_word, first_link);
         let bound = (dense::ENTRY_HEAD_MAX as u64).saturating_add(count.saturating_mul(dense::LINK_MAX as u64));
         if (self.batch_len as u64).saturating_add(bound) > self.batch.len() as u64 {
             self.flush_batch()?;
@@ -518,9 +506,7 @@ impl<'b, S: Sink> Writer<'b, S> {
                 self.prev_site = 0;
             }
             let start = self.batch_len;
-            let b = &mut self.batch[start..];
-            let mut n = dense::put_head(b, self.prev_end, self.prev_site, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
-            checked_links(links, count, a.size, |l, next_offset| n += dense::put_link(&mut b[n..], next_offset, ordinal, l))?;
+            let n = put_entry(&mut self.batch[start..], self.prev_end, self.prev_site, ordinal, a, count, links)?;
             self.batch_len = start + n;
             self.batch_count += 1;
             self.batch_pointers += count;
@@ -529,6 +515,7 @@ impl<'b, S: Sink> Writer<'b, S> {
             self.prev_site = a.site;
         } else {
             // Alone in a record, its length counted first.
+            let first = dense::first_form(a.first_word, links.clone().next().is_some_and(|l| l.offset == 0));
             let mut head = [0u8; dense::ENTRY_HEAD_MAX];
             let hn = dense::put_head(&mut head, 0, 0, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
             let len = match links_len {
@@ -558,10 +545,7 @@ impl<'b, S: Sink> Writer<'b, S> {
             written?;
             self.end()?;
         }
-        self.totals.allocations += 1;
-        self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(a.size);
-        self.totals.pointers += count;
-        self.last_dense = Some(a.address);
+        self.counted_dense(1, a.size, count, a.address);
         Ok(())
     }
 
@@ -571,12 +555,7 @@ impl<'b, S: Sink> Writer<'b, S> {
     /// one written. Allocations gathered for a record of the writer's own
     /// go first.
     pub fn allocs_encoded(&mut self, e: &Encoded, bytes: &[u8]) -> Result<(), WriteError> {
-        if self.poisoned {
-            return Err(WriteError::Poisoned);
-        }
-        if self.mode != Mode::Compact {
-            return Err(WriteError::ModeMismatch);
-        }
+        self.dense_open()?;
         if e.count == 0 {
             return Ok(());
         }
@@ -591,10 +570,7 @@ impl<'b, S: Sink> Writer<'b, S> {
         self.allocs_fixed(e.first, e.count, e.pointers, e.bytes)?;
         self.put(bytes)?;
         self.end()?;
-        self.totals.allocations += u64::from(e.count);
-        self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(e.bytes);
-        self.totals.pointers += e.pointers;
-        self.last_dense = Some(e.last_address);
+        self.counted_dense(u64::from(e.count), e.bytes, e.pointers, e.last_address);
         Ok(())
     }
 
@@ -604,22 +580,12 @@ impl<'b, S: Sink> Writer<'b, S> {
     /// The encoder must have been made for this allocation (its ordinal
     /// the writer's next, its size `a`'s).
     pub fn dense_alloc_encoded(&mut self, a: &AllocInfo, links: &LinkEncoder, bytes: &[u8]) -> Result<(), WriteError> {
-        if self.poisoned {
-            return Err(WriteError::Poisoned);
-        }
-        if self.mode != Mode::Compact {
-            return Err(WriteError::ModeMismatch);
-        }
+        self.dense_open()?;
         let ordinal = self.totals.allocations;
         if links.ordinal != ordinal || links.size != a.size || bytes.len() != links.len {
             return Err(WriteError::LengthMismatch { what: "encoded pointers of another allocation" });
         }
-        if self.last_dense.is_some_and(|p| a.address <= p) {
-            return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
-        }
-        if a.address.checked_add(a.size).is_none() || a.align_log2 >= 64 {
-            return Err(WriteError::LengthMismatch { what: "allocation wraps the address space" });
-        }
+        placed(a, self.last_dense)?;
         let first = dense::first_form(a.first_word, links.first_at_zero);
         let mut head = [0u8; dense::ENTRY_HEAD_MAX];
         let hn = dense::put_head(&mut head, 0, 0, a.address, a.size, a.site, a.align_log2, a.flags, first, links.count);
@@ -629,11 +595,28 @@ impl<'b, S: Sink> Writer<'b, S> {
         self.put(&head[..hn])?;
         self.put(bytes)?;
         self.end()?;
-        self.totals.allocations += 1;
-        self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(a.size);
-        self.totals.pointers += links.count;
-        self.last_dense = Some(a.address);
+        self.counted_dense(1, a.size, links.count, a.address);
         Ok(())
+    }
+
+    /// Whether compact allocations may be written now.
+    fn dense_open(&self) -> Result<(), WriteError> {
+        if self.poisoned {
+            return Err(WriteError::Poisoned);
+        }
+        if self.mode != Mode::Compact {
+            return Err(WriteError::ModeMismatch);
+        }
+        Ok(())
+    }
+
+    /// Counts compact allocations written: how many, their sizes' sum,
+    /// their pointers, the address of the last.
+    fn counted_dense(&mut self, allocations: u64, bytes: u64, pointers: u64, last_address: u64) {
+        self.totals.allocations += allocations;
+        self.totals.alloc_bytes = self.totals.alloc_bytes.wrapping_add(bytes);
+        self.totals.pointers += pointers;
+        self.last_dense = Some(last_address);
     }
 
     /// Writes the trailer and flushes. Returns the sink and the file size.
@@ -843,10 +826,6 @@ impl<'b, S: Sink> Writer<'b, S> {
     }
 }
 
-/// Walks an allocation's pointers for [`Writer::dense_alloc`], checking
-/// them (in increasing offset order, inside the `size` bytes, exactly
-/// `count`) and calling `each` with each and the end of the previous
-/// one's word; nothing is written on an error.
 /// Encodes a run of allocations as the entries of one ALLOCS record, into
 /// a buffer of the caller's, as [`Writer::dense_alloc`] gathers them: so
 /// that another thread can encode allocations for the writer's thread to
@@ -942,31 +921,19 @@ impl DenseEncoder {
     }
 
     /// Appends allocation `a` with its pointers `links` (in offset order,
-    /// inside it) to `out`, where the entries so far end. Nothing is
-    /// written when it is out of order or invalid (an error), or when the
-    /// entry might not fit in `out` (false).
+    /// inside it) to `out`, where the entries so far end. When it is out
+    /// of order or invalid (an error), or might not fit in `out` (false),
+    /// the entries so far stay as they were.
     pub fn push(&mut self, out: &mut [u8], a: &AllocInfo, links: &[Link]) -> Result<bool, WriteError> {
-        if self.e.count > 0 && a.address <= self.e.last_address {
-            return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
-        }
-        if a.address.checked_add(a.size).is_none() || a.align_log2 >= 64 {
-            return Err(WriteError::LengthMismatch { what: "allocation wraps the address space" });
-        }
+        placed(a, (self.e.count > 0).then_some(self.e.last_address))?;
         let count = links.len() as u64;
-        checked_links(links.iter().copied(), count, a.size, |_, _| {})?;
         let bound = dense::ENTRY_HEAD_MAX + links.len().saturating_mul(dense::LINK_MAX);
         if self.e.count == u32::MAX || out.len().saturating_sub(self.e.len) < bound {
+            checked_links(links.iter().copied(), count, a.size, |_, _| {})?;
             return Ok(false);
         }
         let ordinal = self.e.first + u64::from(self.e.count);
-        let first = dense::first_form(a.first_word, links.first().is_some_and(|l| l.offset == 0));
-        let b = &mut out[self.e.len..];
-        let mut n = dense::put_head(b, self.prev_end, self.prev_site, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
-        let mut next_offset = 0;
-        for l in links {
-            n += dense::put_link(&mut b[n..], next_offset, ordinal, l);
-            next_offset = l.offset + 8;
-        }
+        let n = put_entry(&mut out[self.e.len..], self.prev_end, self.prev_site, ordinal, a, count, links.iter().copied())?;
         if self.e.count == 0 {
             self.e.first_address = a.address;
         }
@@ -986,6 +953,37 @@ impl DenseEncoder {
     }
 }
 
+/// The checks of a compact allocation before anything of it is written:
+/// past the last one (`after`), inside the address space.
+fn placed(a: &AllocInfo, after: Option<u64>) -> Result<(), WriteError> {
+    if after.is_some_and(|p| a.address <= p) {
+        return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
+    }
+    if a.address.checked_add(a.size).is_none() || a.align_log2 >= 64 {
+        return Err(WriteError::LengthMismatch { what: "allocation wraps the address space" });
+    }
+    Ok(())
+}
+
+/// Encodes allocation `a` (ordinal `ordinal`, after an entry ending at
+/// `prev_end` of site `prev_site`) as an ALLOCS entry at the start of `b`,
+/// which has room for its head and `count` pointers: the head, then the
+/// pointers, checked as they are written. Returns its length; on an
+/// error, what it wrote counts for nothing.
+fn put_entry<I>(b: &mut [u8], prev_end: u64, prev_site: u32, ordinal: u64, a: &AllocInfo, count: u64, links: I) -> Result<usize, WriteError>
+where
+    I: Iterator<Item = Link> + Clone,
+{
+    let first = dense::first_form(a.first_word, links.clone().next().is_some_and(|l| l.offset == 0));
+    let mut n = dense::put_head(b, prev_end, prev_site, a.address, a.size, a.site, a.align_log2, a.flags, first, count);
+    checked_links(links, count, a.size, |l, next_offset| n += dense::put_link(&mut b[n..], next_offset, ordinal, l))?;
+    Ok(n)
+}
+
+/// Walks an allocation's pointers for [`Writer::dense_alloc`], checking
+/// them (in increasing offset order, inside the `size` bytes, exactly
+/// `count`) and calling `each` with each and the end of the previous
+/// one's word; nothing is written on an error.
 fn checked_links<I: Iterator<Item = Link>>(links: I, count: u64, size: u64, mut each: impl FnMut(&Link, u64)) -> Result<(), WriteError> {
     let (mut next_offset, mut k) = (0u64, 0u64);
     for l in links {
