@@ -271,10 +271,7 @@ impl<'h> Symbolizer<'h> {
     /// program's frames of a leak): the callers `top --tree` shows.
     pub fn naming_frames(&mut self, site: SiteId) -> Vec<Frame> {
         let frames = self.site_frames(site);
-        let skip = self.skip.as_ref();
-        let seen_through =
-            |f: &Frame| is_machinery(f) || is_wrapper(f) || skip.is_some_and(|r| f.function.as_deref().is_some_and(|n| r.is_match(n)));
-        let first = frames.iter().position(|f| !seen_through(f)).unwrap_or(0);
+        let first = frames.iter().position(|f| !self.seen_through(f)).unwrap_or(0);
         let mut out = Vec::new();
         for (i, f) in frames.into_iter().enumerate().skip(first) {
             if i > first && is_machinery(&f) {
@@ -287,6 +284,12 @@ impl<'h> Symbolizer<'h> {
             }
         }
         out
+    }
+
+    /// Whether a site's naming looks past frame `f`: the allocator, its
+    /// wrappers, or a function `--skip` names.
+    fn seen_through(&self, f: &Frame) -> bool {
+        is_machinery(f) || is_wrapper(f) || self.skip.as_ref().is_some_and(|r| f.function.as_deref().is_some_and(|n| r.is_match(n)))
     }
 
     /// A one-line name for a site: the first frame outside the allocator
@@ -307,10 +310,7 @@ impl<'h> Symbolizer<'h> {
         for a in self.site_addresses(site) {
             let more = self.program_frames(a);
             frames.extend(more);
-            let skip = self.skip.as_ref();
-            let seen_through =
-                |f: &Frame| is_machinery(f) || is_wrapper(f) || skip.is_some_and(|r| f.function.as_deref().is_some_and(|n| r.is_match(n)));
-            first = first.or_else(|| frames.iter().position(|f| !seen_through(f)));
+            first = first.or_else(|| frames.iter().position(|f| !self.seen_through(f)));
             if first.is_some_and(|i| frames.len() >= i + self.depth) {
                 break;
             }
