@@ -77,6 +77,14 @@ pub struct Symbolizer<'h> {
 }
 
 impl<'h> Symbolizer<'h> {
+    /// The modules whose files were opened so far (for tests).
+    #[cfg(test)]
+    pub(crate) fn opened(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.files.keys().map(|(p, _)| p.as_str()).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// A symbolizer for `heap`'s module map.
     pub fn new(heap: &'h Heap) -> Self {
         Symbolizer {
@@ -265,6 +273,22 @@ impl<'h> Symbolizer<'h> {
         self.site_addresses(site).into_iter().flat_map(|a| self.program_frames(a)).collect()
     }
 
+    /// A site's frames, innermost first, resolved a return address at a
+    /// time until `enough` says those so far suffice: the outer ones (the
+    /// C library's start, say) are then not looked up, nor their module's
+    /// debug info loaded, for a question answered before them.
+    pub fn site_frames_until(&mut self, site: SiteId, mut enough: impl FnMut(&Self, &[Frame]) -> bool) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        for a in self.site_addresses(site) {
+            let more = self.program_frames(a);
+            frames.extend(more);
+            if enough(self, &frames) {
+                break;
+            }
+        }
+        frames
+    }
+
     /// A site's frames from the one that names it (the first outside the
     /// allocator, its wrappers and `--skip`) outward, up to `main`, the
     /// standard library's own frames between them left out (as in the
@@ -302,20 +326,12 @@ impl<'h> Symbolizer<'h> {
         if let Some(s) = self.site_cache.get(&site) {
             return s.clone();
         }
-        // The site's frames up to the label's last, resolved in turn: the
-        // outer ones (the C library's start, say) are not looked up, nor
-        // their module's debug info loaded, for a label that ends before.
-        let mut frames = Vec::new();
-        let mut first = None;
-        for a in self.site_addresses(site) {
-            let more = self.program_frames(a);
-            frames.extend(more);
-            first = first.or_else(|| frames.iter().position(|f| !self.seen_through(f)));
-            if first.is_some_and(|i| frames.len() >= i + self.depth) {
-                break;
-            }
-        }
-        let first = first.unwrap_or(0);
+        // The site's frames up to the label's last.
+        let depth = self.depth;
+        let frames = self.site_frames_until(site, |sym, frames| {
+            frames.iter().position(|f| !sym.seen_through(f)).is_some_and(|i| frames.len() >= i + depth)
+        });
+        let first = frames.iter().position(|f| !self.seen_through(f)).unwrap_or(0);
         let label = if frames.is_empty() {
             format!("site {site}")
         } else {
