@@ -39,10 +39,18 @@ pub struct Analysis<'h> {
     cache: Option<CacheFile>,
     /// What the cache gave, taken by the first use of each part.
     cached: RefCell<Option<Cached>>,
-    /// What happened to the cache (for `HEAPDUMP_CACHE_REPORT`).
-    cache_events: RefCell<Vec<String>>,
+    /// What happened to the cache (for `HEAPDUMP_CACHE_REPORT`), the
+    /// writings still going on among it (waited for when it is read, or
+    /// when the analysis is dropped).
+    cache_events: RefCell<Vec<CacheEvent>>,
     /// Whether the cache was asked for the blocks vtables name.
     names_looked_up: std::cell::Cell<bool>,
+}
+
+/// A thing the cache did, or a file it is writing.
+enum CacheEvent {
+    Said(String),
+    Writing(crate::cache::Writing),
 }
 
 /// The dominator tree's children lists: those of block `b` are
@@ -339,13 +347,25 @@ impl<'h> Analysis<'h> {
     }
 
     fn note(&self, what: String) {
-        self.cache_events.borrow_mut().push(what);
+        self.cache_events.borrow_mut().push(CacheEvent::Said(what));
     }
 
     /// What happened to the cache: `hit PATH`, `miss PATH`, `rebuilt PATH
-    /// (why)`, `wrote PATH`, in order.
+    /// (why)`, `wrote PATH`, `not written PATH (why)`, in order (waiting
+    /// for the files still being written).
     pub fn cache_events(&self) -> Vec<String> {
-        self.cache_events.borrow().clone()
+        let mut events = self.cache_events.borrow_mut();
+        for e in events.iter_mut() {
+            if let CacheEvent::Writing(_) = e {
+                let CacheEvent::Writing(w) = std::mem::replace(e, CacheEvent::Said(String::new())) else { unreachable!("matched above") };
+                let path = w.path().display().to_string();
+                *e = CacheEvent::Said(match w.wait() {
+                    Ok(()) => format!("wrote {path}"),
+                    Err(why) => format!("not written {path} ({why})"),
+                });
+            }
+        }
+        events.iter().map(|e| if let CacheEvent::Said(s) = e { s.clone() } else { unreachable!("all said above") }).collect()
     }
 
     /// Writes what was computed to the cache, if there is one (a failure
@@ -353,7 +373,7 @@ impl<'h> Analysis<'h> {
     fn save(&self) {
         let Some(c) = &self.cache else { return };
         let Some(l) = self.leaks.get() else { return };
-        self.note_written(c.path().to_path_buf(), c.write(l, self.dominators.get()));
+        self.note_writing(c.write(l, self.dominators.get()));
     }
 
     /// Part `ext` of the cache when a good copy is kept, noting whether it
@@ -385,15 +405,12 @@ impl<'h> Analysis<'h> {
     /// was written.
     fn keep_part(&self, ext: &str, body: impl FnOnce(&mut crate::cache::Out)) {
         if let Some(c) = &self.cache {
-            self.note_written(c.part_path(ext), c.write_part(ext, body));
+            self.note_writing(c.write_part(ext, body));
         }
     }
 
-    fn note_written(&self, path: std::path::PathBuf, r: std::io::Result<()>) {
-        match r {
-            Ok(()) => self.note(format!("wrote {}", path.display())),
-            Err(e) => self.note(format!("not written {} ({e})", path.display())),
-        }
+    fn note_writing(&self, w: crate::cache::Writing) {
+        self.cache_events.borrow_mut().push(CacheEvent::Writing(w));
     }
 
     /// The type namer, given the blocks a cache says vtables name (so the

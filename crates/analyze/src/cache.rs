@@ -97,9 +97,10 @@ impl CacheFile {
         crate::graph_cache::read(&self.graph_path(), &self.key)
     }
 
-    /// Keeps the loaded graph (atomically, mode 0600).
-    pub fn write_graph(&self, heap: &Heap) -> std::io::Result<()> {
-        write_atomically(&self.graph_path(), |o| crate::graph_cache::encode(heap, &self.key, o))
+    /// Keeps the loaded graph (atomically, mode 0600), in the background
+    /// when it can (see [`Writing`]).
+    pub fn write_graph(&self, heap: &Heap) -> Writing {
+        Writing::start(&self.graph_path(), |o| crate::graph_cache::encode(heap, &self.key, o))
     }
 
     /// Where part `ext` is kept (see [`CacheFile::read_part`]).
@@ -130,10 +131,10 @@ impl CacheFile {
         Ok(Some(v))
     }
 
-    /// Keeps part `ext` (atomically, mode 0600): `body` writes its
-    /// contents (arrays with [`Out::slab`]).
-    pub(crate) fn write_part(&self, ext: &str, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
-        write_atomically(&self.part_path(ext), |o| {
+    /// Keeps part `ext` (atomically, mode 0600), in the background when it
+    /// can: `body` writes its contents (arrays with [`Out::slab`]).
+    pub(crate) fn write_part(&self, ext: &str, body: impl FnOnce(&mut Out)) -> Writing {
+        Writing::start(&self.part_path(ext), |o| {
             o.raw(PART_MAGIC);
             o.counted(ext.as_bytes());
             for k in self.key {
@@ -202,9 +203,10 @@ impl CacheFile {
         Ok(Some(Cached { leaks: Some(leaks), dominators }))
     }
 
-    /// Writes the cache (atomically, mode 0600).
-    pub fn write(&self, leaks: &Leaks, dominators: Option<&Dominators>) -> std::io::Result<()> {
-        write_atomically(&self.path, |o| {
+    /// Writes the cache (atomically, mode 0600), in the background when it
+    /// can.
+    pub fn write(&self, leaks: &Leaks, dominators: Option<&Dominators>) -> Writing {
+        Writing::start(&self.path, |o| {
             o.raw(MAGIC);
             for k in self.key {
                 o.u64(k);
@@ -317,6 +319,123 @@ pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
         Some(m) => Ok(m),
         None => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "empty file")),
     }
+}
+
+/// A cache file being written. The files of a dump of ten million blocks
+/// are 700 MB, which this machine's kernel takes about a second to copy
+/// into fresh page-cache pages: a second the answer waited for. So, as
+/// Redis's `BGSAVE` writes its snapshot, a forked child writes the file
+/// from its copy-on-write image of the analysis (which only reads its
+/// arrays: nothing is copied) while the analysis goes on to its answer,
+/// and the command waits for it before it ends (the next question then
+/// finds the file). Only a process of one thread forks (a lock another
+/// thread held would stay locked in the child); otherwise, or when the
+/// fork fails, the file is written in place.
+#[must_use = "dropping it waits for the writing"]
+pub struct Writing {
+    path: PathBuf,
+    state: WritingState,
+}
+
+enum WritingState {
+    /// Written in place (or the child already waited for).
+    Done(Option<std::io::Result<()>>),
+    /// Being written by this child.
+    Child(libc::pid_t),
+}
+
+/// A forked writer's exit status for an error that is not the system's.
+const NOT_AN_OS_ERROR: i32 = 255;
+
+impl Writing {
+    /// Writes `body` to `path` as [`write_atomically`] does, in a forked
+    /// child when the process has one thread. (The C library's `fork`,
+    /// `_exit` and `waitpid` are called here directly: `clippy.toml` keeps
+    /// them in the runtime's `sys.rs`, which is for the traced process;
+    /// this is the analyser's own.)
+    #[allow(unsafe_code, clippy::disallowed_methods)]
+    fn start(path: &Path, body: impl FnOnce(&mut Out)) -> Writing {
+        let path = path.to_path_buf();
+        if !single_threaded() {
+            let r = write_atomically(&path, body);
+            return Writing { path, state: WritingState::Done(Some(r)) };
+        }
+        // SAFETY: the process has one thread (checked just above), so no
+        // lock is copied into the child held by a thread that is not
+        // there; glibc's malloc stays usable across fork. The child writes
+        // the file and leaves with `_exit`, running neither destructors
+        // nor exit handlers (nothing of the parent's, its buffered output
+        // say, is flushed twice); a panic is caught before it could unwind
+        // out of the child's copy of the parent's stack.
+        match unsafe { libc::fork() } {
+            0 => {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_atomically(&path, body)));
+                let status = match r {
+                    Ok(Ok(())) => 0,
+                    Ok(Err(e)) => e.raw_os_error().filter(|&c| c > 0 && c < NOT_AN_OS_ERROR).unwrap_or(NOT_AN_OS_ERROR),
+                    Err(_) => NOT_AN_OS_ERROR,
+                };
+                // SAFETY: ends the child at once (see above).
+                unsafe { libc::_exit(status) }
+            }
+            pid if pid > 0 => Writing { path, state: WritingState::Child(pid) },
+            _ => {
+                let r = write_atomically(&path, body);
+                Writing { path, state: WritingState::Done(Some(r)) }
+            }
+        }
+    }
+
+    /// The file written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits for the writing to end: whether the file was written.
+    pub fn wait(mut self) -> std::io::Result<()> {
+        self.finish()
+    }
+
+    #[allow(unsafe_code, clippy::disallowed_methods)]
+    fn finish(&mut self) -> std::io::Result<()> {
+        if let WritingState::Child(pid) = self.state {
+            let mut status = 0;
+            let r = loop {
+                // SAFETY: waits for our own child, whose pid this alone
+                // holds (it is waited for once: the state is then Done).
+                let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+                if r == pid {
+                    break if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+                        Ok(())
+                    } else if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != NOT_AN_OS_ERROR {
+                        Err(std::io::Error::from_raw_os_error(libc::WEXITSTATUS(status)))
+                    } else {
+                        Err(std::io::Error::other("the cache's writer failed"))
+                    };
+                }
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    break Err(e);
+                }
+            };
+            self.state = WritingState::Done(Some(r));
+        }
+        match &mut self.state {
+            WritingState::Done(r) => r.take().unwrap_or(Ok(())),
+            WritingState::Child(_) => unreachable!("waited for above"),
+        }
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// Whether this process has one thread (`/proc/self/task` lists them).
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
 }
 
 /// Writes what `body` writes, then its CRC, to `path` through a

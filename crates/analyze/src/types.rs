@@ -339,7 +339,8 @@ impl<'f> Types<'f> {
                     // Only the allocator's frames name a type: resolved up
                     // to the first of the program's own.
                     of_frames(&sym.site_frames_until(site, |_, fr| fr.iter().any(|f| !is_machinery(f))))
-                }.unwrap_or_else(|| UNKNOWN.to_string())
+                }
+                .unwrap_or_else(|| UNKNOWN.to_string())
             })
             .clone()
     }

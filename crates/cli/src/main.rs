@@ -26,7 +26,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match cmd::run(cli) {
+    let r = cmd::run(cli);
+    views::finish();
+    match r {
         Ok(code) => code,
         Err(e) => {
             if is_broken_pipe(&e) {

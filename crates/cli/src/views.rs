@@ -56,6 +56,28 @@ pub fn session<'h>(file: &'h DumpFile, heap: &'h Heap) -> Session<'h> {
     }
 }
 
+thread_local! {
+    /// The loaded graphs being kept in the cache (see [`finish`]).
+    static GRAPH_WRITING: std::cell::RefCell<Vec<heapdump_analyze::cache::Writing>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Waits for the loaded graphs to be kept (their writing goes on while
+/// the question is answered), saying how it went under
+/// `HEAPDUMP_CACHE_REPORT=1`. Called once the command is done (the viewer:
+/// once it has loaded).
+pub fn finish() {
+    for w in GRAPH_WRITING.with(|w| std::mem::take(&mut *w.borrow_mut())) {
+        let path = w.path().display().to_string();
+        let r = w.wait();
+        if std::env::var_os("HEAPDUMP_CACHE_REPORT").is_some_and(|v| v == "1") {
+            match r {
+                Ok(()) => eprintln!("heapdump: graph cache: wrote {path}"),
+                Err(e) => eprintln!("heapdump: graph cache: not written {path} ({e})"),
+            }
+        }
+    }
+}
+
 /// Maps and loads a dump, with a progress bar when stderr is a terminal,
 /// and a warning when it is incomplete.
 pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
@@ -106,13 +128,8 @@ pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
         );
     }
     if let Some(c) = &cache {
-        let written = c.write_graph(&heap);
-        if report {
-            match written {
-                Ok(()) => eprintln!("heapdump: graph cache: wrote {}", c.graph_path().display()),
-                Err(e) => eprintln!("heapdump: graph cache: not written {} ({e})", c.graph_path().display()),
-            }
-        }
+        // Written while the question is answered; waited for at the end.
+        GRAPH_WRITING.with(|w| w.borrow_mut().push(c.write_graph(&heap)));
     }
     Ok((file, heap))
 }

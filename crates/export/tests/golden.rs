@@ -116,7 +116,7 @@ fn every_export_matches_its_golden_file() {
     // The graph as the cache keeps it and gives it back: every export of it
     // must be the same bytes.
     let cache = heapdump_analyze::cache::CacheFile::for_file(&dir, &file, "golden").expect("a complete, intact dump");
-    cache.write_graph(&heap).unwrap();
+    cache.write_graph(&heap).wait().unwrap();
     let from_cache = cache.read_graph().unwrap().expect("the graph just written");
     let a = Analysis::new(&file, &heap);
     // The heap is what the test says it is, before any file is compared.

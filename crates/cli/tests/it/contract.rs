@@ -592,3 +592,56 @@ fn the_demo_runs_and_every_command_it_suggests_works() {
         assert!(!o.stdout.is_empty(), "`{cmd}` printed nothing");
     }
 }
+
+/// The caches are written by forked children while the answer is
+/// computed: a file they could not write is said so, with the system's
+/// reason, the answer unchanged and the exit status a success; once the
+/// way is clear, they are written and found.
+#[test]
+fn a_cache_that_cannot_be_written_is_said_so_and_the_answer_stands() {
+    let (d, dump) = traced("cache-blocked", "leaks_tree.c", &["-O0", "-g"]);
+    let cache_home = d.path("xdg");
+    let ask = || {
+        let o = heapdump()
+            .env("XDG_CACHE_HOME", &cache_home)
+            .env("HEAPDUMP_CACHE_REPORT", "1")
+            .args(["retained", "--json"])
+            .arg(&dump)
+            .output()
+            .unwrap();
+        (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (first, err) = ask();
+    let wrote: Vec<std::path::PathBuf> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("heapdump: cache: wrote ").or_else(|| l.strip_prefix("heapdump: graph cache: wrote ")))
+        .map(std::path::PathBuf::from)
+        .collect();
+    assert_eq!(wrote.len(), 4, "the analysis, the tree, the names and the graph: {err}");
+    // Each file's name taken by a directory holding something: the
+    // writer's rename fails.
+    for p in &wrote {
+        std::fs::remove_file(p).unwrap();
+        std::fs::create_dir(p).unwrap();
+        std::fs::write(p.join("keep"), b"x").unwrap();
+    }
+    let (blocked, err) = ask();
+    assert_eq!(blocked, first, "the same answer");
+    for p in &wrote {
+        let line =
+            err.lines().find(|l| l.contains("not written") && l.contains(&*p.to_string_lossy())).unwrap_or_else(|| panic!("{p:?}: {err}"));
+        assert!(line.contains("Is a directory"), "the reason: {line}");
+    }
+    let dir = wrote[0].parent().unwrap();
+    let temporary: Vec<_> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    assert!(temporary.is_empty(), "no temporary file left: {temporary:?}");
+    for p in &wrote {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+    let (_, err) = ask();
+    assert_eq!(err.lines().filter(|l| l.contains(": wrote ")).count(), 4, "{err}");
+    let (again, err) = ask();
+    assert_eq!(again, first);
+    assert_eq!(err.lines().filter(|l| l.contains(": hit ")).count(), 4, "all found: {err}");
+}
