@@ -14,8 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Version 2: the large arrays start at multiples of 8 bytes, read in
-/// place from the mapping ([`Slab`]).
-const MAGIC: &[u8; 8] = b"HDGRAPH\x03";
+/// place from the mapping ([`Slab`]); 4: the first words that could be
+/// vtable pointers follow.
+const MAGIC: &[u8; 8] = b"HDGRAPH\x04";
 
 fn bad(what: &'static str) -> CacheProblem {
     CacheProblem::Stale(what)
@@ -153,6 +154,13 @@ pub(crate) fn encode(heap: &Heap, key: &[u64; 5], w: &mut Out) {
         }
     }
     w.u8(u8::from(heap.roots_complete));
+    match &heap.module_words {
+        None => w.u8(0),
+        Some(words) => {
+            w.u8(1);
+            w.slab(words);
+        }
+    }
 }
 
 /// The graph back from the mapped file `map` (its CRC checked by
@@ -328,6 +336,11 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
         _ => return Err(bad("flag")),
     };
     heap.roots_complete = r.u8()? != 0;
+    heap.module_words = match r.u8()? {
+        0 => None,
+        1 => Some(r.slab::<[u64; 2]>(map)?.to_vec()),
+        _ => return Err(bad("flag")),
+    };
     r.end()?;
     Ok(heap)
 }

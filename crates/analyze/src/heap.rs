@@ -152,6 +152,54 @@ pub enum RootKind {
     Static,
 }
 
+/// The address ranges of the modules' segments, for the question "could
+/// this word point into a module?" asked of every block's first word.
+pub(crate) struct ModuleRanges {
+    /// Sorted by start.
+    ranges: Vec<(u64, u64)>,
+    lo: u64,
+    hi: u64,
+}
+
+impl ModuleRanges {
+    pub(crate) fn of(modules: &[ModuleInfo]) -> ModuleRanges {
+        let mut ranges: Vec<(u64, u64)> = modules
+            .iter()
+            .flat_map(|m| {
+                m.segments.iter().map(move |s| (m.bias.wrapping_add(s.vaddr), m.bias.wrapping_add(s.vaddr).wrapping_add(s.memsz)))
+            })
+            .filter(|(a, b)| a < b)
+            .collect();
+        ranges.sort_unstable();
+        // Overlapping ones (a damaged dump's) merged: then only the last
+        // range starting at or before a word can hold it.
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (a, b) in ranges {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let lo = merged.first().map_or(u64::MAX, |r| r.0);
+        let hi = merged.last().map_or(0, |r| r.1);
+        ModuleRanges { ranges: merged, lo, hi }
+    }
+
+    /// Whether no module has a segment.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Whether `v` lies in some module's segment.
+    pub(crate) fn contains(&self, v: u64) -> bool {
+        if v < self.lo || v >= self.hi {
+            return false;
+        }
+        let i = self.ranges.partition_point(|r| r.0 <= v);
+        i > 0 && v < self.ranges[i - 1].1
+    }
+}
+
 /// A loaded module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModuleInfo {
@@ -221,6 +269,12 @@ pub struct Heap {
     /// after the roots (writers put THREAD and STATIC records before SITE
     /// and ALLOC ones).
     pub(crate) roots_complete: bool,
+    /// The first words of blocks that fall inside a module's segments
+    /// (the only ones that can point at a C++ vtable), as (block address,
+    /// word), noted while loading reads every block anyway; `None` when
+    /// not known (a MODULE record after the first allocation, a heap built
+    /// by hand): the vtable scan then reads the dump again.
+    pub(crate) module_words: Option<Vec<[u64; 2]>>,
     /// How sampled blocks stand for the unsampled rest (see [`Heap::weight`]).
     pub(crate) sample_scale: std::sync::OnceLock<Option<(f64, f64)>>,
 }
@@ -442,6 +496,7 @@ impl Heap {
             signal: None,
             truncated: None,
             roots_complete: true,
+            module_words: None,
             sample_scale: std::sync::OnceLock::new(),
         }
     }
@@ -470,6 +525,13 @@ impl Heap {
                 s.flags & raw::SEG_X != 0 && addr >= start && addr < start.wrapping_add(s.memsz)
             })
         })
+    }
+
+    /// The blocks whose first word lies in a module's segment (the only
+    /// words that can point at a C++ vtable), as (block address, word), in
+    /// file order; `None` when loading could not note them.
+    pub fn module_words(&self) -> Option<&[[u64; 2]]> {
+        self.module_words.as_deref()
     }
 
     /// Number of blocks.

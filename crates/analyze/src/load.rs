@@ -7,8 +7,8 @@
 use crate::error::{AnalyzeError, Result};
 use crate::file::DumpFile;
 use crate::heap::{
-    holder, Block, BlockId, Blocks, Heap, ModuleInfo, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo, WideOffset, INTERIOR,
-    MAX_BLOCKS,
+    holder, Block, BlockId, Blocks, Heap, ModuleInfo, ModuleRanges, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo, WideOffset,
+    INTERIOR, MAX_BLOCKS,
 };
 use crate::prefetch::prefetch;
 use crate::slab::Slab;
@@ -52,6 +52,11 @@ impl Heap {
         let middle = file.bytes().len() as u64 / 2;
         let mut split: Option<(u64, usize)> = None;
         let mut after_roots = false;
+        // The first words that could be vtable pointers (see
+        // `Heap::module_words`), against the modules known at the first
+        // allocation.
+        let mut ranges: Option<ModuleRanges> = None;
+        let mut module_words: Option<Vec<[u64; 2]>> = Some(Vec::new());
         for r in dump.records() {
             let (off, rec) = match r {
                 Ok(x) => x,
@@ -73,12 +78,18 @@ impl Heap {
                     heap.backtrace = p.backtrace;
                     heap.sample_mean = p.sample_mean;
                 }
-                Record::Module(m) => heap.modules.push(ModuleInfo {
-                    path: String::from_utf8_lossy(m.path).into_owned(),
-                    build_id: m.build_id.to_vec(),
-                    bias: m.bias,
-                    segments: m.segments().collect(),
-                }),
+                Record::Module(m) => {
+                    if ranges.is_some() {
+                        // Blocks read before it were not checked against it.
+                        module_words = None;
+                    }
+                    heap.modules.push(ModuleInfo {
+                        path: String::from_utf8_lossy(m.path).into_owned(),
+                        build_id: m.build_id.to_vec(),
+                        bias: m.bias,
+                        segments: m.segments().collect(),
+                    })
+                }
                 Record::Thread(t) => heap.threads.push(ThreadInfo {
                     tid: t.tid,
                     name: String::from_utf8_lossy(t.name).into_owned(),
@@ -103,8 +114,18 @@ impl Heap {
                     if let Some(last) = list.last() {
                         sorted &= last.addr < a.address;
                     }
-                    if let heapdump_format::ContentsRef::Compact(p) = a.contents {
-                        pointers[usize::from(split.is_some())] += p.len();
+                    let first = match a.contents {
+                        heapdump_format::ContentsRef::Compact(p) => {
+                            pointers[usize::from(split.is_some())] += p.len();
+                            a.first_word
+                        }
+                        heapdump_format::ContentsRef::Full(b) => {
+                            b.get(..8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+                        }
+                    };
+                    let ranges = ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
+                    if let Some(words) = module_words.as_mut().filter(|_| ranges.contains(first)) {
+                        words.push([a.address, first]);
                     }
                     list.push(Block { addr: a.address, size: a.size, site: SiteId(a.site), flags: a.flags });
                 }
@@ -121,10 +142,16 @@ impl Heap {
                     }
                     pointers[usize::from(split.is_some())] += a.pointers as usize;
                     list.reserve(a.count as usize);
+                    let ranges = ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
                     for e in a.entries() {
                         let e = e.map_err(fmt_err)?;
                         if let Some(last) = list.last() {
                             sorted &= last.addr < e.address;
+                        }
+                        if let heapdump_format::FirstWord::Value(v) = e.first_word {
+                            if let Some(words) = module_words.as_mut().filter(|_| ranges.contains(v)) {
+                                words.push([e.address, v]);
+                            }
                         }
                         list.push(Block { addr: e.address, size: e.size, site: SiteId(e.site), flags: e.flags });
                     }
@@ -136,6 +163,7 @@ impl Heap {
             }
         }
         heap.roots_complete = heap.truncated.is_none() || after_roots;
+        heap.module_words = module_words;
         // Sort by address when needed, remembering each block's record.
         let n = list.len();
         let rec_of: Option<Vec<u32>> = (!sorted).then(|| {

@@ -401,40 +401,39 @@ impl<'f> Types<'f> {
 fn scan_vptrs(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> HashMap<u32, String> {
     let mut found = HashMap::new();
     // Only words inside a module's segments can be vtable pointers.
-    let ranges: Vec<(u64, u64)> = heap
-        .modules
-        .iter()
-        .flat_map(|m| m.segments.iter().map(move |s| (m.bias.wrapping_add(s.vaddr), m.bias.wrapping_add(s.vaddr).wrapping_add(s.memsz))))
-        .collect();
+    let ranges = crate::heap::ModuleRanges::of(&heap.modules);
     if ranges.is_empty() {
         return found;
     }
     let mut names: HashMap<u64, Option<String>> = HashMap::new();
-    let mut name_of = |v: u64, sym: &mut Symbolizer<'_>| -> Option<String> {
-        if !ranges.iter().any(|&(a, b)| v >= a && v < b) {
-            return None;
+    let mut one = |addr: u64, first: u64, sym: &mut Symbolizer<'_>| {
+        if !ranges.contains(first) {
+            return;
         }
-        names
-            .entry(v)
+        let name = names
+            .entry(first)
             .or_insert_with(|| {
                 // `_ZTV…` demangles as "vtable for T" or "{vtable(T)}".
-                let (name, _) = sym.data_symbol_at(v)?;
+                let (name, _) = sym.data_symbol_at(first)?;
                 let t = name.strip_prefix("vtable for ").or_else(|| name.strip_prefix("{vtable(")?.strip_suffix(")}"))?;
                 Some(pretty(t))
             })
-            .clone()
+            .clone();
+        if let (Some(t), Some(b)) = (name, heap.find_start(addr)) {
+            found.insert(b.0, t);
+        }
     };
+    // The candidates loading noted, when it could: no second reading.
+    if let Some(words) = &heap.module_words {
+        for &[addr, first] in words {
+            one(addr, first, sym);
+        }
+        return found;
+    }
     let Ok(dump) = heapdump_format::Dump::parse(file.bytes()) else { return found };
     for r in dump.records() {
         let Ok((_, rec)) = r else { break };
         use heapdump_format::{ContentsRef as Contents, FirstWord, Record};
-        let mut one = |addr: u64, first: u64, sym: &mut Symbolizer<'_>| {
-            if let Some(t) = name_of(first, sym) {
-                if let Some(b) = heap.find_start(addr) {
-                    found.insert(b.0, t);
-                }
-            }
-        };
         match rec {
             Record::Alloc(a) => {
                 let first = match a.contents {

@@ -537,3 +537,41 @@ proptest::proptest! {
         }
     }
 }
+
+/// Loading notes the blocks whose first word lies in a module's segment
+/// (the vtable scan's only candidates, so that naming types reads the dump
+/// no second time), from ALLOC and ALLOCS records alike, segments that
+/// overlap and their ends included; the graph's cache keeps them.
+#[test]
+fn first_words_inside_modules_are_noted_as_the_dump_loads() {
+    let mut s = Spec::default();
+    s.module = Some(("/nonexistent/app", 0x40_0000, 0x1000));
+    // One inside the other (as no loader maps them, but a damaged dump may).
+    s.more_modules.push(("/nonexistent/lib.so".into(), 0x40_0100, 0x100));
+    s.more_modules.push(("/nonexistent/far.so".into(), 0x7f00_0000, 0x100));
+    let words = [0x40_0000, 0x40_0fff, 0x40_1000, 0x3f_ffff, 0x7f00_00ff, 0x7f00_0100, 0, 0x40_0abc, 0x40_0150];
+    let inside = [true, true, false, false, true, false, false, true, true];
+    let mut want = Vec::new();
+    for (i, (&w, &is_in)) in words.iter().zip(&inside).enumerate() {
+        let addr = 0x10_0000 + i as u64 * 0x100;
+        s.block(addr, 64);
+        s.first_words.push((addr, w));
+        if is_in {
+            want.push([addr, w]);
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("hd-module-words-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (how, bytes) in [("ALLOC", s.write()), ("ALLOCS", s.write_dense())] {
+        let path = crate::build::tempfile_path::TempPath::new();
+        std::fs::write(&path.0, bytes).unwrap();
+        let file = heapdump_analyze::DumpFile::open(&path.0).unwrap();
+        let h = Heap::load(&file, &mut |_, _| {}).unwrap();
+        assert_eq!(h.module_words(), Some(&want[..]), "{how}");
+        let cache = heapdump_analyze::cache::CacheFile::for_file(&dir, &file, how).unwrap();
+        cache.write_graph(&h).wait().unwrap();
+        let kept = cache.read_graph().unwrap().expect("the graph just kept");
+        assert_eq!(kept.module_words(), Some(&want[..]), "{how}, from the cache");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
