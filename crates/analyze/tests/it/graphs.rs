@@ -544,8 +544,7 @@ proptest::proptest! {
 /// overlap and their ends included; the graph's cache keeps them.
 #[test]
 fn first_words_inside_modules_are_noted_as_the_dump_loads() {
-    let mut s = Spec::default();
-    s.module = Some(("/nonexistent/app", 0x40_0000, 0x1000));
+    let mut s = Spec { module: Some(("/nonexistent/app", 0x40_0000, 0x1000)), ..Default::default() };
     // One inside the other (as no loader maps them, but a damaged dump may).
     s.more_modules.push(("/nonexistent/lib.so".into(), 0x40_0100, 0x100));
     s.more_modules.push(("/nonexistent/far.so".into(), 0x7f00_0000, 0x100));
