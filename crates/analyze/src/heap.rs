@@ -300,10 +300,11 @@ pub(crate) struct Packed {
 impl Blocks {
     const WIDE: u64 = u32::MAX as u64;
 
-    pub(crate) fn from_sorted(list: &[Block]) -> Blocks {
-        let mut packed = Vec::with_capacity(list.len());
+    /// The blocks of `parts`, one after the other, in address order.
+    pub(crate) fn from_sorted(parts: &[&[Block]]) -> Blocks {
+        let mut packed = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
         let mut wide = HashMap::new();
-        for (i, x) in list.iter().enumerate() {
+        for (i, x) in parts.iter().flat_map(|p| p.iter()).enumerate() {
             let (size, site) = if x.size < Self::WIDE && x.site.0 < 1 << 24 {
                 (x.size, x.site.0)
             } else {
@@ -455,7 +456,7 @@ impl Heap {
             offset.push(o);
         }
         Heap {
-            blocks: Blocks::from_sorted(&blocks),
+            blocks: Blocks::from_sorted(&[&blocks]),
             edge_start: counts.into(),
             edge_target: target.into(),
             edge_offset: offset,
@@ -780,7 +781,7 @@ mod tests {
             Block { addr: 0x2_0000_2000, size: 5 << 32, site: SiteId(1 << 24), flags: 2 },
             Block { addr: 0x4_0000_0000, size: 48, site: SiteId(u32::MAX), flags: 3 },
         ];
-        let b = Blocks::from_sorted(&list);
+        let b = Blocks::from_sorted(&[&list]);
         for (i, x) in list.iter().enumerate() {
             assert_eq!(b.get(i), *x);
             assert_eq!((b.addr(i), b.size(i)), (x.addr, x.size));

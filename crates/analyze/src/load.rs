@@ -30,143 +30,93 @@ impl Heap {
     /// itself holds stay reachable; a block merely adjacent to the arena's
     /// top does not become "possibly lost").
     pub fn load(file: &DumpFile, progress: &mut dyn FnMut(u64, u64)) -> Result<Heap> {
+        Self::load_with(file, progress, true)
+    }
+
+    /// [`Heap::load`], its first pass split between two threads when
+    /// `may_split` and the dump lends itself to it.
+    pub(crate) fn load_with(file: &DumpFile, progress: &mut dyn FnMut(u64, u64), may_split: bool) -> Result<Heap> {
         let dump = file.dump()?;
         let total = file.bytes().len() as u64 * 2;
         let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
-        let mut heap = Heap::empty(*dump.header());
         // Sized from the count the trailer claims (bounded by what the file
         // could hold), so the table is not grown by doubling.
         let claimed_allocs = dump.claimed_counts().map_or(0, |c| c.0);
         let fit = (file.bytes().len() / (raw::RECORD_HEADER_SIZE + raw::ALLOC_FIXED)).min(MAX_BLOCKS);
-        // The blocks as read; packed once sorted.
-        let mut list: Vec<Block> = Vec::with_capacity((claimed_allocs as usize).min(fit));
-        // Writers emit ALLOC records in address order; when a dump's are
-        // not, the blocks are sorted and the edges permuted after pass 2.
-        let mut sorted = true;
-        // Pointers before and from the split (compact dumps), to size pass 2's tables.
-        let mut pointers = [0usize; 2];
+        let capacity = (claimed_allocs as usize).min(fit);
         // Pass 1: everything but edges. It also picks where pass 2 splits
         // the records between two threads: the first ALLOC record past the
-        // middle of the file.
-        let mut end_of_valid = file.bytes().len();
+        // middle of the file. Where a quick walk of the records' headers
+        // finds it (dumps of ALLOCS records, a thousand blocks each), pass 1
+        // is split there too: a second thread decodes the blocks from it on,
+        // while the first decodes those before and walks the rest, checking
+        // every record, the counts and the checksum as a whole walk does.
         let middle = file.bytes().len() as u64 / 2;
-        let mut split: Option<(u64, usize)> = None;
-        let mut after_roots = false;
-        // The first words that could be vtable pointers (see
-        // `Heap::module_words`), against the modules known at the first
-        // allocation.
-        let mut ranges: Option<ModuleRanges> = None;
-        let mut module_words: Option<Vec<[u64; 2]>> = Some(Vec::new());
-        for r in dump.records() {
-            let (off, rec) = match r {
-                Ok(x) => x,
-                Err(e) if e.is_truncation() => {
-                    heap.truncated = Some(e.to_string());
-                    end_of_valid = e.offset() as usize;
-                    break;
-                }
-                Err(e) => return Err(fmt_err(e)),
-            };
-            if list.len() % 65536 == 0 {
-                progress(off, total);
+        let fmt_err = &fmt_err;
+        let whole_file = (file.path(), file.bytes().len() as u64);
+        let (first, second, at) = match may_split.then(|| find_split(&dump, middle)).flatten() {
+            Some(at) => {
+                let (first, second) = std::thread::scope(|sc| {
+                    let second = sc.spawn(|| {
+                        let ranges = ModuleRanges::of(&at.modules);
+                        let records = dump.records_between(at.offset, file.bytes().len() as u64);
+                        Pass1::new(*dump.header(), capacity.saturating_sub(at.allocs), Some(ranges)).run(
+                            records,
+                            at.offset..,
+                            false,
+                            whole_file,
+                            fmt_err,
+                            &mut |_, _| {},
+                        )
+                    });
+                    let first =
+                        Pass1::new(*dump.header(), at.allocs, None).run(dump.records(), ..at.offset, true, whole_file, fmt_err, progress);
+                    (first, second.join())
+                });
+                let second =
+                    second.map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "pass 1 failed".into() })?;
+                (first?, Some(second?), Some(at.offset))
             }
-            match rec {
-                Record::Process(p) => {
-                    heap.exe = String::from_utf8_lossy(p.exe).into_owned();
-                    heap.cmdline =
-                        p.cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-                    heap.backtrace = p.backtrace;
-                    heap.sample_mean = p.sample_mean;
-                }
-                Record::Module(m) => {
-                    if ranges.is_some() {
-                        // Blocks read before it were not checked against it.
-                        module_words = None;
-                    }
-                    heap.modules.push(ModuleInfo {
-                        path: String::from_utf8_lossy(m.path).into_owned(),
-                        build_id: m.build_id.to_vec(),
-                        bias: m.bias,
-                        segments: m.segments().collect(),
-                    })
-                }
-                Record::Thread(t) => heap.threads.push(ThreadInfo {
-                    tid: t.tid,
-                    name: String::from_utf8_lossy(t.name).into_owned(),
-                    flags: t.flags,
-                    stack: (t.stack_start, t.stack_end),
-                }),
-                Record::Site(s) => {
-                    after_roots = true;
-                    heap.sites.insert(SiteId(s.id), s.frames().collect());
-                }
-                Record::Alloc(a) => {
-                    after_roots = true;
-                    if split.is_none() && off >= middle {
-                        split = Some((off, list.len()));
-                    }
-                    if list.len() >= MAX_BLOCKS {
-                        return Err(AnalyzeError::TooLarge {
-                            path: file.path().to_path_buf(),
-                            what: format!("more than {MAX_BLOCKS} allocations"),
-                        });
-                    }
-                    if let Some(last) = list.last() {
-                        sorted &= last.addr < a.address;
-                    }
-                    let first = match a.contents {
-                        heapdump_format::ContentsRef::Compact(p) => {
-                            pointers[usize::from(split.is_some())] += p.len();
-                            a.first_word
-                        }
-                        heapdump_format::ContentsRef::Full(b) => {
-                            b.get(..8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
-                        }
-                    };
-                    let ranges = ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
-                    if let Some(words) = module_words.as_mut().filter(|_| ranges.contains(first)) {
-                        words.push([a.address, first]);
-                    }
-                    list.push(Block { addr: a.address, size: a.size, site: SiteId(a.site), flags: a.flags });
-                }
-                Record::Allocs(a) => {
-                    after_roots = true;
-                    if split.is_none() && off >= middle {
-                        split = Some((off, list.len()));
-                    }
-                    if list.len() + a.count as usize > MAX_BLOCKS {
-                        return Err(AnalyzeError::TooLarge {
-                            path: file.path().to_path_buf(),
-                            what: format!("more than {MAX_BLOCKS} allocations"),
-                        });
-                    }
-                    pointers[usize::from(split.is_some())] += a.pointers as usize;
-                    list.reserve(a.count as usize);
-                    let ranges = ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
-                    for e in a.entries() {
-                        let e = e.map_err(fmt_err)?;
-                        if let Some(last) = list.last() {
-                            sorted &= last.addr < e.address;
-                        }
-                        if let heapdump_format::FirstWord::Value(v) = e.first_word {
-                            if let Some(words) = module_words.as_mut().filter(|_| ranges.contains(v)) {
-                                words.push([e.address, v]);
-                            }
-                        }
-                        list.push(Block { addr: e.address, size: e.size, site: SiteId(e.site), flags: e.flags });
-                    }
-                }
-                Record::End(t) => heap.trailer = Some(t),
-                Record::Signal(g) => heap.signal = Some(g),
-                Record::Limit(_) | Record::History(_) => {}
-                Record::Static(_) | Record::Unknown { .. } => {}
+            None => (Pass1::new(*dump.header(), capacity, None).run(dump.records(), .., true, whole_file, fmt_err, progress)?, None, None),
+        };
+        let Pass1 { mut heap, list, mut sorted, mut pointers, mut split, after_roots, module_words, end_of_valid, .. } = first;
+        let mut after_roots = after_roots;
+        let mut module_words = module_words;
+        // The second half's blocks, after the first's.
+        let mut second_list = Vec::new();
+        if let (Some(b), Some(offset)) = (second, at) {
+            split = Some((offset, list.len()));
+            if b.process {
+                (heap.exe, heap.cmdline, heap.backtrace, heap.sample_mean) =
+                    (b.heap.exe, b.heap.cmdline, b.heap.backtrace, b.heap.sample_mean);
             }
+            heap.modules.extend(b.heap.modules);
+            heap.threads.extend(b.heap.threads);
+            heap.sites.extend(b.heap.sites);
+            heap.signal = b.heap.signal.or(heap.signal);
+            sorted &= b.sorted && list.last().zip(b.list.first()).is_none_or(|(x, y)| x.addr < y.addr);
+            pointers = [pointers[0] + b.pointers[0], pointers[1] + b.pointers[1]];
+            after_roots |= b.after_roots;
+            module_words = module_words.zip(b.module_words).map(|(mut x, y)| {
+                x.extend(y);
+                x
+            });
+            if list.len() + b.list.len() > MAX_BLOCKS {
+                return Err(AnalyzeError::TooLarge {
+                    path: file.path().to_path_buf(),
+                    what: format!("more than {MAX_BLOCKS} allocations"),
+                });
+            }
+            second_list = b.list;
         }
         heap.roots_complete = heap.truncated.is_none() || after_roots;
         heap.module_words = module_words;
-        // Sort by address when needed, remembering each block's record.
-        let n = list.len();
+        // Sort by address when needed (the halves joined first), remembering
+        // each block's record.
+        let mut list = list;
+        let n = list.len() + second_list.len();
         let rec_of: Option<Vec<u32>> = (!sorted).then(|| {
+            list.append(&mut second_list);
             let mut order: Vec<(u64, u32)> = list.iter().enumerate().map(|(i, b)| (b.addr, i as u32)).collect();
             order.sort_unstable_by_key(|p| p.0);
             list = order.iter().map(|&(_, i)| list[i as usize]).collect();
@@ -174,13 +124,14 @@ impl Heap {
         });
         // Overlapping or duplicate blocks would make lookups ambiguous: a
         // writer never produces them, so they mean a damaged dump.
-        for w in list.windows(2) {
-            if w[1].addr < w[0].addr.saturating_add(w[0].size.max(1)) {
-                return Err(fmt_err(heapdump_format::Error::Malformed { offset: 0, what: "two allocations overlap" }));
-            }
+        let overlap = |x: &Block, y: &Block| y.addr < x.addr.saturating_add(x.size.max(1));
+        if list.windows(2).chain(second_list.windows(2)).any(|w| overlap(&w[0], &w[1]))
+            || list.last().zip(second_list.first()).is_some_and(|(x, y)| overlap(x, y))
+        {
+            return Err(fmt_err(heapdump_format::Error::Malformed { offset: 0, what: "two allocations overlap" }));
         }
-        heap.blocks = Blocks::from_sorted(&list);
-        drop(list);
+        heap.blocks = Blocks::from_sorted(&[&list, &second_list]);
+        drop((list, second_list));
         // ALLOCS pointers name their targets by ordinal (file order): the
         // block of each ordinal, when the sort moved them.
         let block_of: Option<Vec<u32>> = rec_of.as_ref().map(|rec_of| {
@@ -271,6 +222,221 @@ impl Heap {
         heap.roots = roots;
         heap.root_regions = root_regions;
         Ok(heap)
+    }
+}
+
+/// Where pass 1 of [`Heap::load`] splits the records between two threads
+/// (see [`find_split`]).
+struct Split {
+    /// The first ALLOC or ALLOCS record past the middle of the file.
+    offset: u64,
+    /// The allocations before it.
+    allocs: usize,
+    /// The modules before it (the second thread checks first words
+    /// against them: see `Heap::module_words`).
+    modules: Vec<ModuleInfo>,
+}
+
+/// Records the walk for a split may read: a dump of more (one ALLOC record
+/// per block, as full dumps are) is read by one thread, for which walking
+/// half its records twice would cost what the split saves.
+const SPLIT_WALK: usize = 1 << 16;
+
+/// Where pass 1 splits (`None`: not worth it, or the walk met damage,
+/// which one walk then reports in file order).
+fn find_split(dump: &heapdump_format::Dump<'_>, middle: u64) -> Option<Split> {
+    let mut allocs = 0usize;
+    let mut modules = Vec::new();
+    for (i, r) in dump.records().enumerate() {
+        if i >= SPLIT_WALK {
+            return None;
+        }
+        match r.ok()? {
+            (off, Record::Alloc(_) | Record::Allocs(_)) if off >= middle => return Some(Split { offset: off, allocs, modules }),
+            (_, Record::Alloc(_)) => allocs += 1,
+            (_, Record::Allocs(a)) => allocs += a.count as usize,
+            (_, Record::Module(m)) => modules.push(ModuleInfo {
+                path: String::from_utf8_lossy(m.path).into_owned(),
+                build_id: m.build_id.to_vec(),
+                bias: m.bias,
+                segments: m.segments().collect(),
+            }),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// What pass 1 reads of a run of records: a heap of all but the blocks
+/// and edges (modules, threads, sites, the process, signal and trailer),
+/// and the blocks in record order.
+struct Pass1 {
+    heap: Heap,
+    /// Whether a PROCESS record was read.
+    process: bool,
+    list: Vec<Block>,
+    /// Whether the blocks came in address order.
+    sorted: bool,
+    /// Pointers before and from `split`, to size pass 2's tables.
+    pointers: [usize; 2],
+    /// Where pass 2 splits: the first ALLOC record past the middle of the
+    /// file, and the blocks before it.
+    split: Option<(u64, usize)>,
+    /// Whether a SITE or ALLOC record was read (the roots were written).
+    after_roots: bool,
+    /// The first words that could be vtable pointers (`Heap::module_words`).
+    module_words: Option<Vec<[u64; 2]>>,
+    /// The modules' ranges the first words are checked against (those
+    /// known at the first allocation).
+    ranges: Option<ModuleRanges>,
+    /// Where the records stop being intact.
+    end_of_valid: usize,
+}
+
+impl Pass1 {
+    fn new(header: heapdump_format::Header, capacity: usize, ranges: Option<ModuleRanges>) -> Pass1 {
+        Pass1 {
+            heap: Heap::empty(header),
+            process: false,
+            list: Vec::with_capacity(capacity),
+            sorted: true,
+            pointers: [0; 2],
+            split: None,
+            after_roots: false,
+            module_words: Some(Vec::new()),
+            ranges,
+            end_of_valid: usize::MAX,
+        }
+    }
+
+    /// Reads `records`, decoding those at offsets in `window` (the others
+    /// only walked: checked, and the trailer taken). `whole`: the walk is
+    /// the file's, whose damage is reported (a cut-short file loads up to
+    /// it); otherwise the walk ends quietly at the first error, which the
+    /// whole walk reports. `at`: the file's path and length.
+    fn run(
+        mut self,
+        records: heapdump_format::Records<'_>,
+        window: impl std::ops::RangeBounds<u64>,
+        whole: bool,
+        at: (&std::path::Path, u64),
+        fmt_err: &(dyn Fn(heapdump_format::Error) -> AnalyzeError + Sync),
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Pass1> {
+        let (path, file_len) = at;
+        let (middle, total) = (file_len / 2, file_len * 2);
+        self.end_of_valid = file_len as usize;
+        let too_many = || AnalyzeError::TooLarge { path: path.to_path_buf(), what: format!("more than {MAX_BLOCKS} allocations") };
+        let heap = &mut self.heap;
+        let list = &mut self.list;
+        for r in records {
+            let (off, rec) = match r {
+                Ok(x) => x,
+                Err(e) if whole && e.is_truncation() => {
+                    heap.truncated = Some(e.to_string());
+                    self.end_of_valid = e.offset() as usize;
+                    break;
+                }
+                Err(e) if whole => return Err(fmt_err(e)),
+                Err(_) => break,
+            };
+            if !window.contains(&off) {
+                if let Record::End(t) = rec {
+                    heap.trailer = Some(t);
+                }
+                continue;
+            }
+            if list.len() % 65536 == 0 {
+                progress(off, total);
+            }
+            match rec {
+                Record::Process(p) => {
+                    self.process = true;
+                    heap.exe = String::from_utf8_lossy(p.exe).into_owned();
+                    heap.cmdline =
+                        p.cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+                    heap.backtrace = p.backtrace;
+                    heap.sample_mean = p.sample_mean;
+                }
+                Record::Module(m) => {
+                    if self.ranges.is_some() {
+                        // Blocks read before it were not checked against it.
+                        self.module_words = None;
+                    }
+                    heap.modules.push(ModuleInfo {
+                        path: String::from_utf8_lossy(m.path).into_owned(),
+                        build_id: m.build_id.to_vec(),
+                        bias: m.bias,
+                        segments: m.segments().collect(),
+                    })
+                }
+                Record::Thread(t) => heap.threads.push(ThreadInfo {
+                    tid: t.tid,
+                    name: String::from_utf8_lossy(t.name).into_owned(),
+                    flags: t.flags,
+                    stack: (t.stack_start, t.stack_end),
+                }),
+                Record::Site(s) => {
+                    self.after_roots = true;
+                    heap.sites.insert(SiteId(s.id), s.frames().collect());
+                }
+                Record::Alloc(a) => {
+                    self.after_roots = true;
+                    if self.split.is_none() && off >= middle {
+                        self.split = Some((off, list.len()));
+                    }
+                    if list.len() >= MAX_BLOCKS {
+                        return Err(too_many());
+                    }
+                    if let Some(last) = list.last() {
+                        self.sorted &= last.addr < a.address;
+                    }
+                    let first = match a.contents {
+                        heapdump_format::ContentsRef::Compact(p) => {
+                            self.pointers[usize::from(self.split.is_some())] += p.len();
+                            a.first_word
+                        }
+                        heapdump_format::ContentsRef::Full(b) => {
+                            b.get(..8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+                        }
+                    };
+                    let ranges = self.ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
+                    if let Some(words) = self.module_words.as_mut().filter(|_| ranges.contains(first)) {
+                        words.push([a.address, first]);
+                    }
+                    list.push(Block { addr: a.address, size: a.size, site: SiteId(a.site), flags: a.flags });
+                }
+                Record::Allocs(a) => {
+                    self.after_roots = true;
+                    if self.split.is_none() && off >= middle {
+                        self.split = Some((off, list.len()));
+                    }
+                    if list.len() + a.count as usize > MAX_BLOCKS {
+                        return Err(too_many());
+                    }
+                    self.pointers[usize::from(self.split.is_some())] += a.pointers as usize;
+                    list.reserve(a.count as usize);
+                    let ranges = self.ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
+                    for e in a.entries() {
+                        let e = e.map_err(fmt_err)?;
+                        if let Some(last) = list.last() {
+                            self.sorted &= last.addr < e.address;
+                        }
+                        if let heapdump_format::FirstWord::Value(v) = e.first_word {
+                            if let Some(words) = self.module_words.as_mut().filter(|_| ranges.contains(v)) {
+                                words.push([e.address, v]);
+                            }
+                        }
+                        list.push(Block { addr: e.address, size: e.size, site: SiteId(e.site), flags: e.flags });
+                    }
+                }
+                Record::End(t) => heap.trailer = Some(t),
+                Record::Signal(g) => heap.signal = Some(g),
+                Record::Limit(_) | Record::History(_) => {}
+                Record::Static(_) | Record::Unknown { .. } => {}
+            }
+        }
+        Ok(self)
     }
 }
 
@@ -804,6 +970,112 @@ fn for_each_region(blocks: &Blocks, mut f: impl FnMut(usize, usize)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A compact dump of ALLOCS records (a small batch buffer: many
+    /// records), sites among them, two modules, roots.
+    fn dense_dump(blocks: u64) -> Vec<u8> {
+        use heapdump_format::*;
+        let mut buf = vec![0u8; 4096];
+        let mut batch = vec![0u8; 512];
+        let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
+        w.process(&ProcessInfo { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/t", cmdline: b"t\0", flags: 0 })
+            .unwrap();
+        for (path, at) in [(&b"/bin/t"[..], 0x40_0000u64), (b"/lib/libc.so.6", 0x7f00_0000)] {
+            let seg = [Segment { vaddr: at, memsz: 0x1000, file_offset: 0, flags: raw::SEG_X | raw::SEG_R }];
+            w.module(&ModuleInfo { bias: 0, path, build_id: &[], segments: &seg }).unwrap();
+        }
+        let stack = [(0u64, 0x10_0000u64), (8, 0x10_0000 + 40 * 64 + 8)];
+        let t = ThreadInfo {
+            tid: 7,
+            flags: raw::THREAD_CURRENT,
+            stack_start: 0x7000_0000,
+            stack_end: 0x7000_0200,
+            tls: 0,
+            name: b"main",
+            regs: &[0; 17],
+        };
+        w.thread(&t, Contents::Compact { count: 2, pointers: stack.into_iter() }).unwrap();
+        w.site(1, &[0x40_0100, 0x40_0200]).unwrap();
+        w.set_batch_buffer(&mut batch).unwrap();
+        let mut x = 88172645463325252u64;
+        for i in 0..blocks {
+            if i == blocks / 3 {
+                w.site(2, &[0x40_0300]).unwrap();
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let first_word = if i % 5 == 0 { 0x40_0800 + i } else { x };
+            let info = AllocInfo {
+                address: 0x10_0000 + i * 64,
+                size: 48,
+                site: 1 + u32::from(i > blocks / 3),
+                align_log2: 4,
+                flags: 0,
+                first_word,
+            };
+            let links: Vec<Link> = (0..i.min(2)).map(|k| Link { offset: 8 + 8 * k, target: (x >> (20 * k)) % i, delta: 0 }).collect();
+            w.dense_alloc(&info, links.len() as u64, links.into_iter()).unwrap();
+        }
+        w.finish(0).unwrap().0
+    }
+
+    /// Everything a load gives, comparable.
+    fn loaded(file: &DumpFile, split: bool) -> String {
+        match Heap::load_with(file, &mut |_, _| {}, split) {
+            Err(e) => format!("error: {e}"),
+            Ok(h) => {
+                let edges: Vec<Vec<crate::Edge>> = (0..h.len()).map(|b| h.edges(BlockId(b as u32)).collect()).collect();
+                let mut sites: Vec<_> = h.sites.iter().collect();
+                sites.sort();
+                format!(
+                    "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+                    h.blocks().collect::<Vec<_>>(),
+                    edges,
+                    h.roots,
+                    h.modules,
+                    h.threads,
+                    sites,
+                    h.truncated,
+                    h.trailer,
+                    h.module_words,
+                    h.roots_complete,
+                    (&h.exe, &h.cmdline),
+                    h.block_of.as_ref().map(|b| b.to_vec())
+                )
+            }
+        }
+    }
+
+    /// The first pass split between two threads loads what one thread
+    /// loads: whole, cut short at every offset, and with any one byte
+    /// damaged (the same error, or the same heap up to the damage).
+    #[test]
+    fn a_split_first_pass_loads_what_one_thread_loads() {
+        let bytes = dense_dump(300);
+        let dir = std::env::temp_dir().join(format!("hd-split-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("d.hdump");
+        let check = |b: &[u8], what: &str| {
+            std::fs::write(&path, b).unwrap();
+            let Ok(file) = DumpFile::open(&path) else { return };
+            assert_eq!(loaded(&file, true), loaded(&file, false), "{what}");
+        };
+        std::fs::write(&path, &bytes).unwrap();
+        let file = DumpFile::open(&path).unwrap();
+        let dump = file.dump().unwrap();
+        assert!(find_split(&dump, bytes.len() as u64 / 2).is_some(), "the dump is split");
+        assert!(Heap::load(&file, &mut |_, _| {}).unwrap().module_words.as_ref().is_some_and(|w| w.len() == 60));
+        for cut in (raw::FILE_HEADER_SIZE..bytes.len()).step_by(3) {
+            check(&bytes[..cut], &format!("cut at {cut}"));
+        }
+        for at in (raw::FILE_HEADER_SIZE..bytes.len()).step_by(7) {
+            let mut d = bytes.clone();
+            d[at] ^= 0x5a;
+            check(&d, &format!("byte {at} damaged"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Two threads' shares of a table, each filling its window and maybe
     /// spilling past it, join to the first's values then the second's
