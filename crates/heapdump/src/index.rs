@@ -584,9 +584,12 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
     let map_err = |errno| DumpError::Os { what: "mapping the address index", errno };
     // SAFETY: world stopped or forked child (so for the table calls below).
     let large = unsafe { table.overflow_len_unlocked() };
-    // The small blocks come in address order: put them at the end of the
-    // index, the others (sorted) beside it, and merge from the front. The
-    // merge never writes over a small entry it has yet to read. The index
+    // The small blocks come in address order: put them at the start of the
+    // index, the others (sorted) beside it, and merge from the back. The
+    // merge never writes over a small entry it has yet to read, and stops
+    // once the others are placed: the small ones below the lowest of them
+    // are where they belong already (a dense heap's are all below its few
+    // large blocks, mapped high: nothing of them is copied). The index
     // is sized from the per-thread counts, with room to spare, so that the
     // slots are walked once; should they hold more, they are counted and
     // walked again.
@@ -608,14 +611,14 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
                 p.cast()
             }
         };
-        let base = ptr.wrapping_add(large);
+        let base = ptr;
         let mut small = 0;
         // SAFETY: the world is stopped or this is the forked child: no thread
         // writes the slots while they are walked.
         unsafe {
             table.for_each_small_unlocked(|e| {
                 if small < room {
-                    // SAFETY: large + small < large + room entries fit in the mapping.
+                    // SAFETY: small < room entries fit in the mapping.
                     base.add(small).write(e);
                 }
                 small += 1;
@@ -654,35 +657,53 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
     // does not allocate.
     let others = unsafe { core::slice::from_raw_parts_mut(tmp, large) };
     others.sort_unstable_by_key(|e| e.addr);
-    let (mut a, mut b) = (large, 0);
-    let mut out = 0;
-    // The largest blocks are large ones: noted as they are merged.
-    let mut huge = Huge::NONE;
-    while a < n || b < large {
-        // SAFETY: a < n and b < large index written entries; out never
-        // passes a (out <= (a - large) + b <= a).
+    // From the back: `a` small and `b` other entries are left, the merged
+    // ones occupy [out, small + large). out - a = b + dropped, so writing
+    // at out - 1 never reaches a small entry not yet read.
+    let (mut a, mut b) = (small, large);
+    let mut out = n;
+    let mut dropped = 0;
+    // Each other entry placed has its position written over its address
+    // (it is not read again), DROPPED when it goes.
+    const DROPPED: u64 = u64::MAX;
+    while b > 0 {
+        // SAFETY: a - 1 < small and b - 1 < large index written entries;
+        // out - 1 >= a (see above).
         unsafe {
-            let take_small = b == large || (a < n && (*ptr.add(a)).addr <= others[b].addr);
-            let e = if take_small {
-                a += 1;
-                *ptr.add(a - 1)
+            let o = others[b - 1];
+            if a > 0 && (*ptr.add(a - 1)).addr >= o.addr {
+                if (*ptr.add(a - 1)).addr == o.addr {
+                    // A large entry at a small block's address is stale (a
+                    // free the tracker never saw; see table.rs): the small
+                    // one is newer.
+                    b -= 1;
+                    others[b].addr = DROPPED;
+                    dropped += 1;
+                    continue;
+                }
+                a -= 1;
+                out -= 1;
+                ptr.add(out).write(*ptr.add(a));
             } else {
-                b += 1;
-                others[b - 1]
-            };
-            // A large entry at a small block's address is stale (a free the
-            // tracker never saw; see table.rs): the small one is newer.
-            if out > 0 && (*ptr.add(out - 1)).addr == e.addr {
-                continue;
+                b -= 1;
+                out -= 1;
+                ptr.add(out).write(o);
+                others[b].addr = out as u64;
             }
-            ptr.add(out).write(e);
-            if !take_small {
-                huge.note(out, e.size);
-            }
-            out += 1;
         }
     }
-    let n = out;
+    if dropped > 0 {
+        // The merged entries close up on the small ones still in place.
+        // SAFETY: [out, n) holds the merged entries, [0, a) the rest; the
+        // copy handles the overlap.
+        unsafe { core::ptr::copy(ptr.add(out), ptr.add(a), n - out) };
+    }
+    // The largest blocks are large ones: noted in index order.
+    let mut huge = Huge::NONE;
+    for o in others.iter().filter(|o| o.addr != DROPPED) {
+        huge.note(o.addr as usize - dropped, o.size);
+    }
+    let n = n - dropped;
     // SAFETY: our mapping, no longer referenced.
     unsafe { sys::munmap(tmp.cast(), tmp_len) };
     let mut index = Index { ptr, len: n, map_len, lo: 0, hi: 0, dir: Directory::EMPTY, huge };
@@ -719,6 +740,46 @@ mod tests {
         let mut want: Vec<usize> = want.iter().take(HUGE_KEPT).map(|x| x.1).collect();
         want.sort();
         assert_eq!(&h.at[..h.n], &want[..]);
+    }
+
+    /// Large blocks among the small ones (in address order, not only above
+    /// them), some of a megabyte or more, and a stale large entry under a
+    /// small block (a free the tracker never saw): the index is every live
+    /// block once, in address order, the small one kept where both are,
+    /// and the largest blocks are noted at their positions, as a merge
+    /// from the front noted them.
+    #[test]
+    fn large_blocks_among_small_ones_merge_in_order() {
+        let t = Box::new(Table::new());
+        let mut model = Vec::new();
+        let entry = |addr: u64, size: u64, site: u32| Entry { addr, size, align_log2: 4, site, sampled: false };
+        for band in 0..40u64 {
+            let base = 0x5555_0000_0000 + band * (16 << 20);
+            for i in 0..500 {
+                let e = entry(base + i * 64, 16 + i % 40, 1);
+                if band % 7 == 3 && i == 250 {
+                    // A large block here first, whose free went unseen.
+                    t.insert(&entry(e.addr, 96 << 10, 9));
+                }
+                t.insert(&e);
+                model.push(e);
+            }
+            // Past the band's small blocks, below the next band's.
+            let size = if band % 3 == 0 { 64 << 10 } else { (1 << 20) + (band * 7919 % 13) * 4096 };
+            let e = entry(base + (8 << 20), size, 2);
+            t.insert(&e);
+            model.push(e);
+        }
+        model.sort_by_key(|e| e.addr);
+        let mut want = Huge::NONE;
+        for (at, e) in model.iter().enumerate().filter(|(_, e)| e.site == 2) {
+            want.note(at, e.size);
+        }
+        let mut i = build_index(&t, None).unwrap();
+        assert_eq!(i.as_slice(), &model[..], "every live block once, in address order");
+        assert_eq!(i.huge(), &want.at[..want.n], "the largest, at their positions");
+        assert!(i.huge().len() == HUGE_KEPT);
+        i.release();
     }
 
     /// The answer of a search of every entry: the block `v` points at or
