@@ -890,7 +890,9 @@ impl Directory {
             d.regions.push(Region { start: blocks.addr(first), end: last as u32 + 1, table, granules });
         });
         d.lo = blocks.packed.first().map_or(u64::MAX, |b| b.addr);
-        d.hi = (0..blocks.len()).map(|i| blocks.addr(i).saturating_add(blocks.size(i).max(1))).max().unwrap_or(0);
+        // The blocks do not overlap (the load checks): the last one ends
+        // highest.
+        d.hi = blocks.len().checked_sub(1).map_or(0, |i| blocks.addr(i).saturating_add(blocks.size(i).max(1)));
         d
     }
 
