@@ -409,6 +409,18 @@ impl<'h> Analysis<'h> {
         }
     }
 
+    /// Leaves the cache files still being written to finish on their own
+    /// (see [`crate::cache::Writing::detach`]): dropping the analysis then
+    /// does not wait for them.
+    pub fn detach_writes(&self) {
+        for e in self.cache_events.borrow_mut().iter_mut() {
+            if let CacheEvent::Writing(_) = e {
+                let CacheEvent::Writing(w) = std::mem::replace(e, CacheEvent::Said(String::new())) else { unreachable!("matched above") };
+                w.detach();
+            }
+        }
+    }
+
     fn note_writing(&self, w: crate::cache::Writing) {
         self.cache_events.borrow_mut().push(CacheEvent::Writing(w));
     }

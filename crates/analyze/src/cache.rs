@@ -242,7 +242,7 @@ impl CacheFile {
 /// A cache file being written: little-endian fields straight to the
 /// file (no copy of the whole in memory: the graph of 10 M blocks is
 /// 440 MB), the CRC kept as they go. The first error is kept and ends
-/// the writing (see [`write_atomically`]).
+/// the writing (see [`create_temporary`], [`write_temporary`]).
 pub(crate) struct Out {
     file: std::io::BufWriter<std::fs::File>,
     crc: crc32fast::Hasher,
@@ -301,6 +301,8 @@ impl Out {
 pub(crate) fn map_checked(path: &Path) -> Result<Option<Arc<memmap2::Mmap>>, CacheProblem> {
     let map = match map(path) {
         Ok(b) => Arc::new(b),
+        // Being written by an earlier command's writer: waited for.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && wait_for_writer(path) => Arc::new(map(path)?),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.into()),
     };
@@ -326,11 +328,14 @@ pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
 /// into fresh page-cache pages: a second the answer waited for. So, as
 /// Redis's `BGSAVE` writes its snapshot, a forked child writes the file
 /// from its copy-on-write image of the analysis (which only reads its
-/// arrays: nothing is copied) while the analysis goes on to its answer,
-/// and the command waits for it before it ends (the next question then
-/// finds the file). Only a process of one thread forks (a lock another
-/// thread held would stay locked in the child); otherwise, or when the
-/// fork fails, the file is written in place.
+/// arrays: nothing is copied) while the analysis goes on to its answer.
+/// The command then waits for it ([`Writing::wait`], or when dropped), or
+/// leaves it to finish on its own ([`Writing::detach`]): a question asked
+/// meanwhile waits for the file (see [`wait_for_writer`]). Only a process
+/// of one thread forks (a lock another thread held would stay locked in
+/// the child); otherwise, or when the fork fails, the file is written in
+/// place. The child's standard input and outputs are /dev/null: a pipe
+/// the command writes to ends when the command does.
 #[must_use = "dropping it waits for the writing"]
 pub struct Writing {
     path: PathBuf,
@@ -348,7 +353,7 @@ enum WritingState {
 const NOT_AN_OS_ERROR: i32 = 255;
 
 impl Writing {
-    /// Writes `body` to `path` as [`write_atomically`] does, in a forked
+    /// Writes `body` to `path` as [`create_temporary`], [`write_temporary`] does, in a forked
     /// child when the process has one thread. (The C library's `fork`,
     /// `_exit` and `waitpid` are called here directly: `clippy.toml` keeps
     /// them in the runtime's `sys.rs`, which is for the traced process;
@@ -356,9 +361,15 @@ impl Writing {
     #[allow(unsafe_code, clippy::disallowed_methods)]
     fn start(path: &Path, body: impl FnOnce(&mut Out)) -> Writing {
         let path = path.to_path_buf();
+        let done = |r| Writing { path: path.clone(), state: WritingState::Done(Some(r)) };
+        // Created and locked before any fork: a question asked once this
+        // command has answered finds the writer at work.
+        let (tmp, f) = match create_temporary(&path) {
+            Ok(t) => t,
+            Err(e) => return done(Err(e)),
+        };
         if !single_threaded() {
-            let r = write_atomically(&path, body);
-            return Writing { path, state: WritingState::Done(Some(r)) };
+            return done(write_temporary(&path, tmp, f, body));
         }
         // SAFETY: the process has one thread (checked just above), so no
         // lock is copied into the child held by a thread that is not
@@ -369,7 +380,18 @@ impl Writing {
         // out of the child's copy of the parent's stack.
         match unsafe { libc::fork() } {
             0 => {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_atomically(&path, body)));
+                // SAFETY: plain system calls on this process's own
+                // descriptors (0, 1 and 2 replaced by /dev/null).
+                unsafe {
+                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                    if null >= 0 {
+                        for fd in 0..3 {
+                            libc::dup2(null, fd);
+                        }
+                        libc::close(null);
+                    }
+                }
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_temporary(&path, tmp, f, body)));
                 let status = match r {
                     Ok(Ok(())) => 0,
                     Ok(Err(e)) => e.raw_os_error().filter(|&c| c > 0 && c < NOT_AN_OS_ERROR).unwrap_or(NOT_AN_OS_ERROR),
@@ -378,11 +400,9 @@ impl Writing {
                 // SAFETY: ends the child at once (see above).
                 unsafe { libc::_exit(status) }
             }
+            // The child holds the file, and its lock, from here.
             pid if pid > 0 => Writing { path, state: WritingState::Child(pid) },
-            _ => {
-                let r = write_atomically(&path, body);
-                Writing { path, state: WritingState::Done(Some(r)) }
-            }
+            _ => done(write_temporary(&path, tmp, f, body)),
         }
     }
 
@@ -394,6 +414,12 @@ impl Writing {
     /// Waits for the writing to end: whether the file was written.
     pub fn wait(mut self) -> std::io::Result<()> {
         self.finish()
+    }
+
+    /// Leaves a forked writer to finish on its own after this process
+    /// ends (its parent then the system's, which reaps it).
+    pub fn detach(mut self) {
+        self.state = WritingState::Done(None);
     }
 
     #[allow(unsafe_code, clippy::disallowed_methods)]
@@ -433,15 +459,49 @@ impl Drop for Writing {
     }
 }
 
+/// The longest a question waits for another command's writer.
+const WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Waits while another process is writing the cache file `path` (a
+/// temporary file named after it is there, locked: its writer holds the
+/// lock until it ends, whether it renamed the file or failed), at most
+/// [`WRITER_WAIT`]: whether the file is there now. A temporary file left
+/// by a writer that died is not locked: not waited for.
+fn wait_for_writer(path: &Path) -> bool {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return false };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let temporaries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let n = e.file_name().into_string().ok()?;
+            (n.starts_with(&prefix) && n.ends_with(".tmp")).then(|| e.path())
+        })
+        .collect();
+    let writing = |t: &PathBuf| {
+        // Gone (renamed into place, or removed): no longer written.
+        std::fs::File::open(t).is_ok_and(|f| rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_err())
+    };
+    let began = std::time::Instant::now();
+    while temporaries.iter().any(writing) && began.elapsed() < WRITER_WAIT {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    path.exists()
+}
+
 /// Whether this process has one thread (`/proc/self/task` lists them).
 fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
 }
 
-/// Writes what `body` writes, then its CRC, to `path` through a
-/// temporary name (mode 0600), then keeps the directory's caches within
-/// bounds. A failure leaves no file behind.
-fn write_atomically(path: &Path, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
+/// The temporary file a cache file is written to (mode 0600, locked
+/// exclusively while it is written: see [`wait_for_writer`]), and its
+/// path, `.NAME.PID.NANOS.tmp` beside it.
+fn create_temporary(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.{}.{}.tmp",
@@ -451,6 +511,18 @@ fn write_atomically(path: &Path, body: impl FnOnce(&mut Out)) -> std::io::Result
     ));
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    if let Err(e) = rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
+    Ok((tmp, f))
+}
+
+/// Writes what `body` writes, then its CRC, to the temporary file `f` at
+/// `tmp`, renames it to `path` and keeps the directory's caches within
+/// bounds; a failure leaves no file behind.
+fn write_temporary(path: &Path, tmp: PathBuf, f: std::fs::File, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
     let mut o = Out { file: std::io::BufWriter::with_capacity(1 << 20, f), crc: crc32fast::Hasher::new(), len: 0, error: None };
     body(&mut o);
     let crc = o.crc.clone().finalize();

@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         }
     };
     let r = cmd::run(cli);
-    views::finish();
+    views::finish(false);
     match r {
         Ok(code) => code,
         Err(e) => {

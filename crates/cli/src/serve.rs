@@ -25,7 +25,7 @@ pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::pro
     let base = baseline.map(views::load).transpose()?;
     let diff = base.as_ref().map(|(bf, bh)| heapdump_analyze::group::diff((bf, bh), (&file, &heap)));
     let a = views::session(&file, &heap);
-    views::finish();
+    views::finish(true);
     let server = tiny_http::Server::http(("127.0.0.1", port)).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     let port = server.server_addr().to_ip().map_or(port, |s| s.port());
     let token = token()?;

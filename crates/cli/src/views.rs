@@ -35,12 +35,23 @@ impl<'h> std::ops::Deref for Session<'h> {
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
-        if std::env::var_os("HEAPDUMP_CACHE_REPORT").is_some_and(|v| v == "1") {
+        if report() {
             for e in self.0.cache_events() {
                 eprintln!("heapdump: cache: {e}");
             }
+        } else {
+            // The answer is out: the cache files still being written are
+            // left to finish on their own (a question asked meanwhile waits
+            // for them).
+            self.0.detach_writes();
         }
     }
+}
+
+/// `HEAPDUMP_CACHE_REPORT=1`: say what the cache did (waiting for the
+/// files being written to know).
+fn report() -> bool {
+    std::env::var_os("HEAPDUMP_CACHE_REPORT").is_some_and(|v| v == "1")
 }
 
 /// The [`Session`] of a loaded dump.
@@ -61,19 +72,25 @@ thread_local! {
     static GRAPH_WRITING: std::cell::RefCell<Vec<heapdump_analyze::cache::Writing>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Waits for the loaded graphs to be kept (their writing goes on while
-/// the question is answered), saying how it went under
-/// `HEAPDUMP_CACHE_REPORT=1`. Called once the command is done (the viewer:
-/// once it has loaded).
-pub fn finish() {
+/// Once the command is done, the loaded graphs still being kept (their
+/// writing went on while the question was answered) are left to finish on
+/// their own, or, when `wait` (the viewer, which runs on: no writer left
+/// unreaped) or under `HEAPDUMP_CACHE_REPORT=1`, waited for and, under the
+/// latter, said how it went.
+pub fn finish(wait: bool) {
     for w in GRAPH_WRITING.with(|w| std::mem::take(&mut *w.borrow_mut())) {
-        let path = w.path().display().to_string();
-        let r = w.wait();
-        if std::env::var_os("HEAPDUMP_CACHE_REPORT").is_some_and(|v| v == "1") {
-            match r {
-                Ok(()) => eprintln!("heapdump: graph cache: wrote {path}"),
-                Err(e) => eprintln!("heapdump: graph cache: not written {path} ({e})"),
+        if !report() {
+            if wait {
+                let _ = w.wait();
+                continue;
             }
+            w.detach();
+            continue;
+        }
+        let path = w.path().display().to_string();
+        match w.wait() {
+            Ok(()) => eprintln!("heapdump: graph cache: wrote {path}"),
+            Err(e) => eprintln!("heapdump: graph cache: not written {path} ({e})"),
         }
     }
 }
@@ -88,7 +105,7 @@ pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
         .then(|| crate::preload::private_dir(Some("analysis")).ok())
         .flatten()
         .and_then(|dir| heapdump_analyze::cache::CacheFile::for_file(&dir, &file, crate::cmd::VERSION));
-    let report = std::env::var_os("HEAPDUMP_CACHE_REPORT").is_some_and(|v| v == "1");
+    let report = report();
     if let Some(c) = &cache {
         match c.read_graph() {
             Ok(Some(heap)) => {

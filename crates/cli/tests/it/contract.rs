@@ -645,3 +645,59 @@ fn a_cache_that_cannot_be_written_is_said_so_and_the_answer_stands() {
     assert_eq!(again, first);
     assert_eq!(err.lines().filter(|l| l.contains(": hit ")).count(), 4, "all found: {err}");
 }
+
+/// A command leaves the cache files it is still writing to finish on
+/// their own once its answer is out; a question asked meanwhile waits for
+/// the writer (its temporary file, named after the cache file, locked
+/// while it writes) and reads what it wrote, rather than computing it
+/// again.
+#[test]
+fn a_question_asked_while_the_cache_is_written_waits_for_it() {
+    let (d, dump) = traced("cache-wait", "leaks_tree.c", &["-O0", "-g"]);
+    let cache_home = d.path("xdg");
+    let ask = |report: bool| {
+        let mut c = heapdump();
+        c.env("XDG_CACHE_HOME", &cache_home).args(["top", "--json"]).arg(&dump);
+        if report {
+            c.env("HEAPDUMP_CACHE_REPORT", "1");
+        }
+        let o = c.output().unwrap();
+        (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (first, err) = ask(true);
+    let graph = err.lines().find_map(|l| l.strip_prefix("heapdump: graph cache: wrote ")).map(std::path::PathBuf::from).expect(&err);
+    let temporary = |n: u32| graph.with_file_name(format!(".{}.{n}.0.tmp", graph.file_name().unwrap().to_string_lossy()));
+    // The graph moved aside, and a writer holding the lock on its
+    // temporary file that puts the graph back in half a second.
+    let aside = d.path("graph.aside");
+    std::fs::rename(&graph, &aside).unwrap();
+    let tmp = temporary(1);
+    std::fs::write(&tmp, b"").unwrap();
+    let mut writer = std::process::Command::new("flock")
+        .arg(&tmp)
+        .args(["sh", "-c"])
+        .arg(format!("sleep 0.5; mv '{}' '{}'", aside.display(), graph.display()))
+        .spawn()
+        .unwrap();
+    // Until flock holds the lock, a question would not wait.
+    while std::process::Command::new("flock").args(["-n", "-s"]).arg(&tmp).arg("true").status().unwrap().success() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (second, err) = ask(true);
+    writer.wait().unwrap();
+    assert!(err.contains("graph cache: hit"), "waited for the writer: {err}");
+    assert_eq!(second, first);
+    // A temporary file no writer holds (one that died) is not waited for.
+    std::fs::remove_file(&graph).unwrap();
+    let (_, err) = ask(true);
+    assert!(err.contains("graph cache: miss"), "{err}");
+    std::fs::remove_file(&tmp).unwrap();
+    // Without the report, the command does not wait for its writers: the
+    // next question, asked at once, still finds every file.
+    std::fs::remove_file(&graph).unwrap();
+    let (third, err) = ask(false);
+    assert!(err.is_empty(), "{err}");
+    let (fourth, err) = ask(true);
+    assert!(err.contains("graph cache: hit"), "{err}");
+    assert_eq!((third, fourth), (first.clone(), first));
+}
