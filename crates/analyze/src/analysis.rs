@@ -403,9 +403,9 @@ impl<'h> Analysis<'h> {
 
     /// Keeps part `ext` in the cache, if there is one, noting whether it
     /// was written.
-    fn keep_part(&self, ext: &str, body: impl FnOnce(&mut crate::cache::Out)) {
+    fn keep_part(&self, ext: &str, bytes: usize, body: impl FnOnce(&mut crate::cache::Out)) {
         if let Some(c) = &self.cache {
-            self.note_writing(c.write_part(ext, body));
+            self.note_writing(c.write_part(ext, bytes, body));
         }
     }
 
@@ -437,7 +437,7 @@ impl<'h> Analysis<'h> {
         }
         let r = f(&mut types, &mut self.sym.borrow_mut());
         if let Some(names) = types.take_new_scan() {
-            self.keep_part(NAMES, |b| write_names(b, names));
+            self.keep_part(NAMES, names.values().map(|n| n.len() + 16).sum(), |b| write_names(b, names));
         }
         r
     }
@@ -517,7 +517,7 @@ impl<'h> Analysis<'h> {
             }
             let reach = Reach::of(self.heap);
             let (pred, via) = reach.parts();
-            self.keep_part(REACH, |b| {
+            self.keep_part(REACH, self.heap.len() * 8, |b| {
                 b.slab(pred);
                 b.slab(via);
             });
@@ -553,7 +553,7 @@ impl<'h> Analysis<'h> {
                 let s = &mut list[start[p] as usize..start[p + 1] as usize];
                 s.sort_by(|&a, &b| d.retained[b as usize].cmp(&d.retained[a as usize]).then(a.cmp(&b)));
             }
-            self.keep_part(TREE, |b| {
+            self.keep_part(TREE, n * 8, |b| {
                 b.slab(&start);
                 b.slab(&list);
             });

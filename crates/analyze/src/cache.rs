@@ -100,7 +100,7 @@ impl CacheFile {
     /// Keeps the loaded graph (atomically, mode 0600), in the background
     /// when it can (see [`Writing`]).
     pub fn write_graph(&self, heap: &Heap) -> Writing {
-        Writing::start(&self.graph_path(), |o| crate::graph_cache::encode(heap, &self.key, o))
+        Writing::start(&self.graph_path(), heap.len() * 24, |o| crate::graph_cache::encode(heap, &self.key, o))
     }
 
     /// Where part `ext` is kept (see [`CacheFile::read_part`]).
@@ -132,9 +132,10 @@ impl CacheFile {
     }
 
     /// Keeps part `ext` (atomically, mode 0600), in the background when it
-    /// can: `body` writes its contents (arrays with [`Out::slab`]).
-    pub(crate) fn write_part(&self, ext: &str, body: impl FnOnce(&mut Out)) -> Writing {
-        Writing::start(&self.part_path(ext), |o| {
+    /// can and it is about `bytes` or more: `body` writes its contents
+    /// (arrays with [`Out::slab`]).
+    pub(crate) fn write_part(&self, ext: &str, bytes: usize, body: impl FnOnce(&mut Out)) -> Writing {
+        Writing::start(&self.part_path(ext), bytes, |o| {
             o.raw(PART_MAGIC);
             o.counted(ext.as_bytes());
             for k in self.key {
@@ -206,7 +207,8 @@ impl CacheFile {
     /// Writes the cache (atomically, mode 0600), in the background when it
     /// can.
     pub fn write(&self, leaks: &Leaks, dominators: Option<&Dominators>) -> Writing {
-        Writing::start(&self.path, |o| {
+        let bytes = leaks.kind.len() * if dominators.is_some() { 21 } else { 5 };
+        Writing::start(&self.path, bytes, |o| {
             o.raw(MAGIC);
             for k in self.key {
                 o.u64(k);
@@ -349,17 +351,23 @@ enum WritingState {
     Child(libc::pid_t),
 }
 
+/// The smallest file written by a forked child.
+const IN_BACKGROUND: usize = 16 << 20;
+
 /// A forked writer's exit status for an error that is not the system's.
 const NOT_AN_OS_ERROR: i32 = 255;
 
 impl Writing {
-    /// Writes `body` to `path` as [`create_temporary`], [`write_temporary`] does, in a forked
-    /// child when the process has one thread. (The C library's `fork`,
-    /// `_exit` and `waitpid` are called here directly: `clippy.toml` keeps
-    /// them in the runtime's `sys.rs`, which is for the traced process;
-    /// this is the analyser's own.)
+    /// Writes `body` (about `bytes`) to `path` through a temporary file
+    /// ([`create_temporary`], [`write_temporary`]), in a forked child when
+    /// the process has one thread and the file is large enough for its
+    /// writing to cost more than the fork (page tables copied: some 20 ms
+    /// at 10 M blocks). (The C library's `fork`, `_exit` and `waitpid` are
+    /// called here directly: `clippy.toml` keeps them in the runtime's
+    /// `sys.rs`, which is for the traced process; this is the analyser's
+    /// own.)
     #[allow(unsafe_code, clippy::disallowed_methods)]
-    fn start(path: &Path, body: impl FnOnce(&mut Out)) -> Writing {
+    fn start(path: &Path, bytes: usize, body: impl FnOnce(&mut Out)) -> Writing {
         let path = path.to_path_buf();
         let done = |r| Writing { path: path.clone(), state: WritingState::Done(Some(r)) };
         // Created and locked before any fork: a question asked once this
@@ -368,7 +376,7 @@ impl Writing {
             Ok(t) => t,
             Err(e) => return done(Err(e)),
         };
-        if !single_threaded() {
+        if bytes < IN_BACKGROUND || !single_threaded() {
             return done(write_temporary(&path, tmp, f, body));
         }
         // SAFETY: the process has one thread (checked just above), so no
@@ -404,6 +412,11 @@ impl Writing {
             pid if pid > 0 => Writing { path, state: WritingState::Child(pid) },
             _ => done(write_temporary(&path, tmp, f, body)),
         }
+    }
+
+    /// Whether a forked child is writing it.
+    pub fn in_background(&self) -> bool {
+        matches!(self.state, WritingState::Child(_))
     }
 
     /// The file written.
