@@ -79,9 +79,7 @@ impl Heap {
             }
             None => (Pass1::new(*dump.header(), capacity, None).run(dump.records(), .., true, whole_file, fmt_err, progress)?, None, None),
         };
-        let Pass1 { mut heap, list, mut sorted, mut pointers, mut split, after_roots, module_words, end_of_valid, .. } = first;
-        let mut after_roots = after_roots;
-        let mut module_words = module_words;
+        let Pass1 { mut heap, mut list, mut sorted, mut pointers, mut split, mut after_roots, mut module_words, end_of_valid, .. } = first;
         // The second half's blocks, after the first's.
         let mut second_list = Vec::new();
         if let (Some(b), Some(offset)) = (second, at) {
@@ -113,7 +111,6 @@ impl Heap {
         heap.module_words = module_words;
         // Sort by address when needed (the halves joined first), remembering
         // each block's record.
-        let mut list = list;
         let n = list.len() + second_list.len();
         let rec_of: Option<Vec<u32>> = (!sorted).then(|| {
             list.append(&mut second_list);
