@@ -14,8 +14,9 @@ ratio baseline/new within a round.
 With --analyse, each tool's own dump is also read back by that tool's
 `top`, `leaks` and `retained` (the dump of the first round, each command
 once per round, interleaved, each a first analysis: no cache): wall time
-and peak resident memory (of which the mapped dump file is part),
-medians.
+to the answer (and, when later, to the last cache file written: the
+writers may finish after the command) and peak resident memory (of which
+the mapped dump file is part), medians.
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -38,7 +39,13 @@ def analyse(heapdump, dump):
         p.returncode = os.waitstatus_to_exitcode(status)
         if p.returncode != 0:
             sys.exit(f"{heapdump} {c} {dump}: exit {p.returncode}: {p.stderr.read().decode()}")
-        res[c] = (time.monotonic() - t0, ru.ru_maxrss * 1024)
+        answered = time.monotonic() - t0
+        # The caches' writers may finish after the answer (a question asked
+        # meanwhile waits for them): waited for here, before the next
+        # command, and the time to the last file reported beside.
+        while any(f.endswith(".tmp") for _, _, fs in os.walk(cache) for f in fs) and time.monotonic() - t0 < 120:
+            time.sleep(0.01)
+        res[c] = (answered, ru.ru_maxrss * 1024, time.monotonic() - t0)
         shutil.rmtree(cache)
     return res
 
@@ -112,7 +119,9 @@ def main():
                     for c in COMMANDS:
                         secs = statistics.median(x[c][0] for x in runs[t])
                         rss = statistics.median(x[c][1] for x in runs[t])
-                        row.append(f"{c} {secs:.2f} s, {rss / 2**20:.0f} MiB ({(rss - sz) / allocs:.0f} B/block beyond the file)")
+                        written = statistics.median(x[c][2] for x in runs[t])
+                        tail = f" (caches written {written:.2f} s)" if written > secs + 0.05 else ""
+                        row.append(f"{c} {secs:.2f} s{tail}, {rss / 2**20:.0f} MiB ({(rss - sz) / allocs:.0f} B/block beyond the file)")
                     print(f"|   {t}: file {sz / 2**20:.0f} MiB | {' | '.join(row)} |", flush=True)
                 for k in kept.values():
                     os.remove(k)
