@@ -354,18 +354,34 @@ impl<'h> Analysis<'h> {
     /// (why)`, `wrote PATH`, `not written PATH (why)`, in order (waiting
     /// for the files still being written).
     pub fn cache_events(&self) -> Vec<String> {
+        self.settle_writings(|w| {
+            let path = w.path().display().to_string();
+            Some(match w.wait() {
+                Ok(()) => format!("wrote {path}"),
+                Err(why) => format!("not written {path} ({why})"),
+            })
+        });
+        self.cache_events
+            .borrow()
+            .iter()
+            .filter_map(|e| match e {
+                CacheEvent::Said(s) => Some(s.clone()),
+                CacheEvent::Writing(_) => None,
+            })
+            .collect()
+    }
+
+    /// Each file still being written among the events replaced by what `f`
+    /// makes of it (an event, or none).
+    fn settle_writings(&self, mut f: impl FnMut(crate::cache::Writing) -> Option<String>) {
         let mut events = self.cache_events.borrow_mut();
-        for e in events.iter_mut() {
-            if let CacheEvent::Writing(_) = e {
-                let CacheEvent::Writing(w) = std::mem::replace(e, CacheEvent::Said(String::new())) else { unreachable!("matched above") };
-                let path = w.path().display().to_string();
-                *e = CacheEvent::Said(match w.wait() {
-                    Ok(()) => format!("wrote {path}"),
-                    Err(why) => format!("not written {path} ({why})"),
-                });
-            }
-        }
-        events.iter().map(|e| if let CacheEvent::Said(s) = e { s.clone() } else { unreachable!("all said above") }).collect()
+        *events = std::mem::take(&mut *events)
+            .into_iter()
+            .filter_map(|e| match e {
+                CacheEvent::Writing(w) => f(w).map(CacheEvent::Said),
+                said => Some(said),
+            })
+            .collect();
     }
 
     /// Writes what was computed to the cache, if there is one (a failure
@@ -413,12 +429,10 @@ impl<'h> Analysis<'h> {
     /// (see [`crate::cache::Writing::detach`]): dropping the analysis then
     /// does not wait for them.
     pub fn detach_writes(&self) {
-        for e in self.cache_events.borrow_mut().iter_mut() {
-            if let CacheEvent::Writing(_) = e {
-                let CacheEvent::Writing(w) = std::mem::replace(e, CacheEvent::Said(String::new())) else { unreachable!("matched above") };
-                w.detach();
-            }
-        }
+        self.settle_writings(|w| {
+            w.detach();
+            None
+        });
     }
 
     fn note_writing(&self, w: crate::cache::Writing) {

@@ -524,10 +524,9 @@ fn create_temporary(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     ));
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-    if let Err(e) = rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e.into());
-    }
+    // A file system without locks (some network ones) still gets the
+    // cache: a question asked meanwhile then computes its own.
+    let _ = rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive);
     Ok((tmp, f))
 }
 
