@@ -388,15 +388,10 @@ impl Pass1 {
                     if let Some(last) = list.last() {
                         self.sorted &= last.addr < a.address;
                     }
-                    let first = match a.contents {
-                        heapdump_format::ContentsRef::Compact(p) => {
-                            self.pointers[usize::from(self.split.is_some())] += p.len();
-                            a.first_word
-                        }
-                        heapdump_format::ContentsRef::Full(b) => {
-                            b.get(..8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
-                        }
-                    };
+                    if let heapdump_format::ContentsRef::Compact(p) = a.contents {
+                        self.pointers[usize::from(self.split.is_some())] += p.len();
+                    }
+                    let first = crate::heap::first_word(&a);
                     let ranges = self.ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
                     if let Some(words) = self.module_words.as_mut().filter(|_| ranges.contains(first)) {
                         words.push([a.address, first]);

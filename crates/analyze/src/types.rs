@@ -433,14 +433,10 @@ fn scan_vptrs(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> HashMap
     let Ok(dump) = heapdump_format::Dump::parse(file.bytes()) else { return found };
     for r in dump.records() {
         let Ok((_, rec)) = r else { break };
-        use heapdump_format::{ContentsRef as Contents, FirstWord, Record};
+        use heapdump_format::{FirstWord, Record};
         match rec {
             Record::Alloc(a) => {
-                let first = match a.contents {
-                    Contents::Full(b) => b.get(..8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))),
-                    Contents::Compact(_) => a.first_word,
-                };
-                one(a.address, first, sym);
+                one(a.address, crate::heap::first_word(&a), sym);
             }
             Record::Allocs(a) => {
                 for e in a.entries() {
