@@ -611,7 +611,6 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
                 p.cast()
             }
         };
-        let base = ptr;
         let mut small = 0;
         // SAFETY: the world is stopped or this is the forked child: no thread
         // writes the slots while they are walked.
@@ -619,7 +618,7 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
             table.for_each_small_unlocked(|e| {
                 if small < room {
                     // SAFETY: small < room entries fit in the mapping.
-                    base.add(small).write(e);
+                    ptr.add(small).write(e);
                 }
                 small += 1;
             })
