@@ -223,6 +223,18 @@ pub struct ModuleInfo {
     pub segments: Vec<heapdump_format::Segment>,
 }
 
+impl ModuleInfo {
+    /// The module a MODULE record describes.
+    pub(crate) fn of(m: &heapdump_format::Module<'_>) -> ModuleInfo {
+        ModuleInfo {
+            path: String::from_utf8_lossy(m.path).into_owned(),
+            build_id: m.build_id.to_vec(),
+            bias: m.bias,
+            segments: m.segments().collect(),
+        }
+    }
+}
+
 /// A thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadInfo {

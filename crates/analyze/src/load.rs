@@ -252,12 +252,7 @@ fn find_split(dump: &heapdump_format::Dump<'_>, middle: u64) -> Option<Split> {
             (off, Record::Alloc(_) | Record::Allocs(_)) if off >= middle => return Some(Split { offset: off, allocs, modules }),
             (_, Record::Alloc(_)) => allocs += 1,
             (_, Record::Allocs(a)) => allocs += a.count as usize,
-            (_, Record::Module(m)) => modules.push(ModuleInfo {
-                path: String::from_utf8_lossy(m.path).into_owned(),
-                build_id: m.build_id.to_vec(),
-                bias: m.bias,
-                segments: m.segments().collect(),
-            }),
+            (_, Record::Module(m)) => modules.push(ModuleInfo::of(&m)),
             _ => {}
         }
     }
@@ -360,12 +355,7 @@ impl Pass1 {
                         // Blocks read before it were not checked against it.
                         self.module_words = None;
                     }
-                    heap.modules.push(ModuleInfo {
-                        path: String::from_utf8_lossy(m.path).into_owned(),
-                        build_id: m.build_id.to_vec(),
-                        bias: m.bias,
-                        segments: m.segments().collect(),
-                    })
+                    heap.modules.push(ModuleInfo::of(&m))
                 }
                 Record::Thread(t) => heap.threads.push(ThreadInfo {
                     tid: t.tid,

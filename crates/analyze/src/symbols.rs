@@ -270,7 +270,7 @@ impl<'h> Symbolizer<'h> {
     /// All frames of a site, inlined frames expanded, innermost first,
     /// starting at the allocation function the program called.
     pub fn site_frames(&mut self, site: SiteId) -> Vec<Frame> {
-        self.site_addresses(site).into_iter().flat_map(|a| self.program_frames(a)).collect()
+        self.site_frames_until(site, |_, _| false)
     }
 
     /// A site's frames, innermost first, resolved a return address at a
