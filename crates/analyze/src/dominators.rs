@@ -109,19 +109,31 @@ pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
 }
 
 /// Leak classes and the dominator tree headed by the lost structures'
-/// leaders, the leaks computed on a second thread while the dominator walk
-/// from the roots runs (it needs the leaders only after that walk).
+/// leaders. A second thread computes the leaks while the dominator walk
+/// from the roots runs (it needs the leaders only after that walk), then
+/// the predecessor lists.
 pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -> (crate::leaks::Leaks, Dominators) {
     std::thread::scope(|s| {
-        let job = s.spawn(|| crate::leaks::analyze(heap, contents));
-        let mut leaks = None;
-        let d = compute_with(heap, || {
-            let l = job.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-            let heads = l.heads();
-            leaks = Some(l);
-            heads
+        let (send, leaks) = std::sync::mpsc::sync_channel(1);
+        let helper = s.spawn(move || {
+            // The receiver lives until the walk has taken the leaks (or
+            // has failed, and then nobody needs them).
+            let _ = send.send(crate::leaks::analyze(heap, contents));
+            Predecessors::of(heap)
         });
-        let leaks = leaks.unwrap_or_else(|| crate::leaks::analyze(heap, contents));
+        let mut got = None;
+        let d = compute_in(
+            heap,
+            || {
+                // Only a panic on the helper drops the sender unsent.
+                let l = leaks.recv().unwrap_or_else(|_| crate::leaks::analyze(heap, contents));
+                let heads = l.heads();
+                got = Some(l);
+                heads
+            },
+            || helper.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+        );
+        let leaks = got.unwrap_or_else(|| crate::leaks::analyze(heap, contents));
         (leaks, d)
     })
 }
@@ -133,8 +145,18 @@ pub fn of_dump(file: &crate::DumpFile, heap: &Heap) -> (crate::leaks::Leaks, Dom
 
 /// [`compute`], asking for the extra roots only once the walk from the
 /// roots is done (the same tree: the extra roots come after the roots
-/// among the virtual root's children).
+/// among the virtual root's children). The predecessor lists are built on
+/// a second thread while the walk runs.
 pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> Dominators {
+    std::thread::scope(|s| {
+        let helper = s.spawn(|| Predecessors::of(heap));
+        compute_in(heap, extra_roots, || helper.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+    })
+}
+
+/// The dominator computation, `predecessors` giving the heap's
+/// predecessor lists once the depth-first walk is done.
+fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecessors: impl FnOnce() -> Predecessors) -> Dominators {
     let n = heap.len() + 1;
     // Children of the virtual root, deduplicated, in order.
     let mut root_children: Vec<u32> = Vec::new();
@@ -145,11 +167,8 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
             root_children.push(v);
         }
     }
-    // Per node, side by side: its preorder number (1-based; 0 =
-    // unvisited) and how many edges point to it, counted as the walk
-    // reads each edge's number (the same cache line: a separate pass over
-    // the edges for the counts took 0.46 s at 10 M dense blocks).
-    let mut dfn = vec![[0u32; 2]; n];
+    // Each node's preorder number (1-based; 0 = unvisited).
+    let mut dfn = vec![0u32; n];
     // Successors of node v (node = block + 1; 0 = the virtual root).
     let succ = |root_children: &[u32], v: u32, k: usize| -> Option<u32> {
         if v == 0 {
@@ -170,25 +189,24 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     const AHEAD: usize = 16;
     let (starts, targets) = heap.raw_edges();
     let mut dfs_from =
-        |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [[u32; 2]], vertex: &mut Vec<u32>, parent: &mut Vec<u32>| {
+        |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut Vec<u32>| {
             vertex.push(start);
             parent.push(parent_dfn);
             next.push(0);
-            dfn[start as usize][0] = vertex.len() as u32;
+            dfn[start as usize] = vertex.len() as u32;
             let first = vertex.len() - 1;
             let mut cur = first;
             loop {
                 let v = vertex[cur];
                 let k = next[cur] as usize;
-                // A node of many edges (an array of pointers, a hash
-                // table: where most of a large heap hangs) is read a few
-                // edges ahead, in three stages: a target's edge range,
-                // then its edge list, then its number and those of its
-                // first few targets, which the walk reads when it enters
-                // it (otherwise a miss each, one after the other: the
-                // walk of benches/c/dense.c's 10 M blocks of two random
-                // pointers, held from one array, took 2.2 s without
-                // this, 1.1 s with it).
+                // A node of many edges (an array of pointers, a hash table:
+                // where most of a large heap hangs) is read a few edges
+                // ahead, in three stages: a target's edge range, then its edge
+                // list, then its number and those of its first few targets,
+                // which the walk reads when it enters it (otherwise a miss
+                // each, one after the other: the walk of benches/c/dense.c's
+                // 10 M blocks of two random pointers, held from one array,
+                // took 2.2 s without this, 1.1 s with it).
                 if let Some(t) = succ(root_children, v, k + 3 * AHEAD) {
                     prefetch(starts, t as usize - 1);
                 }
@@ -206,12 +224,11 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
                 match succ(root_children, v, k) {
                     Some(w) => {
                         next[cur] += 1;
-                        dfn[w as usize][1] += 1;
-                        if dfn[w as usize][0] == 0 {
+                        if dfn[w as usize] == 0 {
                             vertex.push(w);
                             parent.push(cur as u32);
                             next.push(0);
-                            dfn[w as usize][0] = vertex.len() as u32;
+                            dfn[w as usize] = vertex.len() as u32;
                             cur = vertex.len() - 1;
                         }
                     }
@@ -226,8 +243,7 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
         let v = b.0 + 1;
         if is_child.insert(v) {
             root_children.push(v);
-            dfn[v as usize][1] += 1;
-            if dfn[v as usize][0] == 0 {
+            if dfn[v as usize] == 0 {
                 dfs_from(v, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
             }
         }
@@ -235,70 +251,35 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     drop(is_child);
     // Whatever the roots and leaders do not reach hangs off the root too.
     for start in 1..n as u32 {
-        if dfn[start as usize][0] == 0 {
+        if dfn[start as usize] == 0 {
             root_children.push(start);
-            dfn[start as usize][1] += 1;
             dfs_from(start, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
         }
     }
     drop(next);
     let count = vertex.len();
 
-    // Predecessors in dfn space (CSR): the counts the walk kept, in
-    // preorder, then the edges walked in block order (sequential reads of
-    // the heap's tables; every node was visited).
-    let mut pred_start = vec![0u32; count + 1];
-    const GATHER_AHEAD: usize = 16;
-    for i in 0..count {
-        if let Some(&ahead) = vertex.get(i + GATHER_AHEAD) {
-            prefetch(&dfn, ahead as usize);
-        }
-        pred_start[i + 1] = dfn[vertex[i] as usize][1];
-    }
-    for i in 0..count {
-        pred_start[i + 1] += pred_start[i];
-    }
-    let mut preds = vec![0u32; pred_start[count] as usize];
-    // Fill from the end of each range backwards, reusing pred_start's
-    // shifted values as cursors (no second array).
-    for_edges(heap, &root_children, &dfn, &mut pred_start, |pred_start, v, w| {
-        let wi = dfn[w as usize][0] as usize;
-        pred_start[wi] -= 1;
-        preds[pred_start[wi] as usize] = dfn[v][0] - 1;
+    // The heap's predecessor lists (by node, built while the walk ran),
+    // renumbered in place to preorder numbers (0-based), each node's DFS
+    // parent moved to the front of its list and marked: then the parents
+    // go (a child of the virtual root, whose number 0 no list holds,
+    // has no mark). Two threads, each over half of the nodes.
+    let Predecessors { start, mut preds } = predecessors();
+    let mid = n / 2;
+    let (low, high) = preds.split_at_mut(start[mid] as usize);
+    std::thread::scope(|s| {
+        let (dfn, parent, start) = (&dfn, &parent, &start);
+        s.spawn(move || renumber(dfn, parent, mid, &start[mid..], high));
+        renumber(dfn, parent, 0, &start[..=mid], low);
     });
-    // pred_start[wi] now is the start of w's range, for wi in 1..=count:
-    // shift down by one so that index wi-1 (0-based dfn) starts there.
-    pred_start.remove(0);
-    pred_start.push(preds.len() as u32);
-    drop(dfn);
-    // The DFS parent is one of each node's predecessors: moved to the front
-    // of its range, it is kept there instead of in an array of its own.
-    // Then the front of each range is marked (every node but the virtual
-    // root has a predecessor, its parent), and the ranges' starts go: the
-    // lists are read in order, forwards or backwards, never at random.
-    for w in 1..count {
-        let range = &mut preds[pred_start[w] as usize..pred_start[w + 1] as usize];
-        if let Some(i) = range.iter().position(|&p| p == parent[w]) {
-            range.swap(0, i);
-        }
-        if let Some(first) = range.first_mut() {
-            *first |= FIRST;
-        }
+    // The virtual root's children have their semidominator in it.
+    for c in root_children.iter_mut() {
+        *c = dfn[*c as usize] - 1;
     }
-    drop((parent, pred_start));
-    // The range of the list that ends at `*end`, moving `*end` to its start.
-    let prev_list = |end: &mut usize| -> std::ops::Range<usize> {
-        let e = *end;
-        let mut b = e;
-        while b > 0 {
-            b -= 1;
-            if preds[b] & FIRST != 0 {
-                break;
-            }
-        }
-        *end = b;
-        b..e
-    };
+    drop((dfn, parent));
+    // Node v's list, and its DFS parent's number (0-based).
+    let list = |v: u32| &preds[start[v as usize] as usize..start[v as usize + 1] as usize];
+    let parent_of = |list: &[u32]| list.first().filter(|&&p| p & FIRST != 0).map_or(0, |&p| p & !FIRST);
 
     // Semi-NCA in dfn space (0-based). Each node's record holds, side by
     // side so that one cache miss fetches them: its ancestor in the
@@ -307,65 +288,70 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     // smallest semidominator number on its compressed path (`best`, what
     // Lengauer–Tarjan's `eval` returns the label of), and its own
     // semidominator number.
-    let mut info: Vec<Info> = (0..count).map(|w| Info { ancestor: 0, best: w as u32, semi: w as u32 }).collect();
-    let mut w = 0;
-    for &p in &preds {
-        if p & FIRST != 0 {
-            w += 1;
-            info[w].ancestor = p & !FIRST;
-        }
+    const INIT_AHEAD: usize = 16;
+    let mut info: Vec<Info> = (0..count)
+        .map(|w| {
+            if let Some(&v) = vertex.get(w + 2 * INIT_AHEAD) {
+                prefetch(&start, v as usize);
+            }
+            if let Some(&v) = vertex.get(w + INIT_AHEAD) {
+                prefetch(&preds, start[v as usize] as usize);
+            }
+            Info { ancestor: parent_of(list(vertex[w])), best: w as u32, semi: w as u32 }
+        })
+        .collect();
+    for &c in &root_children {
+        info[c as usize].semi = 0;
     }
+    drop(root_children);
     {
         let mut path: Vec<u32> = Vec::new();
-        // The nodes this loop reads a few steps on, prefetched in two
-        // stages: a predecessor, then (once it has arrived) its ancestor.
-        // Three cursors walk the lists backwards: this node's, and those
-        // AHEAD and 2 * AHEAD nodes on.
+        // The nodes this loop reads a few steps on, prefetched in four
+        // stages: a node's list bounds, its list, its predecessors, then
+        // (once they have arrived) their ancestors.
         const AHEAD: usize = 8;
-        let mut end = preds.len();
-        let mut end_a = end;
-        let mut end_b = end;
-        for _ in 0..AHEAD.min(count - 1) {
-            prev_list(&mut end_a);
-        }
-        for _ in 0..(2 * AHEAD).min(count - 1) {
-            prev_list(&mut end_b);
-        }
         for w in (1..count).rev() {
+            if let Some(&v) = w.checked_sub(4 * AHEAD).and_then(|a| vertex.get(a)) {
+                prefetch(&start, v as usize);
+            }
+            if let Some(&v) = w.checked_sub(3 * AHEAD).and_then(|a| vertex.get(a)) {
+                prefetch(&preds, start[v as usize] as usize);
+            }
+            if let Some(&v) = w.checked_sub(2 * AHEAD).and_then(|a| vertex.get(a)) {
+                for &p in list(v) {
+                    prefetch(&info, (p & !FIRST) as usize);
+                }
+            }
+            if let Some(&v) = w.checked_sub(AHEAD).and_then(|a| vertex.get(a)) {
+                for &p in list(v) {
+                    prefetch(&info, info[(p & !FIRST) as usize].ancestor as usize);
+                }
+            }
             let mut s = info[w].semi;
-            if w > 2 * AHEAD {
-                for &v in &preds[prev_list(&mut end_b)] {
-                    prefetch(&info, (v & !FIRST) as usize);
-                }
-            }
-            if w > AHEAD {
-                for &v in &preds[prev_list(&mut end_a)] {
-                    prefetch(&info, info[(v & !FIRST) as usize].ancestor as usize);
-                }
-            }
-            for &v in &preds[prev_list(&mut end)] {
-                s = s.min(eval(v & !FIRST, w as u32 + 1, &mut info, &mut path));
+            for &p in list(vertex[w]) {
+                s = s.min(eval(p & !FIRST, w as u32 + 1, &mut info, &mut path));
             }
             info[w].semi = s;
             info[w].best = s;
         }
     }
     // Immediate dominators, in place over the ancestors (idom[w] needs
-    // only idom of smaller numbers and semi[w] itself), walking the lists
-    // forwards for each node's parent.
-    let mut w = 0;
-    for &p in &preds {
-        if p & FIRST != 0 {
-            w += 1;
-            let s = info[w].semi;
-            let mut d = p & !FIRST;
-            while d > s {
-                d = info[d as usize].ancestor;
-            }
-            info[w].ancestor = d;
+    // only idom of smaller numbers and semi[w] itself).
+    for w in 1..count {
+        if let Some(&v) = vertex.get(w + 2 * INIT_AHEAD) {
+            prefetch(&start, v as usize);
         }
+        if let Some(&v) = vertex.get(w + INIT_AHEAD) {
+            prefetch(&preds, start[v as usize] as usize);
+        }
+        let s = info[w].semi;
+        let mut d = parent_of(list(vertex[w]));
+        while d > s {
+            d = info[d as usize].ancestor;
+        }
+        info[w].ancestor = d;
     }
-    drop(preds);
+    drop((preds, start));
     let idom_d: Vec<u32> = info.iter().map(|i| i.ancestor).collect();
     drop(info);
 
@@ -390,25 +376,69 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     Dominators { idom: idom.into(), retained: retained.into(), dominated: dominated.into() }
 }
 
-/// Calls `f(slots, v, w)` for every edge v -> w of the graph (nodes: the
-/// virtual root 0, block b as b + 1), in block order, where `slots` is
-/// indexed by the target's number `dfn[w][0]`. Reading the heap's edges in
-/// order, it prefetches two stages ahead: a target's number, then (once
-/// that has arrived) its slot.
-fn for_edges(heap: &Heap, root_children: &[u32], dfn: &[[u32; 2]], slots: &mut [u32], mut f: impl FnMut(&mut [u32], usize, u32)) {
-    const AHEAD: usize = 16;
-    let (starts, targets) = heap.raw_edges();
-    let node_at = |k: usize| targets.get(k).map_or(0, |&t| (t & !INTERIOR) as usize + 1);
-    for &w in root_children {
-        f(slots, 0, w);
-    }
-    for b in 0..heap.len() {
-        for k in starts[b] as usize..starts[b + 1] as usize {
-            prefetch(dfn, node_at(k + 2 * AHEAD));
-            if let Some(&[d, _]) = dfn.get(node_at(k + AHEAD)) {
-                prefetch(slots, d as usize);
+/// The heap's predecessor lists, by node (the virtual root 0, block b as
+/// b + 1): node v's are `preds[start[v]..start[v + 1]]`. The virtual
+/// root's edges are not in them.
+struct Predecessors {
+    start: Vec<u32>,
+    preds: Vec<u32>,
+}
+
+impl Predecessors {
+    /// Counts each node's predecessors, then fills the lists from their
+    /// ends, reading the heap's edges in order (a target's count
+    /// prefetched a few edges ahead: the writes go all over the tables).
+    fn of(heap: &Heap) -> Predecessors {
+        const AHEAD: usize = 16;
+        let n = heap.len() + 1;
+        let (starts, targets) = heap.raw_edges();
+        let node_at = |k: usize| targets.get(k).map_or(n, |&t| (t & !INTERIOR) as usize + 1);
+        let mut start = vec![0u32; n + 1];
+        for k in 0..targets.len() {
+            prefetch(&start, node_at(k + AHEAD));
+            start[node_at(k)] += 1;
+        }
+        // start[v]: the end of v's list.
+        for v in 1..n {
+            start[v] += start[v - 1];
+        }
+        start[n] = targets.len() as u32;
+        let mut preds = vec![0u32; targets.len()];
+        for b in 0..heap.len() {
+            for k in starts[b] as usize..starts[b + 1] as usize {
+                prefetch(&start, node_at(k + AHEAD));
+                let w = node_at(k);
+                start[w] -= 1;
+                preds[start[w] as usize] = b as u32 + 1;
             }
-            f(slots, b + 1, node_at(k) as u32);
+        }
+        Predecessors { start, preds }
+    }
+}
+
+/// Renumbers the lists of the nodes from `first` on that `start` bounds
+/// (`start[0]` at `preds[0]`) from nodes to preorder numbers (0-based),
+/// and moves each one's DFS parent to its front, marked [`FIRST`].
+fn renumber(dfn: &[u32], parent: &[u32], first: usize, start: &[u32], preds: &mut [u32]) {
+    const AHEAD: usize = 16;
+    let base = start[0] as usize;
+    for i in 0..start.len() - 1 {
+        let v = first + i;
+        if let Some(&ahead) = dfn.get(v + AHEAD) {
+            prefetch(parent, ahead as usize - 1);
+        }
+        let range = start[i] as usize - base..start[i + 1] as usize - base;
+        let p = parent[dfn[v] as usize - 1];
+        for k in range.clone() {
+            if let Some(&ahead) = preds.get(k + AHEAD) {
+                prefetch(dfn, ahead as usize);
+            }
+            preds[k] = dfn[preds[k] as usize] - 1;
+        }
+        let list = &mut preds[range];
+        if let Some(i) = list.iter().position(|&x| x == p) {
+            list.swap(0, i);
+            list[0] |= FIRST;
         }
     }
 }
