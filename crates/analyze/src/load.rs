@@ -998,7 +998,18 @@ mod tests {
                 flags: 0,
                 first_word,
             };
-            let links: Vec<Link> = (0..i.min(2)).map(|k| Link { offset: 8 + 8 * k, target: (x >> (20 * k)) % i, delta: 0 }).collect();
+            // Interior pointers; in the second half, some past their
+            // target's size or to an allocation the dump does not hold:
+            // not pointers.
+            let late = i > blocks / 2;
+            let links: Vec<Link> = (0..i.min(2))
+                .map(|k| match (k, i % 7, i % 11, i % 13) {
+                    (1, 0, _, _) => Link { offset: 16, target: (x >> 20) % i, delta: 8 },
+                    (0, _, 0, _) if late => Link { offset: 8, target: x % i, delta: 100 },
+                    (1, _, _, 0) if late => Link { offset: 16, target: blocks + 3, delta: 0 },
+                    _ => Link { offset: 8 + 8 * k, target: (x >> (20 * k)) % i, delta: 0 },
+                })
+                .collect();
             w.dense_alloc(&info, links.len() as u64, links.into_iter()).unwrap();
         }
         w.finish(0).unwrap().0
@@ -1049,7 +1060,14 @@ mod tests {
         let file = DumpFile::open(&path).unwrap();
         let dump = file.dump().unwrap();
         assert!(find_split(&dump, bytes.len() as u64 / 2).is_some(), "the dump is split");
-        assert!(Heap::load(&file, &mut |_, _| {}).unwrap().module_words.as_ref().is_some_and(|w| w.len() == 60));
+        let heap = Heap::load(&file, &mut |_, _| {}).unwrap();
+        assert!(heap.module_words.as_ref().is_some_and(|w| w.len() == 60));
+        // 2 pointers a block but the first two blocks' (597), less those
+        // past their target (14 of the blocks 154, 165, …, 297) and to no
+        // target (10 of 156, 169, …, 299, not 182 nor 273); the interior
+        // ones of 7, 14, …, 294.
+        let interior = (0..heap.len()).flat_map(|b| heap.edges(BlockId(b as u32))).filter(|e| e.interior).count();
+        assert_eq!((heap.edge_count(), interior), (597 - 14 - 10, 42));
         for cut in (raw::FILE_HEADER_SIZE..bytes.len()).step_by(3) {
             check(&bytes[..cut], &format!("cut at {cut}"));
         }
