@@ -324,18 +324,45 @@ impl Blocks {
 
     /// The blocks of `parts`, one after the other, in address order.
     pub(crate) fn from_sorted(parts: &[&[Block]]) -> Blocks {
-        let mut packed = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-        let mut wide = HashMap::new();
-        for (i, x) in parts.iter().flat_map(|p| p.iter()).enumerate() {
-            let (size, site) = if x.size < Self::WIDE && x.site.0 < 1 << 24 {
-                (x.size, x.site.0)
-            } else {
-                wide.insert(i as u32, (x.size, x.site));
-                (Self::WIDE, 0)
-            };
-            packed.push(Packed { addr: x.addr, rest: size | u64::from(site) << 32 | u64::from(x.flags) << 56 });
+        let mut blocks = Blocks::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for &x in parts.iter().flat_map(|p| p.iter()) {
+            blocks.push(x);
         }
-        Blocks { packed: packed.into(), wide }
+        blocks
+    }
+
+    pub(crate) fn with_capacity(n: usize) -> Blocks {
+        Blocks { packed: Vec::with_capacity(n).into(), wide: HashMap::new() }
+    }
+
+    /// Adds a block after the others (the caller keeps them in address
+    /// order, or sorts them after: see `Heap::load`).
+    #[inline]
+    pub(crate) fn push(&mut self, x: Block) {
+        let i = self.packed.len() as u32;
+        let (size, site) = if x.size < Self::WIDE && x.site.0 < 1 << 24 {
+            (x.size, x.site.0)
+        } else {
+            self.wide.insert(i, (x.size, x.site));
+            (Self::WIDE, 0)
+        };
+        self.packed.to_mut().push(Packed { addr: x.addr, rest: size | u64::from(site) << 32 | u64::from(x.flags) << 56 });
+    }
+
+    /// Adds `later`'s blocks after these.
+    pub(crate) fn append(&mut self, later: Blocks) {
+        let base = self.packed.len() as u32;
+        self.packed.to_mut().extend_from_slice(&later.packed);
+        self.wide.extend(later.wide.into_iter().map(|(i, w)| (i + base, w)));
+    }
+
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.packed.to_mut().reserve(n);
+    }
+
+    /// The last block.
+    pub(crate) fn last(&self) -> Option<Block> {
+        self.len().checked_sub(1).map(|i| self.get(i))
     }
 
     #[inline]

@@ -79,11 +79,21 @@ impl Heap {
             }
             None => (Pass1::new(*dump.header(), capacity, None).run(dump.records(), .., true, whole_file, fmt_err, progress)?, None, None),
         };
-        let Pass1 { mut heap, mut list, mut sorted, mut pointers, mut split, mut after_roots, mut module_words, end_of_valid, .. } = first;
+        let Pass1 {
+            mut heap,
+            mut blocks,
+            mut sorted,
+            mut apart,
+            mut pointers,
+            mut split,
+            mut after_roots,
+            mut module_words,
+            end_of_valid,
+            ..
+        } = first;
         // The second half's blocks, after the first's.
-        let mut second_list = Vec::new();
         if let (Some(b), Some(offset)) = (second, at) {
-            split = Some((offset, list.len()));
+            split = Some((offset, blocks.len()));
             if b.process {
                 (heap.exe, heap.cmdline, heap.backtrace, heap.sample_mean) =
                     (b.heap.exe, b.heap.cmdline, b.heap.backtrace, b.heap.sample_mean);
@@ -92,43 +102,42 @@ impl Heap {
             heap.threads.extend(b.heap.threads);
             heap.sites.extend(b.heap.sites);
             heap.signal = b.heap.signal.or(heap.signal);
-            sorted &= b.sorted && list.last().zip(b.list.first()).is_none_or(|(x, y)| x.addr < y.addr);
+            let seam = blocks.last().zip((b.blocks.len() > 0).then(|| b.blocks.get(0)));
+            sorted &= b.sorted && seam.is_none_or(|(x, y)| x.addr < y.addr);
+            apart &= b.apart && seam.is_none_or(|(x, y)| !overlap(&x, &y));
             pointers = [pointers[0] + b.pointers[0], pointers[1] + b.pointers[1]];
             after_roots |= b.after_roots;
             module_words = module_words.zip(b.module_words).map(|(mut x, y)| {
                 x.extend(y);
                 x
             });
-            if list.len() + b.list.len() > MAX_BLOCKS {
+            if blocks.len() + b.blocks.len() > MAX_BLOCKS {
                 return Err(AnalyzeError::TooLarge {
                     path: file.path().to_path_buf(),
                     what: format!("more than {MAX_BLOCKS} allocations"),
                 });
             }
-            second_list = b.list;
+            blocks.append(b.blocks);
         }
         heap.roots_complete = heap.truncated.is_none() || after_roots;
         heap.module_words = module_words;
-        // Sort by address when needed (the halves joined first), remembering
-        // each block's record.
-        let n = list.len() + second_list.len();
+        // Sort by address when needed, remembering each block's record.
+        let n = blocks.len();
         let rec_of: Option<Vec<u32>> = (!sorted).then(|| {
-            list.append(&mut second_list);
+            let list: Vec<Block> = (0..n).map(|i| blocks.get(i)).collect();
             let mut order: Vec<(u64, u32)> = list.iter().enumerate().map(|(i, b)| (b.addr, i as u32)).collect();
             order.sort_unstable_by_key(|p| p.0);
-            list = order.iter().map(|&(_, i)| list[i as usize]).collect();
+            let list: Vec<Block> = order.iter().map(|&(_, i)| list[i as usize]).collect();
+            apart = !list.windows(2).any(|w| overlap(&w[0], &w[1]));
+            blocks = Blocks::from_sorted(&[&list]);
             order.into_iter().map(|(_, i)| i).collect()
         });
         // Overlapping or duplicate blocks would make lookups ambiguous: a
         // writer never produces them, so they mean a damaged dump.
-        let overlap = |x: &Block, y: &Block| y.addr < x.addr.saturating_add(x.size.max(1));
-        if list.windows(2).chain(second_list.windows(2)).any(|w| overlap(&w[0], &w[1]))
-            || list.last().zip(second_list.first()).is_some_and(|(x, y)| overlap(x, y))
-        {
+        if !apart {
             return Err(fmt_err(heapdump_format::Error::Malformed { offset: 0, what: "two allocations overlap" }));
         }
-        heap.blocks = Blocks::from_sorted(&[&list, &second_list]);
-        drop((list, second_list));
+        heap.blocks = blocks;
         // ALLOCS pointers name their targets by ordinal (file order): the
         // block of each ordinal, when the sort moved them.
         let block_of: Option<Vec<u32>> = rec_of.as_ref().map(|rec_of| {
@@ -266,9 +275,12 @@ struct Pass1 {
     heap: Heap,
     /// Whether a PROCESS record was read.
     process: bool,
-    list: Vec<Block>,
+    /// The blocks in record order.
+    blocks: Blocks,
     /// Whether the blocks came in address order.
     sorted: bool,
+    /// Whether each block ended before the next one began.
+    apart: bool,
     /// Pointers before and from `split`, to size pass 2's tables.
     pointers: [usize; 2],
     /// Where pass 2 splits: the first ALLOC record past the middle of the
@@ -290,8 +302,9 @@ impl Pass1 {
         Pass1 {
             heap: Heap::empty(header),
             process: false,
-            list: Vec::with_capacity(capacity),
+            blocks: Blocks::with_capacity(capacity),
             sorted: true,
+            apart: true,
             pointers: [0; 2],
             split: None,
             after_roots: false,
@@ -320,7 +333,7 @@ impl Pass1 {
         self.end_of_valid = file_len as usize;
         let too_many = || AnalyzeError::TooLarge { path: path.to_path_buf(), what: format!("more than {MAX_BLOCKS} allocations") };
         let heap = &mut self.heap;
-        let list = &mut self.list;
+        let list = &mut self.blocks;
         for r in records {
             let (off, rec) = match r {
                 Ok(x) => x,
@@ -375,8 +388,10 @@ impl Pass1 {
                     if list.len() >= MAX_BLOCKS {
                         return Err(too_many());
                     }
+                    let block = Block { addr: a.address, size: a.size, site: SiteId(a.site), flags: a.flags };
                     if let Some(last) = list.last() {
                         self.sorted &= last.addr < a.address;
+                        self.apart &= !overlap(&last, &block);
                     }
                     if let heapdump_format::ContentsRef::Compact(p) = a.contents {
                         self.pointers[usize::from(self.split.is_some())] += p.len();
@@ -386,7 +401,7 @@ impl Pass1 {
                     if let Some(words) = self.module_words.as_mut().filter(|_| ranges.contains(first)) {
                         words.push([a.address, first]);
                     }
-                    list.push(Block { addr: a.address, size: a.size, site: SiteId(a.site), flags: a.flags });
+                    list.push(block);
                 }
                 Record::Allocs(a) => {
                     self.after_roots = true;
@@ -401,15 +416,17 @@ impl Pass1 {
                     let ranges = self.ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
                     for e in a.entries() {
                         let e = e.map_err(fmt_err)?;
+                        let block = Block { addr: e.address, size: e.size, site: SiteId(e.site), flags: e.flags };
                         if let Some(last) = list.last() {
                             self.sorted &= last.addr < e.address;
+                            self.apart &= !overlap(&last, &block);
                         }
                         if let heapdump_format::FirstWord::Value(v) = e.first_word {
                             if let Some(words) = self.module_words.as_mut().filter(|_| ranges.contains(v)) {
                                 words.push([e.address, v]);
                             }
                         }
-                        list.push(Block { addr: e.address, size: e.size, site: SiteId(e.site), flags: e.flags });
+                        list.push(block);
                     }
                 }
                 Record::End(t) => heap.trailer = Some(t),
@@ -800,6 +817,12 @@ fn to_block_order(
     }
     new_start.push(new_target.len() as u32);
     (new_start, new_target, new_offset, new_into)
+}
+
+/// Whether block `y`, which starts after `x`, starts inside it (an empty
+/// block taking a byte).
+fn overlap(x: &Block, y: &Block) -> bool {
+    y.addr < x.addr.saturating_add(x.size.max(1))
 }
 
 fn is_libc(path: &str) -> bool {
