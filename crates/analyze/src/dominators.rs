@@ -351,21 +351,21 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
         }
         info[w].ancestor = d;
     }
-    drop((preds, start));
-    let idom_d: Vec<u32> = info.iter().map(|i| i.ancestor).collect();
-    drop(info);
 
     // Back to block ids; retained sizes bottom-up in reverse preorder,
-    // directly in block space.
+    // directly in block space. The lists' tables, done with, hold the
+    // immediate dominators and the counts (memory the process has
+    // touched already: fresh pages cost a fault each, 0.1 s at 10 M
+    // blocks for these two and the copy of the ancestors they replace).
     let nb = heap.len();
-    let mut idom = vec![NONE; nb];
+    let mut idom = reuse(preds, nb, NONE);
+    let mut dominated = reuse(start, nb, 0);
     let mut retained = vec![0u64; nb];
-    let mut dominated = vec![0u32; nb];
     for w in (1..count).rev() {
         let b = (vertex[w] - 1) as usize;
         retained[b] += heap.size(BlockId(b as u32));
         dominated[b] += 1;
-        let d = idom_d[w] as usize;
+        let d = info[w].ancestor as usize;
         if d != 0 {
             let db = (vertex[d] - 1) as usize;
             retained[db] += retained[b];
@@ -373,7 +373,18 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             idom[b] = db as u32;
         }
     }
+    drop(info);
     Dominators { idom: idom.into(), retained: retained.into(), dominated: dominated.into() }
+}
+
+/// `v` made `n` times `x`, in its own memory as far as it goes (what it
+/// held past `n` given back first).
+fn reuse(mut v: Vec<u32>, n: usize, x: u32) -> Vec<u32> {
+    v.truncate(n);
+    v.shrink_to_fit();
+    v.fill(x);
+    v.resize(n, x);
+    v
 }
 
 /// The heap's predecessor lists, by node (the virtual root 0, block b as
