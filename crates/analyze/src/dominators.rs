@@ -167,8 +167,14 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             root_children.push(v);
         }
     }
-    // Each node's preorder number (1-based; 0 = unvisited).
-    let mut dfn = vec![0u32; n];
+    // The walk's tables (each node's preorder number, 1-based, 0 =
+    // unvisited; by number, each node's DFS parent and next edge) live in
+    // the memory the semidominator records take after them: 12 bytes a
+    // node either way, which the kernel then faults in once (fresh pages
+    // cost about 2 us each on a VM: 60 ms for these at 10 M blocks).
+    let mut info: Vec<Info> = bytemuck::allocation::zeroed_vec(n);
+    let (dfn, rest) = bytemuck::cast_slice_mut::<Info, u32>(&mut info).split_at_mut(n);
+    let (parent, next) = rest.split_at_mut(n);
     // Successors of node v (node = block + 1; 0 = the virtual root).
     let succ = |root_children: &[u32], v: u32, k: usize| -> Option<u32> {
         if v == 0 {
@@ -184,67 +190,64 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // a node, where a stack of (node, edge) pairs as deep as a long list
     // took eight, doubled by its growth.
     let mut vertex: Vec<u32> = Vec::with_capacity(n); // dfn-1 -> node
-    let mut parent: Vec<u32> = Vec::with_capacity(n); // by dfn-1, parent's dfn-1
-    let mut next: Vec<u32> = Vec::with_capacity(n); // by dfn-1
     const AHEAD: usize = 16;
     let (starts, targets) = heap.raw_edges();
-    let mut dfs_from =
-        |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut Vec<u32>| {
-            vertex.push(start);
-            parent.push(parent_dfn);
-            next.push(0);
-            dfn[start as usize] = vertex.len() as u32;
-            let first = vertex.len() - 1;
-            let mut cur = first;
-            loop {
-                let v = vertex[cur];
-                let k = next[cur] as usize;
-                // A node of many edges (an array of pointers, a hash table:
-                // where most of a large heap hangs) is read a few edges
-                // ahead, in three stages: a target's edge range, then its edge
-                // list, then its number and those of its first few targets,
-                // which the walk reads when it enters it (otherwise a miss
-                // each, one after the other: the walk of benches/c/dense.c's
-                // 10 M blocks of two random pointers, held from one array,
-                // took 2.2 s without this, 1.1 s with it).
-                if let Some(t) = succ(root_children, v, k + 3 * AHEAD) {
-                    prefetch(starts, t as usize - 1);
-                }
-                if let Some(t) = succ(root_children, v, k + 2 * AHEAD) {
-                    if let Some(&from) = starts.get(t as usize - 1) {
-                        prefetch(targets, from as usize);
-                    }
-                }
-                if let Some(t) = succ(root_children, v, k + AHEAD) {
-                    prefetch(dfn, t as usize);
-                    for &u in heap.raw_targets(t - 1).iter().take(4) {
-                        prefetch(dfn, (u & !INTERIOR) as usize + 1);
-                    }
-                }
-                match succ(root_children, v, k) {
-                    Some(w) => {
-                        next[cur] += 1;
-                        if dfn[w as usize] == 0 {
-                            vertex.push(w);
-                            parent.push(cur as u32);
-                            next.push(0);
-                            dfn[w as usize] = vertex.len() as u32;
-                            cur = vertex.len() - 1;
-                        }
-                    }
-                    None if cur == first => break,
-                    None => cur = parent[cur] as usize,
+    let mut dfs_from = |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut [u32]| {
+        parent[vertex.len()] = parent_dfn;
+        next[vertex.len()] = 0;
+        vertex.push(start);
+        dfn[start as usize] = vertex.len() as u32;
+        let first = vertex.len() - 1;
+        let mut cur = first;
+        loop {
+            let v = vertex[cur];
+            let k = next[cur] as usize;
+            // A node of many edges (an array of pointers, a hash table:
+            // where most of a large heap hangs) is read a few edges
+            // ahead, in three stages: a target's edge range, then its edge
+            // list, then its number and those of its first few targets,
+            // which the walk reads when it enters it (otherwise a miss
+            // each, one after the other: the walk of benches/c/dense.c's
+            // 10 M blocks of two random pointers, held from one array,
+            // took 2.2 s without this, 1.1 s with it).
+            if let Some(t) = succ(root_children, v, k + 3 * AHEAD) {
+                prefetch(starts, t as usize - 1);
+            }
+            if let Some(t) = succ(root_children, v, k + 2 * AHEAD) {
+                if let Some(&from) = starts.get(t as usize - 1) {
+                    prefetch(targets, from as usize);
                 }
             }
-        };
-    dfs_from(0, NONE, &root_children, &mut dfn, &mut vertex, &mut parent);
+            if let Some(t) = succ(root_children, v, k + AHEAD) {
+                prefetch(dfn, t as usize);
+                for &u in heap.raw_targets(t - 1).iter().take(4) {
+                    prefetch(dfn, (u & !INTERIOR) as usize + 1);
+                }
+            }
+            match succ(root_children, v, k) {
+                Some(w) => {
+                    next[cur] += 1;
+                    if dfn[w as usize] == 0 {
+                        parent[vertex.len()] = cur as u32;
+                        next[vertex.len()] = 0;
+                        vertex.push(w);
+                        dfn[w as usize] = vertex.len() as u32;
+                        cur = vertex.len() - 1;
+                    }
+                }
+                None if cur == first => break,
+                None => cur = parent[cur] as usize,
+            }
+        }
+    };
+    dfs_from(0, NONE, &root_children, dfn, &mut vertex, parent);
     // Then the extra roots, as the virtual root's next children.
     for b in extra_roots() {
         let v = b.0 + 1;
         if is_child.insert(v) {
             root_children.push(v);
             if dfn[v as usize] == 0 {
-                dfs_from(v, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
+                dfs_from(v, 0, &root_children, dfn, &mut vertex, parent);
             }
         }
     }
@@ -253,10 +256,9 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     for start in 1..n as u32 {
         if dfn[start as usize] == 0 {
             root_children.push(start);
-            dfs_from(start, 0, &root_children, &mut dfn, &mut vertex, &mut parent);
+            dfs_from(start, 0, &root_children, dfn, &mut vertex, parent);
         }
     }
-    drop(next);
     let count = vertex.len();
 
     // The heap's predecessor lists (by node, built while the walk ran),
@@ -268,7 +270,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     let mid = n / 2;
     let (low, high) = preds.split_at_mut(start[mid] as usize);
     std::thread::scope(|s| {
-        let (dfn, parent, start) = (&dfn, &parent, &start);
+        let (dfn, parent, start) = (&*dfn, &*parent, &start);
         s.spawn(move || renumber(dfn, parent, mid, &start[mid..], high));
         renumber(dfn, parent, 0, &start[..=mid], low);
     });
@@ -276,7 +278,6 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     for c in root_children.iter_mut() {
         *c = dfn[*c as usize] - 1;
     }
-    drop((dfn, parent));
     // Node v's list, and its DFS parent's number (0-based).
     let list = |v: u32| &preds[start[v as usize] as usize..start[v as usize + 1] as usize];
     let parent_of = |list: &[u32]| list.first().filter(|&&p| p & FIRST != 0).map_or(0, |&p| p & !FIRST);
@@ -289,17 +290,16 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // Lengauer–Tarjan's `eval` returns the label of), and its own
     // semidominator number.
     const INIT_AHEAD: usize = 16;
-    let mut info: Vec<Info> = (0..count)
-        .map(|w| {
-            if let Some(&v) = vertex.get(w + 2 * INIT_AHEAD) {
-                prefetch(&start, v as usize);
-            }
-            if let Some(&v) = vertex.get(w + INIT_AHEAD) {
-                prefetch(&preds, start[v as usize] as usize);
-            }
-            Info { ancestor: parent_of(list(vertex[w])), best: w as u32, semi: w as u32 }
-        })
-        .collect();
+    info.truncate(count);
+    for (w, record) in info.iter_mut().enumerate() {
+        if let Some(&v) = vertex.get(w + 2 * INIT_AHEAD) {
+            prefetch(&start, v as usize);
+        }
+        if let Some(&v) = vertex.get(w + INIT_AHEAD) {
+            prefetch(&preds, start[v as usize] as usize);
+        }
+        *record = Info { ancestor: parent_of(list(vertex[w])), best: w as u32, semi: w as u32 };
+    }
     for &c in &root_children {
         info[c as usize].semi = 0;
     }
@@ -455,6 +455,8 @@ fn renumber(dfn: &[u32], parent: &[u32], first: usize, start: &[u32], preds: &mu
 }
 
 /// A node's state in the semi-NCA computation (see [`compute_with`]).
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 struct Info {
     ancestor: u32,
     best: u32,
