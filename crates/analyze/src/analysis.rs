@@ -545,28 +545,12 @@ impl<'h> Analysis<'h> {
         let c = self.children.get_or_init(|| {
             let n = self.heap.len();
             if let Some(children) = self.cache.as_ref().and_then(|c| self.read_part(c, TREE, |r, map| read_children(r, map, n))) {
+                if let Some(d) = self.dominators.get() {
+                    d.drop_children();
+                }
                 return children;
             }
-            let d = self.dominators();
-            let parent = |i: usize| d.idom(BlockId(i as u32)).map_or(n, |b| b.index());
-            let mut start = vec![0u32; n + 2];
-            for i in 0..n {
-                start[parent(i) + 1] += 1;
-            }
-            for i in 0..=n {
-                start[i + 1] += start[i];
-            }
-            let mut fill = start.clone();
-            let mut list = vec![0u32; n];
-            for i in 0..n {
-                let p = parent(i);
-                list[fill[p] as usize] = i as u32;
-                fill[p] += 1;
-            }
-            for p in 0..=n {
-                let s = &mut list[start[p] as usize..start[p + 1] as usize];
-                s.sort_by(|&a, &b| d.retained[b as usize].cmp(&d.retained[a as usize]).then(a.cmp(&b)));
-            }
+            let (start, list) = self.dominators().take_children();
             self.keep_part(TREE, n * 8, |b| {
                 b.slab(&start);
                 b.slab(&list);

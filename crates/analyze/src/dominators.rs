@@ -28,12 +28,29 @@ pub struct Dominators {
     pub retained: Slab<u64>,
     /// Number of blocks each block dominates, itself included.
     pub dominated: Slab<u32>,
+    /// The children lists (see [`children_lists`]) the computation made
+    /// in its own spent memory, until taken.
+    children: std::sync::Mutex<Option<(Vec<u32>, Vec<u32>)>>,
 }
 
 impl Dominators {
     /// A tree as [`Dominators::parts`] gave it (from a cache).
     pub fn from_parts(idom: Slab<u32>, retained: Slab<u64>, dominated: Slab<u32>) -> Dominators {
-        Dominators { idom, retained, dominated }
+        Dominators { idom, retained, dominated, children: Default::default() }
+    }
+
+    /// The children lists, `(start, list)` as [`children_lists`] gives
+    /// them: made now, unless the computation left them (taken then).
+    pub(crate) fn take_children(&self) -> (Vec<u32>, Vec<u32>) {
+        let left = self.children.lock().map(|mut c| c.take()).unwrap_or(None);
+        left.unwrap_or_else(|| children_lists(&self.idom, &self.retained, Vec::new(), Vec::new()))
+    }
+
+    /// Gives back the memory of children lists nobody took.
+    pub(crate) fn drop_children(&self) {
+        if let Ok(mut c) = self.children.lock() {
+            c.take();
+        }
     }
 
     /// The immediate dominators (`u32::MAX`: the virtual root), retained
@@ -373,8 +390,49 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             idom[b] = db as u32;
         }
     }
-    drop(info);
-    Dominators { idom: idom.into(), retained: retained.into(), dominated: dominated.into() }
+    // The children lists, in the memory of the records and of the
+    // preorder (the same fault-saving as above: 20 K pages at 10 M).
+    let spare = bytemuck::allocation::try_cast_vec::<Info, u32>(info).unwrap_or_default();
+    let children = children_lists(&idom, &retained, spare, vertex);
+    Dominators {
+        idom: idom.into(),
+        retained: retained.into(),
+        dominated: dominated.into(),
+        children: std::sync::Mutex::new(Some(children)),
+    }
+}
+
+/// The dominator tree's children lists, `(start, list)`: those of block
+/// `b` are `list[start[b]..start[b + 1]]`, the virtual root's at index
+/// `n`, each largest retained size first (then by block). `list` and
+/// `fill` are memory to reuse, whatever they hold.
+pub(crate) fn children_lists(idom: &[u32], retained: &[u64], mut list: Vec<u32>, mut fill: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
+    let n = idom.len();
+    // What `list` holds past `n` given back before `start` is made.
+    list.truncate(n);
+    list.shrink_to_fit();
+    let parent = |i: usize| if idom[i] == NONE { n } else { idom[i] as usize };
+    let mut start = vec![0u32; n + 2];
+    for i in 0..n {
+        start[parent(i) + 1] += 1;
+    }
+    for i in 0..=n {
+        start[i + 1] += start[i];
+    }
+    fill.clear();
+    fill.extend_from_slice(&start);
+    list.resize(n, 0);
+    for i in 0..n {
+        let p = parent(i);
+        list[fill[p] as usize] = i as u32;
+        fill[p] += 1;
+    }
+    drop(fill);
+    for p in 0..=n {
+        let s = &mut list[start[p] as usize..start[p + 1] as usize];
+        s.sort_by(|&a, &b| retained[b as usize].cmp(&retained[a as usize]).then(a.cmp(&b)));
+    }
+    (start, list)
 }
 
 /// `v` made `n` times `x`, in its own memory as far as it goes (what it
