@@ -312,7 +312,7 @@ pub(crate) struct Blocks {
 }
 
 /// A block as [`Blocks`] stores it.
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub(crate) struct Packed {
     pub(crate) addr: u64,
@@ -335,34 +335,29 @@ impl Blocks {
         Blocks { packed: Vec::with_capacity(n).into(), wide: HashMap::new() }
     }
 
-    /// Adds a block after the others (the caller keeps them in address
-    /// order, or sorts them after: see `Heap::load`).
+    /// The table of packed blocks and the wide ones by index.
+    pub(crate) fn from_parts(packed: Vec<Packed>, wide: HashMap<u32, (u64, SiteId)>) -> Blocks {
+        Blocks { packed: packed.into(), wide }
+    }
+
+    /// Adds a block after the others (kept in address order).
     #[inline]
     pub(crate) fn push(&mut self, x: Block) {
-        let i = self.packed.len() as u32;
+        let p = Self::pack(self.packed.len() as u32, &x, &mut self.wide);
+        self.packed.to_mut().push(p);
+    }
+
+    /// Block `x` packed as the table's `i`th, its size and site noted in
+    /// `wide` when they do not fit.
+    #[inline]
+    pub(crate) fn pack(i: u32, x: &Block, wide: &mut HashMap<u32, (u64, SiteId)>) -> Packed {
         let (size, site) = if x.size < Self::WIDE && x.site.0 < 1 << 24 {
             (x.size, x.site.0)
         } else {
-            self.wide.insert(i, (x.size, x.site));
+            wide.insert(i, (x.size, x.site));
             (Self::WIDE, 0)
         };
-        self.packed.to_mut().push(Packed { addr: x.addr, rest: size | u64::from(site) << 32 | u64::from(x.flags) << 56 });
-    }
-
-    /// Adds `later`'s blocks after these.
-    pub(crate) fn append(&mut self, later: Blocks) {
-        let base = self.packed.len() as u32;
-        self.packed.to_mut().extend_from_slice(&later.packed);
-        self.wide.extend(later.wide.into_iter().map(|(i, w)| (i + base, w)));
-    }
-
-    pub(crate) fn reserve(&mut self, n: usize) {
-        self.packed.to_mut().reserve(n);
-    }
-
-    /// The last block.
-    pub(crate) fn last(&self) -> Option<Block> {
-        self.len().checked_sub(1).map(|i| self.get(i))
+        Packed { addr: x.addr, rest: size | u64::from(site) << 32 | u64::from(x.flags) << 56 }
     }
 
     #[inline]

@@ -39,11 +39,15 @@ impl Heap {
         let dump = file.dump()?;
         let total = file.bytes().len() as u64 * 2;
         let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
-        // Sized from the count the trailer claims (bounded by what the file
-        // could hold), so the table is not grown by doubling.
+        // The block table, sized from the count the trailer claims (bounded
+        // by what the file could hold: 5 bytes an ALLOCS entry), zeroed
+        // memory the kernel maps as the threads fill their windows of it
+        // (a count the trailer overstates costs nothing; one it
+        // understates, or a cut dump's missing trailer, spills).
         let claimed_allocs = dump.claimed_counts().map_or(0, |c| c.0);
-        let fit = (file.bytes().len() / (raw::RECORD_HEADER_SIZE + raw::ALLOC_FIXED)).min(MAX_BLOCKS);
+        let fit = (file.bytes().len() / 5).min(MAX_BLOCKS);
         let capacity = (claimed_allocs as usize).min(fit);
+        let mut table: Vec<crate::heap::Packed> = bytemuck::allocation::zeroed_vec(capacity);
         // Pass 1: everything but edges. It also picks where pass 2 splits
         // the records between two threads: the first ALLOC record past the
         // middle of the file. Where a quick walk of the records' headers
@@ -54,34 +58,30 @@ impl Heap {
         let middle = file.bytes().len() as u64 / 2;
         let fmt_err = &fmt_err;
         let whole_file = (file.path(), file.bytes().len() as u64);
+        let split_at = |at: &Split| at.allocs.min(capacity);
         let (first, second, at) = match may_split.then(|| find_split(&dump, middle)).flatten() {
             Some(at) => {
+                let (w0, w1) = table.split_at_mut(split_at(&at));
                 let (first, second) = std::thread::scope(|sc| {
                     let second = sc.spawn(|| {
                         let ranges = ModuleRanges::of(&at.modules);
                         let records = dump.records_between(at.offset, file.bytes().len() as u64);
-                        Pass1::new(*dump.header(), capacity.saturating_sub(at.allocs), Some(ranges)).run(
-                            records,
-                            at.offset..,
-                            false,
-                            whole_file,
-                            fmt_err,
-                            &mut |_, _| {},
-                        )
+                        Pass1::new(*dump.header(), w1, Some(ranges)).run(records, at.offset.., false, whole_file, fmt_err, &mut |_, _| {})
                     });
-                    let first =
-                        Pass1::new(*dump.header(), at.allocs, None).run(dump.records(), ..at.offset, true, whole_file, fmt_err, progress);
+                    let first = Pass1::new(*dump.header(), w0, None).run(dump.records(), ..at.offset, true, whole_file, fmt_err, progress);
                     (first, second.join())
                 });
                 let second =
                     second.map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "pass 1 failed".into() })?;
-                (first?, Some(second?), Some(at.offset))
+                (first?, Some(second?), Some(at))
             }
-            None => (Pass1::new(*dump.header(), capacity, None).run(dump.records(), .., true, whole_file, fmt_err, progress)?, None, None),
+            None => {
+                (Pass1::new(*dump.header(), &mut table, None).run(dump.records(), .., true, whole_file, fmt_err, progress)?, None, None)
+            }
         };
         let Pass1 {
             mut heap,
-            mut blocks,
+            blocks: packing,
             mut sorted,
             mut apart,
             mut pointers,
@@ -91,9 +91,12 @@ impl Heap {
             end_of_valid,
             ..
         } = first;
+        let Packing { fill, mut wide, last, .. } = packing;
+        let mut filled = (fill.done(), None);
         // The second half's blocks, after the first's.
-        if let (Some(b), Some(offset)) = (second, at) {
-            split = Some((offset, blocks.len()));
+        if let (Some(b), Some(at)) = (second, at.as_ref()) {
+            let n0 = filled.0 .0 + filled.0 .1.len();
+            split = Some((at.offset, n0));
             if b.process {
                 (heap.exe, heap.cmdline, heap.backtrace, heap.sample_mean) =
                     (b.heap.exe, b.heap.cmdline, b.heap.backtrace, b.heap.sample_mean);
@@ -102,7 +105,7 @@ impl Heap {
             heap.threads.extend(b.heap.threads);
             heap.sites.extend(b.heap.sites);
             heap.signal = b.heap.signal.or(heap.signal);
-            let seam = blocks.last().zip((b.blocks.len() > 0).then(|| b.blocks.get(0)));
+            let seam = last.zip(b.blocks.first);
             sorted &= b.sorted && seam.is_none_or(|(x, y)| x.addr < y.addr);
             apart &= b.apart && seam.is_none_or(|(x, y)| !overlap(&x, &y));
             pointers = [pointers[0] + b.pointers[0], pointers[1] + b.pointers[1]];
@@ -111,14 +114,23 @@ impl Heap {
                 x.extend(y);
                 x
             });
-            if blocks.len() + b.blocks.len() > MAX_BLOCKS {
+            if n0 + b.blocks.len() > MAX_BLOCKS {
                 return Err(AnalyzeError::TooLarge {
                     path: file.path().to_path_buf(),
                     what: format!("more than {MAX_BLOCKS} allocations"),
                 });
             }
-            blocks.append(b.blocks);
+            wide.extend(b.blocks.wide.into_iter().map(|(i, w)| (i + n0 as u32, w)));
+            filled.1 = Some((b.blocks.fill.done(), split_at(at)));
         }
+        // The halves joined in the table (moved only when the first half's
+        // count was not the walk's), the rest of it given back.
+        match filled {
+            (first, Some((second, split_at))) => join(&mut table, split_at, first, second, false, |v| v),
+            (first, None) => join(&mut table, capacity, first, (0, Vec::new()), false, |v| v),
+        }
+        table.shrink_to_fit();
+        let mut blocks = Blocks::from_parts(table, wide);
         heap.roots_complete = heap.truncated.is_none() || after_roots;
         heap.module_words = module_words;
         // Sort by address when needed, remembering each block's record.
@@ -198,9 +210,9 @@ impl Heap {
             return Err(too_many());
         }
         let base32 = base as u32;
-        join(&mut start, split_n, first.start, second.start, base32);
-        join(&mut target, pointers[0], first.target, second.target, 0);
-        join(&mut words, pointers[0], first.words, second.words, 0);
+        join(&mut start, split_n, first.start, second.start, base32 != 0, |v| v + base32);
+        join(&mut target, pointers[0], first.target, second.target, false, |v| v);
+        join(&mut words, pointers[0], first.words, second.words, false, |v| v);
         let mut wide = first.wide;
         wide.extend(second.wide.into_iter().map(|w| WideOffset { edge: w.edge + base32, ..w }));
         let mut offset = Offsets { words: words.into(), wide: wide.into() };
@@ -271,12 +283,12 @@ fn find_split(dump: &heapdump_format::Dump<'_>, middle: u64) -> Option<Split> {
 /// What pass 1 reads of a run of records: a heap of all but the blocks
 /// and edges (modules, threads, sites, the process, signal and trailer),
 /// and the blocks in record order.
-struct Pass1 {
+struct Pass1<'a> {
     heap: Heap,
     /// Whether a PROCESS record was read.
     process: bool,
     /// The blocks in record order.
-    blocks: Blocks,
+    blocks: Packing<'a>,
     /// Whether the blocks came in address order.
     sorted: bool,
     /// Whether each block ended before the next one began.
@@ -297,12 +309,13 @@ struct Pass1 {
     end_of_valid: usize,
 }
 
-impl Pass1 {
-    fn new(header: heapdump_format::Header, capacity: usize, ranges: Option<ModuleRanges>) -> Pass1 {
+impl<'a> Pass1<'a> {
+    /// A pass whose blocks go to `window` (then spill).
+    fn new(header: heapdump_format::Header, window: &'a mut [crate::heap::Packed], ranges: Option<ModuleRanges>) -> Pass1<'a> {
         Pass1 {
             heap: Heap::empty(header),
             process: false,
-            blocks: Blocks::with_capacity(capacity),
+            blocks: Packing { fill: Fill::new(window), wide: HashMap::new(), first: None, last: None },
             sorted: true,
             apart: true,
             pointers: [0; 2],
@@ -327,7 +340,7 @@ impl Pass1 {
         at: (&std::path::Path, u64),
         fmt_err: &(dyn Fn(heapdump_format::Error) -> AnalyzeError + Sync),
         progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<Pass1> {
+    ) -> Result<Pass1<'a>> {
         let (path, file_len) = at;
         let (middle, total) = (file_len / 2, file_len * 2);
         self.end_of_valid = file_len as usize;
@@ -389,7 +402,7 @@ impl Pass1 {
                         return Err(too_many());
                     }
                     let block = Block { addr: a.address, size: a.size, site: SiteId(a.site), flags: a.flags };
-                    if let Some(last) = list.last() {
+                    if let Some(last) = list.last {
                         self.sorted &= last.addr < a.address;
                         self.apart &= !overlap(&last, &block);
                     }
@@ -412,12 +425,11 @@ impl Pass1 {
                         return Err(too_many());
                     }
                     self.pointers[usize::from(self.split.is_some())] += a.pointers as usize;
-                    list.reserve(a.count as usize);
                     let ranges = self.ranges.get_or_insert_with(|| ModuleRanges::of(&heap.modules));
                     for e in a.entries() {
                         let e = e.map_err(fmt_err)?;
                         let block = Block { addr: e.address, size: e.size, site: SiteId(e.site), flags: e.flags };
-                        if let Some(last) = list.last() {
+                        if let Some(last) = list.last {
                             self.sorted &= last.addr < e.address;
                             self.apart &= !overlap(&last, &block);
                         }
@@ -436,6 +448,30 @@ impl Pass1 {
             }
         }
         Ok(self)
+    }
+}
+
+/// One pass-1 thread's blocks, packed into its window of the block table
+/// as they are read.
+struct Packing<'a> {
+    fill: Fill<'a, crate::heap::Packed>,
+    /// The blocks whose size or site does not fit the table, by index.
+    wide: HashMap<u32, (u64, SiteId)>,
+    first: Option<Block>,
+    last: Option<Block>,
+}
+
+impl Packing<'_> {
+    fn len(&self) -> usize {
+        self.fill.len()
+    }
+
+    #[inline]
+    fn push(&mut self, x: Block) {
+        let p = Blocks::pack(self.len() as u32, &x, &mut self.wide);
+        self.fill.push(p);
+        self.first.get_or_insert(x);
+        self.last = Some(x);
     }
 }
 
@@ -518,25 +554,26 @@ impl<'a> Part<'a> {
     }
 }
 
-/// One pass-2 thread's share of an edge table: its window of the table,
-/// then a spill vector for what pass 1's counts did not foresee (a full
-/// ALLOC record's pointers are not counted).
-struct Fill<'a> {
-    window: &'a mut [u32],
+/// One thread's share of a table (pass 1's blocks, pass 2's edges): its
+/// window of the table, then a spill vector for what the counts did not
+/// foresee (a full ALLOC record's pointers are not counted, a cut dump
+/// has no trailer to count its blocks).
+struct Fill<'a, T = u32> {
+    window: &'a mut [T],
     n: usize,
-    spill: Vec<u32>,
+    spill: Vec<T>,
 }
 
 /// What a [`Fill`] holds: how much of its window, and its spill.
-type Filled = (usize, Vec<u32>);
+type Filled<T = u32> = (usize, Vec<T>);
 
-impl<'a> Fill<'a> {
-    fn new(window: &'a mut [u32]) -> Fill<'a> {
+impl<'a, T: Copy> Fill<'a, T> {
+    fn new(window: &'a mut [T]) -> Fill<'a, T> {
         Fill { window, n: 0, spill: Vec::new() }
     }
 
     #[inline]
-    fn push(&mut self, v: u32) {
+    fn push(&mut self, v: T) {
         match self.window.get_mut(self.n) {
             Some(slot) => {
                 *slot = v;
@@ -550,31 +587,34 @@ impl<'a> Fill<'a> {
         self.n + self.spill.len()
     }
 
-    fn done(self) -> Filled {
+    fn done(self) -> Filled<T> {
         (self.n, self.spill)
     }
 }
 
 /// Joins in `all` the two threads' shares of it, whose windows start at 0
-/// and `split`: the first's values, its spill, the second's (each plus
-/// `add`), its spill. Moves the second's values within `all`, never copies
-/// the table.
-fn join(all: &mut Vec<u32>, split: usize, first: Filled, second: Filled, add: u32) {
+/// and `split`: the first's values, its spill, the second's (each passed
+/// through `rebase` when `rebased`), its spill. Moves the second's values
+/// within `all` (when the first's did not fill its window exactly), never
+/// copies the table.
+fn join<T: Copy + Default>(all: &mut Vec<T>, split: usize, first: Filled<T>, second: Filled<T>, rebased: bool, rebase: impl Fn(T) -> T) {
     let ((n0, spill0), (n1, spill1)) = (first, second);
     let head = n0 + spill0.len();
     if all.len() < head + n1 {
-        all.resize(head + n1, 0);
+        all.resize(head + n1, T::default());
     }
     // Moved first: the first's spill may reach into the second's window.
-    all.copy_within(split..split + n1, head);
+    if head != split {
+        all.copy_within(split..split + n1, head);
+    }
     all[n0..head].copy_from_slice(&spill0);
-    if add != 0 {
+    if rebased {
         for v in &mut all[head..head + n1] {
-            *v += add;
+            *v = rebase(*v);
         }
     }
     all.truncate(head + n1);
-    all.extend(spill1.into_iter().map(|v| v + add));
+    all.extend(spill1.into_iter().map(|v| if rebased { rebase(v) } else { v }));
 }
 
 impl Pass2<'_> {
@@ -978,6 +1018,9 @@ fn for_each_region(blocks: &Blocks, mut f: impl FnMut(usize, usize)) {
 mod tests {
     use super::*;
 
+    /// A site id past the packed table's 24 bits.
+    const WIDE_SITE: u32 = (1 << 24) + 5;
+
     /// A compact dump of ALLOCS records (a small batch buffer: many
     /// records), sites among them, two modules, roots.
     fn dense_dump(blocks: u64) -> Vec<u8> {
@@ -1008,6 +1051,7 @@ mod tests {
         for i in 0..blocks {
             if i == blocks / 3 {
                 w.site(2, &[0x40_0300]).unwrap();
+                w.site(WIDE_SITE, &[0x40_0400]).unwrap();
             }
             x ^= x << 13;
             x ^= x >> 7;
@@ -1016,7 +1060,8 @@ mod tests {
             let info = AllocInfo {
                 address: 0x10_0000 + i * 64,
                 size: 48,
-                site: 1 + u32::from(i > blocks / 3),
+                // Blocks whose site does not fit the packed table.
+                site: if i > blocks / 3 && i % 17 == 0 { WIDE_SITE } else { 1 + u32::from(i > blocks / 3) },
                 align_log2: 4,
                 flags: 0,
                 first_word,
@@ -1085,6 +1130,15 @@ mod tests {
         assert!(find_split(&dump, bytes.len() as u64 / 2).is_some(), "the dump is split");
         let heap = Heap::load(&file, &mut |_, _| {}).unwrap();
         assert!(heap.module_words.as_ref().is_some_and(|w| w.len() == 60));
+        // The blocks 102, 119, …, 289 (in both halves of the split).
+        assert_eq!(heap.blocks().filter(|b| b.site == SiteId(WIDE_SITE)).count(), 12);
+        // Without the trailer, no count sizes the table: every block
+        // spills, and the same blocks load.
+        let end = dump.records().filter_map(|r| r.ok()).find(|(_, r)| matches!(r, Record::End(_))).map(|(off, _)| off as usize).unwrap();
+        std::fs::write(&path, &bytes[..end]).unwrap();
+        let cut = Heap::load(&DumpFile::open(&path).unwrap(), &mut |_, _| {}).unwrap();
+        assert!(cut.trailer.is_none());
+        assert_eq!(cut.blocks().collect::<Vec<_>>(), heap.blocks().collect::<Vec<_>>());
         // 2 pointers a block but the first two blocks' (597), less those
         // past their target (14 of the blocks 154, 165, …, 297) and to no
         // target (10 of 156, 169, …, 299, not 182 nor 273); the interior
@@ -1123,7 +1177,7 @@ mod tests {
             }
             assert_eq!((f0.len(), f1.len()), (k0, k1));
             let (d0, d1) = (f0.done(), f1.done());
-            join(&mut all, w0, d0, d1, 1000);
+            join(&mut all, w0, d0, d1, true, |v| v + 1000);
             let want: Vec<u32> = (0..k0).map(|v| 100 + v as u32).chain((0..k1).map(|v| 1200 + v as u32)).collect();
             assert_eq!(all, want, "windows {w0}+{w1}, filled {k0}+{k1}");
         }
