@@ -42,12 +42,14 @@ impl Heap {
         // The block table, sized from the count the trailer claims (bounded
         // by what the file could hold: 5 bytes an ALLOCS entry), zeroed
         // memory the kernel maps as the threads fill their windows of it
-        // (a count the trailer overstates costs nothing; one it
+        // (a count the trailer overstates costs address space only, and
+        // when even that is refused the table starts empty; a count it
         // understates, or a cut dump's missing trailer, spills).
         let claimed_allocs = dump.claimed_counts().map_or(0, |c| c.0);
         let fit = (file.bytes().len() / 5).min(MAX_BLOCKS);
-        let capacity = (claimed_allocs as usize).min(fit);
-        let mut table: Vec<crate::heap::Packed> = bytemuck::allocation::zeroed_vec(capacity);
+        let mut table: Vec<crate::heap::Packed> =
+            bytemuck::allocation::try_zeroed_vec((claimed_allocs as usize).min(fit)).unwrap_or_default();
+        let capacity = table.len();
         // Pass 1: everything but edges. It also picks where pass 2 splits
         // the records between two threads: the first ALLOC record past the
         // middle of the file. Where a quick walk of the records' headers
