@@ -15,8 +15,9 @@ use crate::prefetch::prefetch;
 use crate::slab::Slab;
 
 const NONE: u32 = u32::MAX;
-/// Marks the first entry of each node's predecessor list (node numbers
-/// stay below 2^31: see [`crate::heap::MAX_BLOCKS`]).
+/// Marks the entry at the front of a node's predecessor list that is its
+/// DFS parent (node numbers stay below 2^31: see
+/// [`crate::heap::MAX_BLOCKS`]).
 const FIRST: u32 = 1 << 31;
 
 /// The dominator tree.
