@@ -34,7 +34,9 @@ pub struct Analysis<'h> {
     types: RefCell<Types<'h>>,
     leaks: OnceCell<Leaks>,
     dominators: OnceCell<Dominators>,
-    children: OnceCell<Children>,
+    /// Whether the tree's children lists were looked for in the cache
+    /// (and kept there when not found).
+    tree_seen: std::cell::Cell<bool>,
     reach: OnceCell<Reach>,
     cache: Option<CacheFile>,
     /// What the cache gave, taken by the first use of each part.
@@ -51,13 +53,6 @@ pub struct Analysis<'h> {
 enum CacheEvent {
     Said(String),
     Writing(crate::cache::Writing),
-}
-
-/// The dominator tree's children lists: those of block `b` are
-/// `list[start[b]..start[b + 1]]`, the virtual root's at index `n`.
-struct Children {
-    start: Slab<u32>,
-    list: Slab<u32>,
 }
 
 /// A group of lost blocks from one site: the definitely (or possibly) lost
@@ -273,7 +268,7 @@ fn largest_retained(retained: &[u64], k: usize) -> Vec<usize> {
 }
 
 /// The children lists from a cache part, every index checked.
-fn read_children(r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, n: usize) -> Result<Children, CacheProblem> {
+fn read_children(r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, n: usize) -> Result<dominators::Children, CacheProblem> {
     let start: Slab<u32> = r.slab(map)?;
     let list: Slab<u32> = r.slab(map)?;
     if start.len() != n + 2
@@ -285,7 +280,7 @@ fn read_children(r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, n: usize) -> Resu
     {
         return Err(CacheProblem::Stale("dominator children of another heap"));
     }
-    Ok(Children { start, list })
+    Ok(dominators::Children { start, list })
 }
 
 fn write_names(o: &mut crate::cache::Out, names: &HashMap<u32, String>) {
@@ -322,7 +317,7 @@ impl<'h> Analysis<'h> {
             types: RefCell::new(Types::new(file)),
             leaks: OnceCell::new(),
             dominators: OnceCell::new(),
-            children: OnceCell::new(),
+            tree_seen: std::cell::Cell::new(false),
             reach: OnceCell::new(),
             cache: None,
             cached: RefCell::new(None),
@@ -542,23 +537,21 @@ impl<'h> Analysis<'h> {
     /// Blocks immediately dominated by `b` (`None` = the virtual root),
     /// largest retained size first.
     pub fn dominated_by(&self, b: Option<BlockId>) -> &[u32] {
-        let c = self.children.get_or_init(|| {
-            let n = self.heap.len();
-            if let Some(children) = self.cache.as_ref().and_then(|c| self.read_part(c, TREE, |r, map| read_children(r, map, n))) {
-                if let Some(d) = self.dominators.get() {
-                    d.drop_children();
+        let d = self.dominators();
+        let n = self.heap.len();
+        if !self.tree_seen.replace(true) {
+            match self.cache.as_ref().and_then(|c| self.read_part(c, TREE, |r, map| read_children(r, map, n))) {
+                Some(children) => d.set_children(children),
+                None => {
+                    let c = d.children();
+                    self.keep_part(TREE, n * 8, |b| {
+                        b.slab(&c.start);
+                        b.slab(&c.list);
+                    });
                 }
-                return children;
             }
-            let (start, list) = self.dominators().take_children();
-            self.keep_part(TREE, n * 8, |b| {
-                b.slab(&start);
-                b.slab(&list);
-            });
-            Children { start: start.into(), list: list.into() }
-        });
-        let p = b.map_or(self.heap.len(), |b| b.index());
-        &c.list[c.start[p] as usize..c.start[p + 1] as usize]
+        }
+        d.children().of(b.map_or(n, |b| b.index()))
     }
 
     // --- names -----------------------------------------------------------------

@@ -29,9 +29,24 @@ pub struct Dominators {
     pub retained: Slab<u64>,
     /// Number of blocks each block dominates, itself included.
     pub dominated: Slab<u32>,
-    /// The children lists (see [`children_lists`]) the computation made
-    /// in its own spent memory, until taken.
-    children: std::sync::Mutex<Option<(Vec<u32>, Vec<u32>)>>,
+    /// The children lists: made by the computation in its own spent
+    /// memory, read from a cache, or made when first asked for.
+    children: std::sync::OnceLock<Children>,
+}
+
+/// The dominator tree's children lists: those of block `b` are
+/// `list[start[b]..start[b + 1]]`, the virtual root's at index `n`, each
+/// largest retained size first (then by block).
+pub struct Children {
+    pub(crate) start: Slab<u32>,
+    pub(crate) list: Slab<u32>,
+}
+
+impl Children {
+    /// The blocks block `p` immediately dominates (`n`: the virtual root).
+    pub(crate) fn of(&self, p: usize) -> &[u32] {
+        &self.list[self.start[p] as usize..self.start[p + 1] as usize]
+    }
 }
 
 impl Dominators {
@@ -40,18 +55,18 @@ impl Dominators {
         Dominators { idom, retained, dominated, children: Default::default() }
     }
 
-    /// The children lists, `(start, list)` as [`children_lists`] gives
-    /// them: made now, unless the computation left them (taken then).
-    pub(crate) fn take_children(&self) -> (Vec<u32>, Vec<u32>) {
-        let left = self.children.lock().map(|mut c| c.take()).unwrap_or(None);
-        left.unwrap_or_else(|| children_lists(&self.idom, &self.retained, Vec::new(), Vec::new()))
+    /// The children lists (made now when neither the computation nor a
+    /// cache gave them).
+    pub(crate) fn children(&self) -> &Children {
+        self.children.get_or_init(|| {
+            let (start, list) = children_lists(&self.idom, &self.retained, Vec::new(), Vec::new());
+            Children { start: start.into(), list: list.into() }
+        })
     }
 
-    /// Gives back the memory of children lists nobody took.
-    pub(crate) fn drop_children(&self) {
-        if let Ok(mut c) = self.children.lock() {
-            c.take();
-        }
+    /// Children lists a cache kept (ignored when the tree has its own).
+    pub(crate) fn set_children(&self, c: Children) {
+        let _ = self.children.set(c);
     }
 
     /// The immediate dominators (`u32::MAX`: the virtual root), retained
@@ -78,30 +93,13 @@ impl Dominators {
     /// size, not the sum of its nodes' nested retained sizes). One walk of
     /// the dominator tree, counting the members of each group on the path.
     pub fn retained_by_group(&self, groups: usize, group_of: &[u32]) -> Vec<u64> {
-        let n = self.idom.len();
-        // Children lists of the dominator tree (node 0 the virtual root,
-        // block b node b + 1).
-        let mut start = vec![0u32; n + 2];
-        for &d in self.idom.iter() {
-            let parent = if d == NONE { 0 } else { d as usize + 1 };
-            start[parent + 1] += 1;
-        }
-        for i in 1..start.len() {
-            start[i] += start[i - 1];
-        }
-        let mut fill = start.clone();
-        let mut child = vec![0u32; n];
-        for (b, &d) in self.idom.iter().enumerate() {
-            let parent = if d == NONE { 0 } else { d as usize + 1 };
-            child[fill[parent] as usize] = b as u32;
-            fill[parent] += 1;
-        }
+        let children = self.children();
         let mut out = vec![0u64; groups];
         let mut on_path = vec![0u32; groups];
         // (block, entered): entering adds the block to its group's path
         // count (and its subtree to the group when it is the first on the
         // path), leaving takes it off.
-        let mut stack: Vec<(u32, bool)> = child[start[0] as usize..start[1] as usize].iter().map(|&c| (c, false)).collect();
+        let mut stack: Vec<(u32, bool)> = children.of(self.idom.len()).iter().map(|&c| (c, false)).collect();
         while let Some((b, entered)) = stack.pop() {
             let g = group_of[b as usize] as usize;
             if entered {
@@ -113,8 +111,7 @@ impl Dominators {
             }
             on_path[g] += 1;
             stack.push((b, true));
-            let node = b as usize + 1;
-            stack.extend(child[start[node] as usize..start[node + 1] as usize].iter().map(|&c| (c, false)));
+            stack.extend(children.of(b as usize).iter().map(|&c| (c, false)));
         }
         out
     }
@@ -394,12 +391,12 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // The children lists, in the memory of the records and of the
     // preorder (the same fault-saving as above: 20 K pages at 10 M).
     let spare = bytemuck::allocation::try_cast_vec::<Info, u32>(info).unwrap_or_default();
-    let children = children_lists(&idom, &retained, spare, vertex);
+    let (start, list) = children_lists(&idom, &retained, spare, vertex);
     Dominators {
         idom: idom.into(),
         retained: retained.into(),
         dominated: dominated.into(),
-        children: std::sync::Mutex::new(Some(children)),
+        children: Children { start: start.into(), list: list.into() }.into(),
     }
 }
 
