@@ -37,7 +37,7 @@ pub struct Dominators {
 /// The dominator tree's children lists: those of block `b` are
 /// `list[start[b]..start[b + 1]]`, the virtual root's at index `n`, each
 /// largest retained size first (then by block).
-pub struct Children {
+pub(crate) struct Children {
     pub(crate) start: Slab<u32>,
     pub(crate) list: Slab<u32>,
 }
