@@ -4,7 +4,7 @@
 
 use crate::config::Config;
 use crate::{guard, sites, stw, table, unwind};
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// The runtime's global state: one per process.
 pub struct State {
@@ -20,8 +20,20 @@ pub struct State {
     /// Live bytes at which the helper looks at the memory limits again.
     pub(crate) check_mark: AtomicU64,
     pub(crate) oom_dumped: AtomicBool,
+    /// Address space held back for the dump at an allocation failure
+    /// ([`FAILURE_ROOM`] bytes, no access, no memory; 0: none): given back
+    /// just before that dump, whose index and buffers need mappings of
+    /// their own where the program has just been refused one.
+    pub(crate) failure_room: AtomicUsize,
     pub(crate) dump_count: AtomicU64,
 }
+
+/// What [`State::failure_room`] holds back: the dump's own mappings (some
+/// 6 MB: its buffers, the module map) and the index of some 100 K live
+/// blocks. Under a 512 MiB `RLIMIT_AS` a program of 1 MiB blocks was
+/// refused one with too little left for them about once in 12 runs, and
+/// one refused with nothing left never had its dump.
+pub(crate) const FAILURE_ROOM: usize = 8 << 20;
 
 // SAFETY: `config` is written once during initialisation (init == 1, by the
 // one thread that won the race) and only read after init == 2.
@@ -36,6 +48,7 @@ pub(crate) static STATE: State = State {
     user_mark: AtomicU64::new(u64::MAX),
     check_mark: AtomicU64::new(u64::MAX),
     oom_dumped: AtomicBool::new(false),
+    failure_room: AtomicUsize::new(0),
     dump_count: AtomicU64::new(0),
 };
 
@@ -75,6 +88,9 @@ pub(crate) fn init_slow() {
                 STATE.table.every_block_has_a_site();
             }
             STATE.table.give_back_stripes();
+            if let Ok(p) = crate::sys::reserve(FAILURE_ROOM) {
+                STATE.failure_room.store(p as usize, Ordering::Release);
+            }
             let _ = stw::init();
             STATE.init.store(2, Ordering::Release);
         }

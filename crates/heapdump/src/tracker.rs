@@ -444,6 +444,12 @@ pub(crate) fn alloc_failed(st: &State) {
     if guard::in_lock() || st.oom_dumped.swap(true, Ordering::AcqRel) {
         return;
     }
+    let room = st.failure_room.swap(0, Ordering::AcqRel);
+    if room != 0 {
+        // SAFETY: the runtime's own reservation, made at start-up, never
+        // referenced, and given back once (swapped out above).
+        unsafe { crate::sys::munmap(room as *mut u8, crate::state::FAILURE_ROOM) };
+    }
     let regs = stw::current_regs();
     auto_dump(st, &Why::plain(Reason::AllocFailure), &regs, false);
 }
