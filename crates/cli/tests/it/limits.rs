@@ -15,22 +15,33 @@ fn prlimit_as() -> Command {
     c
 }
 
-#[test]
-fn a_program_growing_to_its_limit_is_dumped_at_the_share_asked() {
+/// `heapdump run OPTIONS -o OUT -- PROGRAM ARGS` under the limit, the
+/// program compiled from `source` (with `-O1 -g`), which must exit well:
+/// its standard output, the run's standard error, and where it dumped.
+fn run_limited(d: &Scratch, source: &str, options: &[&str], args: &[&str]) -> (String, String, std::path::PathBuf) {
     ensure_preload();
-    let d = Scratch::new("near");
-    let prog = compile(&d, "near_limit.c", &["-O1", "-g"]);
-    let out = d.path("n.hdump");
+    let prog = compile(d, source, &["-O1", "-g"]);
+    let out = d.path("d.hdump");
     let o = prlimit_as()
         .arg(env!("CARGO_BIN_EXE_heapdump"))
-        .args(["run", "--near-limit", "60", "-o"])
+        .arg("run")
+        .args(options)
+        .arg("-o")
         .arg(&out)
         .arg("--")
         .arg(&prog)
+        .args(args)
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "{err}");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), err, out)
+}
+
+#[test]
+fn a_program_growing_to_its_limit_is_dumped_at_the_share_asked() {
+    let d = Scratch::new("near");
+    let (_, err, _) = run_limited(&d, "near_limit.c", &["--near-limit", "60"], &[]);
     let dumps: Vec<(String, std::path::PathBuf)> = err
         .lines()
         .filter_map(|l| l.strip_prefix("heapdump: wrote "))
@@ -64,21 +75,9 @@ fn a_program_growing_to_its_limit_is_dumped_at_the_share_asked() {
 /// MiB blocks lost its dump about once in 12 runs).
 #[test]
 fn the_allocation_failure_dump_has_room_when_nothing_is_left() {
-    ensure_preload();
     let d = Scratch::new("noroom");
-    let prog = compile(&d, "no_room.c", &["-O1", "-g"]);
-    let out = d.path("r.hdump");
-    let o = prlimit_as()
-        .arg(env!("CARGO_BIN_EXE_heapdump"))
-        .args(["run", "--no-at-exit", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&prog)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "refused", "{err}");
+    let (stdout, err, out) = run_limited(&d, "no_room.c", &["--no-at-exit"], &[]);
+    assert_eq!(stdout.trim(), "refused", "{err}");
     assert!(err.lines().any(|l| l.starts_with("heapdump: wrote ") && l.contains("(alloc_failure,")), "{err}");
     let top = json(&["top".as_ref(), "--json".as_ref(), out.as_os_str()]);
     assert!(top.as_array().unwrap().iter().any(|r| r["key"].as_str().unwrap_or("").contains("hold") && r["allocations"] == 100), "{top}");
@@ -89,21 +88,8 @@ fn a_near_limit_dump_that_would_take_what_is_left_is_skipped_and_said() {
     // A million small blocks: a dump maps some 26 MB for them. Near the
     // end of the headroom that is more than half of what is left: the
     // dump is skipped (it would bring the program to its limit itself).
-    ensure_preload();
     let d = Scratch::new("skip");
-    let prog = compile(&d, "near_limit.c", &["-O1"]);
-    let out = d.path("s.hdump");
-    let o = prlimit_as()
-        .arg(env!("CARGO_BIN_EXE_heapdump"))
-        .args(["run", "--no-at-exit", "--near-limit", "50", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&prog)
-        .arg("many")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let (_, err, _) = run_limited(&d, "near_limit.c", &["--no-at-exit", "--near-limit", "50"], &["many"]);
     assert!(
         err.lines().any(|l| l.starts_with("heapdump: wrote ") && l.contains("(near_limit,")),
         "the first near-limit dump is taken: {err}"
