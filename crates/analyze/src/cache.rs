@@ -72,7 +72,7 @@ impl CacheFile {
     }
 
     /// The cache named by a dump's checksum, length and header.
-    fn keyed(dir: &Path, version: &str, checksum: u32, len: u64, h: &heapdump_format::Header) -> CacheFile {
+    pub(crate) fn keyed(dir: &Path, version: &str, checksum: u32, len: u64, h: &heapdump_format::Header) -> CacheFile {
         let key = [fnv(version.as_bytes()), u64::from(checksum), len, h.time_ns, u64::from(h.pid)];
         let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
         CacheFile { path: dir.join(name), key }

@@ -15,8 +15,9 @@ use std::sync::Arc;
 
 /// Version 2: the large arrays start at multiples of 8 bytes, read in
 /// place from the mapping ([`Slab`]); 4: the first words that could be
-/// vtable pointers follow.
-const MAGIC: &[u8; 8] = b"HDGRAPH\x04";
+/// vtable pointers follow; 5: the edges' offsets a byte each
+/// ([`Offsets`]).
+const MAGIC: &[u8; 8] = b"HDGRAPH\x05";
 
 fn bad(what: &'static str) -> CacheProblem {
     CacheProblem::Stale(what)
@@ -86,8 +87,8 @@ pub(crate) fn encode(heap: &Heap, key: &[u64; 5], w: &mut Out) {
     }
     w.slab(&heap.edge_start);
     w.slab(&heap.edge_target);
-    w.slab(&heap.edge_offset.words);
-    w.slab(&heap.edge_offset.wide);
+    w.slab(&heap.edge_offset.deltas);
+    w.slab(&heap.edge_offset.anchors);
     let mut into: Vec<(&u32, &u64)> = heap.interior_into.iter().collect();
     into.sort();
     w.u64(into.len() as u64);
@@ -243,17 +244,19 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
     {
         return Err(bad("edges"));
     }
-    let words: Slab<u32> = r.slab(map)?;
-    if words.len() != edges {
+    let deltas: Slab<u8> = r.slab(map)?;
+    if deltas.len() != edges {
         return Err(bad("edge offsets"));
     }
-    let wide: Slab<WideOffset> = r.slab(map)?;
-    if wide.first().is_some_and(|w| w.edge as usize >= edges)
-        || wide.windows(2).any(|w| w[0].edge >= w[1].edge || w[1].edge as usize >= edges)
+    // Each anchored edge's byte says so, and no other's.
+    let anchors: Slab<WideOffset> = r.slab(map)?;
+    if anchors.windows(2).any(|w| w[0].edge >= w[1].edge)
+        || anchors.iter().any(|w| deltas.get(w.edge as usize) != Some(&Offsets::ANCHOR))
+        || deltas.iter().filter(|&&d| d == Offsets::ANCHOR).count() != anchors.len()
     {
-        return Err(bad("wide edge offsets"));
+        return Err(bad("edge offsets kept aside"));
     }
-    heap.edge_offset = Offsets { words, wide };
+    heap.edge_offset = Offsets { deltas, anchors };
     let n = r.len(12)?;
     for _ in 0..n {
         let k = r.u32()?;
@@ -350,5 +353,70 @@ pub fn read(path: &Path, key: &[u64; 5]) -> Result<Option<Heap>, CacheProblem> {
     match crate::cache::map_checked(path)? {
         Some(map) => decode(&map, key).map(Some),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cache::CacheFile;
+    use crate::heap::{Block, BlockId, Heap, Offsets, SiteId};
+    use heapdump_format::{Header, Mode, Reason};
+
+    /// Two blocks: one of offsets a byte cannot hold (unaligned, far,
+    /// backwards), one of 300 pointers (anchored every 64th).
+    fn heap() -> Heap {
+        let blocks: Vec<Block> = (0..2u64).map(|i| Block { addr: 0x10000 * (i + 1), size: 4096, site: SiteId(0), flags: 0 }).collect();
+        let mut edges: Vec<(u32, u32, u64, u64)> = [0, 13, 4096, 1 << 40, 24].iter().map(|&o| (0, 1, o, 0)).collect();
+        edges.extend((0..300).map(|i| (1, 0, 8 * i, 0)));
+        Heap::from_parts(Header::new(Mode::Compact, Reason::Api, 4096, 1, 0), blocks, &edges, vec![], vec![])
+    }
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("heapdump-graph-cache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn offsets(h: &Heap) -> Vec<Vec<u64>> {
+        (0..h.len()).map(|b| h.edges(BlockId(b as u32)).map(|e| e.offset).collect()).collect()
+    }
+
+    /// The kept graph gives back every edge's offset, those kept aside
+    /// too.
+    #[test]
+    fn the_kept_graph_gives_every_offset_back() {
+        let (h, d) = (heap(), dir("back"));
+        let cache = CacheFile::keyed(&d, "test", 1, 2, &h.header);
+        cache.write_graph(&h).wait().unwrap();
+        let back = cache.read_graph().unwrap().expect("the graph is kept");
+        assert_eq!(offsets(&back), offsets(&h));
+        assert_eq!(offsets(&h)[0], [0, 13, 4096, 1 << 40, 24]);
+        assert_eq!(offsets(&h)[1], (0..300).map(|i| 8 * i).collect::<Vec<u64>>());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A graph whose offsets' bytes say an offset is kept aside where none
+    /// is (or the reverse) is refused, though its checksum is right.
+    #[test]
+    fn offsets_that_disagree_with_what_is_kept_aside_are_refused() {
+        for damage in [0usize, 1] {
+            let (mut h, d) = (heap(), dir(&format!("refused{damage}")));
+            let deltas = h.edge_offset.deltas.to_mut();
+            match damage {
+                // An anchor's byte says it is a gap.
+                0 => deltas[1] = 0,
+                // A gap's byte says it is anchored.
+                _ => deltas[6] = Offsets::ANCHOR,
+            }
+            let cache = CacheFile::keyed(&d, "test", 1, 2, &h.header);
+            cache.write_graph(&h).wait().unwrap();
+            match cache.read_graph() {
+                Err(crate::cache::CacheProblem::Stale(what)) => assert_eq!(what, "edge offsets kept aside"),
+                Err(e) => panic!("damage {damage}: {e}"),
+                Ok(_) => panic!("damage {damage}: the graph was read"),
+            }
+            let _ = std::fs::remove_dir_all(&d);
+        }
     }
 }

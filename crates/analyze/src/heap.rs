@@ -395,20 +395,23 @@ impl Blocks {
     }
 }
 
-/// Each edge's offset in its source block: the word's index in 32 bits
-/// (four bytes an edge instead of eight for the offset itself), or
-/// [`Offsets::WIDE`] with the exact offset kept by edge index (offsets of
-/// 32 GiB and more, and unaligned ones from other writers). The wide ones
-/// are a vector in edge order (edges are pushed in order), searched by
-/// edge index. (16 bits made every pointer of a big array past 512 KiB
-/// wide: 10 M of them, 16 bytes each, in the dense heap's array.)
+/// Each edge's offset in its source block, a byte an edge: how many words
+/// past the previous edge of its block it is (the first edge: past the
+/// block's start), or [`Offsets::ANCHOR`] when its exact offset is kept
+/// aside in `anchors`, by edge index (a gap of 2 KiB or more, an unaligned
+/// offset from another writer, and every 64th edge of a block, so that
+/// any edge is at most 63 bytes' sum from a known offset). Pointers sit
+/// in words one after the other (an array, a struct's fields, a hash
+/// table's buckets): a byte holds their gaps. (As a 32-bit word index
+/// each edge took four bytes: 120 MB of the 10 M-block dense heap's
+/// analysis, the largest table after the blocks.)
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Offsets {
-    pub(crate) words: Slab<u32>,
-    pub(crate) wide: Slab<WideOffset>,
+    pub(crate) deltas: Slab<u8>,
+    pub(crate) anchors: Slab<WideOffset>,
 }
 
-/// An edge's offset that a word index does not hold, by edge index.
+/// An edge's exact offset, by edge index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub(crate) struct WideOffset {
@@ -418,42 +421,132 @@ pub(crate) struct WideOffset {
     pub(crate) offset: u64,
 }
 
+/// Where the encoding of a block's edges' offsets stands: the previous
+/// edge's offset and how many came before (a fresh cursor for each block).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct OffsetCursor {
+    prev: u64,
+    i: u32,
+}
+
+impl OffsetCursor {
+    /// The byte of the block's next edge, at `offset`
+    /// ([`Offsets::ANCHOR`]: its offset is to be kept aside).
+    #[inline]
+    pub(crate) fn next(&mut self, offset: u64) -> u8 {
+        let anchored = self.i % Offsets::EVERY == 0 && self.i != 0;
+        let d = match offset.checked_sub(self.prev) {
+            Some(d) if !anchored && d % 8 == 0 && d / 8 < u64::from(Offsets::ANCHOR) => (d / 8) as u8,
+            _ => Offsets::ANCHOR,
+        };
+        self.prev = offset;
+        self.i = self.i.wrapping_add(1);
+        d
+    }
+}
+
 impl Offsets {
-    pub(crate) const WIDE: u32 = u32::MAX;
+    /// The byte of an edge whose offset is in `anchors`.
+    pub(crate) const ANCHOR: u8 = u8::MAX;
+    /// Every this many edges of a block, one is anchored.
+    pub(crate) const EVERY: u32 = 64;
 
     pub(crate) fn with_capacity(n: usize) -> Offsets {
-        Offsets { words: Vec::with_capacity(n).into(), wide: Slab::default() }
+        Offsets { deltas: Vec::with_capacity(n).into(), anchors: Slab::default() }
     }
 
-    pub(crate) fn push(&mut self, offset: u64) {
-        let w = Self::word(offset);
-        if w == Self::WIDE {
-            self.wide.to_mut().push(WideOffset { edge: self.words.len() as u32, pad: 0, offset });
+    /// Adds the next edge of the block `cursor` follows.
+    pub(crate) fn push(&mut self, cursor: &mut OffsetCursor, offset: u64) {
+        let d = cursor.next(offset);
+        if d == Self::ANCHOR {
+            self.anchors.to_mut().push(WideOffset { edge: self.deltas.len() as u32, pad: 0, offset });
         }
-        self.words.to_mut().push(w);
+        self.deltas.to_mut().push(d);
     }
 
-    /// The word index that stands for `offset`, or [`Offsets::WIDE`] when
-    /// it needs a side entry.
-    pub(crate) fn word(offset: u64) -> u32 {
-        match u32::try_from(offset / 8) {
-            Ok(w) if offset % 8 == 0 && w != Self::WIDE => w,
-            _ => Self::WIDE,
-        }
+    /// The offsets of the edges `s..e` of one block (all of its edges,
+    /// or the first `e - s`), in order.
+    pub(crate) fn of_block(&self, s: usize, e: usize) -> OffsetIter<'_> {
+        let a = &self.anchors[self.anchors.partition_point(|w| (w.edge as usize) < s)..];
+        let a = &a[..a.partition_point(|w| (w.edge as usize) < e)];
+        OffsetIter { deltas: &self.deltas, anchors: a, ahead: 0, s, k: s, e, cur: 0 }
     }
 
-    pub(crate) fn get(&self, k: usize) -> u64 {
-        match self.words[k] {
-            Self::WIDE => self.wide.binary_search_by_key(&(k as u32), |w| w.edge).map_or(0, |i| self.wide[i].offset),
-            w => u64::from(w) * 8,
-        }
+    /// The offset of edge `k`, whose block's edges start at edge `s`.
+    pub(crate) fn get(&self, s: usize, k: usize) -> u64 {
+        offset_in(&self.deltas, &self.anchors, s, k)
     }
 
     pub(crate) fn shrink_to_fit(&mut self) {
-        self.words.to_mut().shrink_to_fit();
-        self.wide.to_mut().shrink_to_fit();
+        self.deltas.to_mut().shrink_to_fit();
+        self.anchors.to_mut().shrink_to_fit();
     }
 }
+
+/// The offset of edge `k` of the block whose edges start at `s`: from the
+/// last anchor at or before it in the block (or the block's start), the
+/// deltas after it summed.
+#[inline]
+fn offset_in(deltas: &[u8], anchors: &[WideOffset], s: usize, k: usize) -> u64 {
+    let (cur, from) = match anchors.partition_point(|w| w.edge as usize <= k).checked_sub(1).map(|i| anchors[i]) {
+        Some(w) if w.edge as usize >= s => (w.offset, w.edge as usize + 1),
+        _ => (0, s),
+    };
+    deltas.get(from..=k).unwrap_or_default().iter().fold(cur, |o, &d| o.wrapping_add(u64::from(d) * 8))
+}
+
+/// The offsets of a run of one block's edges (see [`Offsets::of_block`]):
+/// in order, each from the one before, or from the end, each found anew.
+pub(crate) struct OffsetIter<'a> {
+    deltas: &'a [u8],
+    /// The anchors of the run's edges, and how many of them are behind
+    /// edge `k`.
+    anchors: &'a [WideOffset],
+    ahead: usize,
+    /// The block's first edge.
+    s: usize,
+    k: usize,
+    e: usize,
+    /// The offset of edge `k - 1` (0 at the block's start).
+    cur: u64,
+}
+
+impl Iterator for OffsetIter<'_> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        if self.k >= self.e {
+            return None;
+        }
+        let k = self.k;
+        self.k += 1;
+        self.cur = match self.anchors.get(self.ahead) {
+            Some(w) if w.edge as usize == k => {
+                self.ahead += 1;
+                w.offset
+            }
+            _ => self.cur.wrapping_add(u64::from(self.deltas[k]) * 8),
+        };
+        Some(self.cur)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.e - self.k, Some(self.e - self.k))
+    }
+}
+
+impl DoubleEndedIterator for OffsetIter<'_> {
+    fn next_back(&mut self) -> Option<u64> {
+        if self.k >= self.e {
+            return None;
+        }
+        self.e -= 1;
+        Some(offset_in(self.deltas, self.anchors, self.s, self.e))
+    }
+}
+
+impl ExactSizeIterator for OffsetIter<'_> {}
 
 /// Bit 31 of an edge target: the pointer is interior.
 pub(crate) const INTERIOR: u32 = 1 << 31;
@@ -496,8 +589,11 @@ impl Heap {
             }
         }
         let mut offset = Offsets::with_capacity(edges.len());
-        for o in offsets {
-            offset.push(o);
+        for b in 0..n {
+            let mut cursor = OffsetCursor::default();
+            for &o in &offsets[counts[b] as usize..counts[b + 1] as usize] {
+                offset.push(&mut cursor, o);
+            }
         }
         Heap {
             blocks: Blocks::from_sorted(&[&blocks]),
@@ -622,24 +718,10 @@ impl Heap {
     pub fn edges(&self, id: BlockId) -> impl DoubleEndedIterator<Item = Edge> + ExactSizeIterator + '_ {
         let s = self.edge_start[id.index()] as usize;
         let e = self.edge_start[id.index() + 1] as usize;
-        // The wide offsets of these edges are consecutive in their list:
-        // found once, not searched for each (a block of 10 M pointers
-        // has as many).
-        let wide = &self.edge_offset.wide[self.edge_offset.wide.partition_point(|w| (w.edge as usize) < s)..];
-        let wide = &wide[..wide.partition_point(|w| (w.edge as usize) < e)];
-        (s..e).map(move |k| {
+        (s..e).zip(self.edge_offset.of_block(s, e)).map(move |(k, offset)| {
             let t = self.edge_target[k];
             let interior = t & INTERIOR != 0;
             let into = if interior { self.interior_into.get(&(k as u32)).copied().unwrap_or(0) } else { 0 };
-            let offset = match self.edge_offset.words[k] {
-                // Edges are in offset order, so the wide ones (past
-                // 32 GiB) are usually the last ones: tried first.
-                Offsets::WIDE => match (k + wide.len()).checked_sub(e).and_then(|i| wide.get(i)) {
-                    Some(w) if w.edge as usize == k => w.offset,
-                    _ => wide.binary_search_by_key(&(k as u32), |w| w.edge).map_or(0, |i| wide[i].offset),
-                },
-                w => u64::from(w) * 8,
-            };
             Edge { target: BlockId(t & !INTERIOR), offset, interior, into }
         })
     }
@@ -663,13 +745,17 @@ impl Heap {
         let t = self.edge_target[k];
         let interior = t & INTERIOR != 0;
         let into = if interior { self.interior_into.get(&(k as u32)).copied().unwrap_or(0) } else { 0 };
-        Edge { target: BlockId(t & !INTERIOR), offset: self.edge_offset.get(k), interior, into }
+        Edge { target: BlockId(t & !INTERIOR), offset: self.edge_offset_at(k), interior, into }
     }
 
     /// The offset in its source of edge `k` (an index into the edge tables).
     #[inline]
     pub(crate) fn edge_offset_at(&self, k: usize) -> u64 {
-        self.edge_offset.get(k)
+        // The block holding edge k: the last whose edges start at or
+        // before it.
+        let before = self.edge_start.partition_point(|&s| s as usize <= k);
+        let s = before.checked_sub(1).map_or(0, |b| self.edge_start[b] as usize);
+        self.edge_offset.get(s, k)
     }
 
     /// The raw targets of a block's edges (block index, interior bit 31).
@@ -835,10 +921,10 @@ mod tests {
     }
 
     /// A block's edges give each offset exactly, forwards and backwards,
-    /// wherever its wide offsets sit (unaligned in the middle, large at
-    /// the end, all of them).
+    /// and one at a time by edge index, wherever the offsets kept aside
+    /// sit (unaligned in the middle, large at the end, all of them).
     #[test]
-    fn edges_find_their_wide_offsets() {
+    fn edges_find_their_offsets_kept_aside() {
         let blocks: Vec<Block> = (0..4u64).map(|i| Block { addr: 0x1000 * (i + 1), size: 16, site: SiteId(0), flags: 0 }).collect();
         let offsets: [&[u64]; 4] = [&[0, 3, 8, 600_000, 1 << 36, (1 << 36) + 8], &[1 << 40, (1 << 40) + 8], &[8, 16], &[5, 1 << 30, 24]];
         let mut edges = Vec::new();
@@ -867,19 +953,46 @@ mod tests {
         }
     }
 
-    /// Offsets of every size and alignment come back exactly.
+    /// Offsets of every size and alignment come back exactly, forwards,
+    /// backwards, one at a time and after a part of the block was read;
+    /// only the gaps a byte cannot hold and every 64th edge are kept aside.
     #[test]
     fn offsets_keep_what_does_not_pack() {
-        let all = [0u64, 8, 13, 8 * 65535, 8 * 65536, 8 * (u64::from(u32::MAX) - 1), 8 * u64::from(u32::MAX), 1 << 40, u64::MAX, 16, 7];
-        let mut a = Offsets::with_capacity(all.len());
-        for &o in &all {
-            a.push(o);
+        let odd = [0u64, 8, 13, 8 * 65535, 8 * 65536, 8 * (u64::from(u32::MAX) - 1), 8 * u64::from(u32::MAX), 1 << 40, u64::MAX, 16, 7];
+        // An array of 200 pointers after a gap, then a sparse run.
+        let array: Vec<u64> = (0..200).map(|i| 4096 + 8 * i).chain((0..10).map(|i| 8192 + 2032 * i)).collect();
+        let blocks: [&[u64]; 4] = [&odd, &[], &array, &[0, 8, 2040, 2048]];
+        let mut a = Offsets::with_capacity(0);
+        let mut starts = vec![0];
+        for b in blocks {
+            let mut cursor = OffsetCursor::default();
+            for &o in b {
+                a.push(&mut cursor, o);
+            }
+            starts.push(a.deltas.len());
         }
-        for (k, &o) in all.iter().enumerate() {
-            assert_eq!(a.get(k), o, "edge {k}");
+        for (b, list) in blocks.iter().enumerate() {
+            let (s, e) = (starts[b], starts[b + 1]);
+            for (k, &o) in list.iter().enumerate() {
+                assert_eq!(a.get(s, s + k), o, "block {b} edge {k}");
+            }
+            assert_eq!(a.of_block(s, e).collect::<Vec<_>>(), *list, "block {b}");
+            let back: Vec<u64> = a.of_block(s, e).rev().collect();
+            assert_eq!(back, list.iter().rev().copied().collect::<Vec<_>>(), "block {b}");
+            // Half read forwards, the rest backwards.
+            let mut it = a.of_block(s, e);
+            let mut got: Vec<u64> = it.by_ref().take(list.len() / 2).collect();
+            let mut rest: Vec<u64> = it.rev().collect();
+            rest.reverse();
+            got.extend(rest);
+            assert_eq!(got, *list, "block {b}");
         }
-        // Only the unaligned ones and those past 32 GiB take room beyond
-        // four bytes.
-        assert_eq!(a.wide.len(), 5);
+        // Aside: the odd block's unaligned, backward and far ones (7 of
+        // 11); the array's first (512 words from the start), its 65th,
+        // 129th and 193rd, and the sparse run's first (313 words on),
+        // not its gaps of 254 words; nothing of the last block.
+        assert_eq!(a.anchors.len(), 7 + 5);
+        assert!(a.anchors.windows(2).all(|w| w[0].edge < w[1].edge));
+        assert_eq!(a.deltas.iter().filter(|&&d| d == Offsets::ANCHOR).count(), a.anchors.len());
     }
 }

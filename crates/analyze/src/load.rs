@@ -7,8 +7,8 @@
 use crate::error::{AnalyzeError, Result};
 use crate::file::DumpFile;
 use crate::heap::{
-    holder, Block, BlockId, Blocks, Heap, ModuleInfo, ModuleRanges, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo, WideOffset,
-    INTERIOR, MAX_BLOCKS,
+    holder, Block, BlockId, Blocks, Heap, ModuleInfo, ModuleRanges, OffsetCursor, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo,
+    WideOffset, INTERIOR, MAX_BLOCKS,
 };
 use crate::prefetch::prefetch;
 use crate::slab::Slab;
@@ -196,11 +196,11 @@ impl Heap {
         // bytes per pointer of its half at the peak.
         let mut start = vec![0u32; n + 1];
         let mut target = vec![0u32; pointers[0] + pointers[1]];
-        let mut words = vec![0u32; pointers[0] + pointers[1]];
+        let mut deltas = vec![0u8; pointers[0] + pointers[1]];
         let (first, second) = {
             let (s0, s1) = start.split_at_mut(split_n);
             let (t0, t1) = target.split_at_mut(pointers[0]);
-            let (w0, w1) = words.split_at_mut(pointers[0]);
+            let (w0, w1) = deltas.split_at_mut(pointers[0]);
             let (first, second) = std::thread::scope(|sc| {
                 let second = sc.spawn(|| {
                     ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, Part::new(s1, t1, w1), &mut |_, _| {})
@@ -220,10 +220,10 @@ impl Heap {
         let base32 = base as u32;
         join(&mut start, split_n, first.start, second.start, base32 != 0, |v| v + base32);
         join(&mut target, pointers[0], first.target, second.target, false, |v| v);
-        join(&mut words, pointers[0], first.words, second.words, false, |v| v);
-        let mut wide = first.wide;
-        wide.extend(second.wide.into_iter().map(|w| WideOffset { edge: w.edge + base32, ..w }));
-        let mut offset = Offsets { words: words.into(), wide: wide.into() };
+        join(&mut deltas, pointers[0], first.deltas, second.deltas, false, |v| v);
+        let mut anchors = first.anchors;
+        anchors.extend(second.anchors.into_iter().map(|w| WideOffset { edge: w.edge + base32, ..w }));
+        let mut offset = Offsets { deltas: deltas.into(), anchors: anchors.into() };
         let mut interior_into = first.interior_into;
         interior_into.extend(second.interior_into.into_iter().map(|(k, v)| (k + base32, v)));
         let mut roots = first.roots;
@@ -517,10 +517,12 @@ struct Part<'a> {
     /// Start of each ALLOC record's edges.
     start: Fill<'a>,
     target: Fill<'a>,
-    /// The edges' offsets as [`Offsets`] keeps them: word indices, and
-    /// the offsets they cannot hold by (part-relative) edge index.
-    words: Fill<'a>,
-    wide: Vec<WideOffset>,
+    /// The edges' offsets as [`Offsets`] keeps them: a byte each, and
+    /// the offsets kept aside by (part-relative) edge index.
+    deltas: Fill<'a, u8>,
+    anchors: Vec<WideOffset>,
+    /// Where the current block's offsets stand.
+    cursor: OffsetCursor,
     interior_into: HashMap<u32, u64>,
     roots: Vec<Root>,
     root_regions: Vec<RootRegion>,
@@ -530,20 +532,21 @@ struct Part<'a> {
 struct Done {
     start: Filled,
     target: Filled,
-    words: Filled,
-    wide: Vec<WideOffset>,
+    deltas: Filled<u8>,
+    anchors: Vec<WideOffset>,
     interior_into: HashMap<u32, u64>,
     roots: Vec<Root>,
     root_regions: Vec<RootRegion>,
 }
 
 impl<'a> Part<'a> {
-    fn new(start: &'a mut [u32], target: &'a mut [u32], words: &'a mut [u32]) -> Part<'a> {
+    fn new(start: &'a mut [u32], target: &'a mut [u32], deltas: &'a mut [u8]) -> Part<'a> {
         Part {
             start: Fill::new(start),
             target: Fill::new(target),
-            words: Fill::new(words),
-            wide: Vec::new(),
+            deltas: Fill::new(deltas),
+            anchors: Vec::new(),
+            cursor: OffsetCursor::default(),
             interior_into: HashMap::new(),
             roots: Vec::new(),
             root_regions: Vec::new(),
@@ -551,19 +554,19 @@ impl<'a> Part<'a> {
     }
 
     fn push_offset(&mut self, offset: u64) {
-        let w = Offsets::word(offset);
-        if w == Offsets::WIDE {
-            self.wide.push(WideOffset { edge: self.words.len() as u32, pad: 0, offset });
+        let d = self.cursor.next(offset);
+        if d == Offsets::ANCHOR {
+            self.anchors.push(WideOffset { edge: self.deltas.len() as u32, pad: 0, offset });
         }
-        self.words.push(w);
+        self.deltas.push(d);
     }
 
     fn done(self) -> Done {
         Done {
             start: self.start.done(),
             target: self.target.done(),
-            words: self.words.done(),
-            wide: self.wide,
+            deltas: self.deltas.done(),
+            anchors: self.anchors,
             interior_into: self.interior_into,
             roots: self.roots,
             root_regions: self.root_regions,
@@ -823,6 +826,7 @@ impl<'a> Pipeline<'a> {
                     return Err(TooManyPointers);
                 }
                 p.start.push(p.target.len() as u32);
+                p.cursor = OffsetCursor::default();
             }
             Pending::Resolved { b, o, into } => {
                 if into != 0 {
@@ -862,14 +866,15 @@ fn to_block_order(
     for &r in rec_of {
         new_start.push(new_target.len() as u32);
         let (s, e) = (start[r as usize] as usize, start[r as usize + 1] as usize);
-        for (k, &t) in target.iter().enumerate().take(e).skip(s) {
+        let mut cursor = OffsetCursor::default();
+        for ((k, &t), o) in target.iter().enumerate().take(e).skip(s).zip(offset.of_block(s, e)) {
             if t & INTERIOR != 0 {
                 if let Some(&into) = interior_into.get(&(k as u32)) {
                     new_into.insert(new_target.len() as u32, into);
                 }
             }
             new_target.push(t);
-            new_offset.push(offset.get(k));
+            new_offset.push(&mut cursor, o);
         }
     }
     new_start.push(new_target.len() as u32);
