@@ -467,6 +467,24 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     assert_eq!(parts(&err), ["hit hdcache", "hit hdtree", "hit hdnames"], "nothing computed again: {err}");
     assert_eq!(graph(&err), ["hit"], "the loaded graph too: {err}");
     assert_eq!(first, second, "the cache gives the same answer");
+    // A copy of the dump altered since (a byte of its middle: its bytes
+    // no longer match its trailer's checksum, which still names the kept
+    // graph) is not answered from that graph: it is read, and refused.
+    let altered = d.path("altered.hdump");
+    let mut bytes = std::fs::read(&dump).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 1;
+    std::fs::write(&altered, &bytes).unwrap();
+    let o = heapdump()
+        .env("XDG_CACHE_HOME", &cache_home)
+        .env("HEAPDUMP_CACHE_REPORT", "1")
+        .args(["retained", "--json"])
+        .arg(&altered)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && err.contains("checksum"), "{err}");
+    assert!(!graph(&err).contains(&"hit".to_string()), "{err}");
     // Paths: the tree of what the roots reach is kept too, and every
     // holder of `path --all` is answered from it.
     let rows: serde_json::Value = serde_json::from_str(&first).unwrap();
