@@ -56,10 +56,6 @@ pub struct Cached {
 pub struct CacheFile {
     path: PathBuf,
     key: [u64; 5],
-    /// Whether a kept graph may be read: false when the dump's bytes were
-    /// not checked against its checksum because none was kept (see
-    /// [`CacheFile::for_file`]).
-    graph_readable: bool,
 }
 
 fn fnv(b: &[u8]) -> u64 {
@@ -79,25 +75,16 @@ impl CacheFile {
     pub(crate) fn keyed(dir: &Path, version: &str, checksum: u32, len: u64, h: &heapdump_format::Header) -> CacheFile {
         let key = [fnv(version.as_bytes()), u64::from(checksum), len, h.time_ns, u64::from(h.pid)];
         let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
-        CacheFile { path: dir.join(name), key, graph_readable: true }
+        CacheFile { path: dir.join(name), key }
     }
 
-    /// The cache of the dump in `file` (complete, with a trailer), before
-    /// it is loaded: the same file as [`CacheFile::for_dump`] names once
-    /// it is. Its kept graph is read only when the dump's bytes match its
-    /// checksum; that CRC pass over the whole dump is made only when there
-    /// is a graph to read, or one being written: a first question skips
-    /// it (its load checks the checksum as it walks the records anyway).
+    /// The cache of the dump in `file` (complete and intact: its bytes
+    /// match its checksum), before it is loaded: the same file as
+    /// [`CacheFile::for_dump`] names once it is.
     pub fn for_file(dir: &Path, file: &crate::DumpFile, version: &str) -> Option<CacheFile> {
         let dump = file.dump().ok()?;
-        let claimed = dump.claimed_checksum()?;
-        let mut c = Self::keyed(dir, version, claimed, file.bytes().len() as u64, dump.header());
-        let graph = c.graph_path();
-        c.graph_readable = graph.exists() || wait_for_writer(&graph);
-        if c.graph_readable && dump.checksum_if_intact() != Some(claimed) {
-            return None;
-        }
-        Some(c)
+        let checksum = dump.checksum_if_intact()?;
+        Some(Self::keyed(dir, version, checksum, file.bytes().len() as u64, dump.header()))
     }
 
     /// Where the loaded graph is kept, beside the analysis.
@@ -107,9 +94,6 @@ impl CacheFile {
 
     /// The loaded graph, when a good copy is kept (`Ok(None)`: none).
     pub fn read_graph(&self) -> Result<Option<Heap>, CacheProblem> {
-        if !self.graph_readable {
-            return Ok(None);
-        }
         crate::graph_cache::read(&self.graph_path(), &self.key)
     }
 

@@ -147,17 +147,12 @@ impl<'a> Dump<'a> {
     /// match it (one CRC pass over the file, no record decoded): what names
     /// a whole, unaltered dump, for caches of its analysis.
     pub fn checksum_if_intact(&self) -> Option<u32> {
-        let claimed = self.claimed_checksum()?;
+        if !ends_with_trailer(self.data) {
+            return None;
+        }
         let at = self.data.len() - raw::END_SIZE + 64;
+        let claimed = le32(self.data, at);
         (crc32fast::hash(&self.data[..at]) == claimed).then_some(claimed)
-    }
-
-    /// The checksum the trailer claims, unverified (`None` when the file
-    /// does not end with a whole END record): enough to name a dump's
-    /// caches and look for them before paying for the CRC pass of
-    /// [`Dump::checksum_if_intact`].
-    pub fn claimed_checksum(&self) -> Option<u32> {
-        ends_with_trailer(self.data).then(|| le32(self.data, self.data.len() - raw::END_SIZE + 64))
     }
 
     /// The records, in file order, ending with the trailer.
