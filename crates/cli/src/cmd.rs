@@ -362,15 +362,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             export(&dump, format, &output, address.as_deref(), depth, max_nodes)
         }
         Command::Report { dump, output, baseline } => {
-            let (file, heap) = views::load(&dump)?;
+            let loaded = views::load(&dump)?;
+            let (file, heap) = (&loaded.file, &loaded.heap);
             let diff = match &baseline {
                 Some(b) => {
-                    let (bf, old) = views::load(b)?;
-                    Some(heapdump_analyze::group::diff((&bf, &old), (&file, &heap)))
+                    let old = views::load(b)?;
+                    Some(heapdump_analyze::group::diff((&old.file, &old.heap), (file, heap)))
                 }
                 None => None,
             };
-            let ex = views::session(&file, &heap);
+            let ex = views::session(file, heap);
             write_atomically(&output, |w| heapdump_export::write_html(&ex, diff.as_ref(), w))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -573,8 +574,8 @@ fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>
 
 fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, depth: usize, max_nodes: usize) -> Result<ExitCode> {
     let address = address.map(views::parse_address).transpose()?;
-    let (file, heap) = views::load(dump)?;
-    let ex = views::session(&file, &heap);
+    let loaded = views::load(dump)?;
+    let ex = views::session(&loaded.file, &loaded.heap);
     let opts = heapdump_export::GraphOptions { address, depth, max_nodes };
     write_atomically(output, |w| match format {
         Format::Pprof => heapdump_export::write_pprof(&ex, w),
@@ -618,9 +619,10 @@ fn demo() -> Result<ExitCode> {
     writeln!(stdout, "\n== summary")?;
     let file = DumpFile::open(&out)?;
     print_summary(&mut stdout, &out, &Summary::of(&file)?)?;
-    let (file, heap) = views::load(&out)?;
+    let loaded = views::load(&out)?;
+    let heap = &loaded.heap;
     // One analysis serves both views.
-    let a = views::session(&file, &heap);
+    let a = views::session(&loaded.file, heap);
     a.dominators();
     writeln!(stdout, "\n== leaks")?;
     views::print_leaks(&mut stdout, &a.leak_report(), 3)?;

@@ -21,15 +21,21 @@ const MAX_ROWS: usize = 1000;
 
 /// Serves `dump` until the process is stopped.
 pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::process::ExitCode> {
-    let (file, heap) = views::load(dump)?;
-    let base = baseline.map(views::load).transpose()?;
-    let diff = base.as_ref().map(|(bf, bh)| heapdump_analyze::group::diff((bf, bh), (&file, &heap)));
-    let a = views::session(&file, &heap);
+    let mut loaded = views::load(dump)?;
+    let mut base = baseline.map(views::load).transpose()?;
+    // Kept at once: the viewer runs on (see `views::finish`).
+    loaded.keep_graph();
+    if let Some(b) = base.as_mut() {
+        b.keep_graph();
+    }
+    let (file, heap) = (&loaded.file, &loaded.heap);
+    let diff = base.as_ref().map(|b| heapdump_analyze::group::diff((&b.file, &b.heap), (file, heap)));
+    let a = views::session(file, heap);
     views::finish(true);
     let server = tiny_http::Server::http(("127.0.0.1", port)).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     let port = server.server_addr().to_ip().map_or(port, |s| s.port());
     let token = token()?;
-    let site = Site { a: &a, file: &file, diff: diff.as_ref(), token: &token, port, name: dump.display().to_string() };
+    let site = Site { a: &a, file, diff: diff.as_ref(), token: &token, port, name: dump.display().to_string() };
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "heapdump: serving {} at http://127.0.0.1:{port}/?token={token}", dump.display())?;

@@ -73,8 +73,8 @@ thread_local! {
 }
 
 /// Once the command is done, the loaded graphs still being kept (their
-/// writing went on while the question was answered) are left to finish on
-/// their own, or, when `wait` (the viewer, which runs on: no writer left
+/// writing began when the command was done with them: see [`Loaded`]) are
+/// left to finish on their own, or, when `wait` (the viewer, which runs on: no writer left
 /// unreaped) or under `HEAPDUMP_CACHE_REPORT=1`, waited for and, under the
 /// latter, said how it went.
 pub fn finish(wait: bool) {
@@ -97,7 +97,7 @@ pub fn finish(wait: bool) {
 
 /// Maps and loads a dump, with a progress bar when stderr is a terminal,
 /// and a warning when it is incomplete.
-pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
+pub fn load(path: &Path) -> Result<Loaded> {
     let file = DumpFile::open(path)?;
     // A graph loaded before from this very dump (its bytes checked against
     // its checksum) is read back instead of decoding every record.
@@ -112,7 +112,7 @@ pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
                 if report {
                     eprintln!("heapdump: graph cache: hit {}", c.graph_path().display());
                 }
-                return Ok((file, heap));
+                return Ok(Loaded { file, heap, graph: None });
             }
             Ok(None) if report => eprintln!("heapdump: graph cache: miss {}", c.graph_path().display()),
             Err(why) if report => eprintln!("heapdump: graph cache: rebuilt {} ({why})", c.graph_path().display()),
@@ -144,18 +144,44 @@ pub fn load(path: &Path) -> Result<(DumpFile, Heap)> {
             path.display()
         );
     }
-    if let Some(c) = &cache {
-        // Written while the question is answered; waited for at the end.
-        GRAPH_WRITING.with(|w| w.borrow_mut().push(c.write_graph(&heap)));
+    Ok(Loaded { file, heap, graph: cache })
+}
+
+/// A loaded dump. Its graph, when the cache is to keep it, is written
+/// once the command is done with it (when this is dropped, or when asked
+/// with [`Loaded::keep_graph`]), not beside the analysis: there the
+/// writer's 350 MB of fresh page-cache pages (the graph of 10 M blocks)
+/// slowed a first `retained` by a tenth, its faults and the analysis'
+/// own contending on this VM (the writer at the lowest priority did not
+/// help).
+pub struct Loaded {
+    pub file: DumpFile,
+    pub heap: Heap,
+    graph: Option<heapdump_analyze::cache::CacheFile>,
+}
+
+impl Loaded {
+    /// Starts keeping the graph now (in the background when it can: see
+    /// [`finish`]).
+    pub fn keep_graph(&mut self) {
+        if let Some(c) = self.graph.take() {
+            GRAPH_WRITING.with(|w| w.borrow_mut().push(c.write_graph(&self.heap)));
+        }
     }
-    Ok((file, heap))
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        self.keep_graph();
+    }
 }
 
 // --- top -------------------------------------------------------------------------
 
 pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
-    let (file, heap) = load(path)?;
-    let a = session(&file, &heap);
+    let loaded = load(path)?;
+    let (file, heap) = (&loaded.file, &loaded.heap);
+    let a = session(file, heap);
     a.name_sites(depth, skip);
     let mut rows = a.top(by);
     rows.truncate(n);
@@ -183,8 +209,9 @@ pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex:
 /// `top --tree`: the caller tree, roots (allocating functions) largest
 /// first, callers indented below; callers under 0.5% of the heap folded.
 pub fn top_tree(path: &Path, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
-    let (file, heap) = load(path)?;
-    let a = session(&file, &heap);
+    let loaded = load(path)?;
+    let (file, heap) = (&loaded.file, &loaded.heap);
+    let a = session(file, heap);
     a.name_sites(1, skip);
     let mut roots = a.caller_tree(depth);
     roots.truncate(n);
@@ -223,8 +250,9 @@ pub fn top_tree(path: &Path, n: usize, depth: usize, skip: Option<regex::Regex>,
 // --- leaks -----------------------------------------------------------------------
 
 pub fn leaks(path: &Path, n: usize, kind: Option<LeakKind>, mut sup: Option<Suppressions>, json: bool) -> Result<bool> {
-    let (file, heap) = load(path)?;
-    let r = session(&file, &heap).leak_report_with(kind, sup.as_mut());
+    let loaded = load(path)?;
+    let (file, heap) = (&loaded.file, &loaded.heap);
+    let r = session(file, heap).leak_report_with(kind, sup.as_mut());
     // Without the roots (a dump cut before its thread and static records
     // ended) nothing can be called lost or reachable: no verdict.
     let verdict = heap.has_roots();
@@ -303,8 +331,9 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
 // --- retained --------------------------------------------------------------------
 
 pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
-    let (file, heap) = load(path)?;
-    let rows = session(&file, &heap).retainers(n);
+    let loaded = load(path)?;
+    let (file, heap) = (&loaded.file, &loaded.heap);
+    let rows = session(file, heap).retainers(n);
     if json {
         return output::json(&rows);
     }
@@ -314,8 +343,9 @@ pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
 
 /// `retained --by site|type`: groups and what each retains.
 pub fn retained_grouped(path: &Path, by: heapdump_analyze::group::GroupBy, n: usize, json: bool) -> Result<()> {
-    let (file, heap) = load(path)?;
-    let mut rows = session(&file, &heap).retained_by(by);
+    let loaded = load(path)?;
+    let (file, heap) = (&loaded.file, &loaded.heap);
+    let mut rows = session(file, heap).retained_by(by);
     rows.truncate(n);
     if json {
         return output::json(&rows);
@@ -364,8 +394,9 @@ pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> s
 
 pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
-    let (file, heap) = load(dump)?;
-    let p = session(&file, &heap).path(addr)?;
+    let loaded = load(dump)?;
+    let (file, heap) = (&loaded.file, &loaded.heap);
+    let p = session(file, heap).path(addr)?;
     if json {
         return output::json(&p.steps);
     }
@@ -389,8 +420,9 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
 /// block is reached.
 pub fn path_all(dump: &Path, address: &str, n: usize, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
-    let (file, heap) = load(dump)?;
-    let (p, holders, total) = session(&file, &heap).holders(addr, n)?;
+    let loaded = load(dump)?;
+    let (file, heap) = (&loaded.file, &loaded.heap);
+    let (p, holders, total) = session(file, heap).holders(addr, n)?;
     if json {
         return output::json(&holders);
     }
@@ -430,9 +462,8 @@ pub fn parse_address(s: &str) -> Result<u64> {
 // --- diff ------------------------------------------------------------------------
 
 pub fn diff(old: &Path, new: &Path, json: bool) -> Result<()> {
-    let (fo, ho) = load(old)?;
-    let (fnew, hn) = load(new)?;
-    let d = group::diff((&fo, &ho), (&fnew, &hn));
+    let (o, n) = (load(old)?, load(new)?);
+    let d = group::diff((&o.file, &o.heap), (&n.file, &n.heap));
     if json {
         return output::json(&d);
     }
