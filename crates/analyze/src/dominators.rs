@@ -124,33 +124,19 @@ pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
 }
 
 /// Leak classes and the dominator tree headed by the lost structures'
-/// leaders. A second thread computes the leaks while the dominator walk
-/// from the roots runs (it needs the leaders only after that walk), then
+/// leaders. The leaks are computed after the walk from the roots (which
+/// needs them only then, for the leaders), while a second thread builds
 /// the predecessor lists.
 pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -> (crate::leaks::Leaks, Dominators) {
-    std::thread::scope(|s| {
-        let (send, leaks) = std::sync::mpsc::sync_channel(1);
-        let helper = s.spawn(move || {
-            // The receiver lives until the walk has taken the leaks (or
-            // has failed, and then nobody needs them).
-            let _ = send.send(crate::leaks::analyze(heap, contents));
-            Predecessors::of(heap)
-        });
-        let mut got = None;
-        let d = compute_in(
-            heap,
-            || {
-                // Only a panic on the helper drops the sender unsent.
-                let l = leaks.recv().unwrap_or_else(|_| crate::leaks::analyze(heap, contents));
-                let heads = l.heads();
-                got = Some(l);
-                heads
-            },
-            || helper.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
-        );
-        let leaks = got.unwrap_or_else(|| crate::leaks::analyze(heap, contents));
-        (leaks, d)
-    })
+    let mut got = None;
+    let d = compute_with(heap, || {
+        let l = crate::leaks::analyze(heap, contents);
+        let heads = l.heads();
+        got = Some(l);
+        heads
+    });
+    let leaks = got.unwrap_or_else(|| crate::leaks::analyze(heap, contents));
+    (leaks, d)
 }
 
 /// [`with_leaks`] over a loaded dump, the heuristics reading its contents.
@@ -190,88 +176,93 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     let mut info: Vec<Info> = bytemuck::allocation::zeroed_vec(n);
     let (dfn, rest) = bytemuck::cast_slice_mut::<Info, u32>(&mut info).split_at_mut(n);
     let (parent, next) = rest.split_at_mut(n);
-    // Successors of node v (node = block + 1; 0 = the virtual root).
-    let succ = |root_children: &[u32], v: u32, k: usize| -> Option<u32> {
-        if v == 0 {
-            root_children.get(k).copied()
-        } else {
-            heap.raw_targets(v - 1).get(k).map(|&t| (t & !INTERIOR) + 1)
-        }
-    };
-
     // Iterative DFS: preorder numbers (1-based; 0 = unvisited), parents.
     // Instead of a stack, each numbered node keeps the index of its next
-    // edge (`next`), and the walk climbs back through `parent`: four bytes
-    // a node, where a stack of (node, edge) pairs as deep as a long list
-    // took eight, doubled by its growth.
+    // edge in the edge table (`next`), and the walk climbs back through
+    // `parent`: four bytes a node, where a stack of (node, edge) pairs as
+    // deep as a long list took eight, doubled by its growth. Node v's
+    // edges are `targets[starts[v - 1]..starts[v]]`; the virtual root's
+    // are `root_children`, walked below, one walk from each.
     let mut vertex: Vec<u32> = Vec::with_capacity(n); // dfn-1 -> node
     const AHEAD: usize = 16;
     let (starts, targets) = heap.raw_edges();
-    let mut dfs_from = |start: u32, parent_dfn: u32, root_children: &[u32], dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut [u32]| {
+    let node = |t: u32| (t & !INTERIOR) + 1;
+    let mut dfs_from = |start: u32, parent_dfn: u32, dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut [u32]| {
         parent[vertex.len()] = parent_dfn;
-        next[vertex.len()] = 0;
+        next[vertex.len()] = starts[start as usize - 1];
         vertex.push(start);
         dfn[start as usize] = vertex.len() as u32;
         let first = vertex.len() - 1;
         let mut cur = first;
+        let mut end = starts[start as usize] as usize;
         loop {
-            let v = vertex[cur];
             let k = next[cur] as usize;
-            // A node of many edges (an array of pointers, a hash table:
-            // where most of a large heap hangs) is read a few edges
-            // ahead, in three stages: a target's edge range, then its edge
-            // list, then its number and those of its first few targets,
-            // which the walk reads when it enters it (otherwise a miss
-            // each, one after the other: the walk of benches/c/dense.c's
-            // 10 M blocks of two random pointers, held from one array,
-            // took 2.2 s without this, 1.1 s with it).
-            if let Some(t) = succ(root_children, v, k + 3 * AHEAD) {
-                prefetch(starts, t as usize - 1);
-            }
-            if let Some(t) = succ(root_children, v, k + 2 * AHEAD) {
-                if let Some(&from) = starts.get(t as usize - 1) {
-                    prefetch(targets, from as usize);
+            if k < end {
+                // A node of many edges (an array of pointers, a hash
+                // table: where most of a large heap hangs) is read a few
+                // edges ahead, in three stages: a target's edge range,
+                // then its edge list, then its number and those of its
+                // first few targets, which the walk reads when it enters
+                // it (otherwise a miss each, one after the other: the walk
+                // of benches/c/dense.c's 10 M blocks of two random
+                // pointers, held from one array, took 2.2 s without this,
+                // 1.1 s with it).
+                if k + 3 * AHEAD < end {
+                    prefetch(starts, node(targets[k + 3 * AHEAD]) as usize - 1);
                 }
-            }
-            if let Some(t) = succ(root_children, v, k + AHEAD) {
-                prefetch(dfn, t as usize);
-                for &u in heap.raw_targets(t - 1).iter().take(4) {
-                    prefetch(dfn, (u & !INTERIOR) as usize + 1);
+                if k + 2 * AHEAD < end {
+                    prefetch(targets, starts[node(targets[k + 2 * AHEAD]) as usize - 1] as usize);
                 }
-            }
-            match succ(root_children, v, k) {
-                Some(w) => {
-                    next[cur] += 1;
-                    if dfn[w as usize] == 0 {
-                        parent[vertex.len()] = cur as u32;
-                        next[vertex.len()] = 0;
-                        vertex.push(w);
-                        dfn[w as usize] = vertex.len() as u32;
-                        cur = vertex.len() - 1;
+                if k + AHEAD < end {
+                    let t = node(targets[k + AHEAD]) as usize;
+                    prefetch(dfn, t);
+                    for &u in targets[starts[t - 1] as usize..starts[t] as usize].iter().take(4) {
+                        prefetch(dfn, node(u) as usize);
                     }
                 }
-                None if cur == first => break,
-                None => cur = parent[cur] as usize,
+                next[cur] += 1;
+                let w = node(targets[k]);
+                if dfn[w as usize] == 0 {
+                    parent[vertex.len()] = cur as u32;
+                    next[vertex.len()] = starts[w as usize - 1];
+                    vertex.push(w);
+                    dfn[w as usize] = vertex.len() as u32;
+                    cur = vertex.len() - 1;
+                    end = starts[w as usize] as usize;
+                }
+            } else if cur == first {
+                break;
+            } else {
+                cur = parent[cur] as usize;
+                end = starts[vertex[cur] as usize] as usize;
             }
         }
     };
-    dfs_from(0, NONE, &root_children, dfn, &mut vertex, parent);
-    // Then the extra roots, as the virtual root's next children.
+    // The virtual root, numbered 1, then a walk from each of its children
+    // in turn: the roots' targets, then the extra roots, then whatever
+    // neither reaches.
+    parent[0] = NONE;
+    vertex.push(0);
+    dfn[0] = 1;
+    for &c in &root_children {
+        if dfn[c as usize] == 0 {
+            dfs_from(c, 0, dfn, &mut vertex, parent);
+        }
+    }
     for b in extra_roots() {
         let v = b.0 + 1;
         if is_child.insert(v) {
             root_children.push(v);
             if dfn[v as usize] == 0 {
-                dfs_from(v, 0, &root_children, dfn, &mut vertex, parent);
+                dfs_from(v, 0, dfn, &mut vertex, parent);
             }
         }
     }
     drop(is_child);
-    // Whatever the roots and leaders do not reach hangs off the root too.
     for start in 1..n as u32 {
         if dfn[start as usize] == 0 {
             root_children.push(start);
-            dfs_from(start, 0, &root_children, dfn, &mut vertex, parent);
+            dfs_from(start, 0, dfn, &mut vertex, parent);
         }
     }
     let count = vertex.len();

@@ -758,12 +758,6 @@ impl Heap {
         self.edge_offset.get(s, k)
     }
 
-    /// The raw targets of a block's edges (block index, interior bit 31).
-    #[inline]
-    pub(crate) fn raw_targets(&self, id: u32) -> &[u32] {
-        &self.edge_target[self.edge_start[id as usize] as usize..self.edge_start[id as usize + 1] as usize]
-    }
-
     /// The edge tables: block `b`'s edges are `targets[starts[b]..starts[b + 1]]`
     /// (block index, interior bit 31).
     #[inline]
