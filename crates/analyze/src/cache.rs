@@ -8,7 +8,7 @@
 //! secrets: so are its classes), so that two analyses at once never see
 //! half of one.
 //!
-//! Layout (little endian): magic `HDCACHE\x02`, the key (five u64: tool
+//! Layout (little endian): magic `HDCACHE\x03`, the key (five u64: tool
 //! version hash, checksum, file length, time, pid), the block count, the
 //! leak classes (a byte per block), the leaders (u32), four counts (bytes,
 //! blocks), the heuristics' counts (count, then kind byte, bytes, blocks),

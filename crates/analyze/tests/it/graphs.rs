@@ -326,9 +326,10 @@ fn naive_idoms(n: usize, edges: &[(usize, usize)], roots: &[usize], heads: &[usi
 
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
-    /// The dominator tree (leaks on a second thread, walk from the roots
-    /// meanwhile) equals the slow data-flow answer on random graphs with
-    /// roots, lost cycles and lost chains.
+    /// The dominator tree (the predecessor lists built on a second thread
+    /// while the walk from the roots, then the leaks, run) equals the slow
+    /// data-flow answer on random graphs with roots, lost cycles and lost
+    /// chains.
     #[test]
     fn dominators_match_a_data_flow_oracle(
         n in 1usize..24,
