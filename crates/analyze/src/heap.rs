@@ -430,10 +430,11 @@ pub(crate) struct OffsetCursor {
 }
 
 impl OffsetCursor {
-    /// The byte of the block's next edge, at `offset`
-    /// ([`Offsets::ANCHOR`]: its offset is to be kept aside).
+    /// The byte of the block's next edge, edge `edge` of the table, at
+    /// `offset`, and the entry that keeps its offset aside when the byte
+    /// is [`Offsets::ANCHOR`].
     #[inline]
-    pub(crate) fn next(&mut self, offset: u64) -> u8 {
+    pub(crate) fn next(&mut self, edge: usize, offset: u64) -> (u8, Option<WideOffset>) {
         let anchored = self.i % Offsets::EVERY == 0 && self.i != 0;
         let d = match offset.checked_sub(self.prev) {
             Some(d) if !anchored && d % 8 == 0 && d / 8 < u64::from(Offsets::ANCHOR) => (d / 8) as u8,
@@ -441,7 +442,7 @@ impl OffsetCursor {
         };
         self.prev = offset;
         self.i = self.i.wrapping_add(1);
-        d
+        (d, (d == Offsets::ANCHOR).then_some(WideOffset { edge: edge as u32, pad: 0, offset }))
     }
 }
 
@@ -457,10 +458,8 @@ impl Offsets {
 
     /// Adds the next edge of the block `cursor` follows.
     pub(crate) fn push(&mut self, cursor: &mut OffsetCursor, offset: u64) {
-        let d = cursor.next(offset);
-        if d == Self::ANCHOR {
-            self.anchors.to_mut().push(WideOffset { edge: self.deltas.len() as u32, pad: 0, offset });
-        }
+        let (d, anchor) = cursor.next(self.deltas.len(), offset);
+        self.anchors.to_mut().extend(anchor);
         self.deltas.to_mut().push(d);
     }
 

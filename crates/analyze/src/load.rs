@@ -200,13 +200,13 @@ impl Heap {
         let (first, second) = {
             let (s0, s1) = start.split_at_mut(split_n);
             let (t0, t1) = target.split_at_mut(pointers[0]);
-            let (w0, w1) = deltas.split_at_mut(pointers[0]);
+            let (d0, d1) = deltas.split_at_mut(pointers[0]);
             let (first, second) = std::thread::scope(|sc| {
                 let second = sc.spawn(|| {
-                    ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, Part::new(s1, t1, w1), &mut |_, _| {})
+                    ctx.run(dump.records_between(split_off, end_of_valid as u64), n - split_n, Part::new(s1, t1, d1), &mut |_, _| {})
                         .map(Part::done)
                 });
-                let first = ctx.run(dump.records_between(header_end, split_off), split_n, Part::new(s0, t0, w0), progress).map(Part::done);
+                let first = ctx.run(dump.records_between(header_end, split_off), split_n, Part::new(s0, t0, d0), progress).map(Part::done);
                 (first, second.join())
             });
             (first?, second.map_err(|_| AnalyzeError::TooLarge { path: file.path().to_path_buf(), what: "pass 2 failed".into() })??)
@@ -554,10 +554,8 @@ impl<'a> Part<'a> {
     }
 
     fn push_offset(&mut self, offset: u64) {
-        let d = self.cursor.next(offset);
-        if d == Offsets::ANCHOR {
-            self.anchors.push(WideOffset { edge: self.deltas.len() as u32, pad: 0, offset });
-        }
+        let (d, anchor) = self.cursor.next(self.deltas.len(), offset);
+        self.anchors.extend(anchor);
         self.deltas.push(d);
     }
 

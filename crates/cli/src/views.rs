@@ -74,9 +74,9 @@ thread_local! {
 
 /// Once the command is done, the loaded graphs still being kept (their
 /// writing began when the command was done with them: see [`Loaded`]) are
-/// left to finish on their own, or, when `wait` (the viewer, which runs on: no writer left
-/// unreaped) or under `HEAPDUMP_CACHE_REPORT=1`, waited for and, under the
-/// latter, said how it went.
+/// left to finish on their own, or, when `wait` (the viewer, which runs
+/// on: no writer left unreaped) or under `HEAPDUMP_CACHE_REPORT=1`,
+/// waited for and, under the latter, said how it went.
 pub fn finish(wait: bool) {
     for w in GRAPH_WRITING.with(|w| std::mem::take(&mut *w.borrow_mut())) {
         if !report() {
