@@ -23,6 +23,9 @@ command -v node >/dev/null || need+=(nodejs npm)
 [ -x /usr/bin/gawk ] || need+=(gawk)
 [ -x /usr/bin/sqlite3 ] || need+=(sqlite3)
 [ -x /usr/bin/git ] || need+=(git)
+# Production shapes: a pre-fork server, and musl programs.
+[ -x /usr/sbin/nginx ] || need+=(nginx)
+command -v musl-gcc >/dev/null || need+=(musl-tools)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

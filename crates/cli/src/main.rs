@@ -10,6 +10,7 @@
 mod cmd;
 mod output;
 mod preload;
+mod program;
 mod run;
 mod serve;
 mod views;

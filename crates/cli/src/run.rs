@@ -94,6 +94,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
             return Err(Usage(format!("invalid --backtrace {b:?}: expected all, sampled, sampled=BYTES or off")).into());
         }
     }
+    crate::program::check_preloadable(&o.program[0])?;
     let lib = preload_library()?;
     // The channel the runtime reports its dumps on: a file in a directory
     // only this user can enter (made here, with a name nobody can guess
