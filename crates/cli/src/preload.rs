@@ -1,19 +1,37 @@
 //! The preload library the `heapdump` executable carries (`build.rs`
 //! embeds it), so that a `heapdump` copied alone or installed with `cargo
-//! install` can trace programs.
+//! install` can trace programs; and the per-user cache directory it and
+//! the analysis caches live in.
 //!
-//! The first `run` writes it to a per-user cache directory
-//! (`$XDG_CACHE_HOME/heapdump`, else `~/.cache/heapdump`) made with mode
-//! 0700, under a name that carries a hash of its contents; every later
-//! `run` checks, before handing it to the loader, that the directory is
-//! still private to this user and that the file is this user's, not
-//! writable by others, and byte for byte the one embedded, and writes it
-//! again when it is not (a stale or damaged copy is replaced, never used).
+//! What is handed to the dynamic loader must be exactly what was checked,
+//! and no other local user may be able to change it in between. Two ways
+//! meet that:
+//!
+//! - a file in the cache (`$XDG_CACHE_HOME/heapdump`, else
+//!   `~/.cache/heapdump`), used only when every directory from `/` down to
+//!   it is owned by root or this user and writable by no one else (a
+//!   sticky directory such as `/tmp` counts when the entry below it is
+//!   root's or this user's, since no one else may rename it), as OpenSSH's
+//!   StrictModes asks of `~/.ssh`; the loader gets the resolved path, with
+//!   no symbolic link left in it, so nobody else can swap any part of it
+//!   between the check and the load;
+//! - otherwise a sealed memory file holding the embedded bytes, handed to
+//!   the loader as `/proc/self/fd/N`: no file system at all, and nothing
+//!   written anywhere. Its descriptor is inherited by the program (set at
+//!   the top of the descriptor table, where a program's own files do not
+//!   land); a descendant started after the program closed every descriptor
+//!   runs untraced, with a warning from the loader.
+//!
+//! Nothing is ever created in a directory another user can write to: the
+//! cache's missing directories are made only under one that passes the
+//! check.
 
 use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
 use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 static EMBEDDED: &[u8] = include_bytes!(env!("HEAPDUMP_EMBEDDED_PRELOAD"));
 
@@ -23,29 +41,121 @@ fn hash(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
 }
 
+/// The preload library as the loader will get it.
+pub enum Library {
+    /// A file, every directory on the way to it checked.
+    File(PathBuf),
+    /// A sealed memory file, kept open (not closed on exec) so that the
+    /// program inherits it.
+    Sealed(OwnedFd),
+}
+
+impl Library {
+    /// The name to put in `LD_PRELOAD`.
+    pub fn loader_path(&self) -> OsString {
+        match self {
+            Library::File(p) => p.clone().into_os_string(),
+            Library::Sealed(fd) => format!("/proc/self/fd/{}", fd.as_raw_fd()).into(),
+        }
+    }
+}
+
 fn cache_base() -> Result<PathBuf> {
     if let Some(x) = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
         return Ok(x);
     }
     match std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
         Some(h) => Ok(h.join(".cache")),
-        None => bail!("no cache directory for the preload library (neither XDG_CACHE_HOME nor HOME is set): set HEAPDUMP_PRELOAD"),
+        None => bail!("no cache directory (neither XDG_CACHE_HOME nor HOME is set)"),
     }
+}
+
+fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
 }
 
 /// Whether `m` is owned by this user and writable by no one else.
 fn private(m: &std::fs::Metadata) -> bool {
-    m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0
+    m.uid() == euid() && m.mode() & 0o022 == 0
+}
+
+/// Why the directory `m` describes may not lie on the way to what is
+/// loaded, if it may not: it must be root's or this user's, and writable by
+/// no one else unless sticky (then no one else may rename what is in it).
+fn unsafe_ancestor(m: &std::fs::Metadata) -> Option<String> {
+    if !m.is_dir() {
+        return Some("not a directory".into());
+    }
+    if m.uid() != 0 && m.uid() != euid() {
+        return Some(format!("owned by uid {}", m.uid()));
+    }
+    if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+        return Some(format!("writable by others (mode {:o})", m.mode() & 0o7777));
+    }
+    None
+}
+
+/// `path` resolved (no symbolic link left), after checking that every
+/// directory from `/` down to it passes [`unsafe_ancestor`]; an error names
+/// the first that does not and why.
+fn checked_chain(path: &Path) -> Result<PathBuf> {
+    let real = std::fs::canonicalize(path).with_context(|| format!("cannot resolve {}", path.display()))?;
+    let mut at = PathBuf::new();
+    for c in real.components() {
+        at.push(c);
+        let m = std::fs::symlink_metadata(&at).with_context(|| format!("cannot read {}", at.display()))?;
+        if let Some(why) = unsafe_ancestor(&m) {
+            bail!("{} is {why}: another user could swap what heapdump loads or writes below it", at.display());
+        }
+    }
+    Ok(real)
+}
+
+/// Makes `dir` (mode 0700) and whatever it lacks above it, each only in a
+/// directory this user or root owns and no one else may write to, then
+/// checks the whole chain; returns it resolved.
+fn make_checked(dir: &Path) -> Result<PathBuf> {
+    let mut at = PathBuf::new();
+    for c in dir.components() {
+        if matches!(c, Component::ParentDir | Component::CurDir) {
+            bail!("{} is not a plain absolute path", dir.display());
+        }
+        let parent = at.clone();
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot read {}", at.display()))),
+        }
+        // Never written into a directory others may write to, sticky or
+        // not: they could have made the name first, or fill it.
+        let pm = std::fs::metadata(&parent).with_context(|| format!("cannot read {}", parent.display()))?;
+        if (pm.uid() != 0 && pm.uid() != euid()) || pm.mode() & 0o022 != 0 {
+            bail!(
+                "{} is missing and {} is not this user's alone (owner {}, mode {:o}): heapdump writes nothing there",
+                at.display(),
+                parent.display(),
+                pm.uid(),
+                pm.mode() & 0o7777
+            );
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot create {}", at.display()))),
+        }
+    }
+    checked_chain(dir)
 }
 
 /// Whether `lib` (a library found beside the executable) may be loaded
 /// into the traced program: a regular file of this user, writable by no
-/// one else, in a directory of this user writable by no one else.
-pub fn trusted_beside(lib: &Path) -> bool {
-    let Ok(m) = std::fs::symlink_metadata(lib) else { return false };
-    let Some(dir) = lib.parent() else { return false };
-    let Ok(d) = std::fs::metadata(dir) else { return false };
-    m.is_file() && private(&m) && private(&d)
+/// one else, every directory on the way to it root's or this user's and
+/// writable by no one else. Returns the resolved path.
+pub fn trusted_beside(lib: &Path) -> Option<PathBuf> {
+    let real = checked_chain(lib.parent()?).ok()?.join(lib.file_name()?);
+    let m = std::fs::symlink_metadata(&real).ok()?;
+    (m.is_file() && private(&m)).then_some(real)
 }
 
 /// Whether `path` is this user's private, unaltered copy of the library.
@@ -55,37 +165,39 @@ fn intact(path: &Path) -> bool {
 }
 
 /// `$XDG_CACHE_HOME/heapdump` (or `~/.cache/heapdump`), and `sub` below
-/// it when given: made with mode 0700, and refused unless it is a
-/// directory of this user that no one else may write to.
+/// it when given, resolved: made with mode 0700 where missing, and refused
+/// unless every directory from `/` down is root's or this user's and
+/// writable by no one else, and the last ones are this user's alone.
 pub fn private_dir(sub: Option<&str>) -> Result<PathBuf> {
-    let base = cache_base()?;
-    std::fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
-    let mut dir = base.join("heapdump");
-    for d in std::iter::once(None).chain(sub.map(Some)) {
-        if let Some(s) = d {
-            dir = dir.join(s);
-        }
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot create {}", dir.display()))),
-        }
-        let m = std::fs::symlink_metadata(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
-        if !m.is_dir() || !private(&m) {
-            bail!(
-                "{} is not a private directory of this user (owner {}, mode {:o}): remove it, or set HEAPDUMP_PRELOAD",
-                dir.display(),
-                m.uid(),
-                m.mode() & 0o7777
-            );
-        }
+    let mut dir = cache_base()?.join("heapdump");
+    if let Some(s) = sub {
+        dir = dir.join(s);
     }
-    Ok(dir)
+    let real = make_checked(&dir)?;
+    let mut own = Some(real.as_path());
+    for _ in 0..1 + usize::from(sub.is_some()) {
+        let Some(d) = own else { break };
+        let m = std::fs::symlink_metadata(d).with_context(|| format!("cannot read {}", d.display()))?;
+        if !m.is_dir() || !private(&m) {
+            bail!("{} is not a private directory of this user (owner {}, mode {:o}): remove it", d.display(), m.uid(), m.mode() & 0o7777);
+        }
+        own = d.parent();
+    }
+    Ok(real)
 }
 
-/// The embedded library, in the private cache (written when missing or
-/// not intact).
-pub fn cached() -> Result<PathBuf> {
+/// The embedded library: a file in the private cache (written when
+/// missing or not intact) when the cache's whole chain is safe, else a
+/// sealed memory file.
+pub fn embedded() -> Result<Library> {
+    match cached() {
+        Ok(p) => Ok(Library::File(p)),
+        Err(cache) => sealed().map(Library::Sealed).map_err(|e| e.context(format!("{cache:#}"))),
+    }
+}
+
+/// The embedded library in the private cache.
+fn cached() -> Result<PathBuf> {
     let dir = private_dir(None)?;
     let name = format!("libheapdump_preload-{:016x}.so", hash(EMBEDDED));
     let path = dir.join(&name);
@@ -112,4 +224,29 @@ pub fn cached() -> Result<PathBuf> {
         bail!("{} does not hold the library just written", path.display());
     }
     Ok(path)
+}
+
+/// The embedded bytes in a memory file sealed against any change, at the
+/// top of the descriptor table and inherited across exec.
+fn sealed() -> Result<OwnedFd> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    // The name shows in the program's maps as `/memfd:<name>`: the analysis
+    // knows the runtime's frames by it.
+    let fd = rustix::fs::memfd_create("libheapdump_preload.so", MemfdFlags::ALLOW_SEALING | MemfdFlags::CLOEXEC)
+        .context("cannot make a memory file for the preload library")?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(EMBEDDED).context("cannot fill the preload library's memory file")?;
+    rustix::fs::fcntl_add_seals(&f, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)
+        .context("cannot seal the preload library's memory file")?;
+    // The highest descriptor the program may have: the kernel hands out the
+    // lowest free one, so the program's own files come nowhere near it.
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1024);
+    let top = soft.clamp(64, 1 << 20) as i32 - 1;
+    let fd = match rustix::io::fcntl_dupfd_cloexec(&f, top) {
+        Ok(high) => high,
+        // The table is full up there: where it was made will do.
+        Err(_) => OwnedFd::from(f),
+    };
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::empty()).context("cannot pass on the preload library's memory file")?;
+    Ok(fd)
 }

@@ -40,13 +40,13 @@ impl std::error::Error for Usage {}
 
 /// Finds `libheapdump_preload.so`: the one `HEAPDUMP_PRELOAD` names; else
 /// the one built next to this executable (a build from source); else the
-/// copy this executable carries, in the private cache (`preload.rs`).
-pub fn preload_library() -> Result<PathBuf> {
+/// copy this executable carries (`preload.rs`).
+pub fn preload_library() -> Result<crate::preload::Library> {
     const NAME: &str = "libheapdump_preload.so";
     if let Some(p) = std::env::var_os("HEAPDUMP_PRELOAD") {
         let p = PathBuf::from(p);
         if p.exists() {
-            return Ok(p);
+            return Ok(crate::preload::Library::File(p));
         }
         bail!("HEAPDUMP_PRELOAD names {}, which does not exist", p.display());
     }
@@ -62,14 +62,13 @@ pub fn preload_library() -> Result<PathBuf> {
         }
     }
     // A library beside the executable is a build from source's, taken only
-    // when it is this user's and nobody else could have put it there (a
-    // heapdump copied to /tmp must not load /tmp/libheapdump_preload.so).
-    for c in &candidates {
-        if crate::preload::trusted_beside(c) {
-            return Ok(c.clone());
-        }
+    // when it is this user's and nobody else could have put it there or
+    // could swap it (a heapdump copied to /tmp must not load
+    // /tmp/libheapdump_preload.so).
+    if let Some(p) = candidates.iter().find_map(|c| crate::preload::trusted_beside(c)) {
+        return Ok(crate::preload::Library::File(p));
     }
-    crate::preload::cached()
+    crate::preload::embedded()
 }
 
 pub fn run(o: RunOptions) -> Result<ExitCode> {
@@ -95,7 +94,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
         }
     }
     crate::program::check_preloadable(&o.program[0])?;
-    let lib = preload_library()?;
+    let lib = preload_library().map_err(|e| Usage(format!("no preload library to load safely: {e:#}")))?;
     // The channel the runtime reports its dumps on: a file in a directory
     // only this user can enter (made here, with a name nobody can guess
     // and mkdir's refusal of anything already there), so that no other
@@ -106,12 +105,12 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     cmd.args(&o.program[1..]);
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(existing) if !existing.is_empty() => {
-            let mut v = lib.clone().into_os_string();
+            let mut v = lib.loader_path();
             v.push(":");
             v.push(existing);
             v
         }
-        _ => lib.clone().into_os_string(),
+        _ => lib.loader_path(),
     };
     cmd.env("LD_PRELOAD", preload)
         .env("HEAPDUMP_MODE", &o.mode)

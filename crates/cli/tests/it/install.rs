@@ -63,12 +63,110 @@ fn a_heapdump_copied_alone_traces_with_the_library_it_carries() {
     let o = run("b.hdump");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read(lib).unwrap(), good);
-    // A cache directory others may write to is refused, in one line.
+    // A cache directory others may write to is not used (nor written to):
+    // the library goes to the program in a sealed memory file instead.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(lib, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(lib, b"left alone").unwrap();
     let o = run("c.hdump");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.lines().count() == 1 && err.contains("is not a private directory"), "{err}");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(d.path("c.hdump").exists());
+    assert_eq!(std::fs::read(lib).unwrap(), b"left alone", "the unsafe cache was written to");
+}
+
+/// Runs `args` as the user `uid` (no groups), as `setpriv` does.
+fn as_user(uid: u32, args: &[&std::ffi::OsStr]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--"]).args(args);
+    c
+}
+
+/// Every path under `dir` and its owner.
+fn owners(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
+    let mut out = vec![];
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let Ok(m) = e.path().symlink_metadata() else { continue };
+            if m.is_dir() {
+                todo.push(e.path());
+            }
+            out.push((e.path(), m.uid()));
+        }
+    }
+    out
+}
+
+#[test]
+fn another_user_swapping_the_cache_base_never_gets_a_library_loaded() {
+    // Reproduced as the issue did: user nobody owns a directory open to
+    // all that holds the cache base, and swaps a directory of its own
+    // (holding its library under the cache's very name) with the cache
+    // base again and again while another user runs a copied heapdump.
+    // That user's run loaded the other's library on the 9th run; root's
+    // wrote its temporary file into the other's directory.
+    if rustix_uid() != 0 {
+        eprintln!("skipped: needs root to act as two users");
+        return;
+    }
+    let d = Scratch::new("swap");
+    std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hd = d.path("heapdump");
+    std::fs::copy(env!("CARGO_BIN_EXE_heapdump"), &hd).unwrap();
+    let mark = d.path("marks/evil-ran");
+    std::fs::create_dir(d.path("marks")).unwrap();
+    std::fs::set_permissions(d.path("marks"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let evil = compile(&d, "evil_lib.c", &["-shared", "-fPIC", &format!("-DEVIL_MARK=\"{}\"", mark.display())]);
+    let swap = compile(&d, "swap_dirs.c", &["-O1"]);
+    // The cache's name for the library, from a run with a private cache.
+    let private = d.path("private-cache");
+    let o = Command::new(&hd).env("XDG_CACHE_HOME", &private).args(["run", "-o"]).arg(d.path("p.hdump")).args(["--", "/bin/true"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let name = std::fs::read_dir(private.join("heapdump")).unwrap().next().unwrap().unwrap().file_name();
+    // The other user's directory: open to all, with its own tree ready to
+    // swap in, the library in place under the cache's name.
+    let open = d.path("shared");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let nobody = 65534;
+    for sub in [".cache", "evil", "evil/heapdump"] {
+        std::fs::create_dir(open.join(sub)).unwrap();
+        std::fs::set_permissions(open.join(sub), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    std::fs::copy(&evil, open.join("evil/heapdump").join(&name)).unwrap();
+    std::fs::set_permissions(open.join("evil/heapdump").join(&name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (p, _) in owners(&open).into_iter().chain([(open.clone(), 0)]) {
+        std::os::unix::fs::lchown(&p, Some(nobody), Some(nobody)).unwrap();
+    }
+    let out = d.path("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut attacker = as_user(nobody, &[swap.as_os_str(), open.join(".cache").as_os_str(), open.join("evil").as_os_str(), "30".as_ref()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let user = 1001;
+    let base = open.join(".cache");
+    for i in 0..40 {
+        let dump = out.join(format!("r{i}.hdump"));
+        let args = [hd.as_os_str(), "run".as_ref(), "-o".as_ref(), dump.as_os_str(), "--".as_ref(), "/bin/true".as_ref()];
+        // Another user on odd runs, root on even ones.
+        let mut c = if i % 2 == 1 { as_user(user, &args) } else { Command::new(args[0]) };
+        if i % 2 == 0 {
+            c.args(&args[1..]);
+        }
+        let o = c.env("XDG_CACHE_HOME", &base).env_remove("HEAPDUMP_PRELOAD").output().unwrap();
+        assert!(o.status.success() && dump.exists(), "run {i}: {:?} {}", o.status, String::from_utf8_lossy(&o.stderr));
+        assert!(!mark.exists(), "run {i} loaded the other user's library: {}", std::fs::read_to_string(&mark).unwrap_or_default());
+    }
+    let _ = attacker.kill();
+    let o = attacker.wait_with_output().unwrap();
+    // Nothing of heapdump's was written into the other user's directory.
+    let theirs = owners(&open);
+    assert!(theirs.iter().all(|(_, u)| *u == nobody), "written into another user's directory: {theirs:?}");
+    assert!(!mark.exists());
+    let _ = o;
 }
 
 fn rustix_uid() -> u32 {
