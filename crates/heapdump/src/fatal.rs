@@ -171,6 +171,15 @@ pub(crate) fn is_crash() -> bool {
     CRASHES.contains(&(FATAL.load(Ordering::Acquire) as i32))
 }
 
+/// In a forked child (from the `fork` handler, one thread): a fatal
+/// signal the parent was handling is not the child's.
+pub(crate) fn forked() {
+    FATAL.store(0, Ordering::Release);
+    FATAL_TID.store(0, Ordering::Release);
+    DONE.store(0, Ordering::Release);
+    clear_cause();
+}
+
 /// The helper finished the dump of the fatal signal.
 pub(crate) fn dump_done() {
     DONE.store(1, Ordering::Release);
@@ -190,6 +199,19 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
     let saved = sys::errno();
     let me = sys::gettid();
     let crash = CRASHES.contains(&sig);
+    // No helper in this process (a forked child): the dump is taken on
+    // this thread, and so not inside the tracker. A signal sent there is
+    // raised again as the thread leaves it; a fault there is given back
+    // without a dump (returning would only fault again).
+    let here = !crate::helper::helper_here();
+    let faulted = crash && !info.is_null() && {
+        // SAFETY: the kernel's siginfo for an SA_SIGINFO handler.
+        unsafe { (*info).si_code > 0 }
+    };
+    if here && !faulted && crate::guard::defer_signal(sig) {
+        sys::set_errno(saved);
+        return;
+    }
     let (mut code, mut address, mut sender) = (0i32, 0u64, 0u32);
     if !info.is_null() {
         // SAFETY: the kernel's siginfo for an SA_SIGINFO handler; si_addr
@@ -214,8 +236,26 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
                 crate::stw::note_crash(me, &crate::stw::regs_from_gregs(&uc.uc_mcontext.gregs));
             }
             set_cause(sig, code, me, address, sender);
-            if crate::helper::request_fatal_dump() {
-                wait_done();
+            if !here {
+                if crate::helper::request_fatal_dump() {
+                    wait_done();
+                }
+            } else if !crate::guard::inside() {
+                let regs = if ctx.is_null() {
+                    crate::stw::current_regs()
+                } else {
+                    // SAFETY: for an SA_SIGINFO handler the kernel passes
+                    // a ucontext_t.
+                    crate::stw::regs_from_gregs(&unsafe { &*(ctx as *const libc::ucontext_t) }.uc_mcontext.gregs)
+                };
+                let reason = if crash { heapdump_format::Reason::Crash } else { heapdump_format::Reason::Signal };
+                crate::trigger::dump_on_this_thread(reason, cause(), &regs);
+                clear_cause();
+                dump_done();
+            } else {
+                // A fault inside the tracker: no dump; threads waiting for
+                // one go on.
+                dump_done();
             }
         }
         Err(_) if FATAL_TID.load(Ordering::Acquire) != me => wait_done(),

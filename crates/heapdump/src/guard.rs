@@ -19,6 +19,10 @@ const IN_LOCK: u8 = 4;
 const INTERNAL: u8 = 8;
 /// Updates are queued (see [`defer`]): checked with the state on leaving.
 const HAS_DEFERRED: u8 = 16;
+/// Signals came that want a dump on this thread (a process without the
+/// runtime's helper: a forked child) while it was inside the tracker:
+/// raised again as it leaves (see [`defer_signal`]).
+const RESIGNAL: u8 = 32;
 
 // Every read-modify-write of the state is one instruction: a signal
 // handler running on the same thread (the suspend handler sets
@@ -27,6 +31,8 @@ const HAS_DEFERRED: u8 = 16;
 // `lock cmpxchg` loop cost more than the rest of the tracker on a free).
 thread_local! {
     static STATE: AtomicU8 = const { AtomicU8::new(0) };
+    /// The signals [`RESIGNAL`] stands for (bit per signal).
+    static RESIGNALS: core::sync::atomic::AtomicU64 = const { core::sync::atomic::AtomicU64::new(0) };
 }
 
 /// Sets `bits` in this thread's state.
@@ -139,8 +145,8 @@ impl Enter {
         // park below then finds no stop under way and returns.)
         clear(IN_TRACKER);
         let s = get().unwrap_or(0);
-        if s & STOP_PENDING != 0 {
-            park_now();
+        if s & (STOP_PENDING | RESIGNAL) != 0 {
+            pending_now(s);
             return get().unwrap_or(0);
         }
         s
@@ -155,12 +161,55 @@ impl Drop for Enter {
 }
 
 /// Honours a stop that came while the thread was inside the tracker (out
-/// of line: it saves every register).
+/// of line: it saves every register), then raises again the signals that
+/// were deferred meanwhile.
 #[cold]
 #[inline(never)]
-fn park_now() {
-    clear(STOP_PENDING);
-    crate::stw::park(&crate::stw::current_regs());
+fn pending_now(s: u8) {
+    if s & STOP_PENDING != 0 {
+        clear(STOP_PENDING);
+        crate::stw::park(&crate::stw::current_regs());
+    }
+    if s & RESIGNAL != 0 {
+        clear(RESIGNAL);
+        let sigs = RESIGNALS.try_with(|r| r.swap(0, Relaxed)).unwrap_or(0);
+        let (me, saved) = (crate::sys::gettid(), crate::sys::errno());
+        for sig in 1..64 {
+            if sigs & (1 << sig) != 0 {
+                // Delivered before tgkill returns (unless the program
+                // blocks it now: then when it unblocks it), outside the
+                // tracker: its handler dumps this time.
+                let _ = crate::sys::tgkill(me, sig);
+            }
+        }
+        // The allocation returning may have set it (ENOMEM).
+        crate::sys::set_errno(saved);
+    }
+}
+
+/// Called by a handler that would dump on its own thread (no helper in
+/// this process): if the thread is inside the tracker (it may hold the
+/// locks the dump takes, or be dumping), notes `sig` to be raised again as
+/// it leaves and returns true; the handler then returns at once.
+pub fn defer_signal(sig: i32) -> bool {
+    if !(1..64).contains(&sig) {
+        return false;
+    }
+    RESIGNALS
+        .try_with(|r| {
+            if get().unwrap_or(0) & (IN_TRACKER | IN_LOCK) == 0 {
+                return false;
+            }
+            r.fetch_or(1 << sig, Relaxed);
+            set(RESIGNAL);
+            true
+        })
+        .unwrap_or(false)
+}
+
+/// Whether the thread is inside the tracker (or holds one of its locks).
+pub fn inside() -> bool {
+    get().is_some_and(|s| s & (IN_TRACKER | IN_LOCK) != 0)
 }
 
 /// Called by the suspend handler: if the thread is inside the tracker,

@@ -1,7 +1,7 @@
 //! Start-up, before `main`: fork handlers, the exit dump, the helper
 //! thread with its pipe, the dump signal and the fatal signals.
 
-use crate::helper::SIGNAL_PIPE;
+use crate::helper::{HELPER_PID, SIGNAL_PIPE};
 use crate::state::{state, STATE};
 use crate::stw::STATIC_TLS;
 use crate::trigger::{__cxa_atexit, heapdump_rt_at_exit, helper_main, on_dump_signal};
@@ -25,6 +25,9 @@ extern "C" fn after_fork() {
 extern "C" fn after_fork_child() {
     after_fork();
     STATE.table.free_stripes_after_fork();
+    // The helper thread stayed in the parent: the child's triggers work
+    // without it (see `trigger`).
+    crate::trigger::forked();
 }
 
 // The exit handler `atexit` calls: straight into the register capture (see
@@ -55,7 +58,9 @@ extern "C" fn start() {
         if c.signal != 0 {
             let mut sa = sys::empty_sigaction();
             sa.sa_sigaction = on_dump_signal as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
+            // SA_SIGINFO: a process without the helper (a forked child)
+            // dumps in the handler, with the interrupted registers.
+            sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
             // SAFETY: a valid action, no old one asked for.
             unsafe { sys::sigaction_raw(c.signal, &sa, core::ptr::null_mut()) };
         }
@@ -84,6 +89,7 @@ fn read_static_tls_size() {
 /// Starts the helper thread and its pipe; true when it runs.
 fn start_helper() -> bool {
     let Ok((rfd, wfd)) = sys::pipe_nonblocking_writer() else { return false };
+    HELPER_PID.store(sys::getpid(), Ordering::Release);
     SIGNAL_PIPE.store((u64::from(rfd as u32) << 32) | u64::from(wfd as u32), Ordering::Release);
     // The helper's stack is the runtime's own mapping: never a root, and
     // glibc puts the thread descriptor at its top, which tells the

@@ -145,6 +145,12 @@ pub fn tcb_layout() -> (u64, u64) {
     (TCB_SIZE.load(Ordering::Relaxed), TID_OFFSET.load(Ordering::Relaxed))
 }
 
+/// In a forked child: the helper thread was not copied (its stack and
+/// thread pointer stay known: they are the runtime's own mapping still).
+pub fn forked() {
+    RUNTIME_TID.store(0, Ordering::Release);
+}
+
 /// Whether the runtime's helper thread has registered itself.
 pub fn runtime_thread_started() -> bool {
     RUNTIME_TID.load(Ordering::Acquire) != 0

@@ -1,21 +1,42 @@
 //! When the runtime dumps by itself: a threshold of live bytes, a memory
 //! limit near, a signal (through the helper thread and its pipe), a fatal
 //! signal, the program's exit.
+//!
+//! In a forked child there is no helper thread (`fork` copies only the
+//! thread that called it), and none is started: a thread the program did
+//! not make would change it (a worker that `unshare`s or counts its
+//! threads, a child that only execs). Each trigger works without one, on
+//! the thread concerned, and the dump is always the dumping process's own:
+//! - at exit: as anywhere, on the exiting thread; the parent's pending
+//!   requests are not waited for (`forked`);
+//! - the threshold: as anywhere, on the allocating thread;
+//! - near the limit: the allocating thread looks at the limits each time
+//!   the heap has grown by the step (the helper's look every 100 ms is
+//!   missing: memory the heap does not count is seen at the next step);
+//! - the dump signal and the fatal signals: the handler dumps on the
+//!   thread it interrupted, with that thread's registers; inside the
+//!   tracker (which may hold the locks a dump takes) the signal is raised
+//!   again as the thread leaves it (`guard::defer_signal`).
 
-use crate::helper::{ask_helper, ask_helper_for_dump, ASK_CHECK, ASK_DUMP, ASK_FATAL, SIGNALS_PENDING, SIGNAL_PIPE};
+use crate::helper::{ask_helper, ask_helper_for_dump, helper_here, ASK_CHECK, ASK_DUMP, ASK_FATAL, SIGNALS_PENDING, SIGNAL_PIPE};
 use crate::outcome::DumpError;
 use crate::output::{auto_dump, Why, AUTO_DUMPS};
 use crate::state::{State, STATE};
-use crate::{fatal, limit, report, stw, sys, Reason};
+use crate::{fatal, guard, helper, limit, report, stw, sys, Reason};
 use core::sync::atomic::Ordering;
-use heapdump_format::LimitInfo;
+use heapdump_format::{LimitInfo, SignalInfo};
 
 pub(crate) fn threshold_crossed(st: &State, live: u64) {
-    // The near-limit check: the helper looks at the limits (once per mark).
+    // The near-limit check: the helper looks at the limits (once per mark),
+    // or this thread where there is no helper (a forked child).
     let check = st.check_mark.load(Ordering::Relaxed);
     if live >= check && st.check_mark.compare_exchange(check, u64::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
         refresh_marks(st);
-        ask_helper(ASK_CHECK);
+        if helper_here() {
+            ask_helper(ASK_CHECK);
+        } else {
+            near_limit_check(false);
+        }
     }
     let step = st.config().threshold;
     let cur = st.user_mark.load(Ordering::Relaxed);
@@ -39,9 +60,10 @@ pub(crate) fn refresh_marks(st: &State) {
     st.next_threshold.store(m, Ordering::Release);
 }
 
-/// Looks at the memory limits (on the helper thread) and dumps when one is
-/// near; then sets the live size at which to look again.
-pub(crate) fn near_limit_check() {
+/// Looks at the memory limits (on the helper thread, or on the allocating
+/// thread where there is none) and dumps when one is near; then sets the
+/// live size at which to look again.
+pub(crate) fn near_limit_check(on_helper: bool) {
     let (due, step) = limit::check();
     if let Some(r) = due {
         // The dump maps memory of its own: the sorted index and its
@@ -57,7 +79,7 @@ pub(crate) fn near_limit_check() {
             let l = limit::last();
             let why =
                 Why { reason: Reason::NearLimit, signal: None, limit: Some(LimitInfo { kind: l.kind, bytes: l.bytes, used: l.used }) };
-            auto_dump(&STATE, &why, &regs, true);
+            auto_dump(&STATE, &why, &regs, on_helper);
         }
     }
     let (_, live) = STATE.table.live();
@@ -101,8 +123,11 @@ unsafe extern "C" {
 pub(crate) extern "C" fn at_exit(regs: *const stw::Regs, _: *mut core::ffi::c_void) {
     // Bounded (10 minutes: a compact dump of tens of millions of blocks
     // takes minutes) so that a stuck writer cannot hold the exit forever.
+    // Signals are answered only by a helper of this process's own: a child
+    // that was not told of its fork (a raw `clone`) has none to wait for.
+    let helper = helper_here();
     for _ in 0..600_000 {
-        if AUTO_DUMPS.load(Ordering::Acquire) == 0 && SIGNALS_PENDING.load(Ordering::Acquire) == 0 {
+        if AUTO_DUMPS.load(Ordering::Acquire) == 0 && (!helper || SIGNALS_PENDING.load(Ordering::Acquire) == 0) {
             break;
         }
         sys::sleep_ms(1);
@@ -114,12 +139,51 @@ pub(crate) extern "C" fn at_exit(regs: *const stw::Regs, _: *mut core::ffi::c_vo
     }
 }
 
-/// The dump signal's handler: notes the cause and asks the helper.
-pub(crate) extern "C" fn on_dump_signal(sig: i32) {
+/// The dump signal's handler (`SA_SIGINFO`): notes the cause and asks the
+/// helper; where there is none (a forked child), dumps on this thread.
+pub(crate) extern "C" fn on_dump_signal(sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let saved = sys::errno();
-    fatal::set_cause(sig, 0, sys::gettid(), 0, 0);
-    ask_helper_for_dump(ASK_DUMP);
+    if helper_here() {
+        fatal::set_cause(sig, 0, sys::gettid(), 0, 0);
+        ask_helper_for_dump(ASK_DUMP);
+    } else if !guard::defer_signal(sig) {
+        let regs = if ctx.is_null() {
+            stw::current_regs()
+        } else {
+            // SAFETY: for an SA_SIGINFO handler the kernel passes a ucontext_t.
+            stw::regs_from_gregs(&unsafe { &*(ctx as *const libc::ucontext_t) }.uc_mcontext.gregs)
+        };
+        let cause = SignalInfo { signal: sig as u32, code: 0, tid: sys::gettid(), address: 0, sender: 0 };
+        dump_on_this_thread(Reason::Signal, Some(cause), &regs);
+    }
     sys::set_errno(saved);
+}
+
+/// A signal's dump taken by the thread the signal interrupted, in its
+/// handler (a process without a helper: a forked child). `regs` are the
+/// interrupted ones: its stack is a root from there up, the handler's
+/// frames below are not. The caller has checked that the thread is not
+/// inside the tracker; signals arriving during the dump wait for its end
+/// (`guard::defer_signal`), and other threads are stopped as for any dump.
+pub(crate) fn dump_on_this_thread(reason: Reason, signal: Option<SignalInfo>, regs: &stw::Regs) {
+    let _in = guard::Enter::new();
+    auto_dump(&STATE, &Why { reason, signal, limit: None }, regs, false);
+}
+
+/// In a forked child, from the `fork` handler (one thread, nothing
+/// allocated): no helper and none of its pending requests, no dump under
+/// way (one the parent's helper was starting is the parent's), no fatal
+/// signal being handled; the limits are looked at again at the next
+/// allocation (a look the parent had asked for is not the child's).
+pub(crate) fn forked() {
+    helper::forked();
+    AUTO_DUMPS.store(0, Ordering::Release);
+    fatal::forked();
+    stw::forked();
+    if limit::armed() {
+        STATE.check_mark.store(0, Ordering::Release);
+        refresh_marks(&STATE);
+    }
 }
 
 pub(crate) extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc::c_void {
@@ -130,13 +194,13 @@ pub(crate) extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc:
         let mut b = [0u8; 64];
         let near = limit::armed();
         if near {
-            near_limit_check();
+            near_limit_check(true);
         }
         loop {
             // Near-limit dumps: the limits are looked at every 100 ms too
             // (memory the heap does not count grows as well).
             if near && sys::poll_in(rfd, 100) == Ok(false) {
-                near_limit_check();
+                near_limit_check(true);
                 continue;
             }
             match sys::read(rfd, &mut b) {
@@ -144,7 +208,7 @@ pub(crate) extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc:
                 Ok(got) => {
                     let asked = &b[..got];
                     if asked.contains(&ASK_CHECK) {
-                        near_limit_check();
+                        near_limit_check(true);
                     }
                     // The dumps asked for (a check is not one).
                     let n = asked.iter().filter(|&&x| x != ASK_CHECK).count();
