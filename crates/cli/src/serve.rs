@@ -4,13 +4,30 @@
 //! its styles are in the binary, nothing is fetched from the network. The
 //! JSON routes return what the command line's `--json` returns, so scripts
 //! can query a running viewer.
+//!
+//! The server is small and bounded, because any local process can reach
+//! the port, token or not: one thread waits on every connection at once
+//! (`poll`) and answers the requests in turn, each connection holding at
+//! most `MAX_HEAD + MAX_BODY` bytes of what it sent. A request line over
+//! `MAX_LINE` is refused with 414, a head over `MAX_HEAD` (or with more
+//! than `MAX_HEADERS` fields) with 431, a body over `MAX_BODY` with 413
+//! (before a byte of it is read) and a body of no declared length with
+//! 411, and the connection closed; a request must arrive whole within
+//! `IDLE` of the connection opening or of the previous answer (408,
+//! then closed: a client trickling its header byte by byte holds nothing
+//! for long). At most `MAX_CONNECTIONS` are open: the next one closes the
+//! one that has waited longest, so idle connections never keep the
+//! token's holder out.
 
 use crate::views;
 use anyhow::{anyhow, Result};
 use heapdump_analyze::group::{Diff, GroupBy};
 use heapdump_analyze::{Analysis, AnalyzeError, DumpFile, Summary};
-use std::io::Write;
+use rustix::event::{PollFd, PollFlags};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 const INDEX: &str = include_str!("viewer/index.html");
 const SCRIPT: &str = include_str!("viewer/app.js");
@@ -18,6 +35,33 @@ const STYLE: &str = include_str!("viewer/app.css");
 
 /// The most rows or children one request returns.
 const MAX_ROWS: usize = 1000;
+
+/// The longest request line (method, target, version), as nginx's 8 KiB
+/// header buffers: beyond, 414.
+const MAX_LINE: usize = 8 * 1024;
+/// The longest request head, request line and header fields: beyond, 431.
+const MAX_HEAD: usize = 16 * 1024;
+/// The most header fields of one request: beyond, 431.
+const MAX_HEADERS: usize = 64;
+/// The longest request body (the viewer takes none; a small one is passed
+/// over): beyond, 413.
+const MAX_BODY: usize = 8 * 1024;
+/// The most connections open at once.
+const MAX_CONNECTIONS: usize = 128;
+/// The most connections taken from the listener between two reads of the
+/// open ones, below `MAX_CONNECTIONS` so that a new connection is read
+/// before a burst of newer ones can push it out.
+const ACCEPT_BATCH: usize = 32;
+/// How long a whole request may take to arrive, from the connection's
+/// opening or the end of the previous answer.
+const IDLE: Duration = Duration::from_secs(10);
+/// How long an answer may go without the client taking any of it.
+const SEND: Duration = Duration::from_secs(10);
+/// After an answer that closes the connection, what the client still
+/// sends is read and dropped for this long (or this much) before closing,
+/// so that the answer is not lost to a reset.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 256 * 1024;
 
 /// Serves `dump` until the process is stopped.
 pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::process::ExitCode> {
@@ -32,8 +76,9 @@ pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::pro
     let diff = base.as_ref().map(|b| heapdump_analyze::group::diff((&b.file, &b.heap), (file, heap)));
     let a = views::session(file, heap);
     views::finish(true);
-    let server = tiny_http::Server::http(("127.0.0.1", port)).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
-    let port = server.server_addr().to_ip().map_or(port, |s| s.port());
+    let listener = TcpListener::bind(("127.0.0.1", port)).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+    listener.set_nonblocking(true).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+    let port = listener.local_addr().map_or(port, |s| s.port());
     let token = token()?;
     let site = Site { a: &a, file, diff: diff.as_ref(), token: &token, port, name: dump.display().to_string() };
     {
@@ -42,12 +87,299 @@ pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::pro
         out.flush()?;
     }
     eprintln!("heapdump: the token in the address is this viewer's key: share it with no one; Ctrl-C stops the viewer");
-    for req in server.incoming_requests() {
-        let resp = site.answer(req.method(), req.url(), req.headers());
-        // A client that went away is its own business: keep serving.
-        let _ = req.respond(resp.into_http());
+    run(&listener, &site)
+}
+
+/// Waits on the listener and every connection, and moves each on as far
+/// as it can go; never returns but on a failure to wait.
+fn run(listener: &TcpListener, site: &Site) -> Result<std::process::ExitCode> {
+    let mut conns: Vec<Conn> = Vec::new();
+    loop {
+        let now = Instant::now();
+        for c in conns.iter_mut().filter(|c| now >= c.deadline) {
+            c.expire(now);
+        }
+        conns.retain(|c| c.phase != Phase::Closed);
+        let wait = conns.iter().map(|c| c.deadline.saturating_duration_since(now)).min().unwrap_or(IDLE);
+        let ready: Vec<PollFlags> = {
+            let mut fds = Vec::with_capacity(conns.len() + 1);
+            fds.push(PollFd::new(listener, PollFlags::IN));
+            fds.extend(conns.iter().map(|c| PollFd::new(&c.stream, c.interest())));
+            let timeout = rustix::event::Timespec::try_from(wait).ok();
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(anyhow!("the viewer cannot wait for its connections: {e}")),
+            }
+            fds.iter().map(|f| f.revents()).collect()
+        };
+        let now = Instant::now();
+        for (c, r) in conns.iter_mut().zip(&ready[1..]) {
+            if !r.is_empty() {
+                c.advance(site, now);
+            }
+        }
+        conns.retain(|c| c.phase != Phase::Closed);
+        if !ready[0].is_empty() {
+            accept(listener, &mut conns, now);
+        }
     }
-    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Takes up to `ACCEPT_BATCH` new connections, closing the ones that
+/// waited longest when there are too many.
+fn accept(listener: &TcpListener, conns: &mut Vec<Conn>, now: Instant) {
+    for _ in 0..ACCEPT_BATCH {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            // Out of file descriptors: make room, take it next time.
+            Err(e) if matches!(rustix::io::Errno::from_io_error(&e), Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)) => {
+                evict(conns);
+                return;
+            }
+            // A connection reset before it was taken: the next one.
+            Err(_) => continue,
+        };
+        if stream.set_nonblocking(true).is_err() {
+            continue;
+        }
+        if conns.len() >= MAX_CONNECTIONS {
+            evict(conns);
+        }
+        conns.push(Conn::new(stream, now));
+    }
+}
+
+/// Closes the connection that is finished or has waited longest.
+fn evict(conns: &mut Vec<Conn>) {
+    if let Some(i) = (0..conns.len()).min_by_key(|&i| (conns[i].phase != Phase::Lingering, conns[i].since)) {
+        conns.swap_remove(i);
+    }
+}
+
+/// Where a connection is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Waiting for a whole request.
+    Reading,
+    /// Sending an answer.
+    Writing,
+    /// Answered and closing: what comes is read and dropped.
+    Lingering,
+    Closed,
+}
+
+/// One client's connection.
+struct Conn {
+    stream: TcpStream,
+    /// Received and not yet answered: at most `MAX_HEAD + MAX_BODY` bytes.
+    input: Vec<u8>,
+    /// The answer being sent, and how much of it went.
+    output: Vec<u8>,
+    sent: usize,
+    /// Close once the answer is sent.
+    close: bool,
+    phase: Phase,
+    /// When the phase began or last made progress: the oldest is evicted
+    /// first.
+    since: Instant,
+    /// When the phase must be over.
+    deadline: Instant,
+    /// What `Lingering` has dropped.
+    drained: usize,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, now: Instant) -> Conn {
+        Conn {
+            stream,
+            input: Vec::new(),
+            output: Vec::new(),
+            sent: 0,
+            close: false,
+            phase: Phase::Reading,
+            since: now,
+            deadline: now + IDLE,
+            drained: 0,
+        }
+    }
+
+    fn interest(&self) -> PollFlags {
+        match self.phase {
+            Phase::Writing => PollFlags::OUT,
+            _ => PollFlags::IN,
+        }
+    }
+
+    /// Its time is up.
+    fn expire(&mut self, now: Instant) {
+        match self.phase {
+            // Part of a request: say why it ends.
+            Phase::Reading if !self.input.is_empty() => {
+                self.input = Vec::new();
+                self.reply(Reply::error(408, "the request did not arrive in time"), true, now);
+            }
+            _ => self.phase = Phase::Closed,
+        }
+    }
+
+    /// Reads, answers and writes as far as the socket allows.
+    fn advance(&mut self, site: &Site, now: Instant) {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match self.phase {
+                Phase::Closed => return,
+                Phase::Writing => match self.stream.write(&self.output[self.sent..]) {
+                    Ok(0) => self.phase = Phase::Closed,
+                    Ok(n) => {
+                        self.sent += n;
+                        self.since = now;
+                        self.deadline = now + SEND;
+                        if self.sent == self.output.len() {
+                            self.output = Vec::new();
+                            self.sent = 0;
+                            if self.close {
+                                let _ = self.stream.shutdown(Shutdown::Write);
+                                self.phase = Phase::Lingering;
+                                self.deadline = now + LINGER;
+                            } else {
+                                self.phase = Phase::Reading;
+                                self.deadline = now + IDLE;
+                                // A request sent behind the last one.
+                                self.take_request(site, now);
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => self.phase = Phase::Closed,
+                },
+                Phase::Lingering => match self.stream.read(&mut chunk) {
+                    Ok(n) if n > 0 && self.drained + n <= LINGER_BYTES => self.drained += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    _ => self.phase = Phase::Closed,
+                },
+                Phase::Reading => {
+                    // Never more than a whole request may hold.
+                    let room = (MAX_HEAD + MAX_BODY + 1 - self.input.len()).min(chunk.len());
+                    match self.stream.read(&mut chunk[..room]) {
+                        // The client is gone or has said all it will.
+                        Ok(0) => self.phase = Phase::Closed,
+                        Ok(n) => {
+                            self.input.extend_from_slice(&chunk[..n]);
+                            self.take_request(site, now);
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(_) => self.phase = Phase::Closed,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Answers the request at the start of `input` if it is whole, or
+    /// refuses it as soon as it is too large.
+    fn take_request(&mut self, site: &Site, now: Instant) {
+        let (reply, close) = match Request::parse(&self.input) {
+            Parse::Partial => return,
+            Parse::Refused(reply) => (reply, true),
+            Parse::Whole(req, len) => {
+                let reply = site.answer(req.method, req.target, req.host);
+                let close = req.close;
+                self.input.drain(..len);
+                (reply, close)
+            }
+        };
+        if close {
+            self.input = Vec::new();
+        }
+        self.reply(reply, close, now);
+    }
+
+    fn reply(&mut self, reply: Reply, close: bool, now: Instant) {
+        self.output = reply.into_http(close);
+        self.sent = 0;
+        self.close = close;
+        self.phase = Phase::Writing;
+        self.since = now;
+        self.deadline = now + SEND;
+    }
+}
+
+/// A whole request head, as far as the viewer looks at it.
+struct Request<'a> {
+    method: &'a str,
+    target: &'a str,
+    /// The one `Host` field; none when absent, repeated or not text.
+    host: Option<&'a str>,
+    /// Close the connection after the answer.
+    close: bool,
+}
+
+/// What the bytes received so far make.
+enum Parse<'a> {
+    /// Not yet a whole request, and not too large yet.
+    Partial,
+    /// A request and its length, body included.
+    Whole(Request<'a>, usize),
+    /// A request refused before it is looked at: the connection closes.
+    Refused(Reply),
+}
+
+impl<'a> Request<'a> {
+    fn parse(input: &'a [u8]) -> Parse<'a> {
+        let line = input.iter().position(|&b| b == b'\n');
+        if line.map_or(input.len(), |n| n + 1) > MAX_LINE {
+            return Parse::Refused(Reply::error(414, &format!("the request line is longer than {} KiB", MAX_LINE / 1024)));
+        }
+        let too_large =
+            || Reply::error(431, &format!("the request head is longer than {} KiB or has more than {MAX_HEADERS} fields", MAX_HEAD / 1024));
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut fields);
+        let head = match req.parse(input) {
+            Ok(httparse::Status::Complete(n)) if n <= MAX_HEAD => n,
+            Ok(httparse::Status::Partial) if input.len() <= MAX_HEAD => return Parse::Partial,
+            Ok(_) | Err(httparse::Error::TooManyHeaders) => return Parse::Refused(too_large()),
+            Err(e) => return Parse::Refused(Reply::error(400, &format!("a malformed request: {e}"))),
+        };
+        let field = |name: &'static str| req.headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+        if field("Transfer-Encoding").next().is_some() {
+            return Parse::Refused(Reply::error(411, "a request body needs a Content-Length"));
+        }
+        let mut lengths = field("Content-Length");
+        let body = match (lengths.next(), lengths.next()) {
+            (None, _) => 0,
+            // Digits too many to count are too many for the viewer.
+            (Some(v), None) if !v.is_empty() && v.iter().all(u8::is_ascii_digit) => {
+                std::str::from_utf8(v).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(u64::MAX)
+            }
+            (Some(_), None) => return Parse::Refused(Reply::error(400, "a malformed Content-Length")),
+            _ => return Parse::Refused(Reply::error(400, "more than one Content-Length")),
+        };
+        if body > MAX_BODY as u64 {
+            return Parse::Refused(Reply::error(413, &format!("the request body is longer than {} KiB", MAX_BODY / 1024)));
+        }
+        let len = head + body as usize;
+        if input.len() < len {
+            return Parse::Partial;
+        }
+        let mut hosts = field("Host");
+        let host = match (hosts.next(), hosts.next()) {
+            (Some(h), None) => std::str::from_utf8(h).ok(),
+            _ => None,
+        };
+        let connection = |token: &str| {
+            field("Connection").any(|v| v.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes())))
+        };
+        // HTTP/1.1 keeps the connection unless told; 1.0 closes it unless told.
+        let close = if req.version == Some(1) { connection("close") } else { !connection("keep-alive") };
+        let (Some(method), Some(target)) = (req.method, req.path) else {
+            return Parse::Refused(Reply::error(400, "a malformed request"));
+        };
+        Parse::Whole(Request { method, target, host, close }, len)
+    }
 }
 
 /// 128 random bits, hexadecimal.
@@ -86,8 +418,8 @@ impl Reply {
         Reply { status, kind: "application/json", body: serde_json::json!({ "error": msg }).to_string().into_bytes() }
     }
 
-    fn into_http(self) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-        let header = |k: &str, v: &str| tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).expect("ASCII header");
+    /// The answer as HTTP/1.1, saying whether the connection stays.
+    fn into_http(self, close: bool) -> Vec<u8> {
         // The flamegraph is inferno's interactive SVG: its own inline
         // script and styles, nothing else.
         let csp = if self.kind == "image/svg+xml" {
@@ -95,27 +427,44 @@ impl Reply {
         } else {
             "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-src 'self'; object-src 'self'"
         };
-        tiny_http::Response::from_data(self.body)
-            .with_status_code(self.status)
-            .with_header(header("Content-Type", self.kind))
-            .with_header(header("Cache-Control", "no-store"))
-            .with_header(header("X-Content-Type-Options", "nosniff"))
-            .with_header(header("Referrer-Policy", "no-referrer"))
-            .with_header(header("X-Frame-Options", "SAMEORIGIN"))
-            .with_header(header("Content-Security-Policy", csp))
+        let reason = match self.status {
+            200 => "OK",
+            400 => "Bad Request",
+            403 => "Forbidden",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            408 => "Request Timeout",
+            411 => "Length Required",
+            413 => "Content Too Large",
+            414 => "URI Too Long",
+            431 => "Request Header Fields Too Large",
+            _ => "Internal Server Error",
+        };
+        let mut out = format!(
+            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
+             X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\nX-Frame-Options: SAMEORIGIN\r\n\
+             Content-Security-Policy: {csp}\r\n{}Connection: {}\r\n\r\n",
+            self.status,
+            self.kind,
+            self.body.len(),
+            if self.status == 405 { "Allow: GET\r\n" } else { "" },
+            if close { "close" } else { "keep-alive" },
+        )
+        .into_bytes();
+        out.extend_from_slice(&self.body);
+        out
     }
 }
 
 impl Site<'_, '_> {
-    fn answer(&self, method: &tiny_http::Method, url: &str, headers: &[tiny_http::Header]) -> Reply {
+    fn answer(&self, method: &str, url: &str, host: Option<&str>) -> Reply {
         // Another site in the user's browser may not reach the viewer by
         // a name that resolves to 127.0.0.1 (DNS rebinding).
-        let host = headers.iter().find(|h| h.field.equiv("Host")).map(|h| h.value.as_str());
         let ok_host = |h: &str| h == format!("127.0.0.1:{}", self.port) || h == format!("localhost:{}", self.port);
         if !host.is_some_and(ok_host) {
             return Reply::error(403, "forbidden: the viewer answers requests for 127.0.0.1 only");
         }
-        if *method != tiny_http::Method::Get {
+        if method != "GET" {
             return Reply::error(405, "only GET");
         }
         let (path, query) = url.split_once('?').unwrap_or((url, ""));
