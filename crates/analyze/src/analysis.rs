@@ -267,19 +267,11 @@ fn largest_retained(retained: &[u64], k: usize) -> Vec<usize> {
     best.into_iter().map(|(_, i)| i).collect()
 }
 
-/// The children lists from a cache part, every index checked.
-fn read_children(r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, n: usize) -> Result<dominators::Children, CacheProblem> {
+/// The children lists of `d` from a cache part, checked against it.
+fn read_children(r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, d: &Dominators) -> Result<dominators::Children, CacheProblem> {
     let start: Slab<u32> = r.slab(map)?;
     let list: Slab<u32> = r.slab(map)?;
-    if start.len() != n + 2
-        || list.len() != n
-        || start.first() != Some(&0)
-        || start.windows(2).any(|w| w[0] > w[1])
-        || start[n + 1] as usize != n
-        || list.iter().any(|&b| b as usize >= n)
-    {
-        return Err(CacheProblem::Stale("dominator children of another heap"));
-    }
+    crate::cache::check_children(d, &start, &list)?;
     Ok(dominators::Children { start, list })
 }
 
@@ -293,11 +285,15 @@ fn write_names(o: &mut crate::cache::Out, names: &HashMap<u32, String>) {
     }
 }
 
-fn read_names(r: &mut Reader<'_>, _: &Arc<memmap2::Mmap>) -> Result<HashMap<u32, String>, CacheProblem> {
+fn read_names(r: &mut Reader<'_>, blocks: usize) -> Result<HashMap<u32, String>, CacheProblem> {
     let n = r.len(12)?;
     let mut out = HashMap::with_capacity(n);
     for _ in 0..n {
+        // Blocks of this heap, none twice.
         let k = r.u32()?;
+        if k as usize >= blocks || out.contains_key(&k) {
+            return Err(CacheProblem::Stale("named blocks of another heap"));
+        }
         out.insert(k, r.string()?);
     }
     Ok(out)
@@ -329,7 +325,7 @@ impl<'h> Analysis<'h> {
     /// Reads the leak classes and dominators from `cache` when it holds
     /// this dump's (checked), and writes them there once computed.
     pub fn with_cache(mut self, cache: CacheFile) -> Self {
-        match cache.read(self.heap.len()) {
+        match cache.read(self.heap) {
             Ok(Some(c)) => {
                 self.note(format!("hit {}", cache.path().display()));
                 *self.cached.get_mut() = Some(c);
@@ -440,7 +436,7 @@ impl<'h> Analysis<'h> {
     fn with_types<R>(&self, f: impl FnOnce(&mut Types<'h>, &mut Symbolizer<'h>) -> R) -> R {
         let mut types = self.types.borrow_mut();
         if let Some(c) = self.cache.as_ref().filter(|_| types.needs_scan() && !self.names_looked_up.replace(true)) {
-            if let Some(names) = self.read_part(c, NAMES, read_names) {
+            if let Some(names) = self.read_part(c, NAMES, |r, _| read_names(r, self.heap.len())) {
                 types.preset(names);
             }
         }
@@ -516,8 +512,9 @@ impl<'h> Analysis<'h> {
         self.reach.get_or_init(|| {
             if let Some(c) = &self.cache {
                 let read = self.read_part(c, REACH, |r, map| {
-                    let pred = r.slab(map)?;
-                    let via = r.slab(map)?;
+                    let pred: Slab<u32> = r.slab(map)?;
+                    let via: Slab<u32> = r.slab(map)?;
+                    crate::cache::check_reach(self.heap, &pred, &via)?;
                     Reach::from_parts(self.heap, pred, via).ok_or(CacheProblem::Stale("paths of another heap"))
                 });
                 if let Some(reach) = read {
@@ -540,7 +537,7 @@ impl<'h> Analysis<'h> {
         let d = self.dominators();
         let n = self.heap.len();
         if !self.tree_seen.replace(true) {
-            match self.cache.as_ref().and_then(|c| self.read_part(c, TREE, |r, map| read_children(r, map, n))) {
+            match self.cache.as_ref().and_then(|c| self.read_part(c, TREE, |r, map| read_children(r, map, d))) {
                 Some(children) => d.set_children(children),
                 None => {
                     let c = d.children();

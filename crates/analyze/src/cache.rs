@@ -19,7 +19,7 @@
 //! mapping ([`Slab`]).
 
 use crate::dominators::Dominators;
-use crate::heap::Heap;
+use crate::heap::{BlockId, Heap, INTERIOR};
 use crate::leaks::{Count, Heuristic, LeakKind, Leaks};
 use crate::slab::Slab;
 use std::io::Write;
@@ -56,6 +56,9 @@ pub struct Cached {
 pub struct CacheFile {
     path: PathBuf,
     key: [u64; 5],
+    /// The dump's own header and trailer, when known: a kept graph must
+    /// repeat them.
+    dump: Option<(heapdump_format::Header, heapdump_format::Trailer)>,
 }
 
 fn fnv(b: &[u8]) -> u64 {
@@ -68,14 +71,14 @@ impl CacheFile {
     /// without a trailer.
     pub fn for_dump(dir: &Path, heap: &Heap, file_len: u64, version: &str) -> Option<CacheFile> {
         let t = heap.trailer?;
-        Some(Self::keyed(dir, version, t.checksum, file_len, &heap.header))
+        Some(CacheFile { dump: Some((heap.header, t)), ..Self::keyed(dir, version, t.checksum, file_len, &heap.header) })
     }
 
     /// The cache named by a dump's checksum, length and header.
     pub(crate) fn keyed(dir: &Path, version: &str, checksum: u32, len: u64, h: &heapdump_format::Header) -> CacheFile {
         let key = [fnv(version.as_bytes()), u64::from(checksum), len, h.time_ns, u64::from(h.pid)];
         let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
-        CacheFile { path: dir.join(name), key }
+        CacheFile { path: dir.join(name), key, dump: None }
     }
 
     /// The cache of the dump in `file` (complete and intact: its bytes
@@ -84,7 +87,8 @@ impl CacheFile {
     pub fn for_file(dir: &Path, file: &crate::DumpFile, version: &str) -> Option<CacheFile> {
         let dump = file.dump().ok()?;
         let checksum = dump.checksum_if_intact()?;
-        Some(Self::keyed(dir, version, checksum, file.bytes().len() as u64, dump.header()))
+        let trailer = trailer_of(file.bytes())?;
+        Some(CacheFile { dump: Some((*dump.header(), trailer)), ..Self::keyed(dir, version, checksum, file.bytes().len() as u64, dump.header()) })
     }
 
     /// Where the loaded graph is kept, beside the analysis.
@@ -94,7 +98,7 @@ impl CacheFile {
 
     /// The loaded graph, when a good copy is kept (`Ok(None)`: none).
     pub fn read_graph(&self) -> Result<Option<Heap>, CacheProblem> {
-        crate::graph_cache::read(&self.graph_path(), &self.key)
+        crate::graph_cache::read(&self.graph_path(), &self.key, self.dump.as_ref())
     }
 
     /// Keeps the loaded graph (atomically, mode 0600), in the background
@@ -150,9 +154,13 @@ impl CacheFile {
         &self.path
     }
 
-    /// Reads the cache for a heap of `blocks` blocks: `Ok(None)` when there
-    /// is none, `Err` (with why) when it is there but stale or damaged.
-    pub fn read(&self, blocks: usize) -> Result<Option<Cached>, CacheProblem> {
+    /// Reads the cache of `heap`: `Ok(None)` when there is none, `Err`
+    /// (with why) when it is there but stale or damaged. Every index and
+    /// count is checked against `heap` before anything is used (see
+    /// [`check_leaks`], [`check_dominators`]): a file whose CRC is right
+    /// but whose contents disagree with the dump or with themselves is
+    /// refused, as a damaged one is.
+    pub fn read(&self, heap: &Heap) -> Result<Option<Cached>, CacheProblem> {
         let Some(map) = map_checked(&self.path)? else { return Ok(None) };
         let mut r = Reader::body(&map);
         if r.take(8)? != MAGIC {
@@ -160,14 +168,11 @@ impl CacheFile {
         }
         r.key(&self.key)?;
         let n = usize::try_from(r.u64()?).map_err(|_| CacheProblem::Stale("block count"))?;
-        if n != blocks {
+        if n != heap.len() {
             return Err(CacheProblem::Stale("block count differs"));
         }
         let kind = r.take(n)?.iter().map(|&k| kind_of(k).ok_or(CacheProblem::Stale("bad leak class"))).collect::<Result<Vec<_>, _>>()?;
         let leader: Slab<u32> = r.slab(&map)?;
-        if leader.len() != n || leader.iter().any(|&x| x != crate::leaks::NO_LEADER && !x as usize >= n) {
-            return Err(CacheProblem::Stale("bad leader"));
-        }
         let mut counts = [Count::default(); 4];
         for c in &mut counts {
             c.bytes = r.u64()?;
@@ -184,18 +189,14 @@ impl CacheFile {
         }
         let [definitely_lost, indirectly_lost, possibly_lost, still_reachable] = counts;
         let leaks = Leaks { kind, leader, definitely_lost, indirectly_lost, possibly_lost, still_reachable, via_heuristic: via };
+        check_leaks(heap, &leaks)?;
         let dominators = match r.take(1)?[0] {
             0 => None,
             1 => {
                 let idom: Slab<u32> = r.slab(&map)?;
                 let retained: Slab<u64> = r.slab(&map)?;
                 let dominated: Slab<u32> = r.slab(&map)?;
-                if [idom.len(), retained.len(), dominated.len()] != [n; 3] {
-                    return Err(CacheProblem::Stale("dominators of another heap"));
-                }
-                if idom.iter().any(|&d| d != u32::MAX && d as usize >= n) {
-                    return Err(CacheProblem::Stale("bad dominator"));
-                }
+                check_dominators(heap, &leaks.kind, &idom, &retained, &dominated)?;
                 Some(Dominators::from_parts(idom, retained, dominated))
             }
             _ => return Err(CacheProblem::Stale("bad flag")),
@@ -239,6 +240,26 @@ impl CacheFile {
             }
         })
     }
+}
+
+/// The trailer of a complete dump, `bytes` (its last record: see
+/// FORMAT.md's END).
+fn trailer_of(bytes: &[u8]) -> Option<heapdump_format::Trailer> {
+    let p = bytes.get(bytes.len().checked_sub(heapdump_format::raw::END_SIZE)?..)?;
+    let u64_at = |at: usize| p.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+    let u32_at = |at: usize| p.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
+    Some(heapdump_format::Trailer {
+        records: u64_at(0)?,
+        allocations: u64_at(8)?,
+        alloc_bytes: u64_at(16)?,
+        sites: u64_at(24)?,
+        pointers: u64_at(32)?,
+        threads: u32_at(40)?,
+        statics: u32_at(44)?,
+        modules: u32_at(48)?,
+        pause_ns: u64_at(56)?,
+        checksum: u32_at(64)?,
+    })
 }
 
 /// A cache file being written: little-endian fields straight to the
@@ -656,6 +677,206 @@ impl<'a> Reader<'a> {
     pub(crate) fn string(&mut self) -> Result<String, CacheProblem> {
         Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
     }
+}
+
+/// The leak classes of a cache, checked against `heap` and themselves (one
+/// pass over the blocks): a class and a leader for every block, a leader
+/// exactly for the lost blocks and always a definitely lost block (itself,
+/// for one), the totals those of the classes and the blocks' sizes, the
+/// heuristics' totals within the still reachable.
+pub(crate) fn check_leaks(heap: &Heap, l: &Leaks) -> Result<(), CacheProblem> {
+    let n = heap.len();
+    if l.kind.len() != n || l.leader.len() != n {
+        return Err(CacheProblem::Stale("leak classes of another heap"));
+    }
+    // By `kind_byte`: still reachable, possibly, definitely, indirectly lost.
+    let mut counts = [Count::default(); 4];
+    for (i, (&k, &led)) in l.kind.iter().zip(l.leader.iter()).enumerate() {
+        let c = &mut counts[usize::from(kind_byte(k))];
+        c.bytes = c.bytes.wrapping_add(heap.size(BlockId(i as u32)));
+        c.blocks += 1;
+        let lost = matches!(k, LeakKind::DefinitelyLost | LeakKind::IndirectlyLost);
+        if lost != (led != crate::leaks::NO_LEADER) {
+            return Err(CacheProblem::Stale("bad leader"));
+        }
+        if lost {
+            let head = !led as usize;
+            if l.kind.get(head) != Some(&LeakKind::DefinitelyLost) || (k == LeakKind::DefinitelyLost && head != i) {
+                return Err(CacheProblem::Stale("bad leader"));
+            }
+        }
+    }
+    if [counts[2], counts[3], counts[1], counts[0]] != [l.definitely_lost, l.indirectly_lost, l.possibly_lost, l.still_reachable] {
+        return Err(CacheProblem::Stale("leak totals differ from the classes"));
+    }
+    let mut via = Count::default();
+    for (i, (h, c)) in l.via_heuristic.iter().enumerate() {
+        via.bytes = via.bytes.wrapping_add(c.bytes);
+        via.blocks = via.blocks.saturating_add(c.blocks);
+        if c.blocks == 0 || l.via_heuristic.get(i + 1).is_some_and(|next| next.0 <= *h) {
+            return Err(CacheProblem::Stale("bad heuristic"));
+        }
+    }
+    if via.blocks > l.still_reachable.blocks || via.bytes > l.still_reachable.bytes {
+        return Err(CacheProblem::Stale("bad heuristic"));
+    }
+    Ok(())
+}
+
+/// The dominator tree of a cache, checked against `heap`, the leak
+/// classes `kind` and itself: every immediate dominator a block (or the
+/// virtual root, which alone heads a lost structure), each block's
+/// dominated count one more than its children's together and its retained
+/// size its own plus theirs. The counts being exact sums, a block counts
+/// more than each of its children, so the tree has no cycle: the checks
+/// hold exactly for the tree of these sums. One pass over the blocks and
+/// 12 bytes a block for the children's sums.
+pub(crate) fn check_dominators(heap: &Heap, kind: &[LeakKind], idom: &[u32], retained: &[u64], dominated: &[u32]) -> Result<(), CacheProblem> {
+    let n = heap.len();
+    if [kind.len(), idom.len(), retained.len(), dominated.len()] != [n; 4] {
+        return Err(CacheProblem::Stale("dominators of another heap"));
+    }
+    let mut below_retained: Vec<u64> = bytemuck::allocation::zeroed_vec(n);
+    let mut below_count: Vec<u32> = bytemuck::allocation::zeroed_vec(n);
+    for (b, &d) in idom.iter().enumerate() {
+        if d == u32::MAX {
+            continue;
+        }
+        let d = d as usize;
+        if d >= n {
+            return Err(CacheProblem::Stale("bad dominator"));
+        }
+        below_retained[d] = below_retained[d].wrapping_add(retained[b]);
+        // Saturated only by a lying file: no true count comes near.
+        below_count[d] = below_count[d].saturating_add(dominated[b]);
+    }
+    for b in 0..n {
+        if kind[b] == LeakKind::DefinitelyLost && idom[b] != u32::MAX {
+            return Err(CacheProblem::Stale("bad dominator"));
+        }
+        let count = dominated[b] as usize;
+        if count == 0 || count > n || below_count[b] != dominated[b] - 1 {
+            return Err(CacheProblem::Stale("bad dominated count"));
+        }
+        if retained[b] != heap.size(BlockId(b as u32)).wrapping_add(below_retained[b]) {
+            return Err(CacheProblem::Stale("bad retained size"));
+        }
+    }
+    Ok(())
+}
+
+/// The dominator tree's children lists of a cache (those of block `p`,
+/// `list[start[p]..start[p + 1]]`, the virtual root's at `n`), checked
+/// against the tree `d`: each block listed under its immediate dominator,
+/// each list largest retained size first, then by block. The lists then
+/// are the tree's, exactly: each holds distinct blocks (strictly ordered),
+/// no block is in two (one dominator each), and they hold `n` in all.
+pub(crate) fn check_children(d: &Dominators, start: &[u32], list: &[u32]) -> Result<(), CacheProblem> {
+    let (idom, retained, _) = d.parts();
+    let n = idom.len();
+    let bad = CacheProblem::Stale("dominator children of another heap");
+    if start.len() != n + 2 || list.len() != n || start[0] != 0 || start[n + 1] as usize != n {
+        return Err(bad);
+    }
+    for p in 0..=n {
+        let (s, e) = (start[p] as usize, start[p + 1] as usize);
+        let Some(kids) = list.get(s..e) else { return Err(bad) };
+        let parent = if p == n { u32::MAX } else { p as u32 };
+        if kids.iter().any(|&c| idom.get(c as usize) != Some(&parent)) {
+            return Err(bad);
+        }
+        // In range (just checked): largest first, then by block.
+        if kids.windows(2).any(|w| (std::cmp::Reverse(retained[w[0] as usize]), w[0]) >= (std::cmp::Reverse(retained[w[1] as usize]), w[1])) {
+            return Err(bad);
+        }
+    }
+    Ok(())
+}
+
+/// The breadth-first tree of what the roots reach (`pred`, `via`: see
+/// [`crate::paths::Reach`]), checked against `heap`: each block's pointer
+/// is one of its predecessor's, to it, and the first such (or the first
+/// root pointing at it); every root's target is reached from a root; the
+/// chains end at a root (no cycle); and every pointer of a reached block
+/// reaches a block at most one step deeper. Then the reached blocks are
+/// exactly those the roots reach, each by a shortest chain; only which of
+/// several shortest chains is not checked (that would be the search
+/// itself). A pass over the blocks, one over the reached blocks' pointers,
+/// and 4 bytes a block for the depths.
+pub(crate) fn check_reach(heap: &Heap, pred: &[u32], via: &[u32]) -> Result<(), CacheProblem> {
+    use crate::paths::{FROM_ROOT, UNSEEN};
+    let n = heap.len();
+    let bad = || CacheProblem::Stale("paths of another heap");
+    if pred.len() != n || via.len() != n {
+        return Err(bad());
+    }
+    let mut first_root: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+    for (i, r) in heap.roots.iter().enumerate() {
+        first_root.entry(r.target.0).or_insert(i as u32);
+    }
+    if first_root.iter().any(|(&t, &i)| pred.get(t as usize) != Some(&FROM_ROOT) || via[t as usize] != i) {
+        return Err(bad());
+    }
+    let (starts, targets) = heap.raw_edges();
+    for b in 0..n {
+        match pred[b] {
+            UNSEEN => {}
+            FROM_ROOT => {
+                if first_root.get(&(b as u32)) != Some(&via[b]) {
+                    return Err(bad());
+                }
+            }
+            p => {
+                let k = via[b] as usize;
+                let (Some(&s), Some(&e)) = (starts.get(p as usize), starts.get(p as usize + 1)) else { return Err(bad()) };
+                if !(s as usize..e as usize).contains(&k) || targets.get(k).map(|t| t & !INTERIOR) != Some(b as u32) || pred[p as usize] == UNSEEN {
+                    return Err(bad());
+                }
+            }
+        }
+    }
+    // Depths (1: a root's target; 0: not known yet), each chain followed
+    // once up to a known depth, then again to write them: a chain longer
+    // than the blocks loops.
+    let mut depth: Vec<u32> = bytemuck::allocation::zeroed_vec(n);
+    for b in 0..n {
+        if pred[b] == UNSEEN || depth[b] != 0 {
+            continue;
+        }
+        let (mut cur, mut len) = (b, 0usize);
+        let base = loop {
+            if depth[cur] != 0 {
+                break depth[cur];
+            }
+            if pred[cur] == FROM_ROOT {
+                depth[cur] = 1;
+                break 1;
+            }
+            len += 1;
+            if len > n {
+                return Err(bad());
+            }
+            cur = pred[cur] as usize;
+        };
+        let mut cur = b;
+        for i in 0..len {
+            depth[cur] = base + (len - i) as u32;
+            cur = pred[cur] as usize;
+        }
+    }
+    for u in 0..n {
+        if pred[u] == UNSEEN {
+            continue;
+        }
+        let next = depth[u] + 1;
+        for k in starts[u] as usize..starts[u + 1] as usize {
+            let v = (targets[k] & !INTERIOR) as usize;
+            if depth[v] == 0 || depth[v] > next || (pred[v] == u as u32 && k < via[v] as usize) {
+                return Err(bad());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn kind_byte(k: LeakKind) -> u8 {

@@ -166,8 +166,11 @@ pub(crate) fn encode(heap: &Heap, key: &[u64; 5], w: &mut Out) {
 
 /// The graph back from the mapped file `map` (its CRC checked by
 /// `map_checked`), every index checked; its large arrays are read in
-/// place.
-fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem> {
+/// place. It must be the dump's that `key` names: its header and trailer
+/// those of the key (and `dump`'s own, when given), its blocks as many as
+/// the trailer counts, their sizes adding up to its total, in address
+/// order and apart, as a load leaves them.
+fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Result<Heap, CacheProblem> {
     let mut r = Reader::body(map);
     if r.take(8)? != MAGIC {
         return Err(bad("not a heapdump graph cache"));
@@ -187,6 +190,9 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
         pid: r.u32()?,
         time_ns: r.u64()?,
     };
+    if header.time_ns != key[3] || u64::from(header.pid) != key[4] || dump.is_some_and(|d| d.0 != header) {
+        return Err(bad("the header of another dump"));
+    }
     let mut heap = Heap::empty(header);
     heap.exe = r.string()?;
     let n = r.len(8)?;
@@ -220,9 +226,6 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
     }
     let packed: Slab<Packed> = r.slab(map)?;
     let blocks = packed.len();
-    if packed.windows(2).any(|w| w[1].addr <= w[0].addr) {
-        return Err(bad("blocks out of order"));
-    }
     let n = r.len(16)?;
     let mut wide = HashMap::with_capacity(n);
     for _ in 0..n {
@@ -233,6 +236,18 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
         wide.insert(i, (r.u64()?, SiteId(r.u32()?)));
     }
     heap.blocks = Blocks { packed, wide };
+    // One pass: in address order, apart (a block of no bytes takes one,
+    // as the load counts it), and their sizes' total.
+    let mut total = 0u64;
+    let mut end = 0u64;
+    for i in 0..blocks {
+        let b = heap.blocks.get(i);
+        if i > 0 && b.addr < end {
+            return Err(bad("blocks out of order or overlapping"));
+        }
+        end = b.addr.saturating_add(b.size.max(1));
+        total = total.wrapping_add(b.size);
+    }
     heap.edge_start = r.slab(map)?;
     heap.edge_target = r.slab(map)?;
     let edges = heap.edge_target.len();
@@ -260,7 +275,7 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
     let n = r.len(12)?;
     for _ in 0..n {
         let k = r.u32()?;
-        if k as usize >= edges {
+        if heap.edge_target.get(k as usize).is_none_or(|&t| t & INTERIOR == 0) {
             return Err(bad("interior edge"));
         }
         heap.interior_into.insert(k, r.u64()?);
@@ -269,7 +284,18 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
         0 => None,
         1 => {
             let m: Slab<u32> = r.slab(map)?;
-            if m.len() != blocks || m.iter().any(|&b| b as usize >= blocks) {
+            // A permutation of the blocks: each once.
+            let mut seen = vec![0u64; blocks.div_ceil(64)];
+            if m.len() != blocks
+                || m.iter().any(|&b| {
+                    let (w, bit) = (b as usize / 64, 1u64 << (b % 64));
+                    let fresh = (b as usize) < blocks && seen[w] & bit == 0;
+                    if fresh {
+                        seen[w] |= bit;
+                    }
+                    !fresh
+                })
+            {
                 return Err(bad("block order"));
             }
             Some(m)
@@ -328,6 +354,14 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
         }
         _ => return Err(bad("flag")),
     };
+    // The trailer the key names, counting these blocks and their bytes.
+    match (&heap.trailer, dump) {
+        (Some(t), _) if u64::from(t.checksum) != key[1] || t.allocations != blocks as u64 || t.alloc_bytes != total => {
+            return Err(bad("the trailer of another dump"))
+        }
+        (t, Some(d)) if *t != Some(d.1) => return Err(bad("the trailer of another dump")),
+        _ => {}
+    }
     heap.signal = match r.u8()? {
         0 => None,
         1 => Some(SignalInfo { signal: r.u32()?, code: r.u32()? as i32, tid: r.u32()?, address: r.u64()?, sender: r.u32()? }),
@@ -349,9 +383,9 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5]) -> Result<Heap, CacheProblem
 }
 
 /// Reads `path`'s graph for `key` (`Ok(None)`: no such file).
-pub fn read(path: &Path, key: &[u64; 5]) -> Result<Option<Heap>, CacheProblem> {
+pub fn read(path: &Path, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Result<Option<Heap>, CacheProblem> {
     match crate::cache::map_checked(path)? {
-        Some(map) => decode(&map, key).map(Some),
+        Some(map) => decode(&map, key, dump).map(Some),
         None => Ok(None),
     }
 }

@@ -35,8 +35,8 @@ pub struct Path {
     pub steps: Vec<Step>,
 }
 
-const UNSEEN: u32 = u32::MAX;
-const FROM_ROOT: u32 = u32::MAX - 1;
+pub(crate) const UNSEEN: u32 = u32::MAX;
+pub(crate) const FROM_ROOT: u32 = u32::MAX - 1;
 
 /// The breadth-first tree of everything the roots reach: for each block,
 /// the block it was first reached from (or a root) and through which

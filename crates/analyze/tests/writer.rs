@@ -4,26 +4,30 @@
 //! and a writer left to finish is waited for by the next reader.
 
 use heapdump_analyze::cache::CacheFile;
-use heapdump_analyze::{Block, DumpFile, Heap, SiteId};
-use heapdump_format::{Backtrace, Header, Mode, ProcessInfo, Reason, Writer};
+use heapdump_analyze::{DumpFile, Heap};
+use heapdump_format::{raw, AllocInfo, Backtrace, Header, Mode, ProcessInfo, Reason, Writer};
 
 fn main() {
     let dir = std::env::temp_dir().join(format!("hd-writer-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // A complete dump names the cache; the graph kept is a large one
-    // built by hand (a million blocks: some 30 MB).
-    let mut buf = vec![0u8; 4096];
+    // A complete dump of a million blocks names the cache (a graph kept
+    // for another dump is refused: it must be this one's); its graph is
+    // some 30 MB.
+    let n = 1_000_000u64;
+    let (mut buf, mut batch) = (vec![0u8; 4096], vec![0u8; 1 << 16]);
     let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
     w.process(&ProcessInfo { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/t", cmdline: b"t\0", flags: 0 })
         .unwrap();
+    w.set_batch_buffer(&mut batch).unwrap();
+    for i in 0..n {
+        let a = AllocInfo { address: 0x1000_0000 + i * 64, size: 48, site: raw::NO_SITE, align_log2: 4, flags: 0, first_word: 0 };
+        w.dense_alloc(&a, 0, std::iter::empty()).unwrap();
+    }
     let dump = dir.join("d.hdump");
     std::fs::write(&dump, w.finish(0).unwrap().0).unwrap();
     let file = DumpFile::open(&dump).unwrap();
     let cache = CacheFile::for_file(&dir, &file, "writer-test").expect("a complete dump");
-    let n = 1_000_000u64;
-    let blocks: Vec<Block> = (0..n).map(|i| Block { addr: 0x1000_0000 + i * 64, size: 48, site: SiteId(0), flags: 0 }).collect();
-    let edges: Vec<(u32, u32, u64, u64)> = (1..n as u32).map(|i| (i, i - 1, 0, 0)).collect();
-    let heap = Heap::from_parts(Header::new(Mode::Compact, Reason::Api, 4096, 1, 0), blocks, &edges, vec![], vec![]);
+    let heap = Heap::load(&file, &mut |_, _| {}).unwrap();
 
     // Written by a child, waited for.
     let writing = cache.write_graph(&heap);
