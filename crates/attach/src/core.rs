@@ -22,6 +22,15 @@ struct Segment {
     memsz: u64,
     offset: u64,
     filesz: u64,
+    /// The bytes of it the file holds (`filesz`, less what a file cut
+    /// short lost).
+    held: u64,
+}
+
+impl Segment {
+    fn end(&self) -> u64 {
+        self.vaddr + self.memsz
+    }
 }
 
 #[derive(Default)]
@@ -71,6 +80,7 @@ impl Core {
         }
         let mut core = Parsed::default();
         let mut files: Vec<(u64, u64, u64, String)> = Vec::new();
+        let mut first_file: Option<String> = None;
         let phdrs = hdr.program_headers(e, &*data).map_err(|err| bad(&err.to_string()))?;
         // Where the file ends short of what its headers describe.
         let wanted = phdrs.iter().map(|ph| ph.p_offset(e).saturating_add(ph.p_filesz(e))).max().unwrap_or(0);
@@ -78,10 +88,18 @@ impl Core {
             match ph.p_type(e) {
                 object::elf::PT_LOAD => {
                     let (vaddr, memsz, flags) = (ph.p_vaddr(e), ph.p_memsz(e), ph.p_flags(e).0);
-                    core.segments.push(Segment { vaddr, memsz, offset: ph.p_offset(e), filesz: ph.p_filesz(e) });
+                    // Sizes are the file's word, checked against the
+                    // address space and against what the file holds
+                    // before anything is read or allocated by them.
+                    let Some(end) = vaddr.checked_add(memsz) else {
+                        return Err(bad(&format!("a segment at {vaddr:#x} of {memsz:#x} bytes runs past the address space")));
+                    };
+                    let (offset, filesz) = (ph.p_offset(e), ph.p_filesz(e).min(memsz));
+                    let held = filesz.min((data.len() as u64).saturating_sub(offset));
+                    core.segments.push(Segment { vaddr, memsz, offset, filesz, held });
                     core.maps.push(Map {
                         start: vaddr,
-                        end: vaddr + memsz,
+                        end,
                         read: flags & 4 != 0,
                         write: flags & 2 != 0,
                         exec: flags & 1 != 0,
@@ -124,7 +142,7 @@ impl Core {
                                 if core.threads.is_empty() {
                                     core.pid = tid;
                                 }
-                                core.threads.push(ThreadRegs { tid, name: String::new(), regs, fs_base: r(21) });
+                                core.threads.push(ThreadRegs { tid, ns_tid: tid, name: String::new(), regs, fs_base: r(21) });
                             }
                             NT_PRPSINFO if d.len() >= 136 => {
                                 let args = &d[56..136];
@@ -136,16 +154,27 @@ impl Core {
                                     .collect();
                             }
                             NT_FILE => {
-                                let count = u64_at(d, 0).unwrap_or(0) as usize;
+                                // As many entries as the note holds (24
+                                // bytes each, then a name each): a count
+                                // the note cannot hold is refused, not
+                                // looped over.
+                                let count = u64_at(d, 0).unwrap_or(0);
                                 let page = u64_at(d, 8).unwrap_or(4096);
-                                let mut names = d.get(16 + count.saturating_mul(24)..).unwrap_or(&[]).split(|&c| c == 0);
-                                for i in 0..count.min(1 << 20) {
+                                if count > (d.len().saturating_sub(16) / 25) as u64 {
+                                    return Err(bad(&format!("its NT_FILE note claims {count} files in {} bytes", d.len())));
+                                }
+                                let count = count as usize;
+                                let mut names = d.get(16 + count * 24..).unwrap_or(&[]).split(|&c| c == 0);
+                                for i in 0..count {
                                     let (Some(s), Some(end), Some(off)) =
                                         (u64_at(d, 16 + 24 * i), u64_at(d, 24 + 24 * i), u64_at(d, 32 + 24 * i))
                                     else {
                                         break;
                                     };
                                     let name = String::from_utf8_lossy(names.next().unwrap_or(&[])).into_owned();
+                                    if first_file.is_none() {
+                                        first_file = Some(name.clone());
+                                    }
                                     files.push((s, end, off.saturating_mul(page), name));
                                 }
                             }
@@ -156,20 +185,29 @@ impl Core {
                 _ => {}
             }
         }
-        // Name the segments by the files mapped there.
+        // Name the segments by the files mapped there (a search of the
+        // files sorted by address: a core may name tens of thousands).
+        files.retain(|f| f.0 < f.1);
+        files.sort_by_key(|f| f.0);
+        let file_at = |a: u64| files.partition_point(|f| f.0 <= a).checked_sub(1).filter(|&i| a < files[i].1);
         for m in &mut core.maps {
-            if let Some(f) = files.iter().find(|f| f.0 <= m.start && m.start < f.1) {
+            if let Some(f) = file_at(m.start).map(|i| &files[i]) {
                 m.path = Some(f.3.clone());
-                m.offset = f.2 + (m.start - f.0);
+                m.offset = f.2.saturating_add(m.start - f.0);
             }
         }
+        core.maps.sort_by_key(|m| m.start);
+        core.segments.sort_by_key(|s| s.vaddr);
         // A file's mappings the core left out entirely still tell where
         // the module is loaded: keep them as mappings with nothing in them.
+        let mut left_out = Vec::new();
         for f in &files {
-            if !core.maps.iter().any(|m| m.start < f.1 && f.0 < m.end) {
-                core.maps.push(Map { start: f.0, end: f.1, read: true, write: false, exec: false, offset: f.2, path: Some(f.3.clone()) });
+            let i = core.maps.partition_point(|m| m.start < f.1);
+            if i == 0 || core.maps[i - 1].end <= f.0 {
+                left_out.push(Map { start: f.0, end: f.1, read: true, write: false, exec: false, offset: f.2, path: Some(f.3.clone()) });
             }
         }
+        core.maps.extend(left_out);
         core.maps.sort_by_key(|m| m.start);
         if core.threads.is_empty() {
             if wanted > data.len() as u64 {
@@ -181,7 +219,7 @@ impl Core {
             }
             return Err(bad("no thread register sets (NT_PRSTATUS)"));
         }
-        let exe = files.first().map(|f| f.3.clone()).unwrap_or_default();
+        let exe = first_file.unwrap_or_default();
         let Parsed { segments, maps, threads, pid, cmdline } = core;
         Ok(Core { data, segments, maps, threads, pid, exe, cmdline })
     }
@@ -216,24 +254,32 @@ impl Memory for Core {
     /// The parts the core holds.
     fn present(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> =
-            self.segments.iter().map(|s| (s.vaddr.max(start), (s.vaddr + s.filesz).min(end))).filter(|(a, b)| a < b).collect();
+            self.segments.iter().map(|s| (s.vaddr.max(start), (s.vaddr + s.held).min(end))).filter(|(a, b)| a < b).collect();
         out.sort_unstable();
         out
     }
 
+    /// Whether the core file holds all of `[addr, addr + len)`: looked at
+    /// before a buffer is allocated for it.
+    fn readable(&self, addr: u64, len: u64) -> Result<()> {
+        let end = addr.checked_add(len).ok_or_else(|| Error::Unreadable { addr, len, why: "past the address space".into() })?;
+        let mut at = addr;
+        while at < end {
+            // Progress: `at` is inside what the segment holds.
+            let (s, _) = self.held_at(at, end)?;
+            at = (s.vaddr + s.held).min(end);
+        }
+        Ok(())
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
+        let end = addr.checked_add(len).ok_or_else(|| Error::Unreadable { addr, len, why: "past the address space".into() })?;
         let mut done = 0u64;
         while done < len {
             let a = addr + done;
-            let Some(s) = self.segments.iter().find(|s| s.vaddr <= a && a < s.vaddr + s.memsz) else {
-                return Err(Error::Unreadable { addr: a, len: len - done, why: "not mapped in the core".into() });
-            };
-            let into = a - s.vaddr;
-            if into >= s.filesz {
-                return Err(Error::Unreadable { addr: a, len: len - done, why: "a page the core file does not hold".into() });
-            }
-            let n = (s.filesz - into).min(len - done);
+            let (s, into) = self.held_at(a, end)?;
+            let n = (s.held - into).min(len - done);
             let from = (s.offset + into) as usize;
             let src = self.data.get(from..from + n as usize).ok_or_else(|| Error::Unreadable {
                 addr: a,
@@ -244,5 +290,26 @@ impl Memory for Core {
             done += n;
         }
         Ok(())
+    }
+
+    fn host_file(&self, path: &str) -> Option<std::fs::File> {
+        std::fs::File::open(path).ok()
+    }
+}
+
+impl Core {
+    /// The segment holding `a` and how far into it `a` is, when the file
+    /// holds the byte at `a`; else why not (for the read up to `end`).
+    fn held_at(&self, a: u64, end: u64) -> Result<(&Segment, u64)> {
+        let i = self.segments.partition_point(|s| s.vaddr <= a);
+        let Some(s) = i.checked_sub(1).map(|i| &self.segments[i]).filter(|s| a < s.end()) else {
+            return Err(Error::Unreadable { addr: a, len: end - a, why: "not mapped in the core".into() });
+        };
+        let into = a - s.vaddr;
+        if into >= s.held {
+            let why = if into < s.filesz { "the core file is cut short" } else { "a page the core file does not hold" };
+            return Err(Error::Unreadable { addr: a, len: end - a, why: why.into() });
+        }
+        Ok((s, into))
     }
 }

@@ -84,12 +84,36 @@ pub trait Memory {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// Whether `[addr, addr + len)` can be read whole, said before a
+    /// buffer of `len` bytes is allocated for it: a size read from the
+    /// target (a crafted core's segment, a damaged header) never becomes
+    /// an allocation of what is not there. By default, the range must lie
+    /// in mappings that follow one another.
+    fn readable(&self, addr: u64, len: u64) -> Result<()> {
+        let end = addr.checked_add(len).ok_or_else(|| Error::Unreadable { addr, len, why: "past the address space".into() })?;
+        let mut at = addr;
+        while at < end {
+            let m = self.map_of(at).ok_or_else(|| Error::Unreadable { addr: at, len: end - at, why: "not mapped".into() })?;
+            at = m.end;
+        }
+        Ok(())
+    }
+
     /// `len` bytes from `addr`.
     fn bytes(&self, addr: u64, len: u64) -> Result<Vec<u8>> {
+        self.readable(addr, len)?;
         let n = usize::try_from(len).map_err(|_| Error::Unreadable { addr, len, why: "too large".into() })?;
         let mut v = vec![0u8; n];
         self.read(addr, &mut v)?;
         Ok(v)
+    }
+
+    /// The file a mapping names, as this machine has it, for what the
+    /// memory does not hold (a core leaves modules' headers out): never
+    /// for a live process, whose headers are in its memory and whose
+    /// files may be another namespace's.
+    fn host_file(&self, _path: &str) -> Option<std::fs::File> {
+        None
     }
 
     /// The parts of `[start, end)` that hold data (pages the process
@@ -118,7 +142,8 @@ pub struct Region {
 impl Region {
     /// Reads `[start, end)`.
     pub fn read(mem: &dyn Memory, start: u64, end: u64) -> Result<Region> {
-        Ok(Region { start, bytes: mem.bytes(start, end - start)? })
+        let len = end.checked_sub(start).ok_or_else(|| Error::Unreadable { addr: start, len: 0, why: format!("ends before it starts, at {end:#x}") })?;
+        Ok(Region { start, bytes: mem.bytes(start, len)? })
     }
 
     /// One past its last address.
