@@ -11,11 +11,14 @@ use heapdump_format::{
     raw, AllocInfo, Backtrace, Contents, Header, Link, Mode, ModuleInfo, ProcessInfo, Reason, Segment, Sink, StaticInfo, ThreadInfo,
     WriteError, Writer,
 };
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
-use object::{Endianness, Object};
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::Endianness;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+/// The root a runtime thread's stack is written as.
+const RUNTIME_STACK: &[u8] = b"stack of the runtime's thread (heapdump)";
 
 /// How many allocations ahead the compact scan's lookups are prefetched.
 const PREFETCH_AHEAD: usize = 16;
@@ -73,45 +76,188 @@ struct Module {
     tls: u64,
 }
 
-/// The ELF objects mapped, read from the files the mappings name.
-fn modules(maps: &[Map]) -> Vec<Module> {
+/// The most of a module's program headers read (64 KiB: over a thousand
+/// headers), and of one of its notes.
+const MAX_HEADERS: u64 = 64 << 10;
+
+/// The ELF objects mapped. Their headers are read from the process's own
+/// memory (the mapping at offset 0 holds the ELF and program headers),
+/// never from a file of the same name on this machine: a process in a
+/// container names its files by paths inside it, and a live process is
+/// read while held, when only its memory is. A core usually leaves the
+/// headers out (gdb's does): the file its note names is read then, its
+/// headers only, and used only when it fits the core's mappings.
+fn modules(mem: &dyn Memory, warnings: &mut Vec<String>) -> Vec<Module> {
     let mut out: Vec<Module> = Vec::new();
-    for m in maps.iter().filter(|m| m.offset == 0) {
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    // Files read from this machine, by device and inode: a core naming
+    // one file under many names reads it once.
+    let mut read: std::collections::HashMap<(u64, u64), Option<Headers>> = std::collections::HashMap::new();
+    for m in mem.maps().iter().filter(|m| m.offset == 0) {
         let Some(path) = m.file() else { continue };
-        if out.iter().any(|x| x.path == path) {
+        if !seen.insert(path) {
             continue;
         }
-        // Regular files only: a mapping of /dev/zero or a device names a
-        // file that never ends.
-        if !std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() < 4 << 30) {
-            continue;
-        }
-        let Ok(data) = std::fs::read(path) else { continue };
-        let Ok(elf) = ElfFile64::<Endianness>::parse(&*data) else { continue };
-        let e = elf.endian();
-        let mut segments = Vec::new();
-        let mut first = None;
-        let mut tls = 0;
-        for ph in elf.elf_program_headers() {
-            if ph.p_type(e) == object::elf::PT_TLS {
-                tls = ph.p_memsz(e);
+        let (h, from_file) = match headers_in_memory(mem, m) {
+            Some(h) => (h, false),
+            None => {
+                let Some(f) = mem.host_file(path) else { continue };
+                use std::os::unix::fs::MetadataExt;
+                let Ok(meta) = f.metadata() else { continue };
+                if !meta.is_file() {
+                    continue; // a device, a pipe: no headers to read
+                }
+                let h = read.entry((meta.dev(), meta.ino())).or_insert_with(|| headers_in_file(&f)).clone();
+                let Some(h) = h else { continue };
+                (h, true)
             }
-            if ph.p_type(e) != object::elf::PT_LOAD {
+        };
+        let Some(first) = h.segments.iter().find(|s| s.flags != 0 || s.memsz > 0).map(|s| s.vaddr & !0xfff) else { continue };
+        let bias = m.start.wrapping_sub(first);
+        if from_file {
+            if let Err(why) = fits(mem, path, bias, &h) {
+                warnings.push(format!(
+                    "{path} on this machine is not the file the process mapped ({why}): its writable segments are not roots"
+                ));
                 continue;
             }
-            let f = ph.p_flags(e).0;
-            let flags = (if f & 4 != 0 { raw::SEG_R } else { 0 })
-                | (if f & 2 != 0 { raw::SEG_W } else { 0 })
-                | (if f & 1 != 0 { raw::SEG_X } else { 0 });
-            first.get_or_insert(ph.p_vaddr(e) & !0xfff);
-            segments.push(Segment { vaddr: ph.p_vaddr(e), memsz: ph.p_memsz(e), file_offset: ph.p_offset(e), flags });
         }
-        let Some(first) = first else { continue };
-        let _ = elf.elf_header().e_type(e);
-        let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec).unwrap_or_default();
-        out.push(Module { path: path.to_string(), bias: m.start.wrapping_sub(first), build_id, segments, tls });
+        let build_id = match &h.build_id {
+            Some(id) => id.clone(),
+            None => build_id_in_memory(mem, bias, &h).unwrap_or_default(),
+        };
+        out.push(Module { path: path.to_string(), bias, build_id, segments: h.segments, tls: h.tls });
     }
     out
+}
+
+/// What a module's headers say.
+#[derive(Clone)]
+struct Headers {
+    segments: Vec<Segment>,
+    tls: u64,
+    /// Its notes (address, size), where its build-id is.
+    notes: Vec<(u64, u64)>,
+    /// The build-id, when read from the file.
+    build_id: Option<Vec<u8>>,
+}
+
+/// Parses the headers of an x86-64 ELF object from the start of its
+/// image: `read(offset, len)` gives its bytes.
+fn parse_headers(read: impl Fn(u64, u64) -> Option<Vec<u8>>) -> Option<Headers> {
+    let head = read(0, 64)?;
+    let hdr = object::elf::FileHeader64::<Endianness>::parse(&*head).ok()?;
+    let e = hdr.endian().ok()?;
+    let ty = hdr.e_type(e);
+    if hdr.e_machine(e) != object::elf::EM_X86_64 || !(ty == object::elf::ET_EXEC || ty == object::elf::ET_DYN) {
+        return None;
+    }
+    let (phoff, phnum, entsize) = (hdr.e_phoff(e), u64::from(hdr.e_phnum(e)), u64::from(hdr.e_phentsize(e)));
+    let need = phoff.checked_add(phnum.checked_mul(entsize)?)?;
+    if entsize != 56 || phnum == 0 || need > MAX_HEADERS {
+        return None;
+    }
+    let data = read(0, need)?;
+    let hdr = object::elf::FileHeader64::<Endianness>::parse(&*data).ok()?;
+    let mut h = Headers { segments: Vec::new(), tls: 0, notes: Vec::new(), build_id: None };
+    for ph in hdr.program_headers(e, &*data).ok()? {
+        match ph.p_type(e) {
+            object::elf::PT_TLS => h.tls = ph.p_memsz(e),
+            object::elf::PT_NOTE => h.notes.push((ph.p_vaddr(e), ph.p_filesz(e).min(MAX_HEADERS))),
+            object::elf::PT_LOAD => {
+                let f = ph.p_flags(e).0;
+                let flags = (if f & 4 != 0 { raw::SEG_R } else { 0 })
+                    | (if f & 2 != 0 { raw::SEG_W } else { 0 })
+                    | (if f & 1 != 0 { raw::SEG_X } else { 0 });
+                h.segments.push(Segment { vaddr: ph.p_vaddr(e), memsz: ph.p_memsz(e), file_offset: ph.p_offset(e), flags });
+            }
+            _ => {}
+        }
+    }
+    (!h.segments.is_empty()).then_some(h)
+}
+
+/// A module's headers from the mapping of its start, when it holds them.
+fn headers_in_memory(mem: &dyn Memory, m: &Map) -> Option<Headers> {
+    // Only a mapping that could be an ELF object's start: readable, and
+    // its first bytes the magic (a large data file mapped beside the heap
+    // costs one read of 4 bytes).
+    if !m.read {
+        return None;
+    }
+    let mut magic = [0u8; 4];
+    mem.read(m.start, &mut magic).ok()?;
+    if &magic != b"\x7fELF" {
+        return None;
+    }
+    parse_headers(|off, len| (off.checked_add(len)? <= m.end - m.start).then(|| mem.bytes(m.start + off, len).ok()).flatten())
+}
+
+/// A module's headers (and its build-id) from its file: the headers and
+/// the notes only, never the whole file.
+fn headers_in_file(f: &std::fs::File) -> Option<Headers> {
+    use std::os::unix::fs::FileExt;
+    let read = |off: u64, len: u64| {
+        let mut v = vec![0u8; usize::try_from(len.min(MAX_HEADERS)).ok()?];
+        f.read_exact_at(&mut v, off).ok()?;
+        Some(v)
+    };
+    let mut h = parse_headers(read)?;
+    // The notes are found by their file offsets: the segment holding each.
+    let mut id = None;
+    for &(vaddr, size) in &h.notes {
+        let Some(sg) = h.segments.iter().find(|s| s.vaddr <= vaddr && vaddr < s.vaddr + s.memsz) else { continue };
+        let Some(bytes) = read(sg.file_offset + (vaddr - sg.vaddr), size) else { continue };
+        if let Some(b) = build_id_of(&bytes) {
+            id = Some(b);
+            break;
+        }
+    }
+    h.build_id = Some(id.unwrap_or_default());
+    Some(h)
+}
+
+/// The build-id among ELF notes.
+fn build_id_of(notes: &[u8]) -> Option<Vec<u8>> {
+    let mut it = object::read::elf::NoteIterator::<object::elf::FileHeader64<Endianness>>::new(Endianness::Little, 4, notes).ok()?;
+    while let Ok(Some(n)) = it.next() {
+        if n.name() == b"GNU" && n.n_type(Endianness::Little) == object::elf::NT_GNU_BUILD_ID {
+            return Some(n.desc().to_vec());
+        }
+    }
+    None
+}
+
+/// The build-id in a module's notes, read from memory.
+fn build_id_in_memory(mem: &dyn Memory, bias: u64, h: &Headers) -> Option<Vec<u8>> {
+    h.notes.iter().find_map(|&(vaddr, size)| build_id_of(&mem.bytes(bias.wrapping_add(vaddr), size).ok()?))
+}
+
+/// Whether a module file found on this machine is the one the core's
+/// process mapped: each of its loaded segments where the core's note says
+/// this file is mapped, at the offset it says, and its build-id the one in
+/// the core's memory when the core holds that page.
+fn fits(mem: &dyn Memory, path: &str, bias: u64, h: &Headers) -> std::result::Result<(), String> {
+    for sg in h.segments.iter().filter(|s| s.memsz > 0) {
+        let at = bias.wrapping_add(sg.vaddr) & !0xfff;
+        let Some(m) = mem.map_of(at) else {
+            return Err(format!("nothing is mapped where its segment at {:#x} would be", sg.vaddr));
+        };
+        // The part of the segment backed by the file is the named mapping
+        // at that offset (a segment's bss past it is anonymous).
+        if m.file() == Some(path) && m.offset.wrapping_add(at - m.start) != sg.file_offset & !0xfff {
+            return Err(format!("its segment at {:#x} is mapped from another offset", sg.vaddr));
+        }
+        if m.file().is_some_and(|p| p != path) {
+            return Err(format!("its segment at {:#x} falls in {}", sg.vaddr, m.file().unwrap_or("")));
+        }
+    }
+    if let (Some(file_id), Some(core_id)) = (&h.build_id, build_id_in_memory(mem, bias, h)) {
+        if !file_id.is_empty() && *file_id != core_id {
+            return Err("another build-id".into());
+        }
+    }
+    Ok(())
 }
 
 /// The live allocations, for the compact scan: which one a word points
@@ -253,15 +399,21 @@ pub struct Snapshot {
     statics: Vec<(u32, u64, Vec<u8>)>,
     /// Address and bytes of each anonymous root.
     anon: Vec<(u64, Vec<u8>)>,
+    /// Address and bytes of the stack of each of the runtime's threads
+    /// (held, but no thread of the program's): roots as memory, like an
+    /// ended thread's TLS and descriptor.
+    runtime: Vec<(u64, Vec<u8>)>,
     warnings: Vec<String>,
 }
 
 /// Reads what the dump of `mem` needs: glibc's heap, the threads' stacks,
-/// the modules' writable segments, the anonymous roots.
-pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs]) -> Result<Snapshot> {
+/// the modules' writable segments, the anonymous roots. `runtime` are
+/// heapdump's own threads in the process (under `heapdump run`): their
+/// stacks are kept as roots, not as the program's threads.
+pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]) -> Result<Snapshot> {
     let heap = walk_heap(mem)?;
     let mut warnings = heap.warnings.clone();
-    let modules = modules(mem.maps());
+    let modules = modules(mem, &mut warnings);
     // Threads: the stack from the stack pointer (less the red zone) to the
     // end of its mapping; a stack in a larger mapping (a thread library's
     // own reservation) up to MAX_STACK above its stack pointer.
@@ -281,6 +433,17 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs]) -> Result<Snapshot> {
             stacks.push((m.start, m.end));
         }
         ts.push((t.clone(), lo, bytes));
+    }
+    let mut rt = Vec::new();
+    for t in runtime {
+        // Its whole stack mapping: the thread descriptor glibc put at its
+        // top holds what pthread_create allocated for it.
+        let Some(m) = mem.map_of(t.sp()).filter(|m| m.end - m.start <= MAX_STACK) else { continue };
+        let lo = t.sp().saturating_sub(128).max(m.start);
+        if let Ok(bytes) = mem.bytes(lo, m.end - lo) {
+            stacks.push((m.start, m.end));
+            rt.push((lo, bytes));
+        }
     }
     // The modules' writable segments.
     let mut statics = Vec::new();
@@ -340,7 +503,7 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs]) -> Result<Snapshot> {
             }
         }
     }
-    Ok(Snapshot { heap, modules, threads: ts, statics, anon, warnings })
+    Ok(Snapshot { heap, modules, threads: ts, statics, anon, runtime: rt, warnings })
 }
 
 /// Writes the dump of a snapshot to `out`; `pause_ns` is how long the
@@ -398,6 +561,10 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
     }
     for (i, a, bytes) in &s.statics {
         let si = StaticInfo { address: *a, size: bytes.len() as u64, module: *i, name: b".data+.bss" };
+        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c))?;
+    }
+    for (a, bytes) in &s.runtime {
+        let si = StaticInfo { address: *a, size: bytes.len() as u64, module: raw::NO_MODULE, name: RUNTIME_STACK };
         region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c))?;
     }
     for (a, bytes) in &s.anon {
@@ -460,7 +627,8 @@ fn tid_offset(mem: &dyn Memory, t: &ThreadRegs) -> Option<u64> {
         return None;
     }
     let d = mem.bytes(t.fs_base, 0x800).ok()?;
-    (0x40..0x800u64).step_by(4).find(|&o| u32::from_le_bytes(d[o as usize..o as usize + 4].try_into().unwrap_or([0; 4])) == t.tid)
+    // The id the process knows its thread by: a container's own.
+    (0x40..0x800u64).step_by(4).find(|&o| u32::from_le_bytes(d[o as usize..o as usize + 4].try_into().unwrap_or([0; 4])) == t.ns_tid)
 }
 
 /// An upper bound of the static TLS below each thread descriptor: the

@@ -32,9 +32,9 @@ use std::path::Path;
 /// walks glibc's heap, writes the dump, lets the process go on.
 pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
     if pid <= 0 {
-        return Err(Error::Refused(format!("no process {pid}")));
+        return Err(live::no_process(pid));
     }
-    check_machine(&format!("/proc/{pid}/exe"))?;
+    check_machine(pid)?;
     // A thread stopped inside malloc holds its arena's lock with the lists
     // half updated: let the process run a moment and stop it again, a
     // bounded number of times (the capture then says which arena).
@@ -49,9 +49,13 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
         drop(p);
         std::thread::sleep(std::time::Duration::from_millis(1));
     };
-    let threads = p.threads()?;
+    // The runtime's helper thread (a program under `heapdump run`, or
+    // one with `Tracked`) is held with the others, but it is no thread of
+    // the program's: not one of the dump's threads.
+    let (runtime, threads): (Vec<ThreadRegs>, Vec<ThreadRegs>) =
+        p.threads()?.into_iter().partition(|t| t.name == RUNTIME_THREAD && t.tid != pid as u32);
     let (exe, cmdline) = p.identity();
-    let snap = capture::snapshot(&p, &threads);
+    let snap = capture::snapshot(&p, &threads, &runtime);
     // Every thread detached: the process goes on while the dump is written.
     drop(p);
     let pause = held.elapsed().as_nanos() as u64;
@@ -68,16 +72,21 @@ pub fn core(path: &Path, exe: Option<&Path>, mode: Mode, out: &Path) -> Result<C
     }
     let (exe, cmdline) = c.identity();
     let who = Identity { pid: c.pid(), exe, cmdline };
-    let snap = capture::snapshot(&c, c.threads())?;
+    let snap = capture::snapshot(&c, c.threads(), &[])?;
     capture::write(&snap, &who, mode, Reason::Core, out, 0)
 }
 
-/// Refuses a program that is not x86-64 (the only layout read).
-fn check_machine(exe: &str) -> Result<()> {
+/// The name the runtime (crates/heapdump) gives its helper thread.
+const RUNTIME_THREAD: &str = "heapdump";
+
+/// Refuses a program that is not x86-64 (the only layout read): its
+/// executable as the process sees it (`/proc/PID/exe`, a container's too).
+fn check_machine(pid: i32) -> Result<()> {
+    let exe = format!("/proc/{pid}/exe");
     let mut head = [0u8; 20];
-    let f = std::fs::File::open(exe).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::Refused(format!("no process {}", exe.trim_start_matches("/proc/").trim_end_matches("/exe"))),
-        _ => Error::Refused(format!("cannot read {exe}: {e} (another user's process needs root or CAP_SYS_PTRACE)")),
+    let f = std::fs::File::open(&exe).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => live::no_process(pid),
+        _ => Error::Refused(format!("cannot read {exe}: {e}: another user's process {}", live::NEEDS)),
     })?;
     use std::io::Read;
     let _ = (&f).read(&mut head);

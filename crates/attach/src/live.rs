@@ -13,8 +13,12 @@ use std::os::unix::fs::FileExt;
 /// A thread's registers, as the dump wants them.
 #[derive(Clone, Debug)]
 pub struct ThreadRegs {
-    /// Kernel thread id.
+    /// Kernel thread id (as this tracer's PID namespace sees it).
     pub tid: u32,
+    /// The thread's id in its own PID namespace (a container's), as the
+    /// process itself knows it (glibc keeps it in the thread descriptor);
+    /// `tid` outside containers.
+    pub ns_tid: u32,
     /// Its name.
     pub name: String,
     /// rax … r15, rip, in `raw::X86_64_REG_NAMES` order.
@@ -51,10 +55,36 @@ fn threads_of(pid: i32) -> Result<Vec<i32>> {
     Ok(v)
 }
 
+/// What a process in a container needs to trace another, said when it
+/// is refused.
+pub(crate) const NEEDS: &str = "needs root or CAP_SYS_PTRACE (in a container: `docker run --cap-add SYS_PTRACE`, \
+`kubectl debug --profile=general`; a process of another container or of the host: `--pid=host` and its pid as this namespace sees it)";
+
+/// "no process PID", with what to do when this tracer is in a PID
+/// namespace of its own (a container sees only its own processes).
+pub(crate) fn no_process(pid: i32) -> Error {
+    let own_ns = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("NSpid:")).map(|l| l.split_ascii_whitespace().count() > 1))
+        .unwrap_or(false);
+    if own_ns {
+        return Error::Refused(format!(
+            "no process {pid} in this PID namespace (a container's): a process outside it is seen only with `--pid=host`, by its pid there"
+        ));
+    }
+    Error::Refused(format!("no process {pid}"))
+}
+
+/// Whether this process holds CAP_SYS_PTRACE.
+fn can_ptrace_any() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|c| u64::from_str_radix(c.trim(), 16).ok()).is_some_and(|c| c & (1 << 19) != 0)
+}
+
 /// Why ptrace refused, in one line.
 fn refusal(pid: i32, errno: i32) -> Error {
     if errno == libc::ESRCH {
-        return Error::Refused(format!("no process {pid}"));
+        return no_process(pid);
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     if let Some(t) = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).map(str::trim).filter(|t| *t != "0") {
@@ -63,10 +93,13 @@ fn refusal(pid: i32, errno: i32) -> Error {
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
     match scope.trim() {
         "1" => Error::Refused(format!(
-            "cannot trace process {pid}: kernel.yama.ptrace_scope is 1 (only a parent may trace): run as root or with CAP_SYS_PTRACE, or set it to 0"
+            "cannot trace process {pid}: kernel.yama.ptrace_scope is 1 (only a parent may trace): {NEEDS}; or set it to 0"
         )),
         "2" => Error::Refused(format!("cannot trace process {pid}: kernel.yama.ptrace_scope is 2 (only with CAP_SYS_PTRACE)")),
         "3" => Error::Refused(format!("cannot trace process {pid}: kernel.yama.ptrace_scope is 3 (no process may be traced)")),
+        _ if errno == libc::EPERM && !can_ptrace_any() => {
+            Error::Refused(format!("cannot trace process {pid}: {}: {NEEDS}", std::io::Error::from_raw_os_error(errno)))
+        }
         _ => Error::Refused(format!("cannot trace process {pid}: {}", std::io::Error::from_raw_os_error(errno))),
     }
 }
@@ -136,7 +169,14 @@ impl Process {
             let regs =
                 [r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rip];
             let name = std::fs::read_to_string(format!("/proc/{}/task/{t}/comm", self.pid)).unwrap_or_default().trim().to_string();
-            out.push(ThreadRegs { tid: t as u32, name, regs, fs_base: r.fs_base });
+            // "NSpid: host … innermost": the last is the process's own.
+            let status = std::fs::read_to_string(format!("/proc/{}/task/{t}/status", self.pid)).unwrap_or_default();
+            let ns_tid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|l| l.split_ascii_whitespace().last()?.parse().ok())
+                .unwrap_or(t as u32);
+            out.push(ThreadRegs { tid: t as u32, ns_tid, name, regs, fs_base: r.fs_base });
         }
         Ok(out)
     }
