@@ -7,6 +7,7 @@
 //! dumps itself.
 #![deny(unsafe_code)]
 
+mod channel;
 mod cmd;
 mod output;
 mod preload;

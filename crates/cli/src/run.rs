@@ -95,12 +95,8 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     }
     crate::program::check_preloadable(&o.program[0])?;
     let lib = preload_library().map_err(|e| Usage(format!("no preload library to load safely: {e:#}")))?;
-    // The channel the runtime reports its dumps on: a file in a directory
-    // only this user can enter (made here, with a name nobody can guess
-    // and mkdir's refusal of anything already there), so that no other
-    // local user can plant a symlink or a FIFO at it.
-    let private = PrivateDir(private_dir()?);
-    let report = private.0.join("report.tsv");
+    // The channel the runtime reports its dumps on (`channel.rs`).
+    let mut channel = crate::channel::Channel::open()?;
     let mut cmd = std::process::Command::new(&o.program[0]);
     cmd.args(&o.program[1..]);
     let preload = match std::env::var_os("LD_PRELOAD") {
@@ -125,7 +121,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
                 _ => "0",
             },
         )
-        .env("HEAPDUMP_REPORT", &report);
+        .env("HEAPDUMP_REPORT", channel.path());
     match &o.output {
         Some(p) => {
             let abs = if p.is_absolute() { p.clone() } else { std::env::current_dir()?.join(p) };
@@ -224,10 +220,11 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     };
     let status = child.wait().context("waiting for the program")?;
     exited.store(true, Ordering::Release);
-    let dumps = wait_for_dumps(&report, &interrupted);
+    channel.quiet();
+    let dumps = wait_for_dumps(&channel, &interrupted);
     handle.close();
     let _ = forwarder.join();
-    drop(private);
+    drop(channel);
     let mut err = std::io::stderr().lock();
     for d in &dumps {
         let _ = writeln!(err, "{}", d.line());
@@ -288,9 +285,8 @@ impl Dump {
     }
 }
 
-/// Reads the report file: the dumps in the order they were started.
-fn read_report(report: &std::path::Path) -> Vec<Dump> {
-    let text = std::fs::read_to_string(report).unwrap_or_default();
+/// Reads the report's lines: the dumps in the order they were started.
+fn read_report(text: &str) -> Vec<Dump> {
     let mut dumps: Vec<Dump> = vec![];
     for l in text.lines() {
         let f: Vec<&str> = l.split('\t').collect();
@@ -301,7 +297,8 @@ fn read_report(report: &std::path::Path) -> Vec<Dump> {
             dumps.iter_mut().rev().position(|d| d.pid == pid && d.path == path).map(|i| dumps.len() - 1 - i)
         };
         match (f[0], pid()) {
-            ("started", Some(pid)) if f.len() >= 4 => {
+            // Seen already when its end came first (over another channel).
+            ("started", Some(pid)) if f.len() >= 4 && find(&mut dumps, pid, f[3]).is_none() => {
                 dumps.push(Dump { pid, exe: f[2].to_string(), path: f[3].to_string(), ..Default::default() });
             }
             ("writer", Some(pid)) if f.len() >= 3 => {
@@ -354,12 +351,12 @@ fn ends_with_trailer(path: &str) -> bool {
 /// its forked writer), reaping the orphans this subreaper inherits, until
 /// every started dump is reported or its writers are gone, or the user
 /// interrupts the wait.
-fn wait_for_dumps(report: &std::path::Path, interrupted: &AtomicBool) -> Vec<Dump> {
+fn wait_for_dumps(channel: &crate::channel::Channel, interrupted: &AtomicBool) -> Vec<Dump> {
     let mut said = false;
     loop {
         // Reap orphans that have ended (never the program: already waited).
         while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
-        let dumps = read_report(report);
+        let dumps = read_report(&channel.text());
         let writing: Vec<&Dump> =
             dumps.iter().filter(|d| d.done.is_none() && (alive(d.pid) || d.writers.iter().any(|&w| alive(w)))).collect();
         if writing.is_empty() || interrupted.load(Ordering::Acquire) {
@@ -373,33 +370,4 @@ fn wait_for_dumps(report: &std::path::Path, interrupted: &AtomicBool) -> Vec<Dum
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-}
-
-/// The private directory of the report file, removed with it however `run`
-/// returns.
-struct PrivateDir(PathBuf);
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.0.join("report.tsv"));
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
-/// Makes a directory of mode 0700 under the temporary directory.
-fn private_dir() -> Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let base = std::env::temp_dir();
-    let mut last = None;
-    for i in 0..16u32 {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let tag = nanos ^ (u64::from(std::process::id()) << 32) ^ u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let dir = base.join(format!("heapdump-run-{}-{tag:016x}", std::process::id()));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(anyhow::Error::new(last.unwrap_or_else(|| std::io::Error::other("no name")))
-        .context(format!("cannot make a private directory in {}", base.display())))
 }

@@ -15,6 +15,12 @@ pub struct Config {
     pub output_len: usize,
     /// Storage for the output path.
     pub output_buf: [u8; 1024],
+    /// The report file `heapdump run` reads (`HEAPDUMP_REPORT`), kept from
+    /// start-up: a program that clears its environment (`clearenv`) still
+    /// has its dumps reported.
+    pub report_len: usize,
+    /// Storage for the report path.
+    pub report_buf: [u8; 1024],
     /// Dump mode.
     pub mode: Mode,
     /// Dump at exit.
@@ -61,6 +67,8 @@ impl Config {
         Config {
             output_len: 0,
             output_buf: [0; 1024],
+            report_len: 0,
+            report_buf: [0; 1024],
             mode: Mode::Compact,
             at_exit: false,
             on_fatal: false,
@@ -75,6 +83,11 @@ impl Config {
             shadow: true,
             thp: true,
         }
+    }
+
+    /// The report file, if `heapdump run` named one.
+    pub fn report(&self) -> Option<&[u8]> {
+        (self.report_len != 0).then(|| &self.report_buf[..self.report_len])
     }
 
     /// The configured output path, if any.
@@ -95,6 +108,14 @@ impl Config {
                 c.output_len = v.len();
             } else {
                 warn(b"HEAPDUMP_OUTPUT", v, b"path too long");
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_REPORT") {
+            if v.len() < c.report_buf.len() {
+                c.report_buf[..v.len()].copy_from_slice(v);
+                c.report_len = v.len();
+            } else {
+                warn(b"HEAPDUMP_REPORT", v, b"path too long");
             }
         }
         if let Some(full) = either(c"HEAPDUMP_MODE", b"full", b"compact", b"expected full or compact") {

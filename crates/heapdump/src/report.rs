@@ -1,13 +1,14 @@
 //! What the runtime says about the dumps it takes by itself: a line on
 //! stderr, or, under `heapdump run` (`HEAPDUMP_REPORT` names a file), lines
-//! appended to that file for `run` to read and print.
+//! sent to `run` (a datagram to its socket, else appended to that file) for
+//! it to read and print.
 //!
 //! Written by hand on stack buffers: this runs inside the host, during or
 //! right after a dump, where nothing may allocate.
 //!
-//! The report file holds one line per event, fields separated by tabs, each
-//! written with one `write(2)` to a descriptor opened `O_APPEND` (so lines of
-//! the processes of one tree never interleave):
+//! One line per event, fields separated by tabs, each sent as one datagram
+//! (or written with one `write(2)` to a descriptor opened `O_APPEND`), so
+//! lines of the processes of one tree never interleave:
 //!
 //! ```text
 //! started  PID  EXE  PATH                      the dump's file is open
@@ -113,13 +114,21 @@ fn stderr_is_ours() -> bool {
     ino != 0 && fd2_id() == Some((STDERR_DEV.load(core::sync::atomic::Ordering::Relaxed), ino))
 }
 
-/// Appends one line to the report file; false when there is none.
+/// Sends one line to `heapdump run`; false when the program runs without
+/// it. The path `run` named is the one read at start-up (a program that
+/// cleared its environment since still reports). The line goes as one
+/// datagram to `run`'s socket (no file system: a full or removed
+/// temporary directory loses nothing), and is appended to the report file
+/// only when the socket cannot be reached (a process in another network
+/// namespace, a socket refused by a sandbox).
 fn append(line: &Line) -> bool {
-    let Some(report) = sys::getenv(c"HEAPDUMP_REPORT") else { return false };
-    let mut path = [0u8; 4097];
-    if report.len() >= path.len() {
+    let config = crate::state::state().config();
+    let Some(report) = config.report() else { return false };
+    let name = heapdump_format::settings::report_socket_name(report);
+    if sys::send_abstract(&name, line.bytes()) {
         return true;
     }
+    let mut path = [0u8; 1025];
     path[..report.len()].copy_from_slice(report);
     let Ok(rp) = core::ffi::CStr::from_bytes_until_nul(&path) else { return true };
     // `heapdump run` makes the file's directory private (0700); still,

@@ -746,6 +746,43 @@ pub fn write(fd: i32, buf: &[u8]) -> Result<usize, i32> {
     }
 }
 
+/// Sends `msg` as one datagram to the abstract Unix socket `name` (no
+/// file system), without blocking and without SIGPIPE; whether it went.
+/// The caller's `errno` is kept.
+pub fn send_abstract(name: &[u8], msg: &[u8]) -> bool {
+    let saved = errno();
+    // SAFETY: a plain socket(2); the descriptor is closed below.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        set_errno(saved);
+        return false;
+    }
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { core::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // An abstract name: a NUL, then the name's bytes (not NUL-terminated).
+    let k = name.len().min(addr.sun_path.len() - 1);
+    for (d, &b) in addr.sun_path[1..=k].iter_mut().zip(name) {
+        *d = b as libc::c_char;
+    }
+    let len = core::mem::size_of::<libc::sa_family_t>() + 1 + k;
+    // SAFETY: `msg` is valid for its length; `addr` is a sockaddr_un whose
+    // first `len` bytes are initialised.
+    let n = unsafe {
+        libc::sendto(
+            fd,
+            msg.as_ptr().cast(),
+            msg.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            (&raw const addr).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    close(fd);
+    set_errno(saved);
+    n == msg.len() as isize
+}
+
 /// The value of environment variable `name`, as the C library holds it
 /// (read in place: nothing is copied or allocated).
 pub fn getenv(name: &CStr) -> Option<&'static [u8]> {
