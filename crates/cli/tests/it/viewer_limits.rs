@@ -144,6 +144,13 @@ struct Endless {
 impl Endless {
     /// The viewer stopped it early, with `want`, its memory unmoved.
     fn assert_refused(&self, want: u16, what: &str) {
+        eprintln!(
+            "{what}: {} KiB sent, RSS +{} KiB, peak RSS +{} KiB, answer {}",
+            self.sent / 1024,
+            self.rss / 1024,
+            self.hwm / 1024,
+            status(&self.answer)
+        );
         assert!(self.rss < GROWTH, "{what}: the viewer's RSS grew by {} KiB", self.rss / 1024);
         assert!(self.hwm < GROWTH, "{what}: the viewer's peak RSS grew by {} KiB", self.hwm / 1024);
         assert!(self.sent < ENDLESS, "{what}: the viewer read all {} MiB", self.sent / MIB);
@@ -239,6 +246,7 @@ fn five_hundred_idle_connections_neither_block_nor_grow_the_viewer() {
     v.assert_answers("with 500 idle connections open");
     let (rss1, _) = v.memory();
     let (files1, threads) = (v.open_files(), v.threads());
+    eprintln!("500 idle connections: {files0} -> {files1} open files, {threads} threads, RSS +{} KiB", rss1.saturating_sub(rss0) / 1024);
     assert!(files1 < files0 + 200, "the viewer holds {files1} files open for 500 idle connections (before: {files0})");
     assert!(threads < 16, "the viewer runs {threads} threads for 500 idle connections");
     assert!(rss1.saturating_sub(rss0) < GROWTH, "the viewer's RSS grew by {} KiB", (rss1 - rss0) / 1024);
@@ -277,6 +285,7 @@ fn a_trickling_client_is_cut_off_and_others_are_served_meanwhile() {
     let d = Scratch::new("limits-slow");
     let v = Viewer::start(&d);
     // One that says nothing, one that sends a byte of header every 200 ms.
+    let opened = std::time::Instant::now();
     let mut silent = v.connect();
     let mut slow = v.connect();
     let mut slow_reader = slow.try_clone().unwrap();
@@ -305,6 +314,7 @@ fn a_trickling_client_is_cut_off_and_others_are_served_meanwhile() {
     // one told why.
     let mut out = Vec::new();
     let r = slow_reader.read_to_end(&mut out);
+    eprintln!("the trickling client was cut off after {:?}", opened.elapsed());
     done.store(true, Ordering::Relaxed);
     trickle.join().unwrap();
     assert!(r.is_ok(), "the trickling client was not cut off within a minute: {r:?}");
