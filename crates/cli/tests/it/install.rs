@@ -121,7 +121,13 @@ fn another_user_swapping_the_cache_base_never_gets_a_library_loaded() {
     let swap = compile(&d, "swap_dirs.c", &["-O1"]);
     // The cache's name for the library, from a run with a private cache.
     let private = d.path("private-cache");
-    let o = Command::new(&hd).env("XDG_CACHE_HOME", &private).args(["run", "-o"]).arg(d.path("p.hdump")).args(["--", "/bin/true"]).output().unwrap();
+    let o = Command::new(&hd)
+        .env("XDG_CACHE_HOME", &private)
+        .args(["run", "-o"])
+        .arg(d.path("p.hdump"))
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let name = std::fs::read_dir(private.join("heapdump")).unwrap().next().unwrap().unwrap().file_name();
     // The other user's directory: open to all, with its own tree ready to
@@ -142,10 +148,13 @@ fn another_user_swapping_the_cache_base_never_gets_a_library_loaded() {
     let out = d.path("out");
     std::fs::create_dir(&out).unwrap();
     std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut attacker = as_user(nobody, &[swap.as_os_str(), open.join(".cache").as_os_str(), open.join("evil").as_os_str(), "30".as_ref()])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut attacker = as_user(
+        nobody,
+        &[swap.as_os_str(), open.join(".cache").as_os_str(), open.join("evil").as_os_str(), d.path("marks/stop").as_os_str()],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     let user = 1001;
     let base = open.join(".cache");
     for i in 0..40 {
@@ -160,13 +169,14 @@ fn another_user_swapping_the_cache_base_never_gets_a_library_loaded() {
         assert!(o.status.success() && dump.exists(), "run {i}: {:?} {}", o.status, String::from_utf8_lossy(&o.stderr));
         assert!(!mark.exists(), "run {i} loaded the other user's library: {}", std::fs::read_to_string(&mark).unwrap_or_default());
     }
-    let _ = attacker.kill();
+    std::fs::write(d.path("marks/stop"), b"").unwrap();
     let o = attacker.wait_with_output().unwrap();
+    let swaps: u64 = String::from_utf8_lossy(&o.stdout).split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(swaps > 0, "the other user's swaps did not run: {:?}", String::from_utf8_lossy(&o.stdout));
     // Nothing of heapdump's was written into the other user's directory.
     let theirs = owners(&open);
     assert!(theirs.iter().all(|(_, u)| *u == nobody), "written into another user's directory: {theirs:?}");
     assert!(!mark.exists());
-    let _ = o;
 }
 
 fn rustix_uid() -> u32 {

@@ -101,10 +101,11 @@ fn another_users_forged_report_lines_are_not_heard() {
     }
     let name = name.expect("run's report socket is bound");
     let forged = format!("wrote\\t{}\\t/bin/forged\\t/tmp/forged.hdump\\t1\\t2\\t3\\texit\\n", run.id() + 1);
-    let py = format!(
-        "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'{forged}', b'\\0{name}')"
-    );
-    let sent = Command::new("setpriv").args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", &py]).output().unwrap();
+    let py = format!("import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'{forged}', b'\\0{name}')");
+    let sent = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", &py])
+        .output()
+        .unwrap();
     assert!(sent.status.success(), "the forged line could not be sent: {}", String::from_utf8_lossy(&sent.stderr));
     let o = run.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
