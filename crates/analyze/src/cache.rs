@@ -820,7 +820,12 @@ pub(crate) fn check_reach(heap: &Heap, pred: &[u32], via: &[u32]) -> Result<(), 
     let (starts, targets) = heap.raw_edges();
     for b in 0..n {
         match pred[b] {
-            UNSEEN => {}
+            // No pointer taken (as the search leaves it).
+            UNSEEN => {
+                if via[b] != 0 {
+                    return Err(bad());
+                }
+            }
             FROM_ROOT => {
                 if first_root.get(&(b as u32)) != Some(&via[b]) {
                     return Err(bad());

@@ -237,12 +237,13 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trail
     }
     heap.blocks = Blocks { packed, wide };
     // One pass: in address order, apart (a block of no bytes takes one,
-    // as the load counts it), and their sizes' total.
+    // as the load counts it), none past the end of the address space, and
+    // their sizes' total.
     let mut total = 0u64;
     let mut end = 0u64;
     for i in 0..blocks {
         let b = heap.blocks.get(i);
-        if i > 0 && b.addr < end {
+        if (i > 0 && b.addr < end) || b.addr.checked_add(b.size).is_none() {
             return Err(bad("blocks out of order or overlapping"));
         }
         end = b.addr.saturating_add(b.size.max(1));

@@ -2,5 +2,6 @@
 //! graphs: exact leak classes, dominators, retained sizes and paths.
 
 mod build;
+mod cache_lies;
 mod graphs;
 mod hostile;
