@@ -6,9 +6,18 @@
 //! Everything read from the target is data, never trusted: every size and
 //! pointer is checked against the mappings before it is followed, and a
 //! heap that does not add up is an error naming the address, not a guess.
-//! The layout is glibc's on x86-64 from 2.30 (the per-thread cache's
-//! 16-bit counts) to 2.41; the version is read from the C library the
-//! process maps, and any other is refused.
+//! Every walk (the chunks, the fastbins, the caches' lists, the ring of
+//! arenas, an arena's heaps, the mapped chunks) moves forward at each step
+//! or meets each place once, and stays inside what it walks: a damaged
+//! heap is refused where it stops making sense, in milliseconds.
+//!
+//! The main arena is found by its shape in the C library's data, every
+//! field checked; the brk heap is the one range from glibc's `sbrk_base`
+//! to its top chunk, however many mappings the kernel splits it into (a
+//! forked worker's). The layout is glibc's on x86-64 from 2.30 (the
+//! per-thread cache's 16-bit counts) to 2.41; the version is read from
+//! the banner in the C library's memory (from its file only for a core
+//! that left it out), and any other is refused.
 
 use crate::error::{Error, Result};
 use crate::memory::{Map, Memory, Region};
@@ -45,15 +54,26 @@ pub struct GlibcHeap {
     pub warnings: Vec<String>,
 }
 
-/// `sizeof (struct malloc_state)` and the offsets of its fields used here.
+/// `sizeof (struct malloc_state)` and the offsets of its fields.
 const ARENA_SIZE: u64 = 2200;
+const FLAGS: u64 = 4;
+const HAVE_FASTCHUNKS: u64 = 8;
 const FASTBINS: u64 = 16;
 const NFASTBINS: u64 = 10;
 const TOP: u64 = 96;
+const LAST_REMAINDER: u64 = 104;
 const BINS: u64 = 112;
+const NBINS: u64 = 127;
 const NEXT: u64 = 2160;
+const NEXT_FREE: u64 = 2168;
+const ATTACHED_THREADS: u64 = 2176;
+const SYSTEM_MEM: u64 = 2184;
+const MAX_SYSTEM_MEM: u64 = 2192;
 /// Non-main heaps are aligned to (and at most) this size.
 const HEAP_MAX: u64 = 64 << 20;
+/// More arenas than glibc ever makes (8 per core by default, at most
+/// `arena_max`): a ring longer than this is not glibc's.
+const MAX_ARENAS: usize = 1 << 16;
 /// The per-thread cache's chunk: 64 u16 counts and 64 pointers, plus
 /// the chunk header.
 const TCACHE_CHUNK: u64 = 0x290;
@@ -61,9 +81,12 @@ const TCACHE_BINS: u64 = 64;
 /// Mappings larger than this are not searched page by page for mapped
 /// chunks (address-space reservations, such as a sanitizer's shadow).
 const MAX_SEARCHED: u64 = 64 << 30;
+/// The C library's read-only mappings larger than this are not searched
+/// for its version.
+const MAX_BANNER_MAP: u64 = 64 << 20;
 
 /// The C library the process maps, and the allocator in it.
-fn libc_maps(mem: &dyn Memory) -> Result<(String, Vec<Map>)> {
+fn libc_maps(mem: &dyn Memory) -> Result<Vec<Map>> {
     let name = |m: &Map| m.file().and_then(|p| p.rsplit('/').next()).unwrap_or("").to_string();
     for m in mem.maps() {
         let n = name(m);
@@ -76,71 +99,220 @@ fn libc_maps(mem: &dyn Memory) -> Result<(String, Vec<Map>)> {
         }
     }
     let libc: Vec<Map> = mem.maps().iter().filter(|m| name(m).starts_with("libc.so") || name(m).starts_with("libc-2.")).cloned().collect();
-    let Some(path) = libc.first().and_then(|m| m.path.clone()) else {
+    if libc.is_empty() {
         return Err(Error::Refused(
             "no glibc (libc.so.6) is mapped in the process: a static binary or another C library (musl?): attach and core read glibc's heap only"
                 .into(),
         ));
-    };
-    Ok((path, libc))
+    }
+    Ok(libc)
 }
 
-/// glibc's version, from the "release version X.Y" of its banner.
-fn version_of(path: &str) -> Result<(u32, u32)> {
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() < 1 << 30) {
-        return Err(Error::Refused(format!("{path} is not the C library's file: cannot learn glibc's version")));
+/// glibc's version, from the "release version X.Y" of its banner in the
+/// C library's read-only data as the process maps it. A core may leave
+/// that data out (the kernel's and gdb's keep only a file's first page):
+/// then from the file the core names, where this machine has it (never
+/// for a live process, which is held while this runs: its memory holds
+/// the banner, and no file is read then).
+fn version(mem: &dyn Memory, libc: &[Map]) -> Result<(u32, u32)> {
+    let mut maps: Vec<&Map> = libc.iter().filter(|m| m.read && !m.write && m.end - m.start <= MAX_BANNER_MAP).collect();
+    maps.sort_by_key(|m| m.exec); // the banner is in .rodata
+    let mut missing = Vec::new();
+    for m in maps {
+        match mem.bytes(m.start, m.end - m.start) {
+            Ok(b) => {
+                if let Some(v) = banner(&b) {
+                    return v;
+                }
+            }
+            Err(_) => missing.push(m),
+        }
     }
-    let data = std::fs::read(path)
-        .map_err(|e| Error::Refused(format!("cannot read {path} to learn glibc's version ({e}): its heap layout depends on it")))?;
+    for m in missing {
+        let Some(Ok(f)) = m.file().and_then(|p| mem.host_file(p)) else { continue };
+        let mut b = vec![0u8; (m.end - m.start) as usize];
+        use std::os::unix::fs::FileExt;
+        let Ok(n) = f.read_at(&mut b, m.offset) else { continue };
+        if let Some(v) = banner(&b[..n]) {
+            return v;
+        }
+    }
+    let path = libc.first().and_then(Map::file).unwrap_or("libc.so.6");
+    Err(Error::Refused(format!(
+        "{path} does not say which glibc it is (no \"release version\" in its read-only data, in memory or in its file here): its heap layout depends on it"
+    )))
+}
+
+/// The version the banner in `data` names, if it holds the banner.
+fn banner(data: &[u8]) -> Option<Result<(u32, u32)>> {
     let needle = b"release version ";
-    let at = data
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .ok_or_else(|| Error::Refused(format!("{path} does not say which glibc it is")))?;
+    let at = data.windows(needle.len()).position(|w| w == needle)?;
     let rest = &data[at + needle.len()..];
     let text: String = rest.iter().take(16).take_while(|c| c.is_ascii_digit() || **c == b'.').map(|&c| c as char).collect();
     let mut it = text.split('.').map(|x| x.parse::<u32>());
-    match (it.next(), it.next()) {
+    Some(match (it.next(), it.next()) {
         (Some(Ok(a)), Some(Ok(b))) => Ok((a, b)),
-        _ => Err(Error::Refused(format!("{path}: cannot read glibc's version from {text:?}"))),
-    }
+        _ => Err(Error::Refused(format!("cannot read glibc's version from its banner's {text:?}"))),
+    })
 }
 
-/// Finds `main_arena` in libc's data: the one place where most of 127
-/// bin headers point at themselves (empty bins), with a `next` pointer.
+/// Whether a mapping can hold glibc's heaps: writable anonymous memory
+/// (the brk heap, the other arenas' heaps, chunks mapped by themselves),
+/// never a file's.
+fn heap_map(m: &Map) -> bool {
+    m.read && m.write && (m.anonymous() || m.path.as_deref() == Some("[heap]"))
+}
+
+/// Whether `p` may be a chunk: aligned, in heap memory.
+fn chunk_like(mem: &dyn Memory, p: u64) -> bool {
+    p % 16 == 0 && p != 0 && mem.map_of(p).is_some_and(heap_map)
+}
+
+/// The word at `off` of `w` (an arena's bytes).
+fn word(w: &[u8], off: u64) -> u64 {
+    let o = off as usize;
+    w.get(o..o + 8).map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().unwrap_or([0xff; 8])))
+}
+
+/// Whether the `malloc_state` bytes `w` at `a` have an arena's shape: its
+/// lock and flags small, its fastbins, top chunk, last remainder and bins
+/// empty or chunks in heap memory (a bin's empty list is its own header),
+/// its sizes in order. `main` is the main arena (`a` itself for a
+/// candidate), which the free list may name. `next` is not looked at: a
+/// broken ring is reported as such, not as a missing arena.
+fn arena_shape(mem: &dyn Memory, a: u64, w: &[u8], main: u64) -> bool {
+    if w.len() < ARENA_SIZE as usize {
+        return false;
+    }
+    let half = |off: u64| word(w, off) & 0xffff_ffff;
+    // The lock (0 free, 1 held, 2 held with waiters), the flags
+    // (NONCONTIGUOUS_BIT, ARENA_CORRUPTION_BIT), have_fastchunks (a bool).
+    if half(0) > 2 || half(FLAGS) & !6 != 0 || half(HAVE_FASTCHUNKS) > 1 {
+        return false;
+    }
+    let chunk_or_empty = |p: u64| p == 0 || chunk_like(mem, p);
+    if !(0..NFASTBINS).all(|i| chunk_or_empty(word(w, FASTBINS + 8 * i))) {
+        return false;
+    }
+    // The top chunk: in heap memory, or the unsorted bin's header before
+    // the arena's first allocation (glibc's `initial_top`).
+    let top = word(w, TOP);
+    if top != a + TOP && !chunk_like(mem, top) {
+        return false;
+    }
+    if !chunk_or_empty(word(w, LAST_REMAINDER)) {
+        return false;
+    }
+    for i in 0..NBINS {
+        let own = a + BINS + 16 * i - 16;
+        let (fd, bk) = (word(w, BINS + 16 * i), word(w, BINS + 16 * i + 8));
+        if (fd, bk) != (own, own) && !(chunk_like(mem, fd) && chunk_like(mem, bk)) {
+            return false;
+        }
+    }
+    let next_free = word(w, NEXT_FREE);
+    if next_free != 0 && next_free != main && !chunk_like(mem, next_free) {
+        return false;
+    }
+    word(w, ATTACHED_THREADS) < 1 << 24 && word(w, SYSTEM_MEM) <= word(w, MAX_SYSTEM_MEM) && word(w, MAX_SYSTEM_MEM) < 1 << 47
+}
+
+/// Finds `main_arena` in libc's data: the one `malloc_state` there whose
+/// every field has an arena's shape (`arena_shape`); when more than one
+/// does, the one whose ring of arenas comes back to it. The symbol is not
+/// used: Debian's and most distributions' libc.so.6 carry none (it is in
+/// the separate debug file), and no file is read while the process is
+/// held.
 fn find_main_arena(mem: &dyn Memory, libc: &[Map]) -> Result<u64> {
+    let mut found = Vec::new();
     for m in libc.iter().filter(|m| m.write && m.read) {
         let Ok(r) = Region::read(mem, m.start, m.end) else { continue };
-        let mut a = m.start;
+        let mut a = m.start.next_multiple_of(8);
         while a + ARENA_SIZE <= m.end {
-            if let Some(next) = r.u64(a + NEXT) {
-                if next != 0 && next % 8 == 0 {
-                    let mut empty = 0;
-                    let mut ok = true;
-                    for i in 0..127u64 {
-                        let (Some(fd), Some(bk)) = (r.u64(a + BINS + 16 * i), r.u64(a + BINS + 16 * i + 8)) else {
-                            ok = false;
-                            break;
-                        };
-                        let own = a + BINS + 16 * i - 16;
-                        if fd == own && bk == own {
-                            empty += 1;
-                        } else if fd == 0 || bk == 0 || fd % 16 != 0 || bk % 16 != 0 {
-                            ok = false;
-                            break;
-                        }
-                    }
-                    if ok && empty >= 64 {
-                        return Ok(a);
-                    }
+            if let Some(w) = r.slice(a, ARENA_SIZE) {
+                if arena_shape(mem, a, w, a) {
+                    found.push(a);
                 }
             }
             a += 8;
         }
     }
-    Err(Error::Heap(
-        "glibc's main arena was not found in the C library's data: not glibc's malloc, or a layout this version does not know".into(),
-    ))
+    match found.as_slice() {
+        [] => Err(Error::Heap(
+            "glibc's main arena was not found in the C library's data: not glibc's malloc, or a layout this version does not know".into(),
+        )),
+        [one] => Ok(*one),
+        many => {
+            let closed: Vec<u64> = many.iter().copied().filter(|&a| ring(mem, a).is_ok()).collect();
+            match closed.as_slice() {
+                [one] => Ok(*one),
+                _ => Err(Error::Heap(format!(
+                    "glibc's main arena is not certain: {} places in the C library's data have its shape ({})",
+                    many.len(),
+                    many.iter().map(|a| format!("{a:#x}")).collect::<Vec<_>>().join(", ")
+                ))),
+            }
+        }
+    }
+}
+
+/// The ring of arenas from the main one through their `next`, checked:
+/// every arena has an arena's shape, none is met twice, and the ring comes
+/// back to the main arena.
+fn ring(mem: &dyn Memory, main: u64) -> Result<Vec<u64>> {
+    let mut arenas = vec![main];
+    let mut met: HashSet<u64> = HashSet::from([main]);
+    let (mut prev, mut a) = (main, mem.u64(main + NEXT)?);
+    while a != main {
+        let shaped = chunk_like(mem, a) && mem.bytes(a, ARENA_SIZE).is_ok_and(|w| arena_shape(mem, a, &w, main));
+        if !shaped || arenas.len() >= MAX_ARENAS {
+            return Err(Error::Heap(format!(
+                "glibc's ring of arenas is broken at {a:#x} (the next arena of {prev:#x} is not an arena): a damaged heap"
+            )));
+        }
+        if !met.insert(a) {
+            return Err(Error::Heap(format!(
+                "glibc's ring of arenas loops at {a:#x} (after {prev:#x}) without coming back to the main arena {main:#x}: a damaged heap"
+            )));
+        }
+        arenas.push(a);
+        prev = a;
+        a = mem.u64(a + NEXT)?;
+    }
+    Ok(arenas)
+}
+
+/// glibc's `sbrk_base` (in `mp_`, its malloc parameters): where the brk
+/// heap starts, when the C library's data holds exactly one
+/// `malloc_par` whose heap start lies in `[lo, top]`.
+fn sbrk_base(mem: &dyn Memory, libc: &[Map], version: (u32, u32), lo: u64, top: u64) -> Option<u64> {
+    // mmapped_mem, max_mmapped_mem, sbrk_base, then the tcache's
+    // parameters; before 2.35 no huge page fields precede them.
+    let sb = if version >= (2, 35) { 96 } else { 72 };
+    let mut found = Vec::new();
+    for m in libc.iter().filter(|m| m.write && m.read) {
+        let Ok(r) = Region::read(mem, m.start, m.end) else { continue };
+        let mut q = m.start.next_multiple_of(8);
+        while q + sb + 32 <= m.end {
+            let w = |off: u64| r.u64(q + off).unwrap_or(u64::MAX);
+            let base = w(sb);
+            if base >= lo
+                && base <= top
+                && w(sb + 8) <= TCACHE_BINS
+                && w(sb + 16) <= 1032
+                && w(sb + 24) <= u16::MAX as u64
+                && w(16) <= HEAP_MAX
+                && w(sb - 16) <= w(sb - 8)
+            {
+                found.push(base);
+            }
+            q += 8;
+        }
+    }
+    match found.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
 }
 
 /// The chunks walked, by address (a hash map of ten million chunks cost
@@ -154,27 +326,12 @@ impl Index<'_> {
     }
 }
 
-/// glibc's version and its arenas (the main one first), checked.
-fn arenas(mem: &dyn Memory) -> Result<((u32, u32), Vec<u64>)> {
-    let (path, libc) = libc_maps(mem)?;
-    let version = version_of(&path)?;
-    if !((2, 30)..=(2, 41)).contains(&version) {
-        return Err(Error::Refused(format!(
-            "glibc {}.{}: a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
-            version.0, version.1
-        )));
-    }
+/// The C library's maps and its arenas (the main one first), checked.
+fn arenas(mem: &dyn Memory) -> Result<(Vec<Map>, Vec<u64>)> {
+    let libc = libc_maps(mem)?;
     let main = find_main_arena(mem, &libc)?;
-    let mut arenas = vec![main];
-    let mut a = mem.u64(main + NEXT)?;
-    while a != main {
-        if arenas.len() > 4096 || a % 16 != 0 || mem.map_of(a).is_none() {
-            return Err(Error::Heap(format!("glibc's ring of arenas is broken at {a:#x}")));
-        }
-        arenas.push(a);
-        a = mem.u64(a + NEXT)?;
-    }
-    Ok((version, arenas))
+    let arenas = ring(mem, main)?;
+    Ok((libc, arenas))
 }
 
 /// How many arenas are locked: a thread stopped inside malloc or free,
@@ -201,15 +358,19 @@ struct Seen {
 }
 
 /// Walks `[start, end)` of `r` chunk by chunk; stops at `top` when given
-/// (which must be met exactly) or at the heap's end or a fencepost.
+/// (which must be met exactly) or at the heap's end or a fencepost. Every
+/// step moves forward by at least a chunk's minimum size and stays below
+/// `top` (or `end`): a size that does not is the damage, reported at its
+/// chunk.
 fn walk(r: &Region, start: u64, end: u64, top: Option<u64>, out: &mut Vec<Seen>) -> Result<()> {
     let mut c = start;
     let mut first = true;
+    let limit = top.unwrap_or(end);
     loop {
         if Some(c) == top {
             return Ok(());
         }
-        if c + 16 > end {
+        if c.checked_add(16).is_none_or(|h| h > end) {
             return match top {
                 Some(t) => Err(Error::Heap(format!("the heap's chunks run past its top chunk {t:#x} at {c:#x}: a damaged heap"))),
                 None => Ok(()),
@@ -220,10 +381,19 @@ fn walk(r: &Region, start: u64, end: u64, top: Option<u64>, out: &mut Vec<Seen>)
         if size == 16 && top.is_none() {
             return Ok(()); // the fencepost closing an older heap
         }
-        if size < 32 || size % 16 != 0 || c + size > end + if top.is_some() { 16 } else { 0 } {
-            return Err(Error::Heap(format!("chunk {c:#x} has size {s:#x}: a damaged heap, or a layout this version does not know")));
-        }
-        let next = c + size;
+        let Some(next) = c.checked_add(size).filter(|&n| size >= 32 && size % 16 == 0 && n <= limit) else {
+            let why = if size < 32 || size % 16 != 0 {
+                "not a chunk's size".to_string()
+            } else {
+                match top {
+                    Some(t) => format!("past the top chunk {t:#x}"),
+                    None => format!("past the heap's end {end:#x}"),
+                }
+            };
+            return Err(Error::Heap(format!(
+                "chunk {c:#x} has size {s:#x} ({why}): a damaged heap, or a layout this version does not know"
+            )));
+        };
         let in_use = match r.u64(next + 8) {
             Some(n) => n & 1 == 1,
             None if top.is_none() => true,
@@ -233,6 +403,16 @@ fn walk(r: &Region, start: u64, end: u64, top: Option<u64>, out: &mut Vec<Seen>)
         first = false;
         c = next;
     }
+}
+
+/// The size of the top chunk `top`, checked: it must end by `end`.
+fn top_size(r: &Region, top: u64, end: u64) -> Result<u64> {
+    let s = r.u64(top + 8).ok_or_else(|| Error::Heap(format!("the top chunk {top:#x} lies outside its heap")))?;
+    let size = s & !7;
+    if size < 16 || size % 16 != 0 || top.checked_add(size).is_none_or(|e| e > end) {
+        return Err(Error::Heap(format!("the top chunk {top:#x} has size {s:#x} (past the heap's end {end:#x}): a damaged heap")));
+    }
+    Ok(size)
 }
 
 /// The next pointer of a free list, stored at `field` (safe-linking since
@@ -245,9 +425,48 @@ fn reveal(version: (u32, u32), field: u64, stored: u64) -> u64 {
     }
 }
 
+/// The brk heap of the main arena whose top chunk is `top`: `[start,
+/// end)`, and the mappings holding it. The kernel may map it in several
+/// mappings one after the other (a forked child's heap grown after the
+/// fork is a mapping of its own): glibc's heap is the one range from its
+/// `sbrk_base` to the end of the top chunk, however it is mapped.
+fn brk_heap(mem: &dyn Memory, libc: &[Map], version: (u32, u32), top: u64) -> Result<(Region, u64, (u64, u64))> {
+    let maps = mem.maps();
+    let Some(i) = maps.iter().position(|m| m.start <= top && top < m.end && heap_map(m)) else {
+        return Err(Error::Heap(format!(
+            "the main arena's top chunk {top:#x} is not in the brk heap (a heap grown by mmap after brk failed is not supported)"
+        )));
+    };
+    // A live process names every mapping of its brk heap "[heap]"; a core
+    // names none: the anonymous mappings that follow one another.
+    let named = maps[i].path.as_deref() == Some("[heap]");
+    let joins = |m: &Map| heap_map(m) && (!named || m.path.as_deref() == Some("[heap]"));
+    let (mut lo, mut hi) = (i, i);
+    while lo > 0 && maps[lo - 1].end == maps[lo].start && joins(&maps[lo - 1]) {
+        lo -= 1;
+    }
+    while hi + 1 < maps.len() && maps[hi + 1].start == maps[hi].end && joins(&maps[hi + 1]) {
+        hi += 1;
+    }
+    let (run_start, run_end) = (maps[lo].start, maps[hi].end);
+    let start = sbrk_base(mem, libc, version, run_start, top).map_or(run_start, |b| b.next_multiple_of(16));
+    let head = Region::read(mem, top, (top + 16).min(run_end))?;
+    let end = top + top_size(&head, top, run_end)?;
+    let r = Region::read(mem, start, end)?;
+    let first_map = maps[lo..=hi].iter().find(|m| m.start <= start && start < m.end).map_or(run_start, |m| m.start);
+    Ok((r, start, (first_map, run_end)))
+}
+
 /// Walks glibc's heap in `mem`.
 pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
-    let (version, arenas) = arenas(mem)?;
+    let (libc, arenas) = arenas(mem)?;
+    let version = version(mem, &libc)?;
+    if !((2, 30)..=(2, 41)).contains(&version) {
+        return Err(Error::Refused(format!(
+            "glibc {}.{}: a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
+            version.0, version.1
+        )));
+    }
     let heap_info = if version >= (2, 35) { 48 } else { 32 };
     let mut h = GlibcHeap {
         live: Vec::new(),
@@ -271,38 +490,40 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
             if top == ar + TOP {
                 continue;
             }
-            // The [heap] mapping (a core names no mappings but files: the
-            // anonymous segment holding top).
-            let Some(brk) = mem.map_of(top).filter(|m| m.write && (m.anonymous() || m.path.as_deref() == Some("[heap]"))).cloned() else {
-                return Err(Error::Heap(format!(
-                    "the main arena's top chunk {top:#x} is not in the brk heap (a heap grown by mmap after brk failed is not supported)"
-                )));
-            };
-            let r = Region::read(mem, brk.start, brk.end)?;
-            walk(&r, brk.start, brk.end, Some(top), &mut seen)?;
-            h.heap_ranges.push((brk.start, brk.end));
+            let (r, start, range) = brk_heap(mem, &libc, version, top)?;
+            walk(&r, start, top, Some(top), &mut seen)?;
+            h.heap_ranges.push(range);
             h.regions.push(r);
             continue;
         }
         // Another arena: its heaps, newest (holding top) first, through
-        // each heap_info's `prev`.
+        // each heap_info's `prev`, each met once.
         let mut hp = top & !(HEAP_MAX - 1);
         let mut newest = true;
-        for _ in 0..1024 {
+        let mut met: HashSet<u64> = HashSet::new();
+        loop {
+            if hp % HEAP_MAX != 0 || !met.insert(hp) || met.len() > MAX_ARENAS {
+                return Err(Error::Heap(format!(
+                    "the heaps of arena {ar:#x} do not add up at {hp:#x} (met twice, or not a heap's start): a damaged heap"
+                )));
+            }
             let owner = mem.u64(hp)?;
             let prev = mem.u64(hp + 8)?;
             let size = mem.u64(hp + 16)?;
-            if owner != ar || size > HEAP_MAX || size < heap_info {
+            if owner != ar || size > HEAP_MAX || size < heap_info + 32 {
                 return Err(Error::Heap(format!("heap {hp:#x} does not belong to arena {ar:#x}: a damaged heap")));
             }
-            let start = if ar >= hp && ar < hp + size {
-                let p = ar + ARENA_SIZE;
-                p + (16 - (p + 16) % 16) % 16
-            } else {
-                hp + heap_info
-            };
+            let start = if ar >= hp && ar < hp + size { (ar + ARENA_SIZE).next_multiple_of(16) } else { hp + heap_info };
             let end = hp + size;
             let r = Region::read(mem, hp, end)?;
+            if newest {
+                if !(start..end).contains(&top) {
+                    return Err(Error::Heap(format!(
+                        "the top chunk {top:#x} of arena {ar:#x} is not in its heap {hp:#x}..{end:#x}: a damaged heap"
+                    )));
+                }
+                top_size(&r, top, end)?;
+            }
             walk(&r, start, end, newest.then_some(top), &mut seen)?;
             h.heap_ranges.push((hp, end.next_multiple_of(4096)));
             h.regions.push(r);
@@ -313,30 +534,45 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
             hp = prev;
         }
     }
-    // Free chunks that look in use: the fastbins' and the caches'.
+    // Free chunks that look in use: the fastbins' and the caches'. Each
+    // list is followed through chunks of the heap only, each chunk once.
     seen.sort_unstable_by_key(|s| s.chunk);
     let index = Index(&seen);
     let mut free: HashSet<u64> = HashSet::new();
     for &ar in &arenas {
         for i in 0..NFASTBINS {
             let mut p = mem.u64(ar + FASTBINS + 8 * i)?;
-            let mut n = 0;
             while p != 0 {
-                if index.get(p).is_none() || n > seen.len() {
+                let Some(k) = index.get(p) else {
                     h.warnings.push(format!("fastbin {i} of arena {ar:#x} leads to {p:#x}, not a chunk: the rest of it is not read"));
                     break;
+                };
+                if seen[k].size != 32 + 16 * i || !seen[k].in_use {
+                    h.warnings
+                        .push(format!("fastbin {i} of arena {ar:#x} leads to chunk {p:#x} of another size: the rest of it is not read"));
+                    break;
                 }
-                free.insert(p);
+                if !free.insert(p) {
+                    return Err(Error::Heap(format!(
+                        "fastbin {i} of arena {ar:#x} meets chunk {p:#x} a second time (a loop): a damaged heap"
+                    )));
+                }
                 p = reveal(version, p + 16, mem.u64(p + 16)?);
-                n += 1;
             }
         }
     }
     let mut caches: HashSet<u64> = HashSet::new();
     for s in seen.iter().filter(|s| s.in_use && s.size == TCACHE_CHUNK) {
-        if let Some(entries) = tcache_entries(mem, version, s, &seen, &index) {
+        if let Some(entries) = tcache_entries(mem, version, s, &seen, &index)? {
             caches.insert(s.chunk);
-            free.extend(entries);
+            for c in entries {
+                if !free.insert(c) {
+                    return Err(Error::Heap(format!(
+                        "chunk {c:#x} is held free twice (in the per-thread cache at {:#x} and another list): a damaged heap",
+                        s.chunk + 16
+                    )));
+                }
+            }
         }
     }
     h.cached_free = free.len() as u64;
@@ -354,37 +590,52 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
 /// the chunks its lists hold. Every list must lead through chunks of its
 /// size class, as many as its count, and end; an empty cache counts only
 /// as the first chunk of a heap (where a thread's first allocation puts
-/// it), so that a program's own zeroed block of that size stays live.
-fn tcache_entries(mem: &dyn Memory, version: (u32, u32), s: &Seen, seen: &[Seen], index: &Index<'_>) -> Option<Vec<u64>> {
-    let body = mem.bytes(s.chunk + 16, 2 * TCACHE_BINS + 8 * TCACHE_BINS).ok()?;
+/// it), so that a program's own zeroed block of that size stays live. A
+/// list that comes back to a chunk it has passed is a damaged heap.
+fn tcache_entries(mem: &dyn Memory, version: (u32, u32), s: &Seen, seen: &[Seen], index: &Index<'_>) -> Result<Option<Vec<u64>>> {
+    let Ok(body) = mem.bytes(s.chunk + 16, 2 * TCACHE_BINS + 8 * TCACHE_BINS) else { return Ok(None) };
     let count = |i: usize| u16::from_le_bytes([body[2 * i], body[2 * i + 1]]) as usize;
     let entry = |i: usize| u64::from_le_bytes(body[128 + 8 * i..136 + 8 * i].try_into().unwrap_or([0; 8]));
     let mut out = Vec::new();
+    let mut met: HashSet<u64> = HashSet::new();
     for i in 0..TCACHE_BINS as usize {
         let (n, mut e) = (count(i), entry(i));
         if (n == 0) != (e == 0) {
-            return None;
+            return Ok(None);
         }
-        for _ in 0..n {
-            let c = e.checked_sub(16)?;
-            let k = index.get(c)?;
+        // Followed to its end (a loop is met within as many steps as
+        // there are chunks), then held to its count.
+        let mut len = 0;
+        while e != 0 {
+            let Some(c) = e.checked_sub(16) else { return Ok(None) };
+            let Some(k) = index.get(c) else { return Ok(None) };
             if seen[k].size != 32 + 16 * i as u64 || !seen[k].in_use {
-                return None;
+                return Ok(None);
+            }
+            if !met.insert(c) {
+                return Err(Error::Heap(format!(
+                    "list {i} of the per-thread cache at {:#x} meets chunk {c:#x} a second time (a loop): a damaged heap",
+                    s.chunk + 16
+                )));
             }
             out.push(c);
-            e = reveal(version, e, mem.u64(e).ok()?);
+            len += 1;
+            let Ok(stored) = mem.u64(e) else { return Ok(None) };
+            e = reveal(version, e, stored);
         }
-        if e != 0 {
-            return None;
+        if len != n {
+            return Ok(None);
         }
     }
-    (!out.is_empty() || s.first).then_some(out)
+    Ok((!out.is_empty() || s.first).then_some(out))
 }
 
 /// The chunks glibc mapped by themselves: at a page start of an anonymous
 /// writable mapping, a header with no previous size and the "mapped" bit,
 /// a size of whole pages that fits the mapping (the kernel merges
-/// neighbouring mappings, so several may share one).
+/// neighbouring mappings, so several may share one). A block aligned
+/// beyond 16 bytes has its header further in, its previous size saying
+/// how far (`_int_memalign`).
 fn mapped_chunks(mem: &dyn Memory, h: &mut GlibcHeap) -> Result<()> {
     let maps: Vec<(u64, u64)> = mem
         .maps()
@@ -399,7 +650,7 @@ fn mapped_chunks(mem: &dyn Memory, h: &mut GlibcHeap) -> Result<()> {
         let mut p = start;
         for (a, b) in mem.present(start, end) {
             p = p.max(a.next_multiple_of(4096));
-            while p + 4096 <= b {
+            while p.checked_add(4096).is_some_and(|e| e <= b) {
                 if let Some(&(_, e)) = h.heap_ranges.iter().find(|r| r.0 <= p && p < r.1) {
                     p = e.next_multiple_of(4096);
                 } else if let Some(size) = mapped_chunk_at(mem, h, p, end)? {
@@ -413,21 +664,53 @@ fn mapped_chunks(mem: &dyn Memory, h: &mut GlibcHeap) -> Result<()> {
     Ok(())
 }
 
-/// The mapped chunk whose header is at `p`, if there is one ending by
-/// `end`: recorded, and its size returned.
+/// The mapped chunk whose mapping starts at `p`, if there is one ending by
+/// `end`: recorded, and its mapping's size returned.
 fn mapped_chunk_at(mem: &dyn Memory, h: &mut GlibcHeap, p: u64, end: u64) -> Result<Option<u64>> {
-    let mut hdr = [0u8; 16];
-    if mem.read(p, &mut hdr).is_err() {
+    let mut page = [0u8; 4096];
+    if mem.read(p, &mut page).is_err() {
         return Ok(None);
     }
-    let prev = u64::from_le_bytes(hdr[..8].try_into().unwrap_or([0; 8]));
-    let s = u64::from_le_bytes(hdr[8..].try_into().unwrap_or([0; 8]));
+    let at = |o: u64| u64::from_le_bytes(page[o as usize..o as usize + 8].try_into().unwrap_or([0; 8]));
+    let (prev, s) = (at(0), at(8));
     let size = s & !7;
-    if prev != 0 || s & 7 != 2 || size < 4096 || size % 4096 != 0 || p + size > end {
+    if prev != 0 || s & 7 != 2 || size < 4096 || size % 4096 != 0 || p.checked_add(size).is_none_or(|e| e > end) {
         return Ok(None);
     }
-    h.live.push(Chunk { mem: p + 16, usable: size - 16 });
-    h.mmapped.push((p, p + size));
-    h.regions.push(Region::read(mem, p, p + size)?);
-    Ok(Some(size))
+    // The header at the mapping's start stays as mmap made it; an aligned
+    // block's own header is where its alignment put it, saying so in its
+    // previous size, its size ending with the mapping (a block moved by
+    // mremap keeps its offset and its header's is the size).
+    let mut chunk = (p, size);
+    let mut align = 32u64;
+    while align < size {
+        let mut lead = (p + 16).next_multiple_of(align) - 16 - p;
+        if lead < 32 {
+            lead += align; // glibc leaves room for a chunk before it
+        }
+        if lead + 32 > size {
+            break;
+        }
+        let (pv, sz) = if lead + 16 <= 4096 {
+            (at(lead), at(lead + 8))
+        } else {
+            let mut hdr = [0u8; 16];
+            if mem.read(p + lead, &mut hdr).is_err() {
+                break;
+            }
+            (u64::from_le_bytes(hdr[..8].try_into().unwrap_or([0; 8])), u64::from_le_bytes(hdr[8..].try_into().unwrap_or([0; 8])))
+        };
+        let n = sz & !7;
+        if pv == lead && sz & 7 == 2 && n >= 32 && (lead + n) % 4096 == 0 && p.checked_add(lead + n).is_some_and(|e| e <= end) {
+            chunk = (p + lead, n);
+            break;
+        }
+        align *= 2;
+    }
+    let (c, n) = chunk;
+    let mapping = c - p + n;
+    h.live.push(Chunk { mem: c + 16, usable: n - 16 });
+    h.mmapped.push((p, p + mapping));
+    h.regions.push(Region::read(mem, c, c + n)?);
+    Ok(Some(mapping))
 }
