@@ -78,7 +78,8 @@ impl Viewer {
     fn memory(&self) -> (u64, u64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let kib = |k: &str| {
-            let line = status.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("no {k} in {status}"));
+            let line =
+                status.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("the viewer has died (no {k} in its status): {status}"));
             line[k.len()..].trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024
         };
         (kib("VmRSS:"), kib("VmHWM:"))
@@ -317,7 +318,9 @@ fn a_trickling_client_is_cut_off_and_others_are_served_meanwhile() {
     eprintln!("the trickling client was cut off after {:?}", opened.elapsed());
     done.store(true, Ordering::Relaxed);
     trickle.join().unwrap();
-    assert!(r.is_ok(), "the trickling client was not cut off within a minute: {r:?}");
+    // Closed, whether the close came as an end of file or as a reset.
+    let closed = r.as_ref().map_or_else(|e| e.kind() == std::io::ErrorKind::ConnectionReset, |_| true);
+    assert!(closed, "the trickling client was not cut off within a minute: {r:?}");
     assert_eq!(status(&out), 408, "{:?}", String::from_utf8_lossy(&out));
     let mut out = Vec::new();
     let r = silent.read_to_end(&mut out);
