@@ -88,45 +88,78 @@ const MAX_HEADERS: u64 = 64 << 10;
 /// headers out (gdb's does): the file its note names is read then, its
 /// headers only, and used only when it fits the core's mappings.
 fn modules(mem: &dyn Memory, warnings: &mut Vec<String>) -> Vec<Module> {
+    use std::collections::{HashMap, HashSet};
     let mut out: Vec<Module> = Vec::new();
-    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     // Files read from this machine, by device and inode: a core naming
     // one file under many names reads it once.
-    let mut read: std::collections::HashMap<(u64, u64), Option<Headers>> = std::collections::HashMap::new();
+    let mut read: HashMap<(u64, u64), Option<Headers>> = HashMap::new();
+    // Each file's writable mappings (a core's: named by its note).
+    let mut writable: HashMap<&str, Vec<&Map>> = HashMap::new();
+    for m in mem.maps().iter().filter(|m| m.write) {
+        if let Some(p) = m.file() {
+            writable.entry(p).or_default().push(m);
+        }
+    }
     for m in mem.maps().iter().filter(|m| m.offset == 0) {
         let Some(path) = m.file() else { continue };
         if !seen.insert(path) {
             continue;
         }
-        let (h, from_file) = match headers_in_memory(mem, m) {
-            Some(h) => (h, false),
-            None => {
-                let Some(f) = mem.host_file(path) else { continue };
-                use std::os::unix::fs::MetadataExt;
-                let Ok(meta) = f.metadata() else { continue };
-                if !meta.is_file() {
-                    continue; // a device, a pipe: no headers to read
+        // Headers, and whether they came from this machine's file; or why
+        // this machine has no usable file.
+        let found = match headers_in_memory(mem, m) {
+            Some(h) => Ok((h, false)),
+            None => match mem.host_file(path) {
+                None => continue, // live: not an ELF object
+                Some(Err(e)) => Err(format!("not on this machine ({e})")),
+                Some(Ok(f)) => {
+                    use std::os::unix::fs::MetadataExt;
+                    let Ok(meta) = f.metadata() else { continue };
+                    if !meta.is_file() {
+                        continue; // a device, a pipe: no headers to read
+                    }
+                    let Some(h) = read.entry((meta.dev(), meta.ino())).or_insert_with(|| headers_in_file(&f)).clone() else {
+                        continue; // not an ELF object: a data file
+                    };
+                    Ok((h, true))
                 }
-                let h = read.entry((meta.dev(), meta.ino())).or_insert_with(|| headers_in_file(&f)).clone();
-                let Some(h) = h else { continue };
-                (h, true)
-            }
+            },
         };
-        let Some(first) = h.segments.iter().find(|s| s.flags != 0 || s.memsz > 0).map(|s| s.vaddr & !0xfff) else { continue };
-        let bias = m.start.wrapping_sub(first);
-        if from_file {
-            if let Err(why) = fits(mem, path, bias, &h) {
-                warnings.push(format!(
-                    "{path} on this machine is not the file the process mapped ({why}): its writable segments are not roots"
-                ));
-                continue;
+        let found = found.and_then(|(h, from_file)| {
+            let first = h.segments.first().map(|s| s.vaddr & !0xfff).unwrap_or(0);
+            let bias = m.start.wrapping_sub(first);
+            match from_file.then(|| fits(mem, path, bias, &h)) {
+                Some(Err(why)) => Err(format!("on this machine it is not the file the process mapped: {why}")),
+                _ => Ok((h, bias)),
+            }
+        });
+        match found {
+            Ok((h, bias)) => {
+                let build_id = match &h.build_id {
+                    Some(id) => id.clone(),
+                    None => build_id_in_memory(mem, bias, &h).unwrap_or_default(),
+                };
+                out.push(Module { path: path.to_string(), bias, build_id, segments: h.segments, tls: h.tls });
+            }
+            // No headers to trust: a core still holds the file's writable
+            // mappings, its data; they are its writable segments (its
+            // bss, anonymous, is a root as anonymous memory).
+            Err(why) => {
+                let Some(w) = writable.get(path) else { continue };
+                warnings.push(format!("{path}: {why}: its writable segments are taken from the core's mappings"));
+                let segments = w
+                    .iter()
+                    .map(|x| Segment {
+                        vaddr: x.start - m.start.min(x.start),
+                        memsz: x.end - x.start,
+                        file_offset: x.offset,
+                        flags: raw::SEG_R | raw::SEG_W,
+                    })
+                    .collect();
+                out.push(Module { path: path.to_string(), bias: m.start, build_id: Vec::new(), segments, tls: 0 });
             }
         }
-        let build_id = match &h.build_id {
-            Some(id) => id.clone(),
-            None => build_id_in_memory(mem, bias, &h).unwrap_or_default(),
-        };
-        out.push(Module { path: path.to_string(), bias, build_id, segments: h.segments, tls: h.tls });
     }
     out
 }
@@ -206,8 +239,10 @@ fn headers_in_file(f: &std::fs::File) -> Option<Headers> {
     // The notes are found by their file offsets: the segment holding each.
     let mut id = None;
     for &(vaddr, size) in &h.notes {
-        let Some(sg) = h.segments.iter().find(|s| s.vaddr <= vaddr && vaddr < s.vaddr + s.memsz) else { continue };
-        let Some(bytes) = read(sg.file_offset + (vaddr - sg.vaddr), size) else { continue };
+        let Some(sg) = h.segments.iter().find(|s| s.vaddr <= vaddr && s.vaddr.checked_add(s.memsz).is_some_and(|e| vaddr < e)) else {
+            continue;
+        };
+        let Some(bytes) = sg.file_offset.checked_add(vaddr - sg.vaddr).and_then(|at| read(at, size)) else { continue };
         if let Some(b) = build_id_of(&bytes) {
             id = Some(b);
             break;
@@ -450,7 +485,13 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
     let mut static_ranges = Vec::new();
     for (i, m) in modules.iter().enumerate() {
         for sg in m.segments.iter().filter(|s| s.flags & raw::SEG_W != 0 && s.memsz > 0) {
-            let (a, b) = (m.bias.wrapping_add(sg.vaddr), m.bias.wrapping_add(sg.vaddr) + sg.memsz);
+            // The headers are the target's word: a segment running past
+            // the address space is no segment.
+            let a = m.bias.wrapping_add(sg.vaddr);
+            let Some(b) = a.checked_add(sg.memsz) else {
+                warnings.push(format!("{}: a writable segment at {a:#x} of {:#x} bytes runs past the address space", m.path, sg.memsz));
+                continue;
+            };
             match mem.bytes(a, b - a) {
                 Ok(bytes) => {
                     statics.push((i as u32, a, bytes));

@@ -292,8 +292,8 @@ impl Memory for Core {
         Ok(())
     }
 
-    fn host_file(&self, path: &str) -> Option<std::fs::File> {
-        std::fs::File::open(path).ok()
+    fn host_file(&self, path: &str) -> Option<std::io::Result<std::fs::File>> {
+        Some(std::fs::File::open(path))
     }
 }
 

@@ -63,10 +63,10 @@ pub(crate) const NEEDS: &str = "needs root or CAP_SYS_PTRACE (in a container: `d
 /// "no process PID", with what to do when this tracer is in a PID
 /// namespace of its own (a container sees only its own processes).
 pub(crate) fn no_process(pid: i32) -> Error {
-    let own_ns = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("NSpid:")).map(|l| l.split_ascii_whitespace().count() > 1))
-        .unwrap_or(false);
+    // The kernel's first PID namespace has a fixed inode (PROC_PID_INIT_INO):
+    // any other is a container's (NSpid cannot tell: a namespace's own
+    // /proc shows only its own level).
+    let own_ns = std::fs::read_link("/proc/self/ns/pid").is_ok_and(|l| l.as_os_str() != "pid:[4026531836]");
     if own_ns {
         return Error::Refused(format!(
             "no process {pid} in this PID namespace (a container's): a process outside it is seen only with `--pid=host`, by its pid there"

@@ -112,7 +112,9 @@ pub trait Memory {
     /// memory does not hold (a core leaves modules' headers out): never
     /// for a live process, whose headers are in its memory and whose
     /// files may be another namespace's.
-    fn host_file(&self, _path: &str) -> Option<std::fs::File> {
+    /// `None`: not asked of this memory (a live process); else the file
+    /// opened, or why not (one missing is worth saying).
+    fn host_file(&self, _path: &str) -> Option<std::io::Result<std::fs::File>> {
         None
     }
 
