@@ -416,3 +416,87 @@ fn attach_counts_the_program_s_threads_not_the_runtime_s() {
     assert_eq!(attached["threads"], own["threads"], "{line}");
     assert!(line.contains(" 3 threads,"), "{line}");
 }
+
+#[test]
+fn a_core_whose_files_this_machine_lacks_or_has_changed_still_has_its_globals() {
+    // A core names files by the paths its process saw (a container's, or
+    // a program rebuilt since): a file here that does not fit the core is
+    // said and not used, and the core's own copy of the writable mappings
+    // keeps the globals roots. The glibc the core names is this machine's.
+    let d = Scratch::new("core-files");
+    let prog = program(&d, "ns_globals.c", &[]);
+    let expected = valgrind_summary(&prog);
+    let p = Stopped::start(Command::new(&prog), |_, pid| pid);
+    let core = d.path("core");
+    ok(&Command::new("gcore").arg("-o").arg(&core).arg(p.pid.to_string()).output().expect("gcore (gdb) is installed"));
+    let core_path = PathBuf::from(format!("{}.{}", core.display(), p.pid));
+    drop(p);
+    // gdb keeps each module's first page (its ELF headers): without them,
+    // as a core written with other settings, the files are needed.
+    let mut bytes = std::fs::read(&core_path).unwrap();
+    let mut dropped = 0;
+    for (h, ty, _) in program_headers(&bytes) {
+        let off = u64::from_le_bytes(bytes[h + 8..h + 16].try_into().unwrap()) as usize;
+        if ty == 1 && bytes.get(off..off + 4) == Some(b"\x7fELF") {
+            bytes[h..h + 4].copy_from_slice(&0u32.to_le_bytes()); // PT_NULL
+            dropped += 1;
+        }
+    }
+    assert!(dropped >= 2, "the program's and glibc's headers were in the core");
+    let core = d.path("headless.core");
+    std::fs::write(&core, &bytes).unwrap();
+    // The same file: used, nothing said.
+    let out = d.path("same.hdump");
+    let o = heapdump().arg("core").arg(&core).arg("-o").arg(&out).output().unwrap();
+    ok(&o);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"), "{}", String::from_utf8_lossy(&o.stderr));
+    same_classes(ours(&out), expected, "the program's own file");
+    // Another program under its name: its data lies 1 MiB further on.
+    let src = d.path("decoy.c");
+    std::fs::write(&src, "const char ro[1 << 20] = {2};\nchar rw[1 << 16] = {1};\nint main(void) { return rw[0] + ro[5]; }\n").unwrap();
+    std::fs::remove_file(&prog).unwrap();
+    ok(&Command::new("gcc").arg("-o").arg(&prog).arg(&src).output().unwrap());
+    for (case, said) in [("rebuilt", "not the file the process mapped"), ("gone", "not on this machine")] {
+        if case == "gone" {
+            std::fs::remove_file(&prog).unwrap();
+        }
+        let out = d.path(&format!("{case}.hdump"));
+        let o = heapdump().arg("core").arg(&core).arg("-o").arg(&out).output().unwrap();
+        ok(&o);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.lines().any(|l| l.contains(prog.to_str().unwrap()) && l.contains(said)), "{case}: {err}");
+        same_classes(ours(&out), expected, &format!("the program's file {case}"));
+    }
+}
+
+#[test]
+fn a_refused_attach_says_what_a_container_needs() {
+    let d = Scratch::new("ns-refused");
+    let prog = program(&d, "leaks.c", &[]);
+    let p = Stopped::start(Command::new(&prog), |_, pid| pid);
+    let one_line = |o: &Output, what: &str| {
+        assert_eq!(o.status.code(), Some(1), "{what}");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        err
+    };
+    // Another user's process, without CAP_SYS_PTRACE.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(env!("CARGO_BIN_EXE_heapdump"))
+        .args(["attach", &p.pid.to_string(), "-o", "/nonexistent/x.hdump"])
+        .output()
+        .unwrap();
+    let err = one_line(&o, "as nobody");
+    assert!(err.contains("CAP_SYS_PTRACE") && err.contains("kubectl debug --profile=general"), "{err}");
+    // From a PID namespace of its own, the host's process is not there.
+    let o = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_heapdump"))
+        .args(["attach", &p.pid.to_string(), "-o"])
+        .arg(d.path("x.hdump"))
+        .output()
+        .unwrap();
+    let err = one_line(&o, "from another PID namespace");
+    assert!(err.contains(&format!("no process {} in this PID namespace", p.pid)) && err.contains("--pid=host"), "{err}");
+}
