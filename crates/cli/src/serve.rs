@@ -96,10 +96,6 @@ fn run(listener: &TcpListener, site: &Site) -> Result<std::process::ExitCode> {
     let mut conns: Vec<Conn> = Vec::new();
     loop {
         let now = Instant::now();
-        for c in conns.iter_mut().filter(|c| now >= c.deadline) {
-            c.expire(now);
-        }
-        conns.retain(|c| c.phase != Phase::Closed);
         let wait = conns.iter().map(|c| c.deadline.saturating_duration_since(now)).min().unwrap_or(IDLE);
         let ready: Vec<PollFlags> = {
             let mut fds = Vec::with_capacity(conns.len() + 1);
@@ -112,22 +108,29 @@ fn run(listener: &TcpListener, site: &Site) -> Result<std::process::ExitCode> {
             }
             fds.iter().map(|f| f.revents()).collect()
         };
-        let now = Instant::now();
         for (c, r) in conns.iter_mut().zip(&ready[1..]) {
             if !r.is_empty() {
-                c.advance(site, now);
+                c.advance(site);
+            }
+        }
+        // Only then the deadlines, each after a last look: what arrived
+        // while an answer was being worked out is read, not dropped.
+        for c in conns.iter_mut().filter(|c| Instant::now() >= c.deadline) {
+            c.advance(site);
+            if Instant::now() >= c.deadline {
+                c.expire();
             }
         }
         conns.retain(|c| c.phase != Phase::Closed);
         if !ready[0].is_empty() {
-            accept(listener, &mut conns, now);
+            accept(listener, &mut conns);
         }
     }
 }
 
 /// Takes up to `ACCEPT_BATCH` new connections, closing the ones that
 /// waited longest when there are too many.
-fn accept(listener: &TcpListener, conns: &mut Vec<Conn>, now: Instant) {
+fn accept(listener: &TcpListener, conns: &mut Vec<Conn>) {
     for _ in 0..ACCEPT_BATCH {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
@@ -146,7 +149,7 @@ fn accept(listener: &TcpListener, conns: &mut Vec<Conn>, now: Instant) {
         if conns.len() >= MAX_CONNECTIONS {
             evict(conns);
         }
-        conns.push(Conn::new(stream, now));
+        conns.push(Conn::new(stream));
     }
 }
 
@@ -190,7 +193,8 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(stream: TcpStream, now: Instant) -> Conn {
+    fn new(stream: TcpStream) -> Conn {
+        let now = Instant::now();
         Conn {
             stream,
             input: Vec::new(),
@@ -212,19 +216,19 @@ impl Conn {
     }
 
     /// Its time is up.
-    fn expire(&mut self, now: Instant) {
+    fn expire(&mut self) {
         match self.phase {
             // Part of a request: say why it ends.
             Phase::Reading if !self.input.is_empty() => {
                 self.input = Vec::new();
-                self.reply(Reply::error(408, "the request did not arrive in time"), true, now);
+                self.reply(Reply::error(408, "the request did not arrive in time"), true);
             }
             _ => self.phase = Phase::Closed,
         }
     }
 
     /// Reads, answers and writes as far as the socket allows.
-    fn advance(&mut self, site: &Site, now: Instant) {
+    fn advance(&mut self, site: &Site) {
         let mut chunk = [0u8; 16 * 1024];
         loop {
             match self.phase {
@@ -232,6 +236,7 @@ impl Conn {
                 Phase::Writing => match self.stream.write(&self.output[self.sent..]) {
                     Ok(0) => self.phase = Phase::Closed,
                     Ok(n) => {
+                        let now = Instant::now();
                         self.sent += n;
                         self.since = now;
                         self.deadline = now + SEND;
@@ -246,7 +251,7 @@ impl Conn {
                                 self.phase = Phase::Reading;
                                 self.deadline = now + IDLE;
                                 // A request sent behind the last one.
-                                self.take_request(site, now);
+                                self.take_request(site);
                             }
                         }
                     }
@@ -268,7 +273,7 @@ impl Conn {
                         Ok(0) => self.phase = Phase::Closed,
                         Ok(n) => {
                             self.input.extend_from_slice(&chunk[..n]);
-                            self.take_request(site, now);
+                            self.take_request(site);
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -281,7 +286,7 @@ impl Conn {
 
     /// Answers the request at the start of `input` if it is whole, or
     /// refuses it as soon as it is too large.
-    fn take_request(&mut self, site: &Site, now: Instant) {
+    fn take_request(&mut self, site: &Site) {
         let (reply, close) = match Request::parse(&self.input) {
             Parse::Partial => return,
             Parse::Refused(reply) => (reply, true),
@@ -295,10 +300,11 @@ impl Conn {
         if close {
             self.input = Vec::new();
         }
-        self.reply(reply, close, now);
+        self.reply(reply, close);
     }
 
-    fn reply(&mut self, reply: Reply, close: bool, now: Instant) {
+    fn reply(&mut self, reply: Reply, close: bool) {
+        let now = Instant::now();
         self.output = reply.into_http(close);
         self.sent = 0;
         self.close = close;
