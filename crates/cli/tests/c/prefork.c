@@ -1,7 +1,7 @@
 /* The pre-fork shape (nginx, apache's prefork, gunicorn): the parent
    keeps a 1111-byte block and forks two workers; worker i keeps a block of
    3000 + i bytes, installs a SIGQUIT handler that calls exit (a graceful
-   stop), says "worker PID" on stdout and waits for signals. The parent
+   stop), says "worker I PID" on stdout and waits for signals. The parent
    then reads a line on stdin, sends SIGQUIT to each worker, waits for
    them, and exits 0 when both exited 0. */
 #include <signal.h>
@@ -27,7 +27,7 @@ int main(void) {
             sigaction(SIGQUIT, &sa, 0);
             mine = malloc(3000 + i);
             memset(mine, 2, 3000 + i);
-            printf("worker %d\n", (int)getpid());
+            printf("worker %d %d\n", i, (int)getpid());
             fflush(stdout);
             for (;;) pause();
         }

@@ -169,11 +169,14 @@ fn prefork(usr2_first: bool) {
     let mut r = Running::start(&d.path("pf.hdump"), &[prog.as_os_str()]);
     let parent: u32 = r.line().strip_prefix("parent ").unwrap().parse().unwrap();
     r.tree.push(parent);
-    let mut workers = vec![];
+    // "worker I PID", in whichever order they come.
+    let mut workers = vec![0u32; 2];
     for _ in 0..2 {
-        let w: u32 = r.line().strip_prefix("worker ").unwrap().parse().unwrap();
+        let l = r.line();
+        let (i, w) = l.strip_prefix("worker ").unwrap().split_once(' ').unwrap();
+        let w: u32 = w.parse().unwrap();
         r.tree.push(w);
-        workers.push(w);
+        workers[i.parse::<usize>().unwrap()] = w;
     }
     let usr2 = usr2_first.then(|| {
         kill(workers[0], rustix::process::Signal::USR2);
