@@ -651,4 +651,43 @@ mod tests {
         assert_eq!(decode("a+b%2B"), "a b+");
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
     }
+
+    /// The status a request gets: 0 while partial, 200 when whole.
+    fn verdict(p: Parse) -> u16 {
+        match p {
+            Parse::Refused(r) => r.status,
+            Parse::Partial => 0,
+            Parse::Whole(..) => 200,
+        }
+    }
+
+    #[test]
+    fn requests_are_framed_and_ambiguous_ones_refused() {
+        // A body is part of the request; what follows is the next one.
+        let next = b"GET /b HTTP/1.1\r\n\r\n";
+        let two = [&b"GET /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc"[..], next].concat();
+        let first = two.len() - next.len();
+        let Parse::Whole(r, len) = Request::parse(&two) else { panic!("not whole") };
+        assert_eq!((r.target, r.host, r.close, len), ("/a", Some("h"), false, first));
+        assert!(matches!(Request::parse(&two[..first - 1]), Parse::Partial), "the body is awaited");
+        // HTTP/1.0 closes unless asked; 1.1 keeps unless asked.
+        let Parse::Whole(r, _) = Request::parse(b"GET / HTTP/1.0\r\n\r\n") else { panic!() };
+        assert!(r.close);
+        let Parse::Whole(r, _) = Request::parse(b"GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n") else { panic!() };
+        assert!(r.close);
+        // Two lengths or two hosts are not guessed between.
+        assert_eq!(verdict(Request::parse(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")), 400);
+        assert_eq!(verdict(Request::parse(b"GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n")), 400);
+        assert_eq!(verdict(Request::parse(b"GET / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n")), 413);
+        let Parse::Whole(r, _) = Request::parse(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n") else { panic!() };
+        assert_eq!(r.host, None);
+        // The limits, at their edges.
+        let line = |n: usize| format!("GET /{} HTTP/1.1\r\n", "a".repeat(n - 16));
+        assert_eq!(line(MAX_LINE).len(), MAX_LINE);
+        assert_eq!(verdict(Request::parse(line(MAX_LINE).as_bytes())), 0);
+        assert_eq!(verdict(Request::parse(line(MAX_LINE + 1).as_bytes())), 414);
+        let fields = |n: usize| format!("GET / HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(n));
+        assert_eq!(verdict(Request::parse(fields(MAX_HEADERS).as_bytes())), 200);
+        assert_eq!(verdict(Request::parse(fields(MAX_HEADERS + 1).as_bytes())), 431);
+    }
 }
