@@ -674,21 +674,23 @@ fn mapped_chunk_at(mem: &dyn Memory, h: &mut GlibcHeap, p: u64, end: u64) -> Res
     let at = |o: u64| u64::from_le_bytes(page[o as usize..o as usize + 8].try_into().unwrap_or([0; 8]));
     let (prev, s) = (at(0), at(8));
     let size = s & !7;
-    if prev != 0 || s & 7 != 2 || size < 4096 || size % 4096 != 0 || p.checked_add(size).is_none_or(|e| e > end) {
+    if prev != 0 || s & 7 != 2 {
         return Ok(None);
     }
+    let room = end - p;
     // The header at the mapping's start stays as mmap made it; an aligned
     // block's own header is where its alignment put it, saying so in its
-    // previous size, its size ending with the mapping (a block moved by
-    // mremap keeps its offset and its header's is the size).
-    let mut chunk = (p, size);
+    // previous size, its size ending with the mapping (mremap, shrinking
+    // or growing the block, keeps that offset and leaves the first header
+    // with the size it had).
+    let mut chunk = None;
     let mut align = 32u64;
-    while align < size {
+    while align < room {
         let mut lead = (p + 16).next_multiple_of(align) - 16 - p;
         if lead < 32 {
             lead += align; // glibc leaves room for a chunk before it
         }
-        if lead + 32 > size {
+        if lead + 32 > room {
             break;
         }
         let (pv, sz) = if lead + 16 <= 4096 {
@@ -701,12 +703,17 @@ fn mapped_chunk_at(mem: &dyn Memory, h: &mut GlibcHeap, p: u64, end: u64) -> Res
             (u64::from_le_bytes(hdr[..8].try_into().unwrap_or([0; 8])), u64::from_le_bytes(hdr[8..].try_into().unwrap_or([0; 8])))
         };
         let n = sz & !7;
-        if pv == lead && sz & 7 == 2 && n >= 32 && (lead + n) % 4096 == 0 && p.checked_add(lead + n).is_some_and(|e| e <= end) {
-            chunk = (p + lead, n);
+        if pv == lead && sz & 7 == 2 && n >= 32 && (lead + n) % 4096 == 0 && lead + n <= room {
+            chunk = Some((p + lead, n));
             break;
         }
         align *= 2;
     }
+    let chunk = match chunk {
+        Some(c) => c,
+        None if size >= 4096 && size % 4096 == 0 && size <= room => (p, size),
+        None => return Ok(None),
+    };
     let (c, n) = chunk;
     let mapping = c - p + n;
     h.live.push(Chunk { mem: c + 16, usable: n - 16 });
