@@ -96,12 +96,13 @@ fn run(listener: &TcpListener, site: &Site) -> Result<std::process::ExitCode> {
     let mut conns: Vec<Conn> = Vec::new();
     loop {
         let now = Instant::now();
-        let wait = conns.iter().map(|c| c.deadline.saturating_duration_since(now)).min().unwrap_or(IDLE);
+        // Until the next deadline; with no connection, until one comes.
+        let wait = conns.iter().map(|c| c.deadline.saturating_duration_since(now)).min();
         let ready: Vec<PollFlags> = {
             let mut fds = Vec::with_capacity(conns.len() + 1);
             fds.push(PollFd::new(listener, PollFlags::IN));
             fds.extend(conns.iter().map(|c| PollFd::new(&c.stream, c.interest())));
-            let timeout = rustix::event::Timespec::try_from(wait).ok();
+            let timeout = wait.and_then(|w| rustix::event::Timespec::try_from(w).ok());
             match rustix::event::poll(&mut fds, timeout.as_ref()) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(anyhow!("the viewer cannot wait for its connections: {e}")),
