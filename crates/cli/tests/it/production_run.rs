@@ -122,7 +122,17 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
-            for &p in &self.tree {
+            // Everything below `run` (it is their subreaper), and what the
+            // test knew of.
+            let mut all = self.tree.clone();
+            let mut i = 0;
+            all.push(self.child.id());
+            while i < all.len() {
+                let more = children(all[i]);
+                all.extend(more.into_iter().filter(|c| !all.contains(c)).collect::<Vec<_>>());
+                i += 1;
+            }
+            for &p in all.iter().filter(|&&p| p != self.child.id()) {
                 kill(p, rustix::process::Signal::KILL);
             }
             let _ = self.child.kill();
@@ -153,6 +163,59 @@ fn wait_signal_dump(dir: &Scratch, pid: u32) -> PathBuf {
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("no signal dump by process {pid} in a minute (files: {:?})", std::fs::read_dir(&dir.0).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>());
+}
+
+/// How many complete dumps in `dir` were written by `pid` for a signal.
+fn signal_dumps(dir: &Scratch, pid: u32) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir.0).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "hdump") {
+            continue;
+        }
+        let o = heapdump().args(["summary", "--json"]).arg(&p).output().unwrap();
+        if o.status.success() {
+            let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            n += usize::from(s["pid"] == pid && s["reason"] == "signal");
+        }
+    }
+    n
+}
+
+/// A forked child busy allocating and freeing: the dump signal lands
+/// inside the allocator most times (the tracker may hold the locks a dump
+/// takes: the signal is raised again as the thread leaves it). Each of 10
+/// signals, sent once the previous dump is complete, gets the child's own
+/// dump; then SIGTERM gets one too and ends the child as it would have.
+#[test]
+fn signals_landing_in_a_busy_forked_childs_allocator_are_each_dumped() {
+    let d = Scratch::new("busy");
+    let prog = compile_with("gcc", &d, "busy_child.c", &[]);
+    let mut r = Running::start(&d.path("b.hdump"), &[prog.as_os_str()]);
+    let child: u32 = r.line().strip_prefix("child ").unwrap().parse().unwrap();
+    r.tree.push(child);
+    for k in 1..=10 {
+        kill(child, rustix::process::Signal::USR2);
+        let t0 = Instant::now();
+        while signal_dumps(&d, child) < k {
+            assert!(t0.elapsed() < Duration::from_secs(60), "signal {k}: no dump by the child in a minute");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    kill(child, rustix::process::Signal::TERM);
+    let (status, err, _) = r.finish(Duration::from_secs(60));
+    assert!(status.success(), "the child was ended by SIGTERM: {status:?}\n{err}");
+    let dumps = listed(&err);
+    for l in &dumps {
+        assert_own(l);
+    }
+    let by_child: Vec<String> = dumps
+        .iter()
+        .filter(|l| l.pid == child)
+        .map(|l| json(&["summary".as_ref(), "--json".as_ref(), l.path.as_os_str()])["signal"]["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(by_child.iter().filter(|s| *s == "SIGUSR2").count(), 10, "{err}");
+    assert_eq!(by_child.iter().filter(|s| *s == "SIGTERM").count(), 1, "{err}");
 }
 
 /// The pre-fork shape: two forked workers that handle SIGQUIT by calling
