@@ -26,6 +26,7 @@ command -v node >/dev/null || need+=(nodejs npm)
 [ -x /usr/bin/git ] || need+=(git)
 # Production shapes: a pre-fork server, and musl programs.
 [ -x /usr/sbin/nginx ] || need+=(nginx)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v musl-gcc >/dev/null || need+=(musl-tools)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

@@ -296,12 +296,13 @@ fn children(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// A server ended (SIGTERM to its first process) and reaped when dropped.
-struct Server(Child);
+/// A server ended (the signal to its first process) and reaped when
+/// dropped.
+struct Server(Child, &'static str);
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = Command::new("kill").args([self.1, &self.0.id().to_string()]).status();
         let _ = self.0.wait();
     }
 }
@@ -342,6 +343,7 @@ fn nginx_master_and_worker_are_captured_whole() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
+        "-TERM",
     );
     let master = server.0.id() as i32;
     let mut workers = Vec::new();
@@ -386,4 +388,80 @@ fn nginx_master_and_worker_are_captured_whole() {
     ok(&core(&d, worker, &out));
     assert_eq!(blocks(&out), worker_blocks, "the worker's core and its capture");
     drop(held);
+}
+
+#[test]
+fn a_postgresql_backend_is_captured_whole() {
+    // PostgreSQL forks a backend per connection from its postmaster; the
+    // backend's queries grow its heap after the fork (its memory contexts'
+    // blocks): its [heap] is two mappings. The capture of a backend idle
+    // between queries adds up to glibc's own count of the bytes in use.
+    let bin = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()
+        .and_then(|mut v| v.find_map(|e| Some(e.ok()?.path().join("bin"))))
+        .filter(|b| b.join("postgres").exists())
+        .expect("PostgreSQL is not installed: scripts/test.sh installs it");
+    let d = Scratch::new("postgres");
+    let pg = d.path("pg");
+    std::fs::create_dir_all(&pg).unwrap();
+    // PostgreSQL does not run as root: as nobody, in a directory of its own.
+    ok(&Command::new("chown").arg("nobody:").arg(&pg).output().unwrap());
+    let as_nobody = |prog: &Path| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]).arg(prog);
+        c
+    };
+    let data = pg.join("data");
+    ok(&as_nobody(&bin.join("initdb")).arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-N"]).output().unwrap());
+    let port = free_port();
+    let stderr_file = d.path("postgres.err");
+    let server = Server(
+        as_nobody(&bin.join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .arg("-k")
+            .arg(&pg)
+            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_file).unwrap())
+            .spawn()
+            .unwrap(),
+        "-INT", // a fast shutdown
+    );
+    let ready = (0..1000).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        std::fs::read_to_string(&stderr_file).is_ok_and(|s| s.contains("ready to accept connections"))
+    });
+    assert!(ready, "PostgreSQL did not start: {}", std::fs::read_to_string(&stderr_file).unwrap_or_default());
+    let mut psql = Command::new(bin.join("psql"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-At"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let mut to = psql.stdin.take().unwrap();
+    let mut from = BufReader::new(psql.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(to, "select pg_backend_pid();").unwrap();
+    from.read_line(&mut line).unwrap();
+    let backend: i32 = line.trim().parse().unwrap_or_else(|_| panic!("psql said {line:?}"));
+    writeln!(
+        to,
+        "create temp table t as select g, md5(g::text) m from generate_series(1, 200000) g;\n\
+         select count(distinct m) from t;\n\
+         select 'done';"
+    )
+    .unwrap();
+    while line.trim() != "done" {
+        line.clear();
+        assert!(from.read_line(&mut line).unwrap() > 0, "psql ended");
+    }
+    assert!(heap_maps(backend).len() >= 2, "the backend's heap grew after the fork into a mapping of its own: {:x?}", heap_maps(backend));
+    let got = captured_whole(&d, backend, &stderr_file, "backend");
+    assert!(got.len() > 1000, "{}", got.len());
+    drop(to);
+    let _ = psql.wait();
+    drop(server);
 }
