@@ -14,7 +14,13 @@ use std::time::{Duration, Instant};
 fn compile_with(cc: &str, dir: &Scratch, source: &str, flags: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(source);
     let out = dir.path(source.split('.').next().unwrap());
-    let o = Command::new(cc).args(flags).arg("-o").arg(&out).arg(&src).output().unwrap_or_else(|e| panic!("{cc}: {e} (scripts/test.sh installs it)"));
+    let o = Command::new(cc)
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e} (scripts/test.sh installs it)"));
     assert!(o.status.success(), "{cc} failed: {}", String::from_utf8_lossy(&o.stderr));
     out
 }
@@ -162,7 +168,10 @@ fn wait_signal_dump(dir: &Scratch, pid: u32) -> PathBuf {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("no signal dump by process {pid} in a minute (files: {:?})", std::fs::read_dir(&dir.0).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>());
+    panic!(
+        "no signal dump by process {pid} in a minute (files: {:?})",
+        std::fs::read_dir(&dir.0).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>()
+    );
 }
 
 /// How many complete dumps in `dir` were written by `pid` for a signal.
@@ -233,7 +242,7 @@ fn prefork(usr2_first: bool) {
     let parent: u32 = r.line().strip_prefix("parent ").unwrap().parse().unwrap();
     r.tree.push(parent);
     // "worker I PID", in whichever order they come.
-    let mut workers = vec![0u32; 2];
+    let mut workers = [0u32; 2];
     for _ in 0..2 {
         let l = r.line();
         let (i, w) = l.strip_prefix("worker ").unwrap().split_once(' ').unwrap();
@@ -385,8 +394,15 @@ fn nginx_prefork_under_run_stops_gracefully_with_its_workers_dumps() {
            server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"hello\\n\"; }} }}\n}}\n"
     );
     std::fs::write(d.path("nginx.conf"), conf).unwrap();
-    let args: Vec<std::ffi::OsString> =
-        vec![nginx.into(), "-p".into(), d.0.clone().into(), "-c".into(), d.path("nginx.conf").into(), "-e".into(), d.path("error.log").into()];
+    let args: Vec<std::ffi::OsString> = vec![
+        nginx.into(),
+        "-p".into(),
+        d.0.clone().into(),
+        "-c".into(),
+        d.path("nginx.conf").into(),
+        "-e".into(),
+        d.path("error.log").into(),
+    ];
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let mut r = Running::start(&d.path("nginx.hdump"), &args);
     // Up when it answers (the workers are forked by then).
@@ -395,7 +411,11 @@ fn nginx_prefork_under_run_stops_gracefully_with_its_workers_dumps() {
     while first.is_none() && t0.elapsed() < Duration::from_secs(60) {
         first = get(port);
         if first.is_none() {
-            assert!(r.child.try_wait().unwrap().is_none(), "run ended before nginx answered: {}", std::fs::read_to_string(d.path("error.log")).unwrap_or_default());
+            assert!(
+                r.child.try_wait().unwrap().is_none(),
+                "run ended before nginx answered: {}",
+                std::fs::read_to_string(d.path("error.log")).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
