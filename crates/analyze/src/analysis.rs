@@ -337,6 +337,14 @@ impl<'h> Analysis<'h> {
         self
     }
 
+    /// A part of the cache refused when taken (it is computed, and the
+    /// cache written again).
+    fn refused(&self, why: CacheProblem) {
+        if let Some(c) = &self.cache {
+            self.note(format!("rebuilt {} ({why})", c.path().display()));
+        }
+    }
+
     fn note(&self, what: String) {
         self.cache_events.borrow_mut().push(CacheEvent::Said(what));
     }
@@ -471,10 +479,14 @@ impl<'h> Analysis<'h> {
         if let Some(l) = self.leaks.get() {
             return l;
         }
-        let cached = self.cached.borrow_mut().as_mut().and_then(|c| c.leaks.take());
-        if let Some(l) = cached {
-            let _ = self.leaks.set(l);
-            return self.leaks.get().expect("just set");
+        let cached = self.cached.borrow_mut().as_mut().and_then(|c| c.take_leaks(self.heap));
+        match cached {
+            Some(Ok(l)) => {
+                let _ = self.leaks.set(l);
+                return self.leaks.get().expect("just set");
+            }
+            Some(Err(why)) => self.refused(why),
+            None => {}
         }
         let l = self.leaks.get_or_init(|| leaks::of_dump(self.file, self.heap));
         self.save();
@@ -488,11 +500,16 @@ impl<'h> Analysis<'h> {
         if let Some(d) = self.dominators.get() {
             return d;
         }
-        let cached = self.cached.borrow_mut().as_mut().and_then(|c| c.dominators.take());
-        if let Some(d) = cached {
-            self.leaks();
-            let _ = self.dominators.set(d);
-            return self.dominators.get().expect("just set");
+        if self.cached.borrow().as_ref().is_some_and(Cached::has_dominators) {
+            let kinds = &self.leaks().kind;
+            match self.cached.borrow_mut().as_mut().and_then(|c| c.take_dominators(self.heap, kinds)) {
+                Some(Ok(d)) => {
+                    let _ = self.dominators.set(d);
+                    return self.dominators.get().expect("just set");
+                }
+                Some(Err(why)) => self.refused(why),
+                None => {}
+            }
         }
         let d = self.dominators.get_or_init(|| match self.leaks.get() {
             Some(l) => dominators::compute_with(self.heap, || l.heads()),
@@ -514,7 +531,7 @@ impl<'h> Analysis<'h> {
                 let read = self.read_part(c, REACH, |r, map| {
                     let pred: Slab<u32> = r.slab(map)?;
                     let via: Slab<u32> = r.slab(map)?;
-                    crate::cache::check_reach(self.heap, &pred, &via)?;
+                    crate::cache::check_reach(self.heap, &self.leaks().kind, &pred, &via)?;
                     Reach::from_parts(self.heap, pred, via).ok_or(CacheProblem::Stale("paths of another heap"))
                 });
                 if let Some(reach) = read {

@@ -19,7 +19,7 @@
 //! mapping ([`Slab`]).
 
 use crate::dominators::Dominators;
-use crate::heap::{BlockId, Heap, INTERIOR};
+use crate::heap::{Heap, INTERIOR};
 use crate::leaks::{Count, Heuristic, LeakKind, Leaks};
 use crate::slab::Slab;
 use std::io::Write;
@@ -43,12 +43,41 @@ pub enum CacheProblem {
     Stale(&'static str),
 }
 
-/// What a cache holds.
+/// What a cache holds, each part checked against the heap when first
+/// taken (a question that needs neither, `top`, pays for neither check).
 pub struct Cached {
-    /// The leak classes (taken by the analysis that uses them).
-    pub leaks: Option<Leaks>,
-    /// The dominator tree, when it was computed.
-    pub dominators: Option<Dominators>,
+    leaks: Option<Leaks>,
+    /// The dominator tree's immediate dominators, retained sizes and
+    /// dominated counts.
+    tree: Option<(Slab<u32>, Slab<u64>, Slab<u32>)>,
+}
+
+impl Cached {
+    /// The leak classes, checked against `heap` (see [`check_leaks`]);
+    /// `None` once taken. Refused, they take the tree with them (it was
+    /// computed from them).
+    pub fn take_leaks(&mut self, heap: &Heap) -> Option<Result<Leaks, CacheProblem>> {
+        let l = self.leaks.take()?;
+        Some(match check_leaks(heap, &l) {
+            Ok(()) => Ok(l),
+            Err(why) => {
+                self.tree = None;
+                Err(why)
+            }
+        })
+    }
+
+    /// Whether a dominator tree is kept (and not taken yet).
+    pub fn has_dominators(&self) -> bool {
+        self.tree.is_some()
+    }
+
+    /// The dominator tree, checked against `heap` and its leak classes
+    /// `kinds` (see [`check_dominators`]); `None` once taken.
+    pub fn take_dominators(&mut self, heap: &Heap, kinds: &[LeakKind]) -> Option<Result<Dominators, CacheProblem>> {
+        let (idom, retained, dominated) = self.tree.take()?;
+        Some(check_dominators(heap, kinds, &idom, &retained, &dominated).map(|()| Dominators::from_parts(idom, retained, dominated)))
+    }
 }
 
 /// Where a dump's cache lives, and whether the last look found it.
@@ -156,10 +185,10 @@ impl CacheFile {
 
     /// Reads the cache of `heap`: `Ok(None)` when there is none, `Err`
     /// (with why) when it is there but stale or damaged. Every index and
-    /// count is checked against `heap` before anything is used (see
-    /// [`check_leaks`], [`check_dominators`]): a file whose CRC is right
-    /// but whose contents disagree with the dump or with themselves is
-    /// refused, as a damaged one is.
+    /// count is checked against `heap` before it is used (when a part is
+    /// taken: see [`Cached`]): a file whose CRC is right but whose
+    /// contents disagree with the dump or with themselves is refused, as a
+    /// damaged one is.
     pub fn read(&self, heap: &Heap) -> Result<Option<Cached>, CacheProblem> {
         let Some(map) = map_checked(&self.path)? else { return Ok(None) };
         let mut r = Reader::body(&map);
@@ -189,20 +218,13 @@ impl CacheFile {
         }
         let [definitely_lost, indirectly_lost, possibly_lost, still_reachable] = counts;
         let leaks = Leaks { kind, leader, definitely_lost, indirectly_lost, possibly_lost, still_reachable, via_heuristic: via };
-        check_leaks(heap, &leaks)?;
-        let dominators = match r.take(1)?[0] {
+        let tree = match r.take(1)?[0] {
             0 => None,
-            1 => {
-                let idom: Slab<u32> = r.slab(&map)?;
-                let retained: Slab<u64> = r.slab(&map)?;
-                let dominated: Slab<u32> = r.slab(&map)?;
-                check_dominators(heap, &leaks.kind, &idom, &retained, &dominated)?;
-                Some(Dominators::from_parts(idom, retained, dominated))
-            }
+            1 => Some((r.slab(&map)?, r.slab(&map)?, r.slab(&map)?)),
             _ => return Err(CacheProblem::Stale("bad flag")),
         };
         r.end()?;
-        Ok(Some(Cached { leaks: Some(leaks), dominators }))
+        Ok(Some(Cached { leaks: Some(leaks), tree }))
     }
 
     /// Writes the cache (atomically, mode 0600), in the background when it
@@ -679,21 +701,27 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The leak classes of a cache, checked against `heap` and themselves (one
-/// pass over the blocks): a class and a leader for every block, a leader
-/// exactly for the lost blocks and always a definitely lost block (itself,
-/// for one), the totals those of the classes and the blocks' sizes, the
-/// heuristics' totals within the still reachable.
+/// The leak classes of a cache, checked against `heap` and themselves: a
+/// class and a leader for every block; a leader exactly for the lost
+/// blocks, always a definitely lost block (itself, for one); the totals
+/// those of the classes and the blocks' sizes; the heuristics' totals
+/// within the still reachable. What no check short of the analysis itself
+/// can tell is a file consistent throughout and with the dump yet not
+/// what the analysis says (a block's class and the totals moved
+/// together): the key and the CRC stand for that. One pass over the
+/// blocks.
 pub(crate) fn check_leaks(heap: &Heap, l: &Leaks) -> Result<(), CacheProblem> {
     let n = heap.len();
-    if l.kind.len() != n || l.leader.len() != n {
+    let (kinds, leaders): (&[LeakKind], &[u32]) = (&l.kind, &l.leader);
+    if kinds.len() != n || leaders.len() != n {
         return Err(CacheProblem::Stale("leak classes of another heap"));
     }
     // By `kind_byte`: still reachable, possibly, definitely, indirectly lost.
     let mut counts = [Count::default(); 4];
-    for (i, (&k, &led)) in l.kind.iter().zip(l.leader.iter()).enumerate() {
+    for (b, size) in heap.blocks.sizes().enumerate() {
+        let (k, led) = (kinds[b], leaders[b]);
         let c = &mut counts[usize::from(kind_byte(k))];
-        c.bytes = c.bytes.wrapping_add(heap.size(BlockId(i as u32)));
+        c.bytes = c.bytes.wrapping_add(size);
         c.blocks += 1;
         let lost = matches!(k, LeakKind::DefinitelyLost | LeakKind::IndirectlyLost);
         if lost != (led != crate::leaks::NO_LEADER) {
@@ -701,7 +729,7 @@ pub(crate) fn check_leaks(heap: &Heap, l: &Leaks) -> Result<(), CacheProblem> {
         }
         if lost {
             let head = !led as usize;
-            if l.kind.get(head) != Some(&LeakKind::DefinitelyLost) || (k == LeakKind::DefinitelyLost && head != i) {
+            if kinds.get(head) != Some(&LeakKind::DefinitelyLost) || (k == LeakKind::DefinitelyLost && head != b) {
                 return Err(CacheProblem::Stale("bad leader"));
             }
         }
@@ -723,22 +751,22 @@ pub(crate) fn check_leaks(heap: &Heap, l: &Leaks) -> Result<(), CacheProblem> {
     Ok(())
 }
 
-/// The dominator tree of a cache, checked against `heap`, the leak
-/// classes `kind` and itself: every immediate dominator a block (or the
-/// virtual root, which alone heads a lost structure), each block's
-/// dominated count one more than its children's together and its retained
+/// The dominator tree of a cache, checked against `heap`, its leak
+/// classes `kinds` and itself: every immediate dominator a block or the
+/// virtual root (which alone heads a lost structure); each block's
+/// dominated count one more than its children's together, its retained
 /// size its own plus theirs. The counts being exact sums, a block counts
-/// more than each of its children, so the tree has no cycle: the checks
-/// hold exactly for the tree of these sums. One pass over the blocks and
-/// 12 bytes a block for the children's sums.
-pub(crate) fn check_dominators(heap: &Heap, kind: &[LeakKind], idom: &[u32], retained: &[u64], dominated: &[u32]) -> Result<(), CacheProblem> {
+/// more than each of its children: the tree has no cycle, and the checks
+/// hold exactly for the tree of these sums. A pass over the tree, one over
+/// the blocks, and 12 bytes a block for the children's sums.
+pub(crate) fn check_dominators(heap: &Heap, kinds: &[LeakKind], idom: &[u32], retained: &[u64], dominated: &[u32]) -> Result<(), CacheProblem> {
     let n = heap.len();
-    if [kind.len(), idom.len(), retained.len(), dominated.len()] != [n; 4] {
+    if [kinds.len(), idom.len(), retained.len(), dominated.len()] != [n; 4] {
         return Err(CacheProblem::Stale("dominators of another heap"));
     }
     let mut below_retained: Vec<u64> = bytemuck::allocation::zeroed_vec(n);
     let mut below_count: Vec<u32> = bytemuck::allocation::zeroed_vec(n);
-    for (b, &d) in idom.iter().enumerate() {
+    for ((&d, &r), &c) in idom.iter().zip(retained).zip(dominated) {
         if d == u32::MAX {
             continue;
         }
@@ -746,19 +774,19 @@ pub(crate) fn check_dominators(heap: &Heap, kind: &[LeakKind], idom: &[u32], ret
         if d >= n {
             return Err(CacheProblem::Stale("bad dominator"));
         }
-        below_retained[d] = below_retained[d].wrapping_add(retained[b]);
+        below_retained[d] = below_retained[d].wrapping_add(r);
         // Saturated only by a lying file: no true count comes near.
-        below_count[d] = below_count[d].saturating_add(dominated[b]);
+        below_count[d] = below_count[d].saturating_add(c);
     }
-    for b in 0..n {
-        if kind[b] == LeakKind::DefinitelyLost && idom[b] != u32::MAX {
+    for (b, size) in heap.blocks.sizes().enumerate() {
+        if kinds[b] == LeakKind::DefinitelyLost && idom[b] != u32::MAX {
             return Err(CacheProblem::Stale("bad dominator"));
         }
         let count = dominated[b] as usize;
         if count == 0 || count > n || below_count[b] != dominated[b] - 1 {
             return Err(CacheProblem::Stale("bad dominated count"));
         }
-        if retained[b] != heap.size(BlockId(b as u32)).wrapping_add(below_retained[b]) {
+        if retained[b] != size.wrapping_add(below_retained[b]) {
             return Err(CacheProblem::Stale("bad retained size"));
         }
     }
@@ -794,20 +822,23 @@ pub(crate) fn check_children(d: &Dominators, start: &[u32], list: &[u32]) -> Res
 }
 
 /// The breadth-first tree of what the roots reach (`pred`, `via`: see
-/// [`crate::paths::Reach`]), checked against `heap`: each block's pointer
-/// is one of its predecessor's, to it, and the first such (or the first
-/// root pointing at it); every root's target is reached from a root; the
-/// chains end at a root (no cycle); and every pointer of a reached block
-/// reaches a block at most one step deeper. Then the reached blocks are
-/// exactly those the roots reach, each by a shortest chain; only which of
-/// several shortest chains is not checked (that would be the search
-/// itself). A pass over the blocks, one over the reached blocks' pointers,
-/// and 4 bytes a block for the depths.
-pub(crate) fn check_reach(heap: &Heap, pred: &[u32], via: &[u32]) -> Result<(), CacheProblem> {
+/// [`crate::paths::Reach`]), checked against `heap` and its leak classes
+/// `kinds`: the blocks it reaches are those the classes say the roots
+/// reach (still reachable or possibly lost); each one's pointer is one of
+/// its predecessor's, to it (or the first root pointing at it, for a
+/// root's target, which every root's is); an unreached block has none;
+/// and every chain ends at a root (no cycle). Every chain it gives is
+/// then a chain of pointers from a root to a block the roots reach. Not
+/// checked: that each is a shortest one, and the first of several
+/// pointers from one block to the next, which take a look at every
+/// pointer of the heap (a search as long as the one the file saves: with
+/// it a repeat `path` took 5 times as long at 10 M blocks). A pass over
+/// the blocks, a walk up each chain once, and a bit a block.
+pub(crate) fn check_reach(heap: &Heap, kinds: &[LeakKind], pred: &[u32], via: &[u32]) -> Result<(), CacheProblem> {
     use crate::paths::{FROM_ROOT, UNSEEN};
     let n = heap.len();
     let bad = || CacheProblem::Stale("paths of another heap");
-    if pred.len() != n || via.len() != n {
+    if pred.len() != n || via.len() != n || kinds.len() != n {
         return Err(bad());
     }
     let mut first_root: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
@@ -818,67 +849,56 @@ pub(crate) fn check_reach(heap: &Heap, pred: &[u32], via: &[u32]) -> Result<(), 
         return Err(bad());
     }
     let (starts, targets) = heap.raw_edges();
-    for b in 0..n {
-        match pred[b] {
+    for (b, ((&p, &v), &k)) in pred.iter().zip(via).zip(kinds).enumerate() {
+        let reached = matches!(k, LeakKind::StillReachable | LeakKind::PossiblyLost);
+        if reached != (p != UNSEEN) {
+            return Err(bad());
+        }
+        match p {
             // No pointer taken (as the search leaves it).
             UNSEEN => {
-                if via[b] != 0 {
+                if v != 0 {
                     return Err(bad());
                 }
             }
             FROM_ROOT => {
-                if first_root.get(&(b as u32)) != Some(&via[b]) {
+                if first_root.get(&(b as u32)) != Some(&v) {
                     return Err(bad());
                 }
             }
             p => {
-                let k = via[b] as usize;
+                let k = v as usize;
                 let (Some(&s), Some(&e)) = (starts.get(p as usize), starts.get(p as usize + 1)) else { return Err(bad()) };
-                if !(s as usize..e as usize).contains(&k) || targets.get(k).map(|t| t & !INTERIOR) != Some(b as u32) || pred[p as usize] == UNSEEN {
+                if !(s as usize..e as usize).contains(&k) || targets.get(k).map(|t| t & !INTERIOR) != Some(b as u32) {
                     return Err(bad());
                 }
             }
         }
     }
-    // Depths (1: a root's target; 0: not known yet), each chain followed
-    // once up to a known depth, then again to write them: a chain longer
-    // than the blocks loops.
-    let mut depth: Vec<u32> = bytemuck::allocation::zeroed_vec(n);
+    // Each chain walked up to a block known to lead to a root (its bit
+    // set), then marked: a chain longer than the blocks loops.
+    let mut rooted = vec![0u64; n.div_ceil(64)];
+    let is_rooted = |r: &[u64], b: usize| r[b / 64] & (1 << (b % 64)) != 0;
     for b in 0..n {
-        if pred[b] == UNSEEN || depth[b] != 0 {
+        if pred[b] == UNSEEN || is_rooted(&rooted, b) {
             continue;
         }
         let (mut cur, mut len) = (b, 0usize);
-        let base = loop {
-            if depth[cur] != 0 {
-                break depth[cur];
-            }
-            if pred[cur] == FROM_ROOT {
-                depth[cur] = 1;
-                break 1;
-            }
+        while pred[cur] != FROM_ROOT && !is_rooted(&rooted, cur) {
             len += 1;
             if len > n {
                 return Err(bad());
             }
+            // Reached, so its predecessor is a block (checked above).
             cur = pred[cur] as usize;
-        };
+        }
         let mut cur = b;
-        for i in 0..len {
-            depth[cur] = base + (len - i) as u32;
-            cur = pred[cur] as usize;
-        }
-    }
-    for u in 0..n {
-        if pred[u] == UNSEEN {
-            continue;
-        }
-        let next = depth[u] + 1;
-        for k in starts[u] as usize..starts[u + 1] as usize {
-            let v = (targets[k] & !INTERIOR) as usize;
-            if depth[v] == 0 || depth[v] > next || (pred[v] == u as u32 && k < via[v] as usize) {
-                return Err(bad());
+        for _ in 0..=len {
+            rooted[cur / 64] |= 1 << (cur % 64);
+            if pred[cur] == FROM_ROOT {
+                break;
             }
+            cur = pred[cur] as usize;
         }
     }
     Ok(())

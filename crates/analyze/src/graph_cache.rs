@@ -241,13 +241,12 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trail
     // their sizes' total.
     let mut total = 0u64;
     let mut end = 0u64;
-    for i in 0..blocks {
-        let b = heap.blocks.get(i);
-        if (i > 0 && b.addr < end) || b.addr.checked_add(b.size).is_none() {
+    for (i, (p, size)) in heap.blocks.packed.iter().zip(heap.blocks.sizes()).enumerate() {
+        if (i > 0 && p.addr < end) || p.addr.checked_add(size).is_none() {
             return Err(bad("blocks out of order or overlapping"));
         }
-        end = b.addr.saturating_add(b.size.max(1));
-        total = total.wrapping_add(b.size);
+        end = p.addr.saturating_add(size.max(1));
+        total = total.wrapping_add(size);
     }
     heap.edge_start = r.slab(map)?;
     heap.edge_target = r.slab(map)?;
