@@ -446,3 +446,38 @@ fn nginx_prefork_under_run_stops_gracefully_with_its_workers_dumps() {
     assert_eq!(dumps.len(), 6, "no other dump:\n{err}");
     eprintln!("run returned {took:?} after the stop");
 }
+
+/// A forked child growing to its address-space limit has its own
+/// near-limit dumps, at the share asked: it has no helper thread to look
+/// at the limits, so the allocating thread does (before, it asked its
+/// parent's helper, which looked at the parent's memory and dumped
+/// nothing, and the child's next look never came).
+#[test]
+fn a_forked_child_near_its_limit_gets_its_own_near_limit_dumps() {
+    let d = Scratch::new("forklimit");
+    let prog = compile_with("gcc", &d, "fork_grows.c", &["-O1"]);
+    ensure_preload();
+    let o = Command::new("prlimit")
+        .arg(format!("--as={}", 512u64 << 20))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_heapdump"))
+        .env("XDG_CACHE_HOME", Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-cache"))
+        .args(["run", "--no-at-exit", "--near-limit", "60", "-o"])
+        .arg(d.path("l.hdump"))
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{err}");
+    let child: u32 = out.lines().find_map(|l| l.strip_prefix("child ")).unwrap().parse().unwrap();
+    let dumps = listed(&err);
+    for l in &dumps {
+        assert_own(l);
+    }
+    let near: Vec<&Listed> = dumps.iter().filter(|l| l.reason == "near_limit").collect();
+    assert!(!near.is_empty() && near.iter().all(|l| l.pid == child), "the child's near-limit dumps, and only the child's:\n{err}");
+    let s = json(&["summary".as_ref(), "--json".as_ref(), near[0].path.as_os_str()]);
+    let share = s["limit"]["used"].as_f64().unwrap() / s["limit"]["bytes"].as_f64().unwrap();
+    assert!((0.6..0.8).contains(&share), "the first at 60% of the limit or just past it: {share:.2}\n{s}");
+}
