@@ -380,6 +380,7 @@ impl Blocks {
 
     /// Every block's size, in order (the table looked up once: an
     /// index into a mapped table costs a check of the mapping each time).
+    #[inline]
     pub(crate) fn sizes(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
         self.packed.iter().enumerate().map(|(i, p)| match p.rest & Self::WIDE {
             Self::WIDE => self.wide.get(&(i as u32)).map_or(0, |w| w.0),
