@@ -2,6 +2,7 @@
 //! through the preload library, leak reports checked against valgrind, and
 //! the command line's contract (JSON keys, exit codes, damaged input).
 
+mod cache_lies;
 mod common;
 mod contract;
 mod exports;
