@@ -425,12 +425,14 @@ fn reveal(version: (u32, u32), field: u64, stored: u64) -> u64 {
     }
 }
 
-/// The brk heap of the main arena whose top chunk is `top`: `[start,
-/// end)`, and the mappings holding it. The kernel may map it in several
-/// mappings one after the other (a forked child's heap grown after the
-/// fork is a mapping of its own): glibc's heap is the one range from its
-/// `sbrk_base` to the end of the top chunk, however it is mapped.
-fn brk_heap(mem: &dyn Memory, libc: &[Map], version: (u32, u32), top: u64) -> Result<(Region, u64, (u64, u64))> {
+/// The brk heap of the main arena whose top chunk is `top`: where it may
+/// start (glibc's `sbrk_base` when found, then the first of its
+/// mappings), where it ends (the top chunk's end), and the mappings
+/// holding it. The kernel may map it in several mappings one after the
+/// other (a forked child's heap grown after the fork is a mapping of its
+/// own): glibc's heap is the one range from its `sbrk_base` to the end of
+/// the top chunk, however it is mapped.
+fn brk_heap(mem: &dyn Memory, libc: &[Map], version: (u32, u32), top: u64) -> Result<(Vec<u64>, u64, (u64, u64))> {
     let maps = mem.maps();
     let Some(i) = maps.iter().position(|m| m.start <= top && top < m.end && heap_map(m)) else {
         return Err(Error::Heap(format!(
@@ -449,12 +451,13 @@ fn brk_heap(mem: &dyn Memory, libc: &[Map], version: (u32, u32), top: u64) -> Re
         hi += 1;
     }
     let (run_start, run_end) = (maps[lo].start, maps[hi].end);
-    let start = sbrk_base(mem, libc, version, run_start, top).map_or(run_start, |b| b.next_multiple_of(16));
+    let mut starts: Vec<u64> = sbrk_base(mem, libc, version, run_start, top).map(|b| b.next_multiple_of(16)).into_iter().collect();
+    if !starts.contains(&run_start) {
+        starts.push(run_start);
+    }
     let head = Region::read(mem, top, (top + 16).min(run_end))?;
     let end = top + top_size(&head, top, run_end)?;
-    let r = Region::read(mem, start, end)?;
-    let first_map = maps[lo..=hi].iter().find(|m| m.start <= start && start < m.end).map_or(run_start, |m| m.start);
-    Ok((r, start, (first_map, run_end)))
+    Ok((starts, end, (run_start, run_end)))
 }
 
 /// Walks glibc's heap in `mem`.
@@ -490,10 +493,32 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
             if top == ar + TOP {
                 continue;
             }
-            let (r, start, range) = brk_heap(mem, &libc, version, top)?;
-            walk(&r, start, top, Some(top), &mut seen)?;
-            h.heap_ranges.push(range);
-            h.regions.push(r);
+            // From glibc's own start when found; from the first mapping
+            // when that walk does not reach the top chunk (the damage is
+            // then the first walk's).
+            let (starts, end, range) = brk_heap(mem, &libc, version, top)?;
+            let before = seen.len();
+            let mut first_error = None;
+            for start in starts {
+                let r = Region::read(mem, start, end)?;
+                match walk(&r, start, top, Some(top), &mut seen) {
+                    Ok(()) => {
+                        // What the program took with sbrk below glibc's
+                        // heap is its own: roots, as other anonymous memory.
+                        h.heap_ranges.push((start, range.1));
+                        h.regions.push(r);
+                        first_error = None;
+                        break;
+                    }
+                    Err(e) => {
+                        seen.truncate(before);
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
+            }
             continue;
         }
         // Another arena: its heaps, newest (holding top) first, through

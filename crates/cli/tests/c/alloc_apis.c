@@ -4,7 +4,9 @@
    mapped chunks), posix_memalign up to 4096, aligned_alloc, memalign,
    valloc, pvalloc, calloc, reallocarray, realloc(NULL, n), and frees
    between them (the aligned calls leave freed chunks beside their blocks,
-   the frees fill the caches, fastbins and bins). Writes "ADDRESS USABLE"
+   the frees fill the caches, fastbins and bins). With "sbrk" as argv[3]
+   the program first takes memory of its own with sbrk, so that glibc's
+   heap starts above the start of the [heap] mapping. Writes "ADDRESS USABLE"
    of every live block to argv[1] (no stdio: only the program's own blocks
    are live), then stops itself (SIGSTOP) for attach or gcore; SIGCONT
    lets it exit. */
@@ -63,6 +65,7 @@ static void *work(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
+    if (argc > 3 && strcmp(argv[3], "sbrk") == 0) memset(sbrk(8192), 0x41, 8192);
     int threads = argc > 2 ? atoi(argv[2]) : 0;
     if (threads > MAXTHREADS) threads = MAXTHREADS;
     pthread_t t[MAXTHREADS];

@@ -181,13 +181,16 @@ fn every_allocation_api_is_walked_right() {
     // field of glibc's parameters read as its `next`), and in four
     // arenas. Every block the program holds is found at its address with
     // its usable size, and nothing else but what glibc allocated for the
-    // ended threads (their thread vectors, kept with their stacks).
-    for threads in [0usize, 3] {
+    // ended threads (their thread vectors, kept with their stacks). Also
+    // with memory the program took with sbrk before its first malloc:
+    // glibc's heap then starts above the [heap] mapping's start, where its
+    // parameters (`mp_.sbrk_base`) say.
+    for (threads, sbrk) in [(0usize, ""), (3, ""), (0, "sbrk")] {
         let d = Scratch::new("apis");
         let prog = compile(&d, "alloc_apis.c", &["-O0", "-g"]);
         let told = d.path("told.txt");
         let mut cmd = Command::new(&prog);
-        cmd.arg(&told).arg(threads.to_string());
+        cmd.arg(&told).arg(threads.to_string()).arg(sbrk);
         let p = Stopped::start(cmd);
         let want = listed(&std::fs::read_to_string(&told).unwrap());
         assert!(want.len() > 1000, "{}", want.len());
@@ -196,9 +199,9 @@ fn every_allocation_api_is_walked_right() {
             ok(&o);
             let got: BTreeMap<u64, u64> = blocks(&out).into_iter().collect();
             let wrong: Vec<_> = want.iter().filter(|(a, s)| got.get(a) != Some(s)).take(5).collect();
-            assert!(wrong.is_empty(), "{threads} threads, {how}: blocks not found with their usable size: {wrong:x?}");
+            assert!(wrong.is_empty(), "{threads} threads {sbrk}, {how}: blocks not found with their usable size: {wrong:x?}");
             let extra = got.keys().filter(|a| !want.contains_key(a)).count();
-            assert!(extra <= threads, "{threads} threads, {how}: {extra} blocks the program does not hold");
+            assert!(extra <= threads, "{threads} threads {sbrk}, {how}: {extra} blocks the program does not hold");
         }
     }
 }
