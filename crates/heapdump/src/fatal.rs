@@ -203,12 +203,12 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
     // this thread, and so not inside the tracker. A signal sent there is
     // raised again as the thread leaves it; a fault there is given back
     // without a dump (returning would only fault again).
-    let here = !crate::helper::helper_here();
+    let alone = !crate::helper::helper_here();
     let faulted = crash && !info.is_null() && {
         // SAFETY: the kernel's siginfo for an SA_SIGINFO handler.
         unsafe { (*info).si_code > 0 }
     };
-    if here && !faulted && crate::guard::defer_signal(sig) {
+    if alone && !faulted && crate::guard::defer_signal(sig) {
         sys::set_errno(saved);
         return;
     }
@@ -236,7 +236,7 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
                 crate::stw::note_crash(me, &crate::stw::regs_from_gregs(&uc.uc_mcontext.gregs));
             }
             set_cause(sig, code, me, address, sender);
-            if !here {
+            if !alone {
                 if crate::helper::request_fatal_dump() {
                     wait_done();
                 }
