@@ -217,13 +217,36 @@ fn arena_shape(mem: &dyn Memory, a: u64, w: &[u8], main: u64) -> bool {
     word(w, ATTACHED_THREADS) < 1 << 24 && word(w, SYSTEM_MEM) <= word(w, MAX_SYSTEM_MEM) && word(w, MAX_SYSTEM_MEM) < 1 << 47
 }
 
-/// Finds `main_arena` in libc's data: the one `malloc_state` there whose
-/// every field has an arena's shape (`arena_shape`); when more than one
-/// does, the one whose ring of arenas comes back to it. The symbol is not
-/// used: Debian's and most distributions' libc.so.6 carry none (it is in
-/// the separate debug file), and no file is read while the process is
-/// held.
+/// `main_arena` where the C library's symbol table puts it, when its file
+/// may be read (a core's, through `host_file`: never a live process's,
+/// which is held) and carries one (Debian's and most distributions'
+/// libc.so.6 do not: the symbol is in the separate debug file).
+fn main_arena_symbol(mem: &dyn Memory, libc: &[Map]) -> Option<u64> {
+    use object::{Object, ObjectSegment, ObjectSymbol};
+    let first = libc.iter().find(|m| m.offset == 0)?;
+    let mut f = mem.host_file(first.file()?)?.ok()?;
+    if !f.metadata().is_ok_and(|m| m.is_file() && m.len() < 1 << 30) {
+        return None;
+    }
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut data).ok()?;
+    let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data).ok()?;
+    let sym = elf.symbols().find(|s| s.name() == Ok("main_arena") && s.size() == ARENA_SIZE)?;
+    let low = elf.segments().map(|s| s.address()).min()? & !0xfff;
+    first.start.checked_sub(low)?.checked_add(sym.address())
+}
+
+/// Finds `main_arena`: where the C library's symbol says, when it has
+/// one and the place has an arena's shape; else in its data, the one
+/// `malloc_state` there whose every field has an arena's shape
+/// (`arena_shape`), and when more than one does, the one whose ring of
+/// arenas comes back to it.
 fn find_main_arena(mem: &dyn Memory, libc: &[Map]) -> Result<u64> {
+    if let Some(a) = main_arena_symbol(mem, libc) {
+        if mem.bytes(a, ARENA_SIZE).is_ok_and(|w| arena_shape(mem, a, &w, a)) {
+            return Ok(a);
+        }
+    }
     let mut found = Vec::new();
     for m in libc.iter().filter(|m| m.write && m.read) {
         let Ok(r) = Region::read(mem, m.start, m.end) else { continue };
@@ -745,4 +768,96 @@ fn mapped_chunk_at(mem: &dyn Memory, h: &mut GlibcHeap, p: u64, end: u64) -> Res
     h.mmapped.push((p, p + mapping));
     h.regions.push(Region::read(mem, c, c + n)?);
     Ok(Some(mapping))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    /// Memory made of a few runs of bytes and their mappings, with the C
+    /// library's file at hand or not (a core, a live process).
+    struct Fake {
+        maps: Vec<Map>,
+        runs: Vec<(u64, Vec<u8>)>,
+        file: Option<PathBuf>,
+    }
+
+    impl Memory for Fake {
+        fn maps(&self) -> &[Map] {
+            &self.maps
+        }
+
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+            for (start, bytes) in &self.runs {
+                let Some(off) = addr.checked_sub(*start) else { continue };
+                if let Some(b) = bytes.get(off as usize..off as usize + buf.len()) {
+                    buf.copy_from_slice(b);
+                    return Ok(());
+                }
+            }
+            Err(Error::Unreadable { addr, len: buf.len() as u64, why: "not in the fake".into() })
+        }
+
+        fn host_file(&self, path: &str) -> Option<std::io::Result<std::fs::File>> {
+            self.file.as_ref().map(|f| {
+                assert_eq!(Path::new(path), f);
+                std::fs::File::open(f)
+            })
+        }
+    }
+
+    /// An arena at `a` as glibc starts it (its bins their own headers, its
+    /// top the unsorted bin's header, its ring itself), in `run` at `start`.
+    fn put_arena(run: &mut [u8], start: u64, a: u64) {
+        let mut w = |off: u64, v: u64| {
+            let o = (a - start + off) as usize;
+            run[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        w(TOP, a + TOP);
+        for i in 0..NBINS {
+            let own = a + BINS + 16 * i - 16;
+            w(BINS + 16 * i, own);
+            w(BINS + 16 * i + 8, own);
+        }
+        w(NEXT, a);
+        w(ATTACHED_THREADS, 1);
+    }
+
+    #[test]
+    fn two_places_shaped_as_the_main_arena_are_refused_unless_the_symbol_says() {
+        // A shared object named libc.so.6 whose symbol table has
+        // main_arena, as an unstripped C library does.
+        let dir = std::env::temp_dir().join(format!("hd-glibc-symbol-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (src, lib) = (dir.join("arena.c"), dir.join("libc.so.6"));
+        std::fs::write(&src, "struct arena { char b[2200]; };\nstatic struct arena main_arena __attribute__((used));\nchar *f(void) { return main_arena.b; }\n")
+            .unwrap();
+        let o = std::process::Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&src).output().expect("gcc is installed");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let data = std::fs::read(&lib).unwrap();
+        let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data).unwrap();
+        use object::{Object, ObjectSymbol};
+        let at = elf.symbols().find(|s| s.name() == Ok("main_arena")).unwrap().address();
+        // Mapped at `base`: its first page, and the data holding the
+        // arena and a decoy of the same shape after it.
+        let base = 0x7f00_0000_0000u64;
+        let (lo, hi) = (base + (at & !0xfff), base + (at & !0xfff) + 0x3000);
+        let path = lib.display().to_string();
+        let map = |start, end, write, offset| Map { start, end, read: true, write, exec: false, offset, path: Some(path.clone()) };
+        let maps = vec![map(base, base + 0x1000, false, 0), map(lo, hi, true, at & !0xfff)];
+        let (real, decoy) = (base + at, base + at + ARENA_SIZE + 64);
+        let mut run = vec![0u8; (hi - lo) as usize];
+        put_arena(&mut run, lo, real);
+        put_arena(&mut run, lo, decoy);
+        let runs = vec![(base, vec![0u8; 0x1000]), (lo, run)];
+        // A live process (no file read): not certain, refused naming both.
+        let live = Fake { maps: maps.clone(), runs: runs.clone(), file: None };
+        let e = find_main_arena(&live, &maps).unwrap_err().to_string();
+        assert!(e.contains("not certain") && e.contains(&format!("{real:#x}")) && e.contains(&format!("{decoy:#x}")), "{e}");
+        // A core, the C library's file at hand: where its symbol says.
+        let core = Fake { maps: maps.clone(), runs, file: Some(lib) };
+        assert_eq!(find_main_arena(&core, &maps).unwrap(), real);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
