@@ -715,14 +715,15 @@ fn mapped_chunks(mem: &dyn Memory, h: &mut GlibcHeap) -> Result<()> {
 /// The mapped chunk whose mapping starts at `p`, if there is one ending by
 /// `end`: recorded, and its mapping's size returned.
 fn mapped_chunk_at(mem: &dyn Memory, h: &mut GlibcHeap, p: u64, end: u64) -> Result<Option<u64>> {
+    // Sixteen bytes a page, the rest of the page only under a header.
     let mut page = [0u8; 4096];
-    if mem.read(p, &mut page).is_err() {
+    if mem.read(p, &mut page[..16]).is_err() {
         return Ok(None);
     }
-    let at = |o: u64| u64::from_le_bytes(page[o as usize..o as usize + 8].try_into().unwrap_or([0; 8]));
-    let (prev, s) = (at(0), at(8));
+    let at = |page: &[u8; 4096], o: u64| u64::from_le_bytes(page[o as usize..o as usize + 8].try_into().unwrap_or([0; 8]));
+    let (prev, s) = (at(&page, 0), at(&page, 8));
     let size = s & !7;
-    if prev != 0 || s & 7 != 2 {
+    if prev != 0 || s & 7 != 2 || mem.read(p + 16, &mut page[16..]).is_err() {
         return Ok(None);
     }
     let room = end - p;
@@ -742,7 +743,7 @@ fn mapped_chunk_at(mem: &dyn Memory, h: &mut GlibcHeap, p: u64, end: u64) -> Res
             break;
         }
         let (pv, sz) = if lead + 16 <= 4096 {
-            (at(lead), at(lead + 8))
+            (at(&page, lead), at(&page, lead + 8))
         } else {
             let mut hdr = [0u8; 16];
             if mem.read(p + lead, &mut hdr).is_err() {
