@@ -117,7 +117,10 @@ impl CacheFile {
         let dump = file.dump().ok()?;
         let checksum = dump.checksum_if_intact()?;
         let trailer = trailer_of(file.bytes())?;
-        Some(CacheFile { dump: Some((*dump.header(), trailer)), ..Self::keyed(dir, version, checksum, file.bytes().len() as u64, dump.header()) })
+        Some(CacheFile {
+            dump: Some((*dump.header(), trailer)),
+            ..Self::keyed(dir, version, checksum, file.bytes().len() as u64, dump.header())
+        })
     }
 
     /// Where the loaded graph is kept, beside the analysis.
@@ -759,7 +762,13 @@ pub(crate) fn check_leaks(heap: &Heap, l: &Leaks) -> Result<(), CacheProblem> {
 /// more than each of its children: the tree has no cycle, and the checks
 /// hold exactly for the tree of these sums. A pass over the tree, one over
 /// the blocks, and 12 bytes a block for the children's sums.
-pub(crate) fn check_dominators(heap: &Heap, kinds: &[LeakKind], idom: &[u32], retained: &[u64], dominated: &[u32]) -> Result<(), CacheProblem> {
+pub(crate) fn check_dominators(
+    heap: &Heap,
+    kinds: &[LeakKind],
+    idom: &[u32],
+    retained: &[u64],
+    dominated: &[u32],
+) -> Result<(), CacheProblem> {
     let n = heap.len();
     if [kinds.len(), idom.len(), retained.len(), dominated.len()] != [n; 4] {
         return Err(CacheProblem::Stale("dominators of another heap"));
@@ -814,7 +823,8 @@ pub(crate) fn check_children(d: &Dominators, start: &[u32], list: &[u32]) -> Res
             return Err(bad);
         }
         // In range (just checked): largest first, then by block.
-        if kids.windows(2).any(|w| (std::cmp::Reverse(retained[w[0] as usize]), w[0]) >= (std::cmp::Reverse(retained[w[1] as usize]), w[1])) {
+        if kids.windows(2).any(|w| (std::cmp::Reverse(retained[w[0] as usize]), w[0]) >= (std::cmp::Reverse(retained[w[1] as usize]), w[1]))
+        {
             return Err(bad);
         }
     }

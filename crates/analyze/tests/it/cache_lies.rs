@@ -518,11 +518,14 @@ proptest! {
 #[test]
 fn another_dumps_cache_under_this_dumps_key_is_refused() {
     let f = fixture();
-    for (label, other) in [("same-shape", spec(8)), ("other-shape", {
-        let mut s = spec(0);
-        s.block(0xc000, 24).ptr(0x1000, 24, 0xc000);
-        s
-    })] {
+    for (label, other) in [
+        ("same-shape", spec(8)),
+        ("other-shape", {
+            let mut s = spec(0);
+            s.block(0xc000, 24).ptr(0x1000, 24, 0xc000);
+            s
+        }),
+    ] {
         let d = dump(&format!("other-{label}"), &other);
         let (_, files) = good_caches(&d, &format!("other-{label}-caches"));
         for (ext, p) in files {
