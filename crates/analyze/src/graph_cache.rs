@@ -251,11 +251,16 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trail
     heap.edge_start = r.slab(map)?;
     heap.edge_target = r.slab(map)?;
     let edges = heap.edge_target.len();
+    let (mut targets_in_range, mut interior) = (true, 0usize);
+    for &t in heap.edge_target.iter() {
+        targets_in_range &= ((t & !INTERIOR) as usize) < blocks;
+        interior += usize::from(t & INTERIOR != 0);
+    }
     if heap.edge_start.len() != blocks + 1
         || heap.edge_start.windows(2).any(|w| w[0] > w[1])
         || heap.edge_start.first().is_some_and(|&s| s != 0)
         || heap.edge_start.last().is_some_and(|&e| e as usize != edges)
-        || heap.edge_target.iter().any(|&t| (t & !INTERIOR) as usize >= blocks)
+        || !targets_in_range
     {
         return Err(bad("edges"));
     }
@@ -272,13 +277,19 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trail
         return Err(bad("edge offsets kept aside"));
     }
     heap.edge_offset = Offsets { deltas, anchors };
+    // Where each interior edge points into its target: inside it, past
+    // its start (as the load finds it), and for those edges alone.
     let n = r.len(12)?;
     for _ in 0..n {
         let k = r.u32()?;
-        if heap.edge_target.get(k as usize).is_none_or(|&t| t & INTERIOR == 0) {
+        let into = r.u64()?;
+        let Some(&t) = heap.edge_target.get(k as usize).filter(|&&t| t & INTERIOR != 0) else { return Err(bad("interior edge")) };
+        if into == 0 || into >= heap.blocks.size((t & !INTERIOR) as usize) || heap.interior_into.insert(k, into).is_some() {
             return Err(bad("interior edge"));
         }
-        heap.interior_into.insert(k, r.u64()?);
+    }
+    if heap.interior_into.len() != interior {
+        return Err(bad("interior edge"));
     }
     heap.block_of = match r.u8()? {
         0 => None,
@@ -308,10 +319,16 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trail
         let region = r.u32()?;
         let offset = r.u64()?;
         let target = r.u32()?;
-        if target as usize >= blocks {
+        let (interior, into) = (r.u8()?, r.u64()?);
+        // At the block's start, or inside it.
+        if target as usize >= blocks
+            || interior > 1
+            || (interior == 1) != (into != 0)
+            || (into != 0 && into >= heap.blocks.size(target as usize))
+        {
             return Err(bad("root target"));
         }
-        roots.push(Root { region, offset, target: crate::BlockId(target), interior: r.u8()? != 0, into: r.u64()? });
+        roots.push(Root { region, offset, target: crate::BlockId(target), interior: interior == 1, into });
     }
     let n = r.len(30)?;
     for _ in 0..n {

@@ -312,6 +312,9 @@ fn graph_fields(f: &mut Forger<'_>) {
     // Blocks: an address out of order or overlapping its neighbour; a
     // size that breaks the trailer's total.
     let (start, blocks) = f.slab("blocks", 16);
+    // Their sizes, as packed (the test's blocks are all small).
+    let sizes: Vec<u64> = (0..blocks).map(|i| f.read(start + 16 * i + 8, 8) & 0xffff_ffff).collect();
+    let size = |b: u64| sizes.get(b as usize).copied().unwrap_or(1);
     let end = f.at;
     f.at = start;
     let addr = |i: usize| f.read(start + 16 * i, 8);
@@ -373,8 +376,9 @@ fn graph_fields(f: &mut Forger<'_>) {
     let n = f.count("interior edges");
     let plain = targets.iter().position(|t| t & INTERIOR == 0).map_or(edges, |k| k as u64);
     for i in 0..n {
-        f.field(4, &format!("interior edge[{i}]"), Some(vec![edges, u64::from(u32::MAX), plain]));
-        f.skip(8);
+        let k = f.field(4, &format!("interior edge[{i}]"), Some(vec![edges, u64::from(u32::MAX), plain]));
+        let into_size = targets.get(k as usize).map_or(1, |&t| size(t & !INTERIOR));
+        f.field(8, &format!("interior edge[{i}] into"), Some(vec![0, into_size, u64::MAX]));
     }
     if f.field(1, "block order flag", None) == 1 {
         f.slab32("block order", |_, _| Some(vec![blocks as u64, u64::from(u32::MAX), 0]));
@@ -385,8 +389,10 @@ fn graph_fields(f: &mut Forger<'_>) {
     for i in 0..n {
         f.field(4, &format!("root[{i}] region"), Some(vec![regions, u64::from(u32::MAX)]));
         f.skip(8);
-        f.field(4, &format!("root[{i}] target"), Some(vec![blocks as u64, u64::from(u32::MAX)]));
-        f.skip(1 + 8);
+        let t = f.field(4, &format!("root[{i}] target"), Some(vec![blocks as u64, u64::from(u32::MAX)]));
+        let interior = f.read(f.at, 1);
+        f.field(1, &format!("root[{i}] interior"), Some(vec![interior ^ 1, 2]));
+        f.field(8, &format!("root[{i}] into"), Some(vec![size(t), u64::MAX]));
     }
     let n = f.count("root regions");
     for _ in 0..n {
