@@ -78,7 +78,11 @@ pub(crate) fn no_process(pid: i32) -> Error {
 /// Whether this process holds CAP_SYS_PTRACE.
 fn can_ptrace_any() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|c| u64::from_str_radix(c.trim(), 16).ok()).is_some_and(|c| c & (1 << 19) != 0)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|c| u64::from_str_radix(c.trim(), 16).ok())
+        .is_some_and(|c| c & (1 << 19) != 0)
 }
 
 /// Why ptrace refused, in one line.

@@ -144,7 +144,11 @@ pub struct Region {
 impl Region {
     /// Reads `[start, end)`.
     pub fn read(mem: &dyn Memory, start: u64, end: u64) -> Result<Region> {
-        let len = end.checked_sub(start).ok_or_else(|| Error::Unreadable { addr: start, len: 0, why: format!("ends before it starts, at {end:#x}") })?;
+        let len = end.checked_sub(start).ok_or_else(|| Error::Unreadable {
+            addr: start,
+            len: 0,
+            why: format!("ends before it starts, at {end:#x}"),
+        })?;
         Ok(Region { start, bytes: mem.bytes(start, len)? })
     }
 

@@ -271,9 +271,11 @@ fn with_nt_file(core: &[u8], desc: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The NT_FILE note's entries of a core (start, end, offset in pages,
-/// name), and its page size.
-fn nt_files(core: &[u8]) -> (Vec<(u64, u64, u64, Vec<u8>)>, u64) {
+/// An NT_FILE entry: start, end, offset in pages, name.
+type FileEntry = (u64, u64, u64, Vec<u8>);
+
+/// The NT_FILE note's entries of a core, and its page size.
+fn nt_files(core: &[u8]) -> (Vec<FileEntry>, u64) {
     let (h, _, _) = *program_headers(core).iter().find(|p| p.1 == 4).unwrap();
     let off = u64::from_le_bytes(core[h + 8..h + 16].try_into().unwrap()) as usize;
     let len = u64::from_le_bytes(core[h + 32..h + 40].try_into().unwrap()) as usize;
@@ -301,7 +303,7 @@ fn nt_files(core: &[u8]) -> (Vec<(u64, u64, u64, Vec<u8>)>, u64) {
     panic!("no NT_FILE note");
 }
 
-fn nt_file_desc(entries: &[(u64, u64, u64, Vec<u8>)], page: u64) -> Vec<u8> {
+fn nt_file_desc(entries: &[FileEntry], page: u64) -> Vec<u8> {
     let mut d = Vec::new();
     d.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     d.extend_from_slice(&page.to_le_bytes());
@@ -330,7 +332,10 @@ fn core_of(d: &Scratch, name: &str, bytes: &[u8]) -> (Output, u64, PathBuf) {
 /// Exit 0, or 1 with one line; never a panic (101) or an abort (134).
 fn answered(o: &Output, what: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
-    let err: Vec<&str> = err.lines().filter(|l| !l.starts_with("peak-kb ") && !l.starts_with("Command exited") && !l.starts_with("heapdump: warning:")).collect();
+    let err: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("peak-kb ") && !l.starts_with("Command exited") && !l.starts_with("heapdump: warning:"))
+        .collect();
     match o.status.code() {
         Some(0) => {}
         Some(1) => assert!(err.len() == 1 && err[0].starts_with("heapdump: "), "{what}: not one line: {err:?}"),
