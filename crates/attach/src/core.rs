@@ -313,3 +313,79 @@ impl Core {
         Ok((s, into))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Region;
+
+    /// A core of one thread and one writable segment at 0x10000 holding
+    /// 4096 bytes of its `memsz`, with `extra` notes after NT_PRSTATUS.
+    fn core_file(name: &str, memsz: u64, extra: &[u8]) -> std::path::PathBuf {
+        let mut notes = Vec::new();
+        for (ty, desc) in [(NT_PRSTATUS, vec![0u8; 336])] {
+            notes.extend_from_slice(&5u32.to_le_bytes()); // namesz: "CORE\0"
+            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&ty.to_le_bytes());
+            notes.extend_from_slice(b"CORE\0\0\0\0");
+            notes.extend_from_slice(&desc);
+        }
+        notes.extend_from_slice(extra);
+        let (note_at, load_at) = (64 + 2 * 56, 4096u64);
+        let mut f = vec![0u8; 64];
+        f[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\x00");
+        f[16..18].copy_from_slice(&4u16.to_le_bytes()); // ET_CORE
+        f[18..20].copy_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+        f[20..24].copy_from_slice(&1u32.to_le_bytes());
+        f[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        f[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+        f[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        f[56..58].copy_from_slice(&2u16.to_le_bytes()); // e_phnum
+        #[rustfmt::skip]
+        let phdr = |ty: u32, flags: u32, off: u64, vaddr: u64, filesz: u64, memsz: u64| {
+            [ty.to_le_bytes().as_slice(), &flags.to_le_bytes(), &off.to_le_bytes(), &vaddr.to_le_bytes(),
+             &0u64.to_le_bytes(), &filesz.to_le_bytes(), &memsz.to_le_bytes(), &4u64.to_le_bytes()].concat()
+        };
+        f.extend(phdr(4, 0, note_at, 0, notes.len() as u64, 0));
+        f.extend(phdr(1, 6, load_at, 0x10000, 4096, memsz));
+        f.extend_from_slice(&notes);
+        f.resize(load_at as usize, 0);
+        f.extend((0..4096u32).map(|i| i as u8));
+        let p = std::env::temp_dir().join(format!("heapdump-attach-core-{}-{name}", std::process::id()));
+        std::fs::write(&p, &f).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_segment_claiming_more_than_the_core_holds_is_refused_before_it_is_allocated() {
+        let p = core_file("tib", 1 << 40, &[]);
+        let c = Core::open(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        // What the file holds reads; 1 TiB more is refused, never allocated
+        // (that allocation aborts the process).
+        assert_eq!(c.bytes(0x10010, 4).unwrap(), [16, 17, 18, 19]);
+        assert!(matches!(c.bytes(0x10000, 1 << 40), Err(Error::Unreadable { addr: 0x11000, .. })));
+        assert!(matches!(Region::read(&c, 0x10000, 0x10000 + (1 << 40)), Err(Error::Unreadable { .. })));
+        assert!(matches!(c.bytes(0x10000 + (1 << 40), 8), Err(Error::Unreadable { .. })));
+        assert_eq!(c.present(0, u64::MAX), [(0x10000, 0x11000)]);
+    }
+
+    #[test]
+    fn a_segment_past_the_address_space_or_a_file_count_past_its_note_is_refused() {
+        let p = core_file("wrap", u64::MAX - 0x1000, &[]);
+        let e = Core::open(&p).err().map(|e| e.to_string()).unwrap_or_default();
+        let _ = std::fs::remove_file(&p);
+        assert!(e.contains("runs past the address space"), "{e}");
+        let mut nt = Vec::new();
+        let desc: Vec<u8> = [1u64 << 40, 4096].iter().flat_map(|v| v.to_le_bytes()).collect();
+        nt.extend_from_slice(&5u32.to_le_bytes());
+        nt.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+        nt.extend_from_slice(&NT_FILE.to_le_bytes());
+        nt.extend_from_slice(b"CORE\0\0\0\0");
+        nt.extend_from_slice(&desc);
+        let p = core_file("count", 4096, &nt);
+        let e = Core::open(&p).err().map(|e| e.to_string()).unwrap_or_default();
+        let _ = std::fs::remove_file(&p);
+        assert!(e.contains("claims 1099511627776 files in 16 bytes"), "{e}");
+    }
+}
