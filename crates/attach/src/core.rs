@@ -323,13 +323,11 @@ mod tests {
     /// 4096 bytes of its `memsz`, with `extra` notes after NT_PRSTATUS.
     fn core_file(name: &str, memsz: u64, extra: &[u8]) -> std::path::PathBuf {
         let mut notes = Vec::new();
-        for (ty, desc) in [(NT_PRSTATUS, vec![0u8; 336])] {
-            notes.extend_from_slice(&5u32.to_le_bytes()); // namesz: "CORE\0"
-            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-            notes.extend_from_slice(&ty.to_le_bytes());
-            notes.extend_from_slice(b"CORE\0\0\0\0");
-            notes.extend_from_slice(&desc);
-        }
+        notes.extend_from_slice(&5u32.to_le_bytes()); // namesz: "CORE\0"
+        notes.extend_from_slice(&336u32.to_le_bytes()); // descsz: elf_prstatus
+        notes.extend_from_slice(&NT_PRSTATUS.to_le_bytes());
+        notes.extend_from_slice(b"CORE\0\0\0\0");
+        notes.extend_from_slice(&[0u8; 336]);
         notes.extend_from_slice(extra);
         let (note_at, load_at) = (64 + 2 * 56, 4096u64);
         let mut f = vec![0u8; 64];
