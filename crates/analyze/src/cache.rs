@@ -17,6 +17,19 @@
 //! arrays of u32 and u64 are counted and start at a multiple of 8 bytes
 //! (zeros before them): a repeat analysis reads them in place from the
 //! mapping ([`Slab`]).
+//!
+//! A CRC only says the bytes are those written: a file can be whole and
+//! still not this dump's (another dump's under this one's key, a writer's
+//! bug). So every index, count and total is checked once, when its part
+//! is first used, against the dump and the rest of the file: the leak
+//! classes' totals and leaders (`check_leaks`), the dominator tree as
+//! exact sums of its children (`check_dominators`), its children lists
+//! (`check_children`), the chains of the paths (`check_reach`), the
+//! graph's header, trailer, blocks and pointers (`graph_cache.rs`). Each
+//! is a pass over arrays the question reads anyway: at 10 M blocks (the
+//! dense heap, paired runs) a repeat `leaks` takes 1.15x the CPU time of
+//! the unchecked reads, `retained` and `path` 1.4x, `top` 1.0x; every
+//! answer still comes in well under half a second.
 
 use crate::dominators::Dominators;
 use crate::heap::{Heap, INTERIOR};
@@ -53,7 +66,7 @@ pub struct Cached {
 }
 
 impl Cached {
-    /// The leak classes, checked against `heap` (see [`check_leaks`]);
+    /// The leak classes, checked against `heap` (see `check_leaks`);
     /// `None` once taken. Refused, they take the tree with them (it was
     /// computed from them).
     pub fn take_leaks(&mut self, heap: &Heap) -> Option<Result<Leaks, CacheProblem>> {
@@ -73,7 +86,7 @@ impl Cached {
     }
 
     /// The dominator tree, checked against `heap` and its leak classes
-    /// `kinds` (see [`check_dominators`]); `None` once taken.
+    /// `kinds` (see `check_dominators`); `None` once taken.
     pub fn take_dominators(&mut self, heap: &Heap, kinds: &[LeakKind]) -> Option<Result<Dominators, CacheProblem>> {
         let (idom, retained, dominated) = self.tree.take()?;
         Some(check_dominators(heap, kinds, &idom, &retained, &dominated).map(|()| Dominators::from_parts(idom, retained, dominated)))
