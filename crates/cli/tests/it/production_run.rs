@@ -481,3 +481,28 @@ fn a_forked_child_near_its_limit_gets_its_own_near_limit_dumps() {
     let share = s["limit"]["used"].as_f64().unwrap() / s["limit"]["bytes"].as_f64().unwrap();
     assert!((0.6..0.8).contains(&share), "the first at 60% of the limit or just past it: {share:.2}\n{s}");
 }
+
+/// A forked child that crashes is dumped by itself (reason `crash`, its
+/// blocks, its pid) and still dies of its signal; `run` returns at once
+/// (before, the child asked its parent's helper, which dumped the parent,
+/// and waited 10 minutes for an answer).
+#[test]
+fn a_forked_child_that_crashes_has_its_own_crash_dump() {
+    let d = Scratch::new("childcrash");
+    let prog = compile_with("gcc", &d, "child_crash.c", &[]);
+    let mut r = Running::start(&d.path("c.hdump"), &[prog.as_os_str()]);
+    let child: u32 = r.line().strip_prefix("child ").unwrap().parse().unwrap();
+    r.tree.push(child);
+    let (status, err, _) = r.finish(Duration::from_secs(60));
+    assert!(status.success(), "the child died of SIGSEGV: {status:?}\n{err}");
+    let dumps = listed(&err);
+    for l in &dumps {
+        assert_own(l);
+    }
+    let crash: Vec<&Listed> = dumps.iter().filter(|l| l.reason == "crash").collect();
+    assert!(crash.len() == 1 && crash[0].pid == child, "one crash dump, the child's:\n{err}");
+    let b = blocks(&crash[0].path);
+    assert_eq!((count_size(&b, 2222), count_size(&b, 1111)), (1, 1), "the child's blocks");
+    let s = json(&["summary".as_ref(), "--json".as_ref(), crash[0].path.as_os_str()]);
+    assert_eq!(s["signal"]["name"], "SIGSEGV", "{s}");
+}
