@@ -21,13 +21,17 @@ use std::path::{Path, PathBuf};
 /// trace.
 pub fn check_preloadable(program: &OsStr) -> Result<()> {
     match verdict(program, 0) {
-        Some(why) => Err(crate::run::Usage(format!("cannot trace {}: {why}; {OUTSIDE}", program.to_string_lossy())).into()),
+        Some(why) => Err(crate::run::Usage(format!("cannot trace {}: {why}", program.to_string_lossy())).into()),
         None => Ok(()),
     }
 }
 
-/// What to use for a program the preload library cannot enter.
+/// What to use for a static glibc program, which the preload library
+/// cannot enter but `attach` and `core` read.
 const OUTSIDE: &str = "take its heap from outside instead: heapdump attach PID while it runs, or heapdump core CORE";
+
+/// What is said of a program heapdump cannot read at all yet.
+const NOT_YET: &str = "heapdump reads glibc's heap of x86-64 programs only, for now (attach and core too)";
 
 /// Why `program` cannot be traced, a sentence with its subject (`None`:
 /// it can, or we cannot tell). `depth` counts the `#!` interpreters
@@ -196,26 +200,29 @@ impl Elf {
     /// The predicate of [`verdict`]'s sentence, for the file at `path`.
     fn verdict(&self, path: &Path) -> Option<String> {
         if !self.class64 {
-            return Some("is a 32-bit program, and the preload library is built for x86-64".into());
+            return Some(format!("is a 32-bit program, and the preload library is built for x86-64; {NOT_YET}"));
         }
         if self.machine != EM_X86_64 {
-            return Some(format!("is built for another machine (ELF machine {}), and the preload library for x86-64", self.machine));
+            return Some(format!(
+                "is built for another machine (ELF machine {}), and the preload library for x86-64; {NOT_YET}",
+                self.machine
+            ));
         }
         let musl = |s: &[u8]| s.windows(4).any(|w| w == b"musl");
         match (&self.interp, &self.soname) {
             (Some(i), _) if musl(i) => Some(format!(
-                "is linked with musl's C library (its loader is {}), and the preload library needs glibc's",
+                "is linked with musl's C library (its loader is {}), and the preload library needs glibc's; {NOT_YET}",
                 String::from_utf8_lossy(i)
             )),
             (Some(_), _) => None,
             // A loader run as a program (`ld-linux-x86-64.so.2 ./app`):
             // glibc's honours LD_PRELOAD; musl's (no soname) is musl.
             _ if self.dynamic && musl(path.as_os_str().as_bytes()) => {
-                Some("is musl's loader, and the preload library needs glibc's".into())
+                Some(format!("is musl's loader, and the preload library needs glibc's; {NOT_YET}"))
             }
             (None, Some(_)) => None,
             (None, None) => Some(format!(
-                "is statically linked{}: no library can be preloaded into it, and it would run without a dump",
+                "is statically linked{}: no library can be preloaded into it, and it would run without a dump; {OUTSIDE}",
                 if self.dynamic { " (static-pie)" } else { "" }
             )),
         }
