@@ -147,3 +147,73 @@ pub fn tool(name: &str) -> Command {
     );
     Command::new(name)
 }
+
+/// A process that stopped itself, found by the "stopped PID" line it
+/// writes on stderr (a forked child may say it for its parent);
+/// continued and reaped when dropped.
+pub struct Stopped {
+    pub child: std::process::Child,
+    pub pid: i32,
+}
+
+impl Stopped {
+    /// Starts `cmd` with STOP_AT_END set (programs linked with
+    /// stop_at_end.c stop at their end) and waits for it to stop.
+    pub fn start(mut cmd: Command) -> Stopped {
+        cmd.env("STOP_AT_END", "1");
+        Stopped::start_in(cmd, |_, pid| pid)
+    }
+
+    /// Starts `cmd` and waits for it to stop; `host_pid` maps the pid it
+    /// says (its own PID namespace's) to this namespace's.
+    pub fn start_in(mut cmd: Command, host_pid: impl Fn(&std::process::Child, i32) -> i32) -> Stopped {
+        use std::io::{BufRead, BufReader};
+        let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut said = 0;
+        let mut seen = String::new();
+        for _ in 0..200 {
+            let mut line = String::new();
+            if err.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            if let Some(p) = line.trim().strip_prefix("stopped ") {
+                said = p.parse().unwrap();
+                break;
+            }
+            seen.push_str(&line);
+        }
+        assert!(said > 0, "the program did not stop: {seen}");
+        let pid = host_pid(&child, said);
+        let p = Stopped { child, pid };
+        // Its state is T once the stop is delivered.
+        for _ in 0..500 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // The rest of its stderr must not fill the pipe.
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        p
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.pid.to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// valgrind's classes against ours: blocks exactly, bytes between the
+/// sizes asked for and those sizes rounded up to glibc's usable sizes (at
+/// most 24 bytes more per block).
+pub fn same_classes(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], what: &str) {
+    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(valgrind.iter()).enumerate() {
+        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
+        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {valgrind:?})");
+        assert!(ob >= vb && *ob <= vb + 24 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
+    }
+}

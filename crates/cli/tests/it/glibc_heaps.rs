@@ -12,51 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// A process stopped by itself (it says "stopped PID" on stderr: a forked
-/// child may say it for its parent); continued and reaped when dropped.
-struct Stopped {
-    child: Child,
-    pid: i32,
-}
-
-impl Stopped {
-    fn start(mut cmd: Command) -> Stopped {
-        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut pid = 0;
-        let mut seen = String::new();
-        for _ in 0..200 {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                break;
-            }
-            if let Some(p) = line.trim().strip_prefix("stopped ") {
-                pid = p.parse().unwrap();
-                break;
-            }
-            seen.push_str(&line);
-        }
-        assert!(pid > 0, "the program did not stop: {seen}");
-        // Its state is T once the stop is delivered.
-        for _ in 0..500 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-        Stopped { child, pid }
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.pid.to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
-
 /// Runs `heapdump ARGS` with its address space bounded (a walk that does
 /// not progress grows without end) and at most a minute to answer: a
 /// capture that is still going then is killed, and the test fails saying
@@ -132,7 +87,7 @@ fn a_forked_workers_split_heap_is_walked_whole() {
         let told = d.path("told.txt");
         let mut cmd = Command::new(&prog);
         cmd.arg(&told).env("BOUNDARY", boundary);
-        let p = Stopped::start(cmd);
+        let p = Stopped::start_in(cmd, |_, pid| pid);
         let text = std::fs::read_to_string(&told).unwrap();
         let parents = hex(text.lines().next().unwrap());
         let maps = heap_maps(p.pid);
@@ -191,7 +146,7 @@ fn every_allocation_api_is_walked_right() {
         let told = d.path("told.txt");
         let mut cmd = Command::new(&prog);
         cmd.arg(&told).arg(threads.to_string()).arg(sbrk);
-        let p = Stopped::start(cmd);
+        let p = Stopped::start_in(cmd, |_, pid| pid);
         let want = listed(&std::fs::read_to_string(&told).unwrap());
         assert!(want.len() > 1000, "{}", want.len());
         for (how, out) in [("attach", d.path("a.hdump")), ("core", d.path("c.hdump"))] {
@@ -218,7 +173,7 @@ fn damaged_heaps_are_refused_at_the_damage() {
         let told = d.path("told.txt");
         let mut cmd = Command::new(&prog);
         cmd.arg(&told).arg(how);
-        let p = Stopped::start(cmd);
+        let p = Stopped::start_in(cmd, |_, pid| pid);
         let text = std::fs::read_to_string(&told).unwrap();
         let (named, rest) = text.split_once('\n').unwrap();
         let named = hex(named);

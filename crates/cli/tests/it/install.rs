@@ -148,7 +148,7 @@ fn another_user_swapping_the_cache_base_never_gets_a_library_loaded() {
     let out = d.path("out");
     std::fs::create_dir(&out).unwrap();
     std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut attacker = as_user(
+    let attacker = as_user(
         nobody,
         &[swap.as_os_str(), open.join(".cache").as_os_str(), open.join("evil").as_os_str(), d.path("marks/stop").as_os_str()],
     )

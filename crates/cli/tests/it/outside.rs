@@ -18,67 +18,10 @@ fn program(d: &Scratch, source: &str) -> PathBuf {
     compile(d, source, &["-O0", "-g", stop.to_str().unwrap()])
 }
 
-/// A process stopped at its end; continued and reaped when dropped.
-struct Stopped {
-    child: Child,
-    pid: i32,
-}
-
-impl Stopped {
-    /// Starts `cmd` with STOP_AT_END set and waits for it to stop.
-    fn start(mut cmd: Command) -> Stopped {
-        let mut child = cmd.env("STOP_AT_END", "1").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut pid = 0;
-        let mut seen = String::new();
-        for _ in 0..200 {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                break;
-            }
-            if let Some(p) = line.trim().strip_prefix("stopped ") {
-                pid = p.parse().unwrap();
-                break;
-            }
-            seen.push_str(&line);
-        }
-        assert!(pid > 0, "the program did not stop: {seen}");
-        // Its state is T once the stop is delivered.
-        for _ in 0..500 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        // The rest of its stderr must not fill the pipe.
-        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-        Stopped { child, pid }
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.pid.to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
-
 /// `heapdump attach PID -o OUT --mode MODE`; its report line.
 fn attach(pid: i32, out: &Path, mode: &str) -> String {
     let o = heapdump().args(["attach", &pid.to_string(), "--mode", mode, "-o"]).arg(out).output().unwrap();
     ok(&o)
-}
-
-/// valgrind's classes against ours: blocks exactly, bytes between the
-/// sizes asked for and those sizes rounded up to glibc's usable sizes (at
-/// most 24 bytes more per block).
-fn same_classes(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], what: &str) {
-    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(valgrind.iter()).enumerate() {
-        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
-        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {valgrind:?})");
-        assert!(ob >= vb && *ob <= vb + 24 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
-    }
 }
 
 /// glibc's usable size for a request (x86-64).

@@ -7,9 +7,8 @@
 
 use crate::common::*;
 use crate::valgrind::{ours, valgrind_summary};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 /// A test program with `stop_at_end.c` linked in.
 fn program(d: &Scratch, source: &str, extra: &[&str]) -> PathBuf {
@@ -17,63 +16,6 @@ fn program(d: &Scratch, source: &str, extra: &[&str]) -> PathBuf {
     let mut flags = vec!["-O0", "-g", stop.to_str().unwrap()];
     flags.extend_from_slice(extra);
     compile(d, source, &flags)
-}
-
-/// valgrind's classes against ours: blocks exactly, bytes between the
-/// sizes asked for and those sizes rounded up to glibc's usable sizes.
-fn same_classes(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], what: &str) {
-    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(valgrind.iter()).enumerate() {
-        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
-        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {valgrind:?})");
-        assert!(ob >= vb && *ob <= vb + 24 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
-    }
-}
-
-/// A process stopped at its end, found by the "stopped PID" line it
-/// writes on stderr; continued and reaped when dropped. `host_pid` maps
-/// the pid it says (its own namespace's) to this namespace's.
-struct Stopped {
-    child: Child,
-    pid: i32,
-}
-
-impl Stopped {
-    fn start(mut cmd: Command, host_pid: impl Fn(&Child, i32) -> i32) -> Stopped {
-        let mut child = cmd.env("STOP_AT_END", "1").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut said = 0;
-        let mut seen = String::new();
-        for _ in 0..200 {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                break;
-            }
-            if let Some(p) = line.trim().strip_prefix("stopped ") {
-                said = p.parse().unwrap();
-                break;
-            }
-            seen.push_str(&line);
-        }
-        assert!(said > 0, "the program did not stop: {seen}");
-        let pid = host_pid(&child, said);
-        let p = Stopped { child, pid };
-        for _ in 0..500 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-        p
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.pid.to_string()]).status();
-        let _ = self.child.wait();
-    }
 }
 
 /// The descendant of `root` whose pid in its own PID namespace is `ns_pid`.
@@ -138,7 +80,8 @@ fn a_container_s_program_is_read_through_its_own_view_from_the_host() {
     assert_eq!((expected[0].1, expected[3].1), (10, 100), "the program's own classes: {expected:?}");
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--pid", "--fork", "sh", "-c"]).arg(format!("{setup}; {}/ns_globals", inside.display()));
-    let p = Stopped::start(cmd, |c, ns| descendant_with_ns_pid(c.id(), ns));
+    cmd.env("STOP_AT_END", "1");
+    let p = Stopped::start_in(cmd, |c, ns| descendant_with_ns_pid(c.id(), ns));
     let exe = std::fs::read_link(format!("/proc/{}/exe", p.pid)).unwrap();
     assert_eq!(exe, inside.join("ns_globals"), "the program runs from the namespace's layout");
     for mode in ["compact", "full"] {
@@ -200,14 +143,11 @@ fn a_big_mapped_file_beside_the_heap_is_not_read() {
     let file = d.path("data.bin");
     let size: u64 = 3900 << 20;
     std::fs::File::create(&file).unwrap().set_len(size).unwrap();
-    let p = Stopped::start(
-        {
-            let mut c = Command::new(&prog);
-            c.arg(&file);
-            c
-        },
-        |_, pid| pid,
-    );
+    let p = Stopped::start({
+        let mut c = Command::new(&prog);
+        c.arg(&file);
+        c
+    });
     let out = d.path("big.hdump");
     let (o, peak) = with_peak(&["attach".as_ref(), p.pid.to_string().as_ref(), "-o".as_ref(), out.as_os_str()]);
     let line = ok(&o);
@@ -348,7 +288,7 @@ fn crafted_cores_are_answered_in_one_line_or_rightly() {
     let d = Scratch::new("crafted");
     let prog = program(&d, "leaks.c", &[]);
     let expected = valgrind_summary(&prog);
-    let p = Stopped::start(Command::new(&prog), |_, pid| pid);
+    let p = Stopped::start(Command::new(&prog));
     let core = d.path("core");
     ok(&Command::new("gcore").arg("-o").arg(&core).arg(p.pid.to_string()).output().expect("gcore (gdb) is installed"));
     let core = std::fs::read(format!("{}.{}", core.display(), p.pid)).unwrap();
@@ -412,7 +352,7 @@ fn attach_counts_the_program_s_threads_not_the_runtime_s() {
     let first = d.path("run.hdump");
     let mut cmd = heapdump();
     cmd.args(["run", "--no-at-exit", "-o"]).arg(&first).arg("--").arg(&prog).env("DUMP_FIRST", &first);
-    let p = Stopped::start(cmd, |_, pid| pid);
+    let p = Stopped::start(cmd);
     let out = d.path("attach.hdump");
     let line = ok(&heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap());
     let own = json(&["summary".as_ref(), "--json".as_ref(), first.as_os_str()]);
@@ -431,7 +371,7 @@ fn a_core_whose_files_this_machine_lacks_or_has_changed_still_has_its_globals() 
     let d = Scratch::new("core-files");
     let prog = program(&d, "ns_globals.c", &[]);
     let expected = valgrind_summary(&prog);
-    let p = Stopped::start(Command::new(&prog), |_, pid| pid);
+    let p = Stopped::start(Command::new(&prog));
     let core = d.path("core");
     ok(&Command::new("gcore").arg("-o").arg(&core).arg(p.pid.to_string()).output().expect("gcore (gdb) is installed"));
     let core_path = PathBuf::from(format!("{}.{}", core.display(), p.pid));
@@ -478,7 +418,7 @@ fn a_core_whose_files_this_machine_lacks_or_has_changed_still_has_its_globals() 
 fn a_refused_attach_says_what_a_container_needs() {
     let d = Scratch::new("ns-refused");
     let prog = program(&d, "leaks.c", &[]);
-    let p = Stopped::start(Command::new(&prog), |_, pid| pid);
+    let p = Stopped::start(Command::new(&prog));
     let one_line = |o: &Output, what: &str| {
         assert_eq!(o.status.code(), Some(1), "{what}");
         let err = String::from_utf8_lossy(&o.stderr).into_owned();

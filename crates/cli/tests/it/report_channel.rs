@@ -77,7 +77,7 @@ fn another_users_forged_report_lines_are_not_heard() {
     let d = Scratch::new("heard");
     let prog = compile(&d, "clears_env.c", &["-O0"]);
     let dump = d.path("g.hdump");
-    let mut run = heapdump().args(["run", "-o"]).arg(&dump).arg("--").arg(&prog).arg("1500").stderr(Stdio::piped()).spawn().unwrap();
+    let run = heapdump().args(["run", "-o"]).arg(&dump).arg("--").arg(&prog).arg("1500").stderr(Stdio::piped()).spawn().unwrap();
     // The socket's name, from the kernel's list of Unix sockets: the one
     // whose inode is among run's descriptors.
     let mut name = None;
