@@ -494,8 +494,18 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
             };
             match mem.bytes(a, b - a) {
                 Ok(bytes) => {
-                    statics.push((i as u32, a, bytes));
                     static_ranges.push((a, b));
+                    // A static program's segment less glibc's main arena
+                    // (the allocator's state): the parts before and after.
+                    let cut = heap.static_arena.filter(|&(x, y)| a <= x && y <= b);
+                    let parts = match cut {
+                        Some((x, y)) => vec![(a, x), (y, b)],
+                        None => vec![(a, b)],
+                    };
+                    for (x, y) in parts.into_iter().filter(|(x, y)| x < y) {
+                        let piece = bytes[(x - a) as usize..(y - a) as usize].to_vec();
+                        statics.push((i as u32, x, piece));
+                    }
                 }
                 Err(e) => warnings.push(format!("{}: its writable segment at {a:#x} was not read ({e})", m.path)),
             }
@@ -513,7 +523,12 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
     }
     holes.sort_unstable();
     let mut anon = Vec::new();
-    for m in mem.maps().iter().filter(|m| m.anonymous() && m.read && m.write) {
+    // The brk area is anonymous memory too: what lies there outside
+    // glibc's heap is the program's (a static program's start-up takes its
+    // main thread's static TLS and descriptor from it, below malloc's
+    // heap). A core names no mapping "[heap]": there it is anonymous.
+    let brk = |m: &Map| m.path.as_deref() == Some("[heap]");
+    for m in mem.maps().iter().filter(|m| (m.anonymous() || brk(m)) && m.read && m.write) {
         if m.end - m.start > 64 << 30 {
             continue; // an address-space reservation, not data
         }

@@ -50,6 +50,13 @@ pub struct GlibcHeap {
     pub cached_free: u64,
     /// glibc's version.
     pub version: (u32, u32),
+    /// glibc's main arena when it lies in a static program's own data
+    /// (start, end): the allocator's state, not the program's, so no root
+    /// (memcheck, which replaces malloc, never sees it). Its `top` points
+    /// inside the newest block; the analysis knows libc.so.6's data by its
+    /// name and takes only block starts from it, but a static program's
+    /// data is the program's.
+    pub static_arena: Option<(u64, u64)>,
     /// What the walk noticed and the user should know.
     pub warnings: Vec<String>,
 }
@@ -85,8 +92,26 @@ const MAX_SEARCHED: u64 = 64 << 30;
 /// for its version.
 const MAX_BANNER_MAP: u64 = 64 << 20;
 
-/// The C library the process maps, and the allocator in it.
-fn libc_maps(mem: &dyn Memory) -> Result<Vec<Map>> {
+/// The glibc image the process maps (libc.so.6, or a static program's
+/// own executable), and its version when the search for it read it.
+struct Libc {
+    maps: Vec<Map>,
+    /// Read from the banner when the image was found by it: a static
+    /// program's (`None` for libc.so.6, found by its name).
+    version: Option<(u32, u32)>,
+}
+
+/// What a static glibc program without glibc's version banner still holds
+/// in its read-only data: the variable glibc's start-up reads its tunables
+/// from (in every static glibc since 2.26; musl has none).
+const GLIBC_MARK: &[u8] = b"GLIBC_TUNABLES";
+
+/// The C library the process maps, and the allocator in it: libc.so.6
+/// when it is mapped; else (a static program) the module whose read-only
+/// memory holds glibc's banner. musl (its loader `ld-musl-*.so.1` mapped,
+/// or a static program with no glibc in it) and the other allocators are
+/// refused by name.
+fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
     let name = |m: &Map| m.file().and_then(|p| p.rsplit('/').next()).unwrap_or("").to_string();
     for m in mem.maps() {
         let n = name(m);
@@ -97,32 +122,68 @@ fn libc_maps(mem: &dyn Memory) -> Result<Vec<Map>> {
                 )));
             }
         }
+        // musl's loader is its C library too (the code mapped, not a
+        // file of that name read as data).
+        if m.exec && (n.starts_with("ld-musl-") || n.starts_with("libc.musl-")) {
+            return Err(Error::Refused(format!(
+                "the process runs on musl ({} is mapped), not glibc: attach and core read glibc's heap only, for now",
+                m.file().unwrap_or(&n)
+            )));
+        }
     }
     let libc: Vec<Map> = mem.maps().iter().filter(|m| name(m).starts_with("libc.so") || name(m).starts_with("libc-2.")).cloned().collect();
-    if libc.is_empty() {
-        return Err(Error::Refused(
-            "no glibc (libc.so.6) is mapped in the process: a static binary or another C library (musl?): attach and core read glibc's heap only"
-                .into(),
-        ));
+    if !libc.is_empty() {
+        return Ok(Libc { maps: libc, version: None });
     }
-    Ok(libc)
+    // No libc.so.6: a static program, glibc inside one of its modules
+    // (those with code: not a data file), found by the banner in its
+    // read-only data.
+    let mut modules: Vec<&str> = Vec::new();
+    for m in mem.maps().iter().filter(|m| m.exec) {
+        if let Some(p) = m.file().filter(|p| !modules.contains(p)) {
+            modules.push(p);
+        }
+    }
+    let mut marked = None;
+    for path in &modules {
+        let maps: Vec<Map> = mem.maps().iter().filter(|m| m.file() == Some(path)).cloned().collect();
+        match read_only_find(mem, &maps, banner) {
+            Some(v) => return Ok(Libc { version: Some(v?), maps }),
+            None if marked.is_none() && read_only_find(mem, &maps, |b| find(b, GLIBC_MARK)).is_some() => marked = Some(*path),
+            None => {}
+        }
+    }
+    let exe = modules.first().copied().unwrap_or("the executable");
+    Err(Error::Refused(match marked {
+        Some(p) => format!(
+            "{p} is statically linked with glibc but holds no glibc version banner (\"GNU C Library ... release version\", linked in only when the program calls gnu_get_libc_version): glibc's heap layout depends on its version, which nothing in the process says"
+        ),
+        None => format!(
+            "{exe} is statically linked without glibc (no libc.so.6 mapped, no glibc banner or tunables in it): musl's heap or another C library's, and attach and core read glibc's heap only, for now"
+        ),
+    }))
 }
 
-/// glibc's version, from the "release version X.Y" of its banner in the
-/// C library's read-only data as the process maps it. A core may leave
-/// that data out (the kernel's and gdb's keep only a file's first page):
-/// then from the file the core names, where this machine has it (never
-/// for a live process, which is held while this runs: its memory holds
-/// the banner, and no file is read then).
-fn version(mem: &dyn Memory, libc: &[Map]) -> Result<(u32, u32)> {
-    let mut maps: Vec<&Map> = libc.iter().filter(|m| m.read && !m.write && m.end - m.start <= MAX_BANNER_MAP).collect();
+/// The first place `needle` is in `data`.
+fn find(data: &[u8], needle: &[u8]) -> Option<usize> {
+    data.windows(needle.len()).position(|w| w == needle)
+}
+
+/// What `look` finds first in the read-only data of `maps` (one module's)
+/// as the process maps it. A core may leave that data out (the kernel's
+/// and gdb's keep only a file's first page): then in the file the core
+/// names, where this machine has it (never for a live process, which is
+/// held while this runs: its memory holds the data, and no file is read
+/// then).
+fn read_only_find<T>(mem: &dyn Memory, maps: &[Map], look: impl Fn(&[u8]) -> Option<T>) -> Option<T> {
+    let mut maps: Vec<&Map> = maps.iter().filter(|m| m.read && !m.write && m.end - m.start <= MAX_BANNER_MAP).collect();
     maps.sort_by_key(|m| m.exec); // the banner is in .rodata
     let mut missing = Vec::new();
     for m in maps {
         match mem.bytes(m.start, m.end - m.start) {
             Ok(b) => {
-                if let Some(v) = banner(&b) {
-                    return v;
+                if let Some(v) = look(&b) {
+                    return Some(v);
                 }
             }
             Err(_) => missing.push(m),
@@ -133,11 +194,24 @@ fn version(mem: &dyn Memory, libc: &[Map]) -> Result<(u32, u32)> {
         let mut b = vec![0u8; (m.end - m.start) as usize];
         use std::os::unix::fs::FileExt;
         let Ok(n) = f.read_at(&mut b, m.offset) else { continue };
-        if let Some(v) = banner(&b[..n]) {
-            return v;
+        if let Some(v) = look(&b[..n]) {
+            return Some(v);
         }
     }
-    let path = libc.first().and_then(Map::file).unwrap_or("libc.so.6");
+    None
+}
+
+/// glibc's version, from the "release version X.Y" of its banner in the
+/// C library's read-only data as the process maps it (or, for a core that
+/// left it out, as its file on this machine holds it).
+fn version(mem: &dyn Memory, libc: &Libc) -> Result<(u32, u32)> {
+    if let Some(v) = libc.version {
+        return Ok(v);
+    }
+    if let Some(v) = read_only_find(mem, &libc.maps, banner) {
+        return v;
+    }
+    let path = libc.maps.first().and_then(Map::file).unwrap_or("libc.so.6");
     Err(Error::Refused(format!(
         "{path} does not say which glibc it is (no \"release version\" in its read-only data, in memory or in its file here): its heap layout depends on it"
     )))
@@ -146,7 +220,7 @@ fn version(mem: &dyn Memory, libc: &[Map]) -> Result<(u32, u32)> {
 /// The version the banner in `data` names, if it holds the banner.
 fn banner(data: &[u8]) -> Option<Result<(u32, u32)>> {
     let needle = b"release version ";
-    let at = data.windows(needle.len()).position(|w| w == needle)?;
+    let at = find(data, needle)?;
     let rest = &data[at + needle.len()..];
     let text: String = rest.iter().take(16).take_while(|c| c.is_ascii_digit() || **c == b'.').map(|&c| c as char).collect();
     let mut it = text.split('.').map(|x| x.parse::<u32>());
@@ -319,10 +393,18 @@ fn sbrk_base(mem: &dyn Memory, libc: &[Map], version: (u32, u32), lo: u64, top: 
         while q + sb + 32 <= m.end {
             let w = |off: u64| r.u64(q + off).unwrap_or(u64::MAX);
             let base = w(sb);
+            // tcache_bins is what glibc derives from tcache_max_bytes
+            // (`csize2tidx (request2size (max)) + 1`): in a static
+            // program, other words of glibc's data point into the brk
+            // area too (its static TLS is there), followed by zeros.
+            let max_bytes = w(sb + 16);
+            // Only for a max_bytes already bounded by 1032 (no overflow).
+            let bins = || ((max_bytes + 8 + 15) & !15).max(32).saturating_sub(32).div_ceil(16) + 1;
             if base >= lo
                 && base <= top
                 && w(sb + 8) <= TCACHE_BINS
-                && w(sb + 16) <= 1032
+                && max_bytes <= 1032
+                && w(sb + 8) == bins()
                 && w(sb + 24) <= u16::MAX as u64
                 && w(16) <= HEAP_MAX
                 && w(sb - 16) <= w(sb - 8)
@@ -350,9 +432,9 @@ impl Index<'_> {
 }
 
 /// The C library's maps and its arenas (the main one first), checked.
-fn arenas(mem: &dyn Memory) -> Result<(Vec<Map>, Vec<u64>)> {
+fn arenas(mem: &dyn Memory) -> Result<(Libc, Vec<u64>)> {
     let libc = libc_maps(mem)?;
-    let main = find_main_arena(mem, &libc)?;
+    let main = find_main_arena(mem, &libc.maps)?;
     let arenas = ring(mem, main)?;
     Ok((libc, arenas))
 }
@@ -502,6 +584,7 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
         regions: Vec::new(),
         cached_free: 0,
         version,
+        static_arena: libc.version.map(|_| (arenas[0], arenas[0] + ARENA_SIZE)),
         warnings: Vec::new(),
     };
     let mut seen: Vec<Seen> = Vec::new();
@@ -519,7 +602,7 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
             // From glibc's own start when found; from the first mapping
             // when that walk does not reach the top chunk (the damage is
             // then the first walk's).
-            let (starts, end, range) = brk_heap(mem, &libc, version, top)?;
+            let (starts, end, range) = brk_heap(mem, &libc.maps, version, top)?;
             let before = seen.len();
             let mut first_error = None;
             for start in starts {
