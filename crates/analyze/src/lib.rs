@@ -27,6 +27,7 @@ mod load;
 mod names;
 pub mod paths;
 mod prefetch;
+pub mod private_dir;
 pub mod slab;
 mod summary;
 pub mod suppress;

@@ -1,7 +1,8 @@
 //! The preload library the `heapdump` executable carries (`build.rs`
 //! embeds it), so that a `heapdump` copied alone or installed with `cargo
-//! install` can trace programs; and the per-user cache directory it and
-//! the analysis caches live in.
+//! install` can trace programs. The per-user cache directory it is kept
+//! in, and its checks, are `heapdump_analyze::private_dir`'s (the
+//! analysis caches live below it, in the directory that crate owns).
 //!
 //! What is handed to the dynamic loader must be exactly what was checked,
 //! and no other local user may be able to change it in between. Two ways
@@ -24,14 +25,19 @@
 //!
 //! Nothing is ever created in a directory another user can write to: the
 //! cache's missing directories are made only under one that passes the
-//! check.
+//! check (`heapdump_analyze::private_dir`).
 
 use anyhow::{bail, Context, Result};
+use heapdump_analyze::private_dir::{checked_chain, private, private_dir};
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// What another user could swap below a directory that fails the checks
+/// (for the error).
+const WHAT: &str = "what heapdump loads or writes";
 
 static EMBEDDED: &[u8] = include_bytes!(env!("HEAPDUMP_EMBEDDED_PRELOAD"));
 
@@ -60,100 +66,12 @@ impl Library {
     }
 }
 
-fn cache_base() -> Result<PathBuf> {
-    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
-        return Ok(x);
-    }
-    match std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
-        Some(h) => Ok(h.join(".cache")),
-        None => bail!("no cache directory (neither XDG_CACHE_HOME nor HOME is set)"),
-    }
-}
-
-fn euid() -> u32 {
-    rustix::process::geteuid().as_raw()
-}
-
-/// Whether `m` is owned by this user and writable by no one else.
-fn private(m: &std::fs::Metadata) -> bool {
-    m.uid() == euid() && m.mode() & 0o022 == 0
-}
-
-/// Why the directory `m` describes may not lie on the way to what is
-/// loaded, if it may not: it must be root's or this user's, and writable by
-/// no one else unless sticky (then no one else may rename what is in it).
-fn unsafe_ancestor(m: &std::fs::Metadata) -> Option<String> {
-    if !m.is_dir() {
-        return Some("not a directory".into());
-    }
-    if m.uid() != 0 && m.uid() != euid() {
-        return Some(format!("owned by uid {}", m.uid()));
-    }
-    if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
-        return Some(format!("writable by others (mode {:o})", m.mode() & 0o7777));
-    }
-    None
-}
-
-/// `path` resolved (no symbolic link left), after checking that every
-/// directory from `/` down to it passes [`unsafe_ancestor`]; an error names
-/// the first that does not and why.
-fn checked_chain(path: &Path) -> Result<PathBuf> {
-    let real = std::fs::canonicalize(path).with_context(|| format!("cannot resolve {}", path.display()))?;
-    let mut at = PathBuf::new();
-    for c in real.components() {
-        at.push(c);
-        let m = std::fs::symlink_metadata(&at).with_context(|| format!("cannot read {}", at.display()))?;
-        if let Some(why) = unsafe_ancestor(&m) {
-            bail!("{} is {why}: another user could swap what heapdump loads or writes below it", at.display());
-        }
-    }
-    Ok(real)
-}
-
-/// Makes `dir` (mode 0700) and whatever it lacks above it, each only in a
-/// directory this user or root owns and no one else may write to, then
-/// checks the whole chain; returns it resolved.
-fn make_checked(dir: &Path) -> Result<PathBuf> {
-    let mut at = PathBuf::new();
-    for c in dir.components() {
-        if matches!(c, Component::ParentDir | Component::CurDir) {
-            bail!("{} is not a plain absolute path", dir.display());
-        }
-        let parent = at.clone();
-        at.push(c);
-        match std::fs::symlink_metadata(&at) {
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot read {}", at.display()))),
-        }
-        // Never written into a directory others may write to, sticky or
-        // not: they could have made the name first, or fill it.
-        let pm = std::fs::metadata(&parent).with_context(|| format!("cannot read {}", parent.display()))?;
-        if (pm.uid() != 0 && pm.uid() != euid()) || pm.mode() & 0o022 != 0 {
-            bail!(
-                "{} is missing and {} is not this user's alone (owner {}, mode {:o}): heapdump writes nothing there",
-                at.display(),
-                parent.display(),
-                pm.uid(),
-                pm.mode() & 0o7777
-            );
-        }
-        match std::fs::DirBuilder::new().mode(0o700).create(&at) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot create {}", at.display()))),
-        }
-    }
-    checked_chain(dir)
-}
-
 /// Whether `lib` (a library found beside the executable) may be loaded
 /// into the traced program: a regular file of this user, writable by no
 /// one else, every directory on the way to it root's or this user's and
 /// writable by no one else. Returns the resolved path.
 pub fn trusted_beside(lib: &Path) -> Option<PathBuf> {
-    let real = checked_chain(lib.parent()?).ok()?.join(lib.file_name()?);
+    let real = checked_chain(lib.parent()?, WHAT).ok()?.join(lib.file_name()?);
     let m = std::fs::symlink_metadata(&real).ok()?;
     (m.is_file() && private(&m)).then_some(real)
 }
@@ -162,28 +80,6 @@ pub fn trusted_beside(lib: &Path) -> Option<PathBuf> {
 fn intact(path: &Path) -> bool {
     let Ok(m) = std::fs::symlink_metadata(path) else { return false };
     m.is_file() && private(&m) && m.len() == EMBEDDED.len() as u64 && std::fs::read(path).is_ok_and(|b| b == EMBEDDED)
-}
-
-/// `$XDG_CACHE_HOME/heapdump` (or `~/.cache/heapdump`), and `sub` below
-/// it when given, resolved: made with mode 0700 where missing, and refused
-/// unless every directory from `/` down is root's or this user's and
-/// writable by no one else, and the last ones are this user's alone.
-pub fn private_dir(sub: Option<&str>) -> Result<PathBuf> {
-    let mut dir = cache_base()?.join("heapdump");
-    if let Some(s) = sub {
-        dir = dir.join(s);
-    }
-    let real = make_checked(&dir)?;
-    let mut own = Some(real.as_path());
-    for _ in 0..1 + usize::from(sub.is_some()) {
-        let Some(d) = own else { break };
-        let m = std::fs::symlink_metadata(d).with_context(|| format!("cannot read {}", d.display()))?;
-        if !m.is_dir() || !private(&m) {
-            bail!("{} is not a private directory of this user (owner {}, mode {:o}): remove it", d.display(), m.uid(), m.mode() & 0o7777);
-        }
-        own = d.parent();
-    }
-    Ok(real)
 }
 
 /// The embedded library: a file in the private cache (written when
@@ -198,7 +94,7 @@ pub fn embedded() -> Result<Library> {
 
 /// The embedded library in the private cache.
 fn cached() -> Result<PathBuf> {
-    let dir = private_dir(None)?;
+    let dir = private_dir(None, WHAT)?;
     let name = format!("libheapdump_preload-{:016x}.so", hash(EMBEDDED));
     let path = dir.join(&name);
     if intact(&path) {

@@ -60,7 +60,7 @@ pub fn session<'h>(file: &'h DumpFile, heap: &'h Heap) -> Session<'h> {
     if NO_CACHE.load(std::sync::atomic::Ordering::Relaxed) {
         return Session(a);
     }
-    let Ok(dir) = crate::preload::private_dir(Some("analysis")) else { return Session(a) };
+    let Ok(dir) = heapdump_analyze::private_dir::analysis_dir() else { return Session(a) };
     match heapdump_analyze::cache::CacheFile::for_dump(&dir, heap, file.bytes().len() as u64, crate::cmd::VERSION) {
         Some(c) => Session(a.with_cache(c)),
         None => Session(a),
@@ -102,7 +102,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
     // A graph loaded before from this very dump (its bytes checked against
     // its checksum) is read back instead of decoding every record.
     let cache = (!NO_CACHE.load(std::sync::atomic::Ordering::Relaxed))
-        .then(|| crate::preload::private_dir(Some("analysis")).ok())
+        .then(|| heapdump_analyze::private_dir::analysis_dir().ok())
         .flatten()
         .and_then(|dir| heapdump_analyze::cache::CacheFile::for_file(&dir, &file, crate::cmd::VERSION));
     let report = report();
