@@ -1,7 +1,7 @@
 //! The tracker's entry points for allocators that are not a `GlobalAlloc`:
 //! the `LD_PRELOAD` library's C functions. Not part of the Rust API.
 
-use crate::fatal;
+use crate::trigger::fatal;
 
 /// The program's `sigaction` (the preload library interposes it): a
 /// fatal signal the runtime holds keeps its handler in front, the
@@ -33,7 +33,7 @@ pub fn signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
 /// Code was unloaded (`dlclose`): forget the unwind rules cached for
 /// addresses other code may now occupy.
 pub fn code_unloaded() {
-    crate::unwind::forget();
+    crate::sites::unwind::forget();
 }
 
 pub use crate::tracker::Realloc;

@@ -40,47 +40,23 @@
 //!   thread never stops (for a dump) while holding one.
 #![deny(missing_docs)]
 
-mod assist;
-mod collapse;
 mod config;
-mod counters;
 mod dump;
-mod entry;
-mod fatal;
 mod guard;
-mod helper;
-mod index;
-mod limit;
-mod lock;
-mod modules;
-mod outcome;
-mod output;
-mod overflow;
-mod pipe;
-mod procfs;
-mod report;
-mod roots;
-mod sampling;
-mod scan;
-mod shadow;
 mod sites;
-mod slots;
 mod startup;
 mod state;
-mod stw;
 mod sys;
 mod table;
-mod text;
 mod tracker;
 mod trigger;
-mod unwind;
 
 pub use config::{parse_backtrace, parse_bytes, parse_signal, Backtrace, Config};
+pub use dump::outcome::{DumpError, DumpInfo};
 pub use heapdump_format::{Mode, Reason};
-pub use outcome::{DumpError, DumpInfo};
-pub use output::{dump, dump_numbered, dump_to_fd};
 pub use state::{config, stats, Stats};
 pub use tracker::Tracked;
+pub use trigger::output::{dump, dump_numbered, dump_to_fd};
 
 /// For the runtime's own tests: one backtrace of the caller with either
 /// unwinder (the cached one may decline: `None`).
@@ -90,7 +66,7 @@ pub mod testing {
     /// with the one into the caller's caller.
     #[inline(never)]
     pub fn backtrace_cached(frames: &mut [u64]) -> Option<usize> {
-        crate::unwind::capture(crate::sites::room(frames), 1)
+        crate::sites::unwind::capture(crate::sites::room(frames), 1)
     }
     /// The same with libgcc's `_Unwind_Backtrace`.
     #[inline(never)]
@@ -99,7 +75,7 @@ pub mod testing {
     }
     /// Unwind rules in the cached unwinder's cache.
     pub fn cached_rules() -> usize {
-        crate::unwind::cached_rules()
+        crate::sites::unwind::cached_rules()
     }
     /// This thread's stripe of counters (255: the shared one).
     pub fn stripe() -> usize {

@@ -1,11 +1,14 @@
 //! Start-up, before `main`: fork handlers, the exit dump, the helper
 //! thread with its pipe, the dump signal and the fatal signals.
 
-use crate::helper::{HELPER_PID, SIGNAL_PIPE};
+use crate::dump::stw;
+use crate::dump::stw::STATIC_TLS;
+use crate::sites::unwind;
 use crate::state::{state, STATE};
-use crate::stw::STATIC_TLS;
+use crate::trigger::helper_pipe::{HELPER_PID, SIGNAL_PIPE};
 use crate::trigger::{__cxa_atexit, heapdump_rt_at_exit, helper_main, on_dump_signal};
-use crate::{fatal, guard, limit, report, stw, sys, unwind};
+use crate::trigger::{fatal, limit, report};
+use crate::{guard, sys};
 use core::sync::atomic::Ordering;
 
 extern "C" fn before_fork() {

@@ -3,7 +3,9 @@
 //! the runtime itself occupies (never a root) and its statistics.
 
 use crate::config::Config;
-use crate::{guard, sites, stw, table, unwind};
+use crate::dump::stw;
+use crate::sites::unwind;
+use crate::{guard, sites, table};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// The runtime's global state: one per process.
@@ -161,7 +163,7 @@ pub fn config() -> Config {
 /// or a frame pointer the unwinder remembered is no pointer of the
 /// program's, and kept blocks "still reachable" by chance.
 pub(crate) fn own_tls(fs: u64) -> [(u64, u64); 7] {
-    let sample = crate::sampling::tls_countdown();
+    let sample = crate::sites::sampling::tls_countdown();
     let last = sites::tls_last_site();
     let all = [sample, last, unwind::tls_stack_top(), unwind::tls_memo(), guard::tls_state(), guard::tls_deferred(), table::tls_stripe()];
     all.map(|(a, n)| if a == 0 { (0, 0) } else { (a.wrapping_sub(fs), n) })

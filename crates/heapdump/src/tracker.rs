@@ -3,12 +3,13 @@
 //! functions alike (through `hooks`).
 
 use crate::config::{self, Config};
-use crate::entry::Entry;
-use crate::output::{auto_dump, Why};
-use crate::sampling::sample;
+use crate::dump::stw;
+use crate::sites::sampling::sample;
 use crate::state::{state, State};
+use crate::table::entry::Entry;
+use crate::trigger::output::{auto_dump, Why};
 use crate::trigger::threshold_crossed;
-use crate::{guard, sites, stw, Reason};
+use crate::{guard, sites, Reason};
 use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::Ordering;
 

@@ -15,14 +15,14 @@
 //!
 //! Written by hand because it runs inside the traced process with the
 //! world stopped: the helper is a raw `clone` thread (as the pipe's
-//! writer, see [`crate::pipe`]), started with every signal blocked; it
+//! writer, see [`crate::dump::writer`]), started with every signal blocked; it
 //! reads the live blocks and the sorted index, writes only its mapping,
 //! never touches thread-local storage, allocates nothing and cannot
 //! panic (every slot index is bounded by the constants below).
 
-use crate::index::{Index, HUGE_KEPT};
-use crate::pipe::{futex_wake, wait_change, wait_exit};
-use crate::scan;
+use crate::dump::index::{Index, HUGE_KEPT};
+use crate::dump::scan;
+use crate::dump::writer::{futex_wake, wait_change, wait_exit};
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use heapdump_format::{DenseEncoder, Encoded, Link, LinkEncoder};

@@ -2,8 +2,8 @@
 //! (`heapdump run --fork --collapse`): the fork then copies a page-table
 //! entry per 2 MiB instead of 512.
 
-use crate::procfs::Maps;
 use crate::sys;
+use crate::sys::procfs::Maps;
 use crate::table::Table;
 
 /// Collapses the private anonymous memory (the heap, the table's shadow)

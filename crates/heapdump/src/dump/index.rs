@@ -14,10 +14,10 @@
 //! Written by hand: it is built and used with the world stopped, inside
 //! the traced process, from memory mapped from the kernel.
 
-use crate::outcome::DumpError;
+use crate::dump::outcome::DumpError;
 
-use crate::entry::Entry;
 use crate::sys;
+use crate::table::entry::Entry;
 use crate::table::Table;
 
 /// The live allocations sorted by address: the lookup index of the compact

@@ -9,18 +9,28 @@
 //! configuration) and [`Request`] (what was asked and why): it knows
 //! nothing of the runtime's global state or its triggers.
 
-use crate::assist::{self, Assist, Large, CHUNK};
-use crate::collapse::collapse_heap;
+pub(crate) mod assist;
+pub(crate) mod collapse;
+pub(crate) mod index;
+pub(crate) mod modules;
+pub(crate) mod outcome;
+pub(crate) mod roots;
+pub(crate) mod scan;
+pub(crate) mod stw;
+pub(crate) mod writer;
+
 use crate::config::{self, Config};
-use crate::index::{build_index, Index, Prepared};
-use crate::modules::Modules;
-use crate::outcome::{DumpError, DumpInfo};
-use crate::pipe::{self, PipeSink};
-use crate::procfs::{self, Maps, MapsText};
-use crate::roots::{anon_roots, outside_holes, tls_root, OwnTls};
-use crate::scan::{self, Scanner};
+use crate::dump::assist::{Assist, Large, CHUNK};
+use crate::dump::collapse::collapse_heap;
+use crate::dump::index::{build_index, Index, Prepared};
+use crate::dump::modules::Modules;
+use crate::dump::outcome::{DumpError, DumpInfo};
+use crate::dump::roots::{anon_roots, outside_holes, tls_root, OwnTls};
+use crate::dump::scan::Scanner;
+use crate::dump::stw::{Regs, RSP};
+use crate::dump::writer::PipeSink;
 use crate::sites::Sites;
-use crate::stw::{self, Regs, RSP};
+use crate::sys::procfs::{self, Maps, MapsText};
 use crate::sys::{self, Mapping};
 use crate::table::Table;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -144,7 +154,7 @@ fn scratch() -> Result<&'static mut Scratch, DumpError> {
     mapped(&mut s.batch, BATCH, "mapping scratch", false)?;
     mapped(&mut s.shared, 4096, "mapping shared scratch", true)?;
     if s.pipe.is_null() {
-        s.pipe = pipe::map();
+        s.pipe = writer::map();
     }
     if s.assist.is_null() {
         s.assist = assist::map();
@@ -216,7 +226,7 @@ fn write_locked(src: Sources<'_>, fd: i32, req: &Request<'_>) -> Result<DumpInfo
         Ok(0) => {
             // Child: one thread, a copy of the stopped image. Write and leave.
             let pause = sys::monotonic_ns() - t0;
-            crate::report::writer();
+            crate::trigger::report::writer();
             let sink = PipeSink::start(fd, pipe);
             let code = match write_body(src, sc, sink, req, None, Held { stopped, t0, pause: Some(pause) }) {
                 Ok(info) => {

@@ -107,7 +107,7 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mu
     let mut exe = [0u8; 1024];
     let name = if name.is_empty() && m.len == 0 {
         // The main program: the loader gives no name.
-        let n = crate::procfs::exe_path(&mut exe);
+        let n = crate::sys::procfs::exe_path(&mut exe);
         if n > 0 {
             &exe[..n]
         } else {

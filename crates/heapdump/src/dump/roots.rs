@@ -3,17 +3,18 @@
 //! ended threads and the runtime's mappings), thread-local storage, the
 //! parts of a region outside the runtime's own.
 
-use crate::index::Index;
-use crate::outcome::DumpError;
-use crate::pipe::PipeSink;
-use crate::procfs::Maps;
-use crate::scan::Scanner;
+use crate::dump::index::Index;
+use crate::dump::outcome::DumpError;
+use crate::dump::scan::Scanner;
+use crate::dump::writer::PipeSink;
+use crate::sys::procfs::Maps;
 
 /// The runtime's own thread-local variables, as (offset from the thread
 /// pointer, size): never part of a thread's TLS root.
 pub type OwnTls = [(u64, u64); 7];
-use crate::text::fmt_u64;
-use crate::{stw, sys};
+use crate::dump::stw;
+use crate::sys;
+use crate::sys::text::fmt_u64;
 use heapdump_format::{raw, StaticInfo, Writer};
 
 /// Calls `emit(a, b)` for each part of `[start, end)` outside every hole,

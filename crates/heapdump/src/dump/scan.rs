@@ -1,10 +1,10 @@
 //! Reading the program's memory into records: whole regions (full dumps)
 //! or the pointers they hold into live allocations (compact dumps).
 
-use crate::entry::Entry;
-use crate::index::Index;
-use crate::outcome::DumpError;
-use crate::pipe::PipeSink;
+use crate::dump::index::Index;
+use crate::dump::outcome::DumpError;
+use crate::dump::writer::PipeSink;
+use crate::table::entry::Entry;
 use heapdump_format::{raw, AllocInfo, Contents, Link, Mode, WriteError, Writer};
 
 /// Scans `[start, start+len)` for words pointing into live allocations.

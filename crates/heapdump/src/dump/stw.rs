@@ -493,7 +493,7 @@ pub fn stop(also_skip: u32) -> Stopped {
     // until a round finds nothing new.
     for _round in 0..8 {
         let mut new = 0;
-        crate::procfs::for_each_task(|tid| {
+        crate::sys::procfs::for_each_task(|tid| {
             if tid == me
                 || tid == also_skip
                 || tid == RUNTIME_TID.load(Ordering::Acquire)
@@ -519,7 +519,7 @@ pub fn stop(also_skip: u32) -> Stopped {
             // starts every new thread with all signals blocked) or for
             // good (node's and the JVM's service threads): it is signalled
             // all the same, and waited for only briefly below.
-            let blocked = crate::procfs::blocks_signal(tid, sig);
+            let blocked = crate::sys::procfs::blocks_signal(tid, sig);
             match sys::tgkill(tid, sig) {
                 Ok(()) if blocked => {
                     blocked_waiting += 1;
@@ -555,11 +555,11 @@ pub fn stop(also_skip: u32) -> Stopped {
             GONE => continue,
             _ => {
                 out.not_stopped += 1;
-                slots()[i].blocked_sp.store(crate::procfs::blocked_sp(tid), Ordering::Release);
+                slots()[i].blocked_sp.store(crate::sys::procfs::blocked_sp(tid), Ordering::Release);
             }
         }
         let mut name = [0u8; 16];
-        let n = crate::procfs::thread_name(tid, &mut name).len();
+        let n = crate::sys::procfs::thread_name(tid, &mut name).len();
         // SAFETY: only the stopper writes a slot's name, before reading it.
         unsafe { *slots()[i].name.get() = (name, n as u8) };
     }

@@ -2,7 +2,7 @@
 //!
 //! Capture reads `.eh_frame`, so it works on code built without frame
 //! pointers, such as Rust's standard library and most C libraries: by
-//! default with the caching unwinder of [`crate::unwind`], which falls
+//! default with the caching unwinder of [`crate::sites::unwind`], which falls
 //! back to the system unwinder (`_Unwind_Backtrace` from libgcc) on any
 //! frame it does not model; `HEAPDUMP_UNWINDER=libgcc` uses the latter
 //! throughout. With glibc 2.35 and later both find unwind tables through
@@ -13,8 +13,11 @@
 //! the frames, with the frames in an append-only arena; all memory comes
 //! from `mmap`. A site id is `local_index * 16 + shard + 1` (0 = no site).
 
-use crate::lock::SpinLock;
+pub(crate) mod sampling;
+pub(crate) mod unwind;
+
 use crate::sys;
+use crate::sys::lock::SpinLock;
 use core::ffi::c_void;
 
 /// Deepest stack recorded.
@@ -33,7 +36,7 @@ extern "C" {
     fn _Unwind_GetIP(ctx: *mut UnwindContext) -> usize;
 }
 
-pub use crate::unwind::Frames;
+pub use crate::sites::unwind::Frames;
 
 /// The first `n` frames of `f`, which a capture wrote.
 ///
@@ -85,7 +88,7 @@ extern "C" fn trace_one(ctx: *mut UnwindContext, arg: *mut c_void) -> i32 {
 #[inline(never)]
 pub fn capture(frames: &mut Frames, skip: usize, cached: bool) -> usize {
     if cached {
-        if let Some(n) = crate::unwind::capture(frames, skip + 1) {
+        if let Some(n) = crate::sites::unwind::capture(frames, skip + 1) {
             return n;
         }
     }
@@ -295,7 +298,7 @@ impl Sites {
 
     /// Takes every lock (before fork).
     pub fn lock_all(&self) {
-        crate::lock::lock_all_for_fork(&self.shards);
+        crate::sys::lock::lock_all_for_fork(&self.shards);
     }
 
     /// Releases every lock (after fork).
@@ -304,7 +307,7 @@ impl Sites {
     /// Only after [`Sites::lock_all`].
     pub unsafe fn unlock_all(&self) {
         // SAFETY: the caller took these locks with `lock_all` (before fork).
-        unsafe { crate::lock::unlock_all_after_fork(&self.shards) }
+        unsafe { crate::sys::lock::unlock_all_after_fork(&self.shards) }
     }
 }
 

@@ -8,6 +8,10 @@
 //! of every other module of the runtime.
 #![allow(clippy::disallowed_methods)]
 
+pub(crate) mod lock;
+pub(crate) mod procfs;
+pub(crate) mod text;
+
 use core::ffi::CStr;
 
 /// The calling thread's errno.

@@ -3,8 +3,8 @@
 //! call) and the executable's path. Read with raw system calls into fixed
 //! buffers or the runtime's own mappings: nothing here allocates.
 
+use crate::sys::text::{fmt_u64, parse_hex, parse_u64};
 use crate::sys::{self, Mapping};
-use crate::text::{fmt_u64, parse_hex, parse_u64};
 
 /// This process's executable (`/proc/self/exe`) into `out`; its length (0
 /// when unknown).

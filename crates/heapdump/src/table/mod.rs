@@ -1,13 +1,13 @@
 //! The live table: every live allocation, in memory mapped straight from
 //! the kernel. Three parts, each in a file of its own:
-//! - the small blocks (at most [`crate::slots::SMALL_MAX`] bytes, 16-byte aligned,
+//! - the small blocks (at most [`crate::table::slots::SMALL_MAX`] bytes, 16-byte aligned,
 //!   alignment at most 16, below 2^47) in address-indexed slots
-//!   ([`crate::slots`]);
-//! - every other block in the overflow table ([`crate::overflow`]), 64
+//!   ([`crate::table::slots`]);
+//! - every other block in the overflow table ([`crate::table::overflow`]), 64
 //!   shards behind spin locks taken under [`crate::guard::Locked`], so
 //!   that a signal handler allocating on a thread that holds one defers its
 //!   update instead of spinning on it;
-//! - the counts, per thread ([`crate::counters`]).
+//! - the counts, per thread ([`crate::table::counters`]).
 //!
 //! Why by address: a hash table scatters neighbouring blocks over the whole
 //! table, so every allocation and every free missed the cache on a slot of
@@ -32,14 +32,20 @@
 //! Addresses at or above 2^48 (5-level paging only) are counted, not
 //! tracked.
 
-pub(crate) use crate::counters::tls_stripe;
-use crate::counters::Counters;
-pub use crate::entry::Entry;
-use crate::lock::SpinLock;
-use crate::overflow::{shard_index, NoRoom, Shard, Slot, ADDR_MASK, SHARDS};
-use crate::shadow::Shadow;
+pub(crate) mod counters;
+pub(crate) mod entry;
+pub(crate) mod overflow;
+pub(crate) mod shadow;
+pub(crate) mod slots;
 
-use crate::slots::{is_small, slot_size, Place, Slots};
+use crate::sys::lock::SpinLock;
+pub(crate) use crate::table::counters::tls_stripe;
+use crate::table::counters::Counters;
+pub use crate::table::entry::Entry;
+use crate::table::overflow::{shard_index, NoRoom, Shard, Slot, ADDR_MASK, SHARDS};
+use crate::table::shadow::Shadow;
+
+use crate::table::slots::{is_small, slot_size, Place, Slots};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// The live table.
@@ -152,7 +158,7 @@ impl Table {
     }
 
     /// Records a new allocation. Returns the live bytes after it when they
-    /// were brought up to date (at least every [`crate::counters::FLUSH`]
+    /// were brought up to date (at least every [`crate::table::counters::FLUSH`]
     /// bytes), else 0.
     #[inline(always)]
     pub fn insert(&self, e: &Entry) -> u64 {
@@ -382,7 +388,7 @@ impl Table {
 
     /// Takes every lock (before fork).
     pub fn lock_all(&self) {
-        crate::lock::lock_all_for_fork(&self.overflow);
+        crate::sys::lock::lock_all_for_fork(&self.overflow);
     }
 
     /// Releases every lock (after fork).
@@ -391,7 +397,7 @@ impl Table {
     /// Only after [`Table::lock_all`].
     pub unsafe fn unlock_all(&self) {
         // SAFETY: the caller took these locks with `lock_all` (before fork).
-        unsafe { crate::lock::unlock_all_after_fork(&self.overflow) }
+        unsafe { crate::sys::lock::unlock_all_after_fork(&self.overflow) }
     }
 }
 
@@ -406,8 +412,8 @@ impl Drop for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::FLUSH;
-    use crate::slots::SMALL_MAX;
+    use crate::table::counters::FLUSH;
+    use crate::table::slots::SMALL_MAX;
 
     #[test]
     fn pack_round_trips_extreme_values() {

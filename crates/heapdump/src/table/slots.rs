@@ -2,7 +2,7 @@
 //! holds a block's size, alignment and whether it has a site (sites sit in
 //! a parallel array, touched only when one is recorded). Two layouts,
 //! chosen once, behind this one type (nothing outside knows which):
-//! - the shadow ([`crate::shadow`], the default): at a fixed offset from
+//! - the shadow ([`crate::table::shadow`], the default): at a fixed offset from
 //!   the address, so finding a slot is arithmetic;
 //! - buckets, where the shadow's address space is refused or
 //!   `HEAPDUMP_TABLE=buckets` asks for them: a top array and 4096-entry
@@ -14,9 +14,9 @@
 //! so a slot has one writer at a time and is read and written without a
 //! lock. Counting is the table's: these methods say what a slot held.
 
-use crate::entry::Entry;
-use crate::shadow::{self, Shadow};
 use crate::sys;
+use crate::table::entry::Entry;
+use crate::table::shadow::{self, Shadow};
 use core::sync::atomic::{AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Largest block kept in the address-indexed slots.

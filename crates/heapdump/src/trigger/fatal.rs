@@ -203,7 +203,7 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
     // this thread, and so not inside the tracker. A signal sent there is
     // raised again as the thread leaves it; a fault there is given back
     // without a dump (returning would only fault again).
-    let alone = !crate::helper::helper_here();
+    let alone = !crate::trigger::helper_pipe::helper_here();
     let faulted = crash && !info.is_null() && {
         // SAFETY: the kernel's siginfo for an SA_SIGINFO handler.
         unsafe { (*info).si_code > 0 }
@@ -233,20 +233,20 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
                 // SAFETY: for an SA_SIGINFO handler the kernel passes a
                 // ucontext_t.
                 let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
-                crate::stw::note_crash(me, &crate::stw::regs_from_gregs(&uc.uc_mcontext.gregs));
+                crate::dump::stw::note_crash(me, &crate::dump::stw::regs_from_gregs(&uc.uc_mcontext.gregs));
             }
             set_cause(sig, code, me, address, sender);
             if !alone {
-                if crate::helper::request_fatal_dump() {
+                if crate::trigger::helper_pipe::request_fatal_dump() {
                     wait_done();
                 }
             } else if !crate::guard::inside() {
                 let regs = if ctx.is_null() {
-                    crate::stw::current_regs()
+                    crate::dump::stw::current_regs()
                 } else {
                     // SAFETY: for an SA_SIGINFO handler the kernel passes
                     // a ucontext_t.
-                    crate::stw::regs_from_gregs(&unsafe { &*(ctx as *const libc::ucontext_t) }.uc_mcontext.gregs)
+                    crate::dump::stw::regs_from_gregs(&unsafe { &*(ctx as *const libc::ucontext_t) }.uc_mcontext.gregs)
                 };
                 let reason = if crash { heapdump_format::Reason::Crash } else { heapdump_format::Reason::Signal };
                 crate::trigger::dump_on_this_thread(reason, cause(), &regs);

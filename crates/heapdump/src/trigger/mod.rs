@@ -18,11 +18,20 @@
 //!   tracker (which may hold the locks a dump takes) the signal is raised
 //!   again as the thread leaves it (`guard::defer_signal`).
 
-use crate::helper::{ask_helper, ask_helper_for_dump, helper_here, ASK_CHECK, ASK_DUMP, ASK_FATAL, SIGNALS_PENDING, SIGNAL_PIPE};
-use crate::outcome::DumpError;
-use crate::output::{auto_dump, Why, AUTO_DUMPS};
+pub(crate) mod fatal;
+pub(crate) mod helper_pipe;
+pub(crate) mod limit;
+pub(crate) mod output;
+pub(crate) mod report;
+
+use crate::dump::outcome::DumpError;
+use crate::dump::stw;
 use crate::state::{State, STATE};
-use crate::{fatal, guard, helper, limit, report, stw, sys, Reason};
+use crate::trigger::helper_pipe::{
+    ask_helper, ask_helper_for_dump, helper_here, ASK_CHECK, ASK_DUMP, ASK_FATAL, SIGNALS_PENDING, SIGNAL_PIPE,
+};
+use crate::trigger::output::{auto_dump, Why, AUTO_DUMPS};
+use crate::{guard, sys, Reason};
 use core::sync::atomic::Ordering;
 use heapdump_format::{LimitInfo, SignalInfo};
 
@@ -176,7 +185,7 @@ pub(crate) fn dump_on_this_thread(reason: Reason, signal: Option<SignalInfo>, re
 /// signal being handled; the limits are looked at again at the next
 /// allocation (a look the parent had asked for is not the child's).
 pub(crate) fn forked() {
-    helper::forked();
+    helper_pipe::forked();
     AUTO_DUMPS.store(0, Ordering::Release);
     fatal::forked();
     stw::forked();

@@ -1,10 +1,12 @@
 //! Where a dump goes: the public dump calls, the automatic dumps' file
 //! names (claimed with `O_EXCL`, numbered), and reporting what was written.
 
+use crate::dump::outcome::{DumpError, DumpInfo};
+use crate::dump::stw;
 use crate::dump::{write_dump, Request, Sources};
-use crate::outcome::{DumpError, DumpInfo};
 use crate::state::{state, State};
-use crate::{guard, report, stw, sys, Mode, Reason};
+use crate::trigger::report;
+use crate::{guard, sys, Mode, Reason};
 use core::sync::atomic::{AtomicU64, Ordering};
 use heapdump_format::{LimitInfo, SignalInfo};
 use std::os::unix::ffi::OsStrExt;
@@ -154,11 +156,11 @@ pub(crate) fn open_numbered(path: &[u8], plain_first: bool, out: &mut [u8; 1100]
         } else {
             put(stem, &mut len);
             put(b".", &mut len);
-            let k = crate::text::fmt_u64(pid, &mut num);
+            let k = crate::sys::text::fmt_u64(pid, &mut num);
             put(&num[..k], &mut len);
             if n > 0 {
                 put(b".", &mut len);
-                let k = crate::text::fmt_u64(n, &mut num);
+                let k = crate::sys::text::fmt_u64(n, &mut num);
                 put(&num[..k], &mut len);
             }
             put(ext, &mut len);

@@ -20,7 +20,7 @@
 //! `run` waits while a started dump has neither `wrote` nor `failed` and
 //! its process or writer is alive. Paths are absolute.
 
-use crate::outcome::{DumpError, DumpInfo};
+use crate::dump::outcome::{DumpError, DumpInfo};
 use crate::sys;
 use heapdump_format::Reason;
 
@@ -42,7 +42,7 @@ impl Line {
     }
     pub(crate) fn n(&mut self, v: u64) -> &mut Self {
         let mut t = [0u8; 20];
-        let k = crate::text::fmt_u64(v, &mut t);
+        let k = crate::sys::text::fmt_u64(v, &mut t);
         self.s(&t[..k])
     }
     /// `path`, made absolute with the current directory when relative.
@@ -58,7 +58,7 @@ impl Line {
     /// This process's executable (`/proc/self/exe`), or `?`.
     fn exe(&mut self) -> &mut Self {
         let mut b = [0u8; 512];
-        let n = crate::procfs::exe_path(&mut b);
+        let n = crate::sys::procfs::exe_path(&mut b);
         if n > 0 {
             // A tab or newline in the name would split the line.
             for c in &mut b[..n] {
