@@ -2,6 +2,10 @@
 //! statics, no allocation while dumping, clean failure on a full disk,
 //! every trigger (API, signal, exit, allocation failure, threshold), fork
 //! mode, and file naming that never overwrites.
+//!
+//! No libtest harness (`harness = false`: the reason is in Cargo.toml): `main`
+//! lists the tests and runs them one at a time on the main thread; a test
+//! missing from that list never runs.
 // The test plays the host program: its own calls into the C library.
 #![allow(clippy::disallowed_methods)]
 

@@ -1,6 +1,10 @@
 //! The live table is exact: churn from many threads, realloc in every
 //! direction, fork while other threads allocate, thread-local destructors,
 //! and an inner allocator that fails.
+//!
+//! No libtest harness (`harness = false`: the reason is in Cargo.toml): `main`
+//! lists the tests and runs them one at a time on the main thread; a test
+//! missing from that list never runs.
 // The test plays the host program: its own calls into the C library.
 #![allow(clippy::disallowed_methods)]
 

@@ -5,6 +5,10 @@
 //!
 //! The inner allocator is a lock-free bump allocator so that allocating in
 //! a signal handler is itself safe (glibc's malloc is not).
+//!
+//! No libtest harness (`harness = false`: the reason is in Cargo.toml): `main`
+//! lists the tests and runs them one at a time on the main thread; a test
+//! missing from that list never runs.
 // The test plays the host program: its own calls into the C library.
 #![allow(clippy::disallowed_methods)]
 
