@@ -9,7 +9,8 @@
 //! every export give one answer to one question: they only print or
 //! encode what it returns.
 
-use crate::cache::{CacheFile, CacheProblem, Cached, Reader};
+use crate::cache::{CacheFile, CacheProblem, Cached};
+use crate::cache_file::Reader;
 use crate::dominators::{self, Dominators};
 use crate::error::{AnalyzeError, Result};
 use crate::group::{self, GroupBy, RetainedRow, Row};
@@ -275,7 +276,7 @@ fn read_children(r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, d: &Dominators) -
     Ok(dominators::Children { start, list })
 }
 
-fn write_names(o: &mut crate::cache::Out, names: &HashMap<u32, String>) {
+fn write_names(o: &mut crate::cache_file::Out, names: &HashMap<u32, String>) {
     let mut v: Vec<(&u32, &String)> = names.iter().collect();
     v.sort();
     o.u64(v.len() as u64);
@@ -418,7 +419,7 @@ impl<'h> Analysis<'h> {
 
     /// Keeps part `ext` in the cache, if there is one, noting whether it
     /// was written.
-    fn keep_part(&self, ext: &str, bytes: usize, body: impl FnOnce(&mut crate::cache::Out)) {
+    fn keep_part(&self, ext: &str, bytes: usize, body: impl FnOnce(&mut crate::cache_file::Out)) {
         if let Some(c) = &self.cache {
             self.note_writing(c.write_part(ext, bytes, body));
         }

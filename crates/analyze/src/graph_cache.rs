@@ -5,7 +5,7 @@
 //! a CRC at the end; read back with every index checked, so that a damaged
 //! file is refused (and rebuilt) rather than trusted.
 
-use crate::cache::{CacheProblem, Out, Reader};
+use crate::cache_file::{CacheProblem, Out, Reader};
 use crate::heap::{Blocks, Heap, ModuleInfo, Offsets, Packed, Root, RootKind, RootRegion, SiteId, ThreadInfo, WideOffset, INTERIOR};
 use crate::slab::Slab;
 use heapdump_format::{Backtrace, Header, Mode, Reason, Segment, SignalInfo, Trailer};
@@ -401,7 +401,7 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trail
 
 /// Reads `path`'s graph for `key` (`Ok(None)`: no such file).
 pub fn read(path: &Path, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Result<Option<Heap>, CacheProblem> {
-    match crate::cache::map_checked(path)? {
+    match crate::cache_file::map_checked(path)? {
         Some(map) => decode(&map, key, dump).map(Some),
         None => Ok(None),
     }
@@ -409,7 +409,7 @@ pub fn read(path: &Path, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Re
 
 #[cfg(test)]
 mod tests {
-    use crate::cache::CacheFile;
+    use crate::cache_file::Writing;
     use crate::heap::{Block, BlockId, Heap, Offsets, SiteId};
     use heapdump_format::{Header, Mode, Reason};
 
@@ -429,6 +429,18 @@ mod tests {
         d
     }
 
+    /// A key for the graph of `h` (the dump's time and pid, as a cache's).
+    fn key(h: &Heap) -> [u64; 5] {
+        [1, 2, 3, h.header.time_ns, u64::from(h.header.pid)]
+    }
+
+    /// Keeps `h` at `d/g.hdgraph`, written in place; its path.
+    fn keep(h: &Heap, d: &std::path::Path) -> std::path::PathBuf {
+        let path = d.join("g.hdgraph");
+        Writing::start(&path, 0, |o| super::encode(h, &key(h), o)).wait().unwrap();
+        path
+    }
+
     fn offsets(h: &Heap) -> Vec<Vec<u64>> {
         (0..h.len()).map(|b| h.edges(BlockId(b as u32)).map(|e| e.offset).collect()).collect()
     }
@@ -438,9 +450,8 @@ mod tests {
     #[test]
     fn the_kept_graph_gives_every_offset_back() {
         let (h, d) = (heap(), dir("back"));
-        let cache = CacheFile::keyed(&d, "test", 1, 2, &h.header);
-        cache.write_graph(&h).wait().unwrap();
-        let back = cache.read_graph().unwrap().expect("the graph is kept");
+        let path = keep(&h, &d);
+        let back = super::read(&path, &key(&h), None).unwrap().expect("the graph is kept");
         assert_eq!(offsets(&back), offsets(&h));
         assert_eq!(offsets(&h)[0], [0, 13, 4096, 1 << 40, 24]);
         assert_eq!(offsets(&h)[1], (0..300).map(|i| 8 * i).collect::<Vec<u64>>());
@@ -460,10 +471,9 @@ mod tests {
                 // A gap's byte says it is anchored.
                 _ => deltas[6] = Offsets::ANCHOR,
             }
-            let cache = CacheFile::keyed(&d, "test", 1, 2, &h.header);
-            cache.write_graph(&h).wait().unwrap();
-            match cache.read_graph() {
-                Err(crate::cache::CacheProblem::Stale(what)) => assert_eq!(what, "edge offsets kept aside"),
+            let path = keep(&h, &d);
+            match super::read(&path, &key(&h), None) {
+                Err(crate::cache_file::CacheProblem::Stale(what)) => assert_eq!(what, "edge offsets kept aside"),
                 Err(e) => panic!("damage {damage}: {e}"),
                 Ok(_) => panic!("damage {damage}: the graph was read"),
             }

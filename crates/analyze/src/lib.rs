@@ -12,6 +12,7 @@
 
 mod analysis;
 pub mod cache;
+mod cache_file;
 mod contents;
 pub mod dominators;
 pub mod dwarf;

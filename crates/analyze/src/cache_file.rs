@@ -1,0 +1,443 @@
+//! The files the caches are made of, below what they hold: each written
+//! to a temporary name beside it (mode 0600, locked while written) with a
+//! CRC of its contents at its end, renamed into place, the directory kept
+//! within bounds; each read back mapped, its CRC checked, its fields read
+//! with every length checked against what is left. `cache.rs` (the
+//! analysis' file and its parts) and `graph_cache.rs` (the loaded graph)
+//! both write and read through it; it knows neither.
+
+use crate::slab::Slab;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The extensions of a directory's cache files (what eviction counts).
+pub(crate) const EXTENSIONS: [&str; 5] = ["hdcache", "hdgraph", "hdtree", "hdnames", "hdreach"];
+
+/// Why a cache file was not used (it is then rebuilt).
+#[derive(Debug, thiserror::Error)]
+pub enum CacheProblem {
+    /// It could not be read.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// It is not this dump's, or damaged.
+    #[error("{0}")]
+    Stale(&'static str),
+}
+
+/// A cache file being written: little-endian fields straight to the
+/// file (no copy of the whole in memory: the graph of 10 M blocks is
+/// 440 MB), the CRC kept as they go. The first error is kept and ends
+/// the writing (see [`create_temporary`], [`write_temporary`]).
+pub(crate) struct Out {
+    file: std::io::BufWriter<std::fs::File>,
+    crc: crc32fast::Hasher,
+    len: u64,
+    error: Option<std::io::Error>,
+}
+
+impl Out {
+    /// Bytes as they are.
+    pub(crate) fn raw(&mut self, b: &[u8]) {
+        if self.error.is_none() {
+            match self.file.write_all(b) {
+                Ok(()) => {
+                    self.crc.update(b);
+                    self.len += b.len() as u64;
+                }
+                Err(e) => self.error = Some(e),
+            }
+        }
+    }
+    pub(crate) fn u8(&mut self, v: u8) {
+        self.raw(&[v]);
+    }
+    pub(crate) fn u32(&mut self, v: u32) {
+        self.raw(&v.to_le_bytes());
+    }
+    pub(crate) fn u64(&mut self, v: u64) {
+        self.raw(&v.to_le_bytes());
+    }
+    /// Counted bytes.
+    pub(crate) fn counted(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.raw(b);
+    }
+    /// A counted array, its items starting at a multiple of 8 bytes (zeros
+    /// before them) so that [`Reader::slab`] can read them in place;
+    /// little endian.
+    pub(crate) fn slab<T: bytemuck::Pod>(&mut self, v: &[T]) {
+        self.u64(v.len() as u64);
+        let pad = (8 - self.len % 8) % 8;
+        self.raw(&[0u8; 8][..pad as usize]);
+        if cfg!(target_endian = "little") {
+            self.raw(bytemuck::cast_slice(v));
+        } else {
+            for x in v {
+                let mut b = bytemuck::bytes_of(x).to_vec();
+                crate::slab::swap_words(&mut b);
+                self.raw(&b);
+            }
+        }
+    }
+}
+
+/// The cache file at `path`, mapped, its CRC (its last four bytes)
+/// checked against the rest: `Ok(None)` when there is none.
+pub(crate) fn map_checked(path: &Path) -> Result<Option<Arc<memmap2::Mmap>>, CacheProblem> {
+    let map = match map(path) {
+        Ok(b) => Arc::new(b),
+        // Being written by an earlier command's writer: waited for.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && wait_for_writer(path) => Arc::new(map(path)?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let body_len = map.len().checked_sub(4).ok_or(CacheProblem::Stale("too short"))?;
+    let (body, crc) = map.split_at(body_len);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err(CacheProblem::Stale("checksum differs"));
+    }
+    Ok(Some(map))
+}
+
+/// A cache file, mapped (read in place: no copy of hundreds of megabytes
+/// into fresh memory). Only a regular file is mapped.
+pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
+    match crate::input::map_regular(path)? {
+        Some(m) => Ok(m),
+        None => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "empty file")),
+    }
+}
+
+/// A cache file being written. The files of a dump of ten million blocks
+/// are 700 MB, which this machine's kernel takes about a second to copy
+/// into fresh page-cache pages: a second the answer waited for. So, as
+/// Redis's `BGSAVE` writes its snapshot, a forked child writes the file
+/// from its copy-on-write image of the analysis (which only reads its
+/// arrays: nothing is copied) while the analysis goes on to its answer.
+/// The command then waits for it ([`Writing::wait`], or when dropped), or
+/// leaves it to finish on its own ([`Writing::detach`]): a question asked
+/// meanwhile waits for the file (see [`wait_for_writer`]). Only a process
+/// of one thread forks (a lock another thread held would stay locked in
+/// the child); otherwise, or when the fork fails, the file is written in
+/// place. The child's standard input and outputs are /dev/null: a pipe
+/// the command writes to ends when the command does.
+#[must_use = "dropping it waits for the writing"]
+pub struct Writing {
+    path: PathBuf,
+    state: WritingState,
+}
+
+enum WritingState {
+    /// Written in place (or the child already waited for).
+    Done(Option<std::io::Result<()>>),
+    /// Being written by this child.
+    Child(libc::pid_t),
+}
+
+/// The smallest file written by a forked child.
+const IN_BACKGROUND: usize = 16 << 20;
+
+/// A forked writer's exit status for an error that is not the system's.
+const NOT_AN_OS_ERROR: i32 = 255;
+
+impl Writing {
+    /// Writes `body` (about `bytes`) to `path` through a temporary file
+    /// ([`create_temporary`], [`write_temporary`]), in a forked child when
+    /// the process has one thread and the file is large enough for its
+    /// writing to cost more than the fork (page tables copied: some 20 ms
+    /// at 10 M blocks). (The C library's `fork`, `_exit` and `waitpid` are
+    /// called here directly: `clippy.toml` keeps them in the runtime's
+    /// `sys.rs`, which is for the traced process; this is the analyser's
+    /// own.)
+    #[allow(unsafe_code, clippy::disallowed_methods)]
+    pub(crate) fn start(path: &Path, bytes: usize, body: impl FnOnce(&mut Out)) -> Writing {
+        let path = path.to_path_buf();
+        let done = |r| Writing { path: path.clone(), state: WritingState::Done(Some(r)) };
+        // Created and locked before any fork: a question asked once this
+        // command has answered finds the writer at work.
+        let (tmp, f) = match create_temporary(&path) {
+            Ok(t) => t,
+            Err(e) => return done(Err(e)),
+        };
+        if bytes < IN_BACKGROUND || !single_threaded() {
+            return done(write_temporary(&path, tmp, f, body));
+        }
+        // SAFETY: the process has one thread (checked just above), so no
+        // lock is copied into the child held by a thread that is not
+        // there; glibc's malloc stays usable across fork. The child writes
+        // the file and leaves with `_exit`, running neither destructors
+        // nor exit handlers (nothing of the parent's, its buffered output
+        // say, is flushed twice); a panic is caught before it could unwind
+        // out of the child's copy of the parent's stack.
+        match unsafe { libc::fork() } {
+            0 => {
+                // SAFETY: plain system calls on this process's own
+                // descriptors (0, 1 and 2 replaced by /dev/null).
+                unsafe {
+                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                    if null >= 0 {
+                        for fd in 0..3 {
+                            libc::dup2(null, fd);
+                        }
+                        libc::close(null);
+                    }
+                }
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_temporary(&path, tmp, f, body)));
+                let status = match r {
+                    Ok(Ok(())) => 0,
+                    Ok(Err(e)) => e.raw_os_error().filter(|&c| c > 0 && c < NOT_AN_OS_ERROR).unwrap_or(NOT_AN_OS_ERROR),
+                    Err(_) => NOT_AN_OS_ERROR,
+                };
+                // SAFETY: ends the child at once (see above).
+                unsafe { libc::_exit(status) }
+            }
+            // The child holds the file, and its lock, from here.
+            pid if pid > 0 => Writing { path, state: WritingState::Child(pid) },
+            _ => done(write_temporary(&path, tmp, f, body)),
+        }
+    }
+
+    /// Whether a forked child is writing it.
+    pub fn in_background(&self) -> bool {
+        matches!(self.state, WritingState::Child(_))
+    }
+
+    /// The file written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits for the writing to end: whether the file was written.
+    pub fn wait(mut self) -> std::io::Result<()> {
+        self.finish()
+    }
+
+    /// Leaves a forked writer to finish on its own after this process
+    /// ends (its parent then the system's, which reaps it).
+    pub fn detach(mut self) {
+        self.state = WritingState::Done(None);
+    }
+
+    #[allow(unsafe_code, clippy::disallowed_methods)]
+    fn finish(&mut self) -> std::io::Result<()> {
+        if let WritingState::Child(pid) = self.state {
+            let mut status = 0;
+            let r = loop {
+                // SAFETY: waits for our own child, whose pid this alone
+                // holds (it is waited for once: the state is then Done).
+                let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+                if r == pid {
+                    break if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+                        Ok(())
+                    } else if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != NOT_AN_OS_ERROR {
+                        Err(std::io::Error::from_raw_os_error(libc::WEXITSTATUS(status)))
+                    } else {
+                        Err(std::io::Error::other("the cache's writer failed"))
+                    };
+                }
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    break Err(e);
+                }
+            };
+            self.state = WritingState::Done(Some(r));
+        }
+        match &mut self.state {
+            WritingState::Done(r) => r.take().unwrap_or(Ok(())),
+            WritingState::Child(_) => unreachable!("waited for above"),
+        }
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// The longest a question waits for another command's writer.
+const WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Waits while another process is writing the cache file `path` (a
+/// temporary file named after it is there, locked: its writer holds the
+/// lock until it ends, whether it renamed the file or failed), at most
+/// [`WRITER_WAIT`]: whether the file is there now. A temporary file left
+/// by a writer that died is not locked: not waited for.
+fn wait_for_writer(path: &Path) -> bool {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return false };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let temporaries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let n = e.file_name().into_string().ok()?;
+            (n.starts_with(&prefix) && n.ends_with(".tmp")).then(|| e.path())
+        })
+        .collect();
+    let writing = |t: &PathBuf| {
+        // Gone (renamed into place, or removed): no longer written.
+        std::fs::File::open(t).is_ok_and(|f| rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_err())
+    };
+    let began = std::time::Instant::now();
+    while temporaries.iter().any(writing) && began.elapsed() < WRITER_WAIT {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    path.exists()
+}
+
+/// Whether this process has one thread (`/proc/self/task` lists them).
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
+}
+
+/// The temporary file a cache file is written to (mode 0600, locked
+/// exclusively while it is written: see [`wait_for_writer`]), and its
+/// path, `.NAME.PID.NANOS.tmp` beside it.
+fn create_temporary(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.{}.{}.tmp",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+    ));
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    // A file system without locks (some network ones) still gets the
+    // cache: a question asked meanwhile then computes its own.
+    let _ = rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+    Ok((tmp, f))
+}
+
+/// Writes what `body` writes, then its CRC, to the temporary file `f` at
+/// `tmp`, renames it to `path` and keeps the directory's caches within
+/// bounds; a failure leaves no file behind.
+fn write_temporary(path: &Path, tmp: PathBuf, f: std::fs::File, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut o = Out { file: std::io::BufWriter::with_capacity(1 << 20, f), crc: crc32fast::Hasher::new(), len: 0, error: None };
+    body(&mut o);
+    let crc = o.crc.clone().finalize();
+    o.raw(&crc.to_le_bytes());
+    // No fsync: a cache cut short by a crash fails its CRC and is rebuilt.
+    let r = match o.error.take() {
+        Some(e) => Err(e),
+        None => o.file.flush().and_then(|()| std::fs::rename(&tmp, path)),
+    };
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    evict(dir, path);
+    r
+}
+
+/// The most the caches of a directory may take together, and the most
+/// files: past either, the least recently written go.
+const KEEP_BYTES: u64 = 2 << 30;
+const KEEP_FILES: usize = 64;
+
+/// Removes the oldest caches of `dir` (never `keep`) while they take more
+/// than [`KEEP_BYTES`] or number more than [`KEEP_FILES`].
+fn evict(dir: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| EXTENSIONS.iter().any(|k| x == *k)))
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            Some((m.modified().ok()?, m.len(), e.path()))
+        })
+        .collect();
+    files.sort();
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    let mut count = files.len();
+    for (_, len, path) in files {
+        if total <= KEEP_BYTES && count <= KEEP_FILES {
+            break;
+        }
+        if path != keep && std::fs::remove_file(&path).is_ok() {
+            total -= len;
+            count -= 1;
+        }
+    }
+}
+
+/// Reads the little-endian fields of a cache file, every length checked
+/// against what is left (shared by the graph's file, `graph_cache.rs`, and
+/// the parts).
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// The fields of a file [`map_checked`] gave: all but its CRC.
+    pub(crate) fn body(map: &'a [u8]) -> Reader<'a> {
+        Reader { b: &map[..map.len().saturating_sub(4)], at: 0 }
+    }
+    /// The key a file was written for: this dump's and this version's, or
+    /// the file is refused.
+    pub(crate) fn key(&mut self, key: &[u64; 5]) -> Result<(), CacheProblem> {
+        for &k in key {
+            if self.u64()? != k {
+                return Err(CacheProblem::Stale("written for another dump or tool version"));
+            }
+        }
+        Ok(())
+    }
+    /// Nothing may follow the last field.
+    pub(crate) fn end(&self) -> Result<(), CacheProblem> {
+        if self.at != self.b.len() {
+            return Err(CacheProblem::Stale("trailing bytes"));
+        }
+        Ok(())
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], CacheProblem> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(CacheProblem::Stale("cut short"))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8, CacheProblem> {
+        Ok(self.take(1)?[0])
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32, CacheProblem> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64, CacheProblem> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| CacheProblem::Stale("cut short"))?))
+    }
+    /// A counted array written by [`Out::slab`], read in place from `map`
+    /// (the mapping these bytes are the start of).
+    pub(crate) fn slab<T: bytemuck::Pod>(&mut self, map: &Arc<memmap2::Mmap>) -> Result<Slab<T>, CacheProblem> {
+        let size = std::mem::size_of::<T>();
+        let n = self.len(size)?;
+        self.take((8 - self.at % 8) % 8)?;
+        let start = self.at;
+        self.take(n * size)?;
+        Slab::mapped(map, start..self.at).ok_or(CacheProblem::Stale("array"))
+    }
+    /// A count, bounded by what the rest of the file could hold at `unit`
+    /// bytes each.
+    pub(crate) fn len(&mut self, unit: usize) -> Result<usize, CacheProblem> {
+        let n = usize::try_from(self.u64()?).map_err(|_| CacheProblem::Stale("length"))?;
+        if n.checked_mul(unit.max(1)).is_none_or(|b| b > self.b.len() - self.at) {
+            return Err(CacheProblem::Stale("length"));
+        }
+        Ok(n)
+    }
+    /// Counted bytes.
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], CacheProblem> {
+        let n = self.len(1)?;
+        self.take(n)
+    }
+    /// Counted bytes, as text.
+    pub(crate) fn string(&mut self) -> Result<String, CacheProblem> {
+        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+}
