@@ -163,9 +163,9 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     let _ = rustix::process::set_child_subreaper(rustix::process::Pid::from_raw(std::process::id() as i32));
     // Forward the signals a user sends to `heapdump run` to the program
     // (the dump signal among them). The handlers go in before the program
-    // starts: one sent in between is kept and passed on once it runs
-    // (installed after, a SIGTERM the moment the program started ended
-    // `heapdump run` alone and left the program running without it).
+    // starts, so that one sent in between is kept and passed on once it
+    // runs: a SIGTERM that found no handler yet would end `heapdump run`
+    // alone and leave the program running without it.
     let mut forwarded = vec![
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,

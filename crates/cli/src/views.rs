@@ -149,11 +149,10 @@ pub fn load(path: &Path) -> Result<Loaded> {
 
 /// A loaded dump. Its graph, when the cache is to keep it, is written
 /// once the command is done with it (when this is dropped, or when asked
-/// with [`Loaded::keep_graph`]), not beside the analysis: there the
-/// writer's 350 MB of fresh page-cache pages (the graph of 10 M blocks)
-/// slowed a first `retained` by a tenth, its faults and the analysis'
-/// own contending on this VM (the writer at the lowest priority did not
-/// help).
+/// with [`Loaded::keep_graph`]), not beside the analysis: the writer's
+/// 350 MB of fresh page-cache pages (the graph of 10 M blocks) would
+/// contend with the analysis' own page faults and slow a first `retained`
+/// by about a tenth on a 2-core machine, at any priority of the writer.
 pub struct Loaded {
     pub file: DumpFile,
     pub heap: Heap,

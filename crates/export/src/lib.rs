@@ -1,7 +1,7 @@
 //! Exports of a heapdump analysis into formats other tools read.
 //!
 //! `heapdump-export` sits between `heapdump-analyze` and the command line:
-//! it takes one [`Explained`] dump (the graph plus the analysis results,
+//! it takes one [`Analysis`] session (the graph plus the analysis results,
 //! computed once by `heapdump-analyze`) and writes it as a pprof profile,
 //! a V8 `.heapsnapshot` (Chrome DevTools, memlab), folded stacks or an SVG
 //! flamegraph, a DOT or mermaid graph, JSON, or a self-contained HTML
