@@ -122,24 +122,32 @@ fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
                 )));
             }
         }
-        // musl's loader is its C library too (the code mapped, not a
-        // file of that name read as data).
-        if m.exec && (n.starts_with("ld-musl-") || n.starts_with("libc.musl-")) {
+        // musl's loader is its C library too; where `ld-musl-*.so.1` is
+        // a link, the file mapped is musl's `libc.so` (Debian's
+        // /usr/lib/x86_64-linux-musl/libc.so; glibc's is libc.so.6).
+        let musl_libc = n == "libc.so" && m.file().is_some_and(|p| p.contains("musl"));
+        if n.starts_with("ld-musl-") || n.starts_with("libc.musl-") || musl_libc {
             return Err(Error::Refused(format!(
                 "the process runs on musl ({} is mapped), not glibc: attach and core read glibc's heap only, for now",
                 m.file().unwrap_or(&n)
             )));
         }
     }
-    let libc: Vec<Map> = mem.maps().iter().filter(|m| name(m).starts_with("libc.so") || name(m).starts_with("libc-2.")).cloned().collect();
+    let libc: Vec<Map> = mem.maps().iter().filter(|m| name(m).starts_with("libc.so.") || name(m).starts_with("libc-2.")).cloned().collect();
     if !libc.is_empty() {
         return Ok(Libc { maps: libc, version: None });
     }
     // No libc.so.6: a static program, glibc inside one of its modules
     // (those with code: not a data file), found by the banner in its
     // read-only data.
+    // A core may leave a module's code out (gdb's keeps its first page
+    // and its data): an ELF image's first page tells it too.
+    let elf = |m: &Map| {
+        let mut magic = [0u8; 4];
+        m.offset == 0 && m.read && mem.read(m.start, &mut magic).is_ok() && &magic == b"\x7fELF"
+    };
     let mut modules: Vec<&str> = Vec::new();
-    for m in mem.maps().iter().filter(|m| m.exec) {
+    for m in mem.maps().iter().filter(|m| m.exec || elf(m)) {
         if let Some(p) = m.file().filter(|p| !modules.contains(p)) {
             modules.push(p);
         }
