@@ -12,6 +12,7 @@ mod cmd;
 mod output;
 mod preload;
 mod program;
+mod request;
 mod run;
 mod serve;
 mod views;
