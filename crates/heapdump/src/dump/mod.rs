@@ -11,6 +11,7 @@
 
 pub(crate) mod assist;
 pub(crate) mod collapse;
+mod directory;
 pub(crate) mod index;
 pub(crate) mod modules;
 pub(crate) mod outcome;
