@@ -18,6 +18,7 @@ mod production_capture;
 mod production_run;
 mod real_programs;
 mod report_channel;
+mod static_programs;
 mod trust;
 mod types;
 mod valgrind;

@@ -1,0 +1,211 @@
+//! Statically linked programs taken from outside (`heapdump attach`,
+//! `heapdump core`): glibc's malloc is in the executable itself (`gcc
+//! -static`, `gcc -static-pie`), found there by glibc's banner and walked
+//! with every check a libc.so.6 gets. musl programs are refused in one
+//! line naming musl.
+//!
+//! valgrind cannot intercept malloc in a static program (it reports no
+//! allocation at all): the classes are checked against valgrind on the
+//! same program built dynamically (which outside.rs also captures with
+//! attach), less what only a static program allocates (glibc's start-up
+//! of a static program keeps its loader's lists in blocks of the heap,
+//! which ld.so keeps outside it).
+
+use crate::common::*;
+use crate::valgrind::{ours, valgrind_summary};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+/// `source` with `stop_at_end.c` linked in, built with `cc` and `flags`.
+fn program(d: &Scratch, cc: &str, source: &str, flags: &[&str], name: &str) -> PathBuf {
+    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let out = d.path(name);
+    let o = Command::new(cc)
+        .args(["-O0", "-g"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(c.join(source))
+        .arg(c.join("stop_at_end.c"))
+        .arg("-lpthread")
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e}"));
+    assert!(o.status.success(), "{cc} {flags:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// A process stopped at its end; continued and reaped when dropped
+/// (outside.rs's).
+struct Stopped {
+    child: Child,
+    pid: i32,
+}
+
+impl Stopped {
+    /// Starts `cmd` with STOP_AT_END set and waits for it to stop.
+    fn start(mut cmd: Command) -> Stopped {
+        let mut child = cmd.env("STOP_AT_END", "1").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut pid = 0;
+        let mut seen = String::new();
+        for _ in 0..200 {
+            let mut line = String::new();
+            if err.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            if let Some(p) = line.trim().strip_prefix("stopped ") {
+                pid = p.parse().unwrap();
+                break;
+            }
+            seen.push_str(&line);
+        }
+        assert!(pid > 0, "the program did not stop: {seen}");
+        // Its state is T once the stop is delivered.
+        for _ in 0..500 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // The rest of its stderr must not fill the pipe.
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        Stopped { child, pid }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.pid.to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// `heapdump attach PID --mode MODE -o OUT`.
+fn attach(pid: i32, out: &Path, mode: &str) -> Output {
+    heapdump().args(["attach", &pid.to_string(), "--mode", mode, "-o"]).arg(out).output().unwrap()
+}
+
+/// gcore's core file of `pid`, then `heapdump core CORE -o OUT`.
+fn gcore_then_core(d: &Scratch, pid: i32, out: &Path) -> Output {
+    let core = d.path("core");
+    let o = Command::new("gcore").arg("-o").arg(&core).arg(pid.to_string()).output().expect("gcore (gdb) is installed");
+    ok(&o);
+    let core = PathBuf::from(format!("{}.{pid}", core.display()));
+    heapdump().arg("core").arg(&core).arg("-o").arg(out).output().unwrap()
+}
+
+/// The still reachable blocks of `dump` that glibc's start-up of a static
+/// program allocated: reached first from its loader's data in the
+/// executable (`_dl_main_map`, `_dl_init_all_dirs`, `__rtld_search_dirs`,
+/// `_dlfo_nodelete_mappings`, …), which a dynamic program's ld.so keeps
+/// in memory of its own, outside the heap.
+fn startup_blocks(dump: &Path, exe: &Path) -> usize {
+    let mut n = 0;
+    for (a, _) in blocks(dump) {
+        let o = heapdump().arg("path").arg(dump).arg(format!("{a:#x}")).arg("--json").output().unwrap();
+        if !o.status.success() {
+            continue; // lost: no path from a root
+        }
+        let hops: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let from = hops[0]["from"].as_str().unwrap_or("");
+        let loader = ["static _dl", "static __rtld", "static _dlfo"].iter().any(|p| from.starts_with(p));
+        if loader && from.contains(&format!(" in {} ", exe.display())) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The classes of a static program's dump against valgrind's of the same
+/// program (`dynamic`: of its dynamic build): lost blocks exactly, their
+/// bytes between the sizes asked for and those rounded up to glibc's
+/// usable sizes; still reachable blocks exactly, once glibc's static
+/// start-up's own are set aside when valgrind saw the dynamic build. The
+/// possibly lost blocks' bytes are not compared: one is the running
+/// thread's DTV, smaller in a static program (fewer modules).
+fn same_classes(dump: &Path, exe: &Path, valgrind: [(u64, u64); 4], dynamic: bool, what: &str) {
+    let ours = ours(dump);
+    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(valgrind.iter()).enumerate().take(3) {
+        let class = ["definitely lost", "indirectly lost", "possibly lost"][k];
+        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {valgrind:?})");
+        if k < 2 {
+            assert!(ob >= vb && *ob <= vb + 24 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
+        }
+    }
+    let startup = if dynamic { startup_blocks(dump, exe) as u64 } else { 0 };
+    assert!(!dynamic || startup > 0, "{what}: glibc's static start-up keeps blocks of the heap ({ours:?})");
+    assert_eq!(ours[3].1, valgrind[3].1 + startup, "{what}: still reachable blocks, {startup} of them glibc's start-up's");
+}
+
+#[test]
+fn static_and_static_pie_programs_give_valgrinds_leak_classes() {
+    let d = Scratch::new("static-vg");
+    // valgrind on the same program built dynamically; built static, it sees
+    // no allocation (its malloc cannot be replaced), as checked here.
+    let dynamic = program(&d, "gcc", "static_leaks.c", &[], "dynamic");
+    let expected = valgrind_summary(&dynamic);
+    assert_eq!(expected.map(|c| c.1), [4, 3, 2, 7], "valgrind on the dynamic build: {expected:?}");
+    for (flag, name) in [("-static", "static"), ("-static-pie", "static-pie")] {
+        let exe = program(&d, "gcc", "static_leaks.c", &[flag], name);
+        let o = Command::new("valgrind").args(["--leak-check=full", "--run-libc-freeres=no"]).arg(&exe).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let dynamic = err.contains("total heap usage: 0 allocs");
+        let seen = if dynamic { expected } else { valgrind_summary(&exe) };
+        let p = Stopped::start(Command::new(&exe));
+        for mode in ["compact", "full"] {
+            let out = d.path(&format!("{name}-{mode}.hdump"));
+            let line = ok(&attach(p.pid, &out, mode));
+            // The main arena and the running thread's own, in the
+            // executable's glibc, whose version its banner gave.
+            assert!(line.contains(" 2 arenas of glibc 2."), "{name}: {line}");
+            same_classes(&out, &exe, seen, dynamic, &format!("{name}, attach --mode {mode}"));
+        }
+        let out = d.path(&format!("{name}-core.hdump"));
+        ok(&gcore_then_core(&d, p.pid, &out));
+        same_classes(&out, &exe, seen, dynamic, &format!("{name}, gcore then core"));
+        let attached: BTreeSet<(u64, u64)> = blocks(&d.path(&format!("{name}-compact.hdump"))).into_iter().collect();
+        let cored: BTreeSet<(u64, u64)> = blocks(&out).into_iter().collect();
+        assert_eq!(attached, cored, "{name}: attach and core see the same blocks");
+    }
+}
+
+#[test]
+fn a_static_glibc_program_without_glibcs_banner_is_refused_saying_so() {
+    // Nothing in a static program says which glibc it holds unless it asks
+    // for glibc's version (which links the banner in): the heap layout
+    // depends on it, and is not guessed.
+    let d = Scratch::new("static-no-banner");
+    let exe = program(&d, "gcc", "leaks.c", &["-static"], "leaks-static");
+    let p = Stopped::start(Command::new(&exe));
+    let out = d.path("n.hdump");
+    for o in [attach(p.pid, &out, "compact"), gcore_then_core(&d, p.pid, &out)] {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("statically linked with glibc but holds no glibc version banner") && err.lines().count() == 1, "{err}");
+        assert!(!out.exists(), "no dump left behind");
+    }
+}
+
+#[test]
+fn musl_programs_are_refused_in_one_line_naming_musl() {
+    let d = Scratch::new("static-musl");
+    for (flags, says) in [(&["-static"][..], "statically linked without glibc"), (&[][..], "runs on musl")] {
+        let exe = program(&d, "musl-gcc", "musl_marker.c", flags, "musl");
+        let p = Stopped::start(Command::new(&exe));
+        let out = d.path("m.hdump");
+        let attached = attach(p.pid, &out, "compact");
+        let cored = gcore_then_core(&d, p.pid, &out);
+        for (o, how) in [(attached, "attach"), (cored, "core")] {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{how} {flags:?}: {err}");
+            assert!(err.contains(says) && err.contains("musl") && err.lines().count() == 1, "{how} {flags:?}: {err}");
+            assert!(err.contains("attach and core read glibc's heap only, for now"), "{how} {flags:?}: {err}");
+            assert!(!out.exists(), "{how} {flags:?}: no dump left behind");
+        }
+        drop(p);
+        let _ = std::fs::remove_file(&exe);
+    }
+}
