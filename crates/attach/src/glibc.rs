@@ -952,4 +952,78 @@ mod tests {
         assert_eq!(find_main_arena(&core, &maps).unwrap(), real);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A static program at 0x400000: its ELF page, code, read-only data
+    /// holding `rodata`, its writable data; or a program mapping `loader`.
+    fn static_program(rodata: &[u8], loader: Option<&str>) -> Fake {
+        let exe = Some("/app/prog".to_string());
+        let map = |start, end, write, exec, offset, path: &Option<String>| Map {
+            start,
+            end,
+            read: true,
+            write,
+            exec,
+            offset,
+            path: path.clone(),
+        };
+        let mut maps = vec![
+            map(0x40_0000, 0x40_1000, false, false, 0, &exe),
+            map(0x40_1000, 0x40_2000, false, true, 0x1000, &exe),
+            map(0x40_2000, 0x40_3000, false, false, 0x2000, &exe),
+            map(0x40_3000, 0x40_4000, true, false, 0x3000, &exe),
+        ];
+        let mut head = vec![0u8; 0x1000];
+        head[..4].copy_from_slice(b"\x7fELF");
+        let mut ro = vec![0u8; 0x1000];
+        ro[0x100..0x100 + rodata.len()].copy_from_slice(rodata);
+        let mut runs = vec![(0x40_0000, head), (0x40_1000, vec![0u8; 0x1000]), (0x40_2000, ro), (0x40_3000, vec![0u8; 0x1000])];
+        if let Some(l) = loader {
+            maps.push(map(0x7f00_0000_0000, 0x7f00_0000_1000, false, true, 0, &Some(l.to_string())));
+            runs.push((0x7f00_0000_0000, vec![0u8; 0x1000]));
+        }
+        Fake { maps, runs, file: None }
+    }
+
+    #[test]
+    fn a_static_programs_glibc_is_found_by_its_banner_and_musl_is_refused_by_name() {
+        let banner = b"GNU C Library (Debian GLIBC 2.36-9) stable release version 2.36.\n";
+        let libc = libc_maps(&static_program(banner, None)).map_err(|e| e.to_string()).unwrap();
+        assert_eq!((libc.maps.len(), libc.version), (4, Some((2, 36))));
+        let refused = |mem: &Fake| libc_maps(mem).err().map(|e| e.to_string()).unwrap_or_default();
+        // glibc without its banner: which glibc is not said anywhere.
+        let e = refused(&static_program(b"\0GLIBC_TUNABLES\0", None));
+        assert!(e.contains("/app/prog is statically linked with glibc but holds no glibc version banner"), "{e}");
+        // Neither banner nor glibc: a static musl program.
+        let e = refused(&static_program(b"\0No error information\0", None));
+        assert!(e.contains("statically linked without glibc") && e.contains("musl") && e.contains("for now"), "{e}");
+        // musl's loader, by either name it is mapped under.
+        for l in ["/lib/ld-musl-x86_64.so.1", "/usr/lib/x86_64-linux-musl/libc.so"] {
+            let e = refused(&static_program(b"", Some(l)));
+            assert_eq!(e, format!("the process runs on musl ({l} is mapped), not glibc: attach and core read glibc's heap only, for now"));
+        }
+        // A banner that names no version is refused, not guessed at.
+        let e = refused(&static_program(b"release version x.y", None));
+        assert!(e.contains("cannot read glibc's version"), "{e}");
+    }
+
+    #[test]
+    fn mp_is_told_from_other_words_pointing_into_the_brk_area() {
+        // glibc's data: a word pointing into the brk area followed by zeros
+        // (a static program's TLS pointers), then mp_ as glibc 2.36 sets it
+        // up (sbrk_base at 96, then tcache_bins, tcache_max_bytes, count).
+        let (data, heap) = (0x40_3000u64, 0x100_0000u64);
+        let mut run = vec![0u8; 0x1000];
+        let mut put = |at: u64, v: u64| run[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+        put(0x100 + 96, heap + 0x40);
+        let mp = 0x400u64;
+        for (off, v) in
+            [(0, 0x20000), (8, 0x20000), (16, 0x20000), (24, 8), (64, 0x10000), (96, heap + 0xd00), (104, 64), (112, 1032), (120, 7)]
+        {
+            put(mp + off, v);
+        }
+        let map = |start, end, write| Map { start, end, read: true, write, exec: false, offset: 0, path: Some("/app/prog".into()) };
+        let maps = vec![map(data, data + 0x1000, true), Map { path: Some("[heap]".into()), ..map(heap, heap + 0x22000, true) }];
+        let mem = Fake { maps: maps.clone(), runs: vec![(data, run)], file: None };
+        assert_eq!(sbrk_base(&mem, &maps[..1], (2, 36), heap, heap + 0x21000), Some(heap + 0xd00));
+    }
 }
