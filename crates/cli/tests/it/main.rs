@@ -2,25 +2,25 @@
 //! through the preload library, leak reports checked against valgrind, and
 //! the command line's contract (JSON keys, exit codes, damaged input).
 
-mod cache_lies;
+mod analysis_cache;
+mod attach_and_core;
+mod attach_in_containers_and_crafted_cores;
+mod cli_contract;
 mod common;
-mod contract;
+mod damaged_dumps;
 mod exports;
-mod fatal;
-mod glibc_heaps;
-mod hostile;
+mod fatal_signal_dumps;
+mod glibc_heap_walk;
 mod install;
-mod limits;
-mod one_answer;
-mod outside;
-mod preload;
-mod production_capture;
-mod production_run;
-mod real_programs;
+mod near_limit_dumps;
+mod preload_tracing;
+mod real_programs_match_valgrind;
 mod report_channel;
+mod run_forked_workers_and_refusals;
 mod static_programs;
 mod trust;
-mod types;
+mod type_names;
 mod valgrind;
 mod viewer;
 mod viewer_limits;
+mod views_agree;
