@@ -202,5 +202,5 @@ fn warn(name: &[u8], value: &[u8], why: &[u8]) {
         buf[n..n + k].copy_from_slice(&part[..k]);
         n += k;
     }
-    crate::trigger::report::write_stderr(&buf[..n]);
+    crate::sys::stderr::write_stderr(&buf[..n]);
 }

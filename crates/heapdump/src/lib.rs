@@ -24,12 +24,24 @@
 //! variables (see the README), the same ones the `LD_PRELOAD` library
 //! reads.
 //!
-//! Its rooms: `tracker` records every allocation (into `table`: `slots`,
-//! `overflow`, `counters`; sites from `sites`/`unwind`); `trigger`,
-//! `fatal`, `limit` and `output` decide when and where to dump; `dump`
-//! writes one (with `stw`, `scan`, `roots`, `procfs`); `state` is the one
-//! global state and `startup` what runs before `main`; `sys` holds every
-//! system call.
+//! Its rooms, each a folder whose `mod.rs` says what it owns and what it
+//! may touch, from the bottom up:
+//! - `sys/`: every system call and C library call (nothing else may make
+//!   one: clippy.toml), /proc, the spin lock, numbers as text;
+//! - `stop/`: each thread's guard (inside the tracker, locks held, stops
+//!   and signals deferred) and stopping the world (`stw`), the one circle
+//!   of imports: their handshake;
+//! - `table/`: the live table (`slots`, `shadow`, `overflow`, `counters`);
+//! - `sites/`: allocation sites (`unwind`, `sampling`);
+//! - `dump/`: writing a dump (`index` and its `directory`, `scan`,
+//!   `roots`, `modules`, the `assist` and `writer` threads);
+//! - `trigger/`: when and where to dump (`fatal`, `limit`, `helper_pipe`,
+//!   `output`, `report`).
+//!
+//! Above them, in this folder: `entry` (the record of one allocation),
+//! `config`, `state` (the one global state), `tracker` (what every
+//! allocation, free and realloc does), `hooks` (the same for the preload
+//! library's C functions) and `startup` (what runs before `main`).
 //!
 //! Design constraints, because this code runs inside someone else's
 //! process, often inside its allocator:
@@ -42,10 +54,11 @@
 
 mod config;
 mod dump;
-mod guard;
+mod entry;
 mod sites;
 mod startup;
 mod state;
+mod stop;
 mod sys;
 mod table;
 mod tracker;

@@ -1,14 +1,15 @@
 //! Start-up, before `main`: fork handlers, the exit dump, the helper
 //! thread with its pipe, the dump signal and the fatal signals.
 
-use crate::dump::stw;
-use crate::dump::stw::STATIC_TLS;
 use crate::sites::unwind;
 use crate::state::{state, STATE};
+use crate::stop::guard;
+use crate::stop::stw;
+use crate::stop::stw::STATIC_TLS;
+use crate::sys;
 use crate::trigger::helper_pipe::{HELPER_PID, SIGNAL_PIPE};
 use crate::trigger::{__cxa_atexit, heapdump_rt_at_exit, helper_main, on_dump_signal};
-use crate::trigger::{fatal, limit, report};
-use crate::{guard, sys};
+use crate::trigger::{fatal, limit};
 use core::sync::atomic::Ordering;
 
 extern "C" fn before_fork() {
@@ -40,7 +41,7 @@ extern "C" fn start() {
     let st = state();
     let c = *st.config();
     let _internal = guard::Internal::new();
-    report::remember_stderr();
+    sys::stderr::remember_stderr();
     sys::at_fork(before_fork, after_fork, after_fork_child);
     unwind::init();
     stw::find_tid_offset();

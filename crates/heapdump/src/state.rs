@@ -3,9 +3,10 @@
 //! the runtime itself occupies (never a root) and its statistics.
 
 use crate::config::Config;
-use crate::dump::stw;
 use crate::sites::unwind;
-use crate::{guard, sites, table};
+use crate::stop::guard;
+use crate::stop::stw;
+use crate::{sites, table};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// The runtime's global state: one per process.

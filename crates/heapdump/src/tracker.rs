@@ -3,13 +3,14 @@
 //! functions alike (through `hooks`).
 
 use crate::config::{self, Config};
-use crate::dump::stw;
+use crate::entry::Entry;
 use crate::sites::sampling::sample;
 use crate::state::{state, State};
-use crate::table::entry::Entry;
+use crate::stop::guard;
+use crate::stop::stw;
 use crate::trigger::output::{auto_dump, Why};
 use crate::trigger::threshold_crossed;
-use crate::{guard, sites, Reason};
+use crate::{sites, Reason};
 use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::Ordering;
 

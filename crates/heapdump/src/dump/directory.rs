@@ -11,8 +11,8 @@
 //! world stopped, inside the traced process, in memory mapped from the
 //! kernel.
 
+use crate::entry::Entry;
 use crate::sys;
-use crate::table::entry::Entry;
 
 /// Starts reading the cache line at `p` into the cache.
 #[inline]

@@ -17,8 +17,8 @@
 use crate::dump::outcome::DumpError;
 
 use crate::dump::directory::{prefetch, Directory, NO_LINES};
+use crate::entry::Entry;
 use crate::sys;
-use crate::table::entry::Entry;
 use crate::table::Table;
 
 /// The live allocations sorted by address: the lookup index of the compact

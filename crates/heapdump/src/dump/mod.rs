@@ -8,6 +8,16 @@
 //! What the dump reads comes in as [`Sources`] (the tables and the
 //! configuration) and [`Request`] (what was asked and why): it knows
 //! nothing of the runtime's global state or its triggers.
+//!
+//! The room owns the writing: this file (the sequence), `index` with its
+//! `directory` (the live blocks sorted, and which block a word points
+//! into), `scan` (memory into records), `roots` (what outside the heap is
+//! a root), `modules` (the module map), `assist` (a second thread scanning
+//! for compact dumps), `writer` (a second thread writing the bytes),
+//! `collapse` (huge pages before a forked dump) and `outcome` (what a dump
+//! gives back). It may touch `table`, `sites`, `entry`, `config` (the
+//! settings it is handed), `stop` (to stop and resume the world) and
+//! `sys`; never `state` or `trigger`, which call it.
 
 pub(crate) mod assist;
 pub(crate) mod collapse;
@@ -17,7 +27,6 @@ pub(crate) mod modules;
 pub(crate) mod outcome;
 pub(crate) mod roots;
 pub(crate) mod scan;
-pub(crate) mod stw;
 pub(crate) mod writer;
 
 use crate::config::{self, Config};
@@ -28,9 +37,9 @@ use crate::dump::modules::Modules;
 use crate::dump::outcome::{DumpError, DumpInfo};
 use crate::dump::roots::{anon_roots, outside_holes, tls_root, OwnTls};
 use crate::dump::scan::Scanner;
-use crate::dump::stw::{Regs, RSP};
 use crate::dump::writer::PipeSink;
 use crate::sites::Sites;
+use crate::stop::stw::{self, Regs, RSP};
 use crate::sys::procfs::{self, Maps, MapsText};
 use crate::sys::{self, Mapping};
 use crate::table::Table;
@@ -73,6 +82,9 @@ pub struct Request<'a> {
     pub signal: Option<SignalInfo>,
     /// The memory limit that was near (near-limit dumps).
     pub limit: Option<LimitInfo>,
+    /// Called first in a forked writer, before it writes its parent's dump
+    /// (the caller says so to whoever listens: `report::writer`).
+    pub in_forked_writer: fn(),
 }
 
 static DUMPING: AtomicBool = AtomicBool::new(false);
@@ -227,7 +239,7 @@ fn write_locked(src: Sources<'_>, fd: i32, req: &Request<'_>) -> Result<DumpInfo
         Ok(0) => {
             // Child: one thread, a copy of the stopped image. Write and leave.
             let pause = sys::monotonic_ns() - t0;
-            crate::trigger::report::writer();
+            (req.in_forked_writer)();
             let sink = PipeSink::start(fd, pipe);
             let code = match write_body(src, sc, sink, req, None, Held { stopped, t0, pause: Some(pause) }) {
                 Ok(info) => {

@@ -12,7 +12,7 @@ use crate::sys::procfs::Maps;
 /// The runtime's own thread-local variables, as (offset from the thread
 /// pointer, size): never part of a thread's TLS root.
 pub type OwnTls = [(u64, u64); 7];
-use crate::dump::stw;
+use crate::stop::stw;
 use crate::sys;
 use crate::sys::text::fmt_u64;
 use heapdump_format::{raw, StaticInfo, Writer};

@@ -4,7 +4,7 @@
 use crate::dump::index::Index;
 use crate::dump::outcome::DumpError;
 use crate::dump::writer::PipeSink;
-use crate::table::entry::Entry;
+use crate::entry::Entry;
 use heapdump_format::{raw, AllocInfo, Contents, Link, Mode, WriteError, Writer};
 
 /// Scans `[start, start+len)` for words pointing into live allocations.

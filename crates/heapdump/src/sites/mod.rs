@@ -12,6 +12,11 @@
 //! The site table is 16 shards of open-addressing tables keyed by a hash of
 //! the frames, with the frames in an append-only arena; all memory comes
 //! from `mmap`. A site id is `local_index * 16 + shard + 1` (0 = no site).
+//!
+//! The room owns capture (here and in `unwind`, the caching unwinder),
+//! the site table, and `sampling` (which allocations get a site under
+//! `HEAPDUMP_BACKTRACE=sampled`). It may touch `sys` only: it knows
+//! nothing of the table, the dump or the triggers, which ask it.
 
 pub(crate) mod sampling;
 pub(crate) mod unwind;

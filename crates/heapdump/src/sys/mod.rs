@@ -8,7 +8,8 @@
 //! `signal`: dispositions, masks, the alternate stack), re-exported here as
 //! one flat `sys::` (callers never name the file); and three things built
 //! on them: `lock` (the spin lock of the tables, fork-safe), `procfs`
-//! (/proc/self read into fixed buffers), `text` (numbers as text without
+//! (/proc/self read into fixed buffers), `stderr` (the program's
+//! stderr, while it is still the one it was given), `text` (numbers as text without
 //! allocating).
 //!
 //! May touch: `libc` and nothing else of the runtime (no `crate::` path
@@ -27,6 +28,7 @@ mod mem;
 mod process;
 pub(crate) mod procfs;
 mod signal;
+pub(crate) mod stderr;
 pub(crate) mod text;
 
 pub use file::*;

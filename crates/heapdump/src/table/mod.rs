@@ -4,10 +4,16 @@
 //!   alignment at most 16, below 2^47) in address-indexed slots
 //!   ([`crate::table::slots`]);
 //! - every other block in the overflow table ([`crate::table::overflow`]), 64
-//!   shards behind spin locks taken under [`crate::guard::Locked`], so
+//!   shards behind spin locks taken under [`crate::stop::guard::Locked`], so
 //!   that a signal handler allocating on a thread that holds one defers its
 //!   update instead of spinning on it;
 //! - the counts, per thread ([`crate::table::counters`]).
+//!
+//! The room owns those files (`slots` over `shadow` or its buckets,
+//! `overflow`, `counters`) and this one, the only door: the tracker and
+//! the dump ask `Table`, never a part. It may touch `entry` (the record it
+//! stores and gives back), `stop::guard` (`Locked`, so that a stop waits
+//! until its locks are released) and `sys` (its mappings); nothing above.
 //!
 //! Why by address: a hash table scatters neighbouring blocks over the whole
 //! table, so every allocation and every free missed the cache on a slot of
@@ -33,15 +39,14 @@
 //! tracked.
 
 pub(crate) mod counters;
-pub(crate) mod entry;
 pub(crate) mod overflow;
 pub(crate) mod shadow;
 pub(crate) mod slots;
 
+pub use crate::entry::Entry;
 use crate::sys::lock::SpinLock;
 pub(crate) use crate::table::counters::tls_stripe;
 use crate::table::counters::Counters;
-pub use crate::table::entry::Entry;
 use crate::table::overflow::{shard_index, NoRoom, Shard, Slot, ADDR_MASK, SHARDS};
 use crate::table::shadow::Shadow;
 
@@ -200,7 +205,7 @@ impl Table {
             self.take_counted(p, e.addr);
         }
         let r = {
-            let _l = crate::guard::Locked::new();
+            let _l = crate::stop::guard::Locked::new();
             // Bound, so that the lock is released before `_l` says so
             // (a tail expression's temporaries would outlive `_l`).
             let mut shard = self.overflow[shard_index(e.addr)].lock();
@@ -310,7 +315,7 @@ impl Table {
             }
         }
         let e = {
-            let _l = crate::guard::Locked::new();
+            let _l = crate::stop::guard::Locked::new();
             let mut shard = self.overflow[shard_index(addr)].lock();
             shard.remove(addr)
         }?;
@@ -328,7 +333,7 @@ impl Table {
         t.total_bytes = bytes_in;
         self.counters.note_peak(t.live_bytes);
         for s in &self.overflow {
-            let _l = crate::guard::Locked::new();
+            let _l = crate::stop::guard::Locked::new();
             t.table_bytes += (s.lock().capacity() * core::mem::size_of::<Slot>()) as u64;
         }
         t.table_bytes += self.slots.bytes();

@@ -13,8 +13,8 @@
 //!
 //! So sizes up to 2^49 bytes and 2^24 sites are exact.
 
+use crate::entry::Entry;
 use crate::sys;
-use crate::table::entry::Entry;
 
 /// A shard could not grow (the kernel refused the memory): the entry is
 /// counted as untracked.

@@ -14,8 +14,8 @@
 //! so a slot has one writer at a time and is read and written without a
 //! lock. Counting is the table's: these methods say what a slot held.
 
+use crate::entry::Entry;
 use crate::sys;
-use crate::table::entry::Entry;
 use crate::table::shadow::{self, Shadow};
 use core::sync::atomic::{AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 

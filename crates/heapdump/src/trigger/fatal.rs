@@ -208,7 +208,7 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
         // SAFETY: the kernel's siginfo for an SA_SIGINFO handler.
         unsafe { (*info).si_code > 0 }
     };
-    if alone && !faulted && crate::guard::defer_signal(sig) {
+    if alone && !faulted && crate::stop::guard::defer_signal(sig) {
         sys::set_errno(saved);
         return;
     }
@@ -233,20 +233,20 @@ extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
                 // SAFETY: for an SA_SIGINFO handler the kernel passes a
                 // ucontext_t.
                 let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
-                crate::dump::stw::note_crash(me, &crate::dump::stw::regs_from_gregs(&uc.uc_mcontext.gregs));
+                crate::stop::stw::note_crash(me, &crate::stop::stw::regs_from_gregs(&uc.uc_mcontext.gregs));
             }
             set_cause(sig, code, me, address, sender);
             if !alone {
                 if crate::trigger::helper_pipe::request_fatal_dump() {
                     wait_done();
                 }
-            } else if !crate::guard::inside() {
+            } else if !crate::stop::guard::inside() {
                 let regs = if ctx.is_null() {
-                    crate::dump::stw::current_regs()
+                    crate::stop::stw::current_regs()
                 } else {
                     // SAFETY: for an SA_SIGINFO handler the kernel passes
                     // a ucontext_t.
-                    crate::dump::stw::regs_from_gregs(&unsafe { &*(ctx as *const libc::ucontext_t) }.uc_mcontext.gregs)
+                    crate::stop::stw::regs_from_gregs(&unsafe { &*(ctx as *const libc::ucontext_t) }.uc_mcontext.gregs)
                 };
                 let reason = if crash { heapdump_format::Reason::Crash } else { heapdump_format::Reason::Signal };
                 crate::trigger::dump_on_this_thread(reason, cause(), &regs);

@@ -17,6 +17,14 @@
 //!   thread it interrupted, with that thread's registers; inside the
 //!   tracker (which may hold the locks a dump takes) the signal is raised
 //!   again as the thread leaves it (`guard::defer_signal`).
+//!
+//! The room owns the when and the where: this file (threshold, near
+//! limit, signal, exit), `fatal` (the fatal signals' handler), `limit`
+//! (the memory limits), `helper_pipe` (the helper thread's pipe: how a
+//! handler or an allocation asks the helper for a dump), `output` (the
+//! public dump calls, the dump files' names) and `report` (what is said
+//! about each dump, on stderr or to `heapdump run`). It may touch `dump`
+//! (to write one), `state` (the one global state), `stop` and `sys`.
 
 pub(crate) mod fatal;
 pub(crate) mod helper_pipe;
@@ -25,13 +33,14 @@ pub(crate) mod output;
 pub(crate) mod report;
 
 use crate::dump::outcome::DumpError;
-use crate::dump::stw;
 use crate::state::{State, STATE};
+use crate::stop::guard;
+use crate::stop::stw;
 use crate::trigger::helper_pipe::{
     ask_helper, ask_helper_for_dump, helper_here, ASK_CHECK, ASK_DUMP, ASK_FATAL, SIGNALS_PENDING, SIGNAL_PIPE,
 };
 use crate::trigger::output::{auto_dump, Why, AUTO_DUMPS};
-use crate::{guard, sys, Reason};
+use crate::{sys, Reason};
 use core::sync::atomic::Ordering;
 use heapdump_format::{LimitInfo, SignalInfo};
 

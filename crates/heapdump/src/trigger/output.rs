@@ -2,11 +2,12 @@
 //! names (claimed with `O_EXCL`, numbered), and reporting what was written.
 
 use crate::dump::outcome::{DumpError, DumpInfo};
-use crate::dump::stw;
 use crate::dump::{write_dump, Request, Sources};
 use crate::state::{state, State};
+use crate::stop::guard;
+use crate::stop::stw;
 use crate::trigger::report;
-use crate::{guard, sys, Mode, Reason};
+use crate::{sys, Mode, Reason};
 use core::sync::atomic::{AtomicU64, Ordering};
 use heapdump_format::{LimitInfo, SignalInfo};
 use std::os::unix::ffi::OsStrExt;
@@ -101,7 +102,15 @@ pub(crate) fn dump_fd_inner(st: &State, fd: i32, mode: Mode, why: &Why, regs: &s
         own_statics: crate::state::own_statics(),
         own_tls: crate::state::own_tls(sys::fs_base()),
     };
-    let req = Request { mode, reason: why.reason, entry_regs: regs, on_helper, signal: why.signal, limit: why.limit };
+    let req = Request {
+        mode,
+        reason: why.reason,
+        entry_regs: regs,
+        on_helper,
+        signal: why.signal,
+        limit: why.limit,
+        in_forked_writer: report::writer,
+    };
     let r = write_dump(src, fd, &req);
     st.dump_count.fetch_add(1, Ordering::Relaxed);
     r

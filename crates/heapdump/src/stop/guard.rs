@@ -168,7 +168,7 @@ impl Drop for Enter {
 fn pending_now(s: u8) {
     if s & STOP_PENDING != 0 {
         clear(STOP_PENDING);
-        crate::dump::stw::park(&crate::dump::stw::current_regs());
+        crate::stop::stw::park(&crate::stop::stw::current_regs());
     }
     if s & RESIGNAL != 0 {
         clear(RESIGNAL);
@@ -268,7 +268,7 @@ pub enum Deferred {
     /// No operation.
     None,
     /// Insert this allocation.
-    Insert(crate::table::entry::Entry),
+    Insert(crate::entry::Entry),
     /// Remove this address, then free it with this size and alignment.
     Free(u64, usize, usize),
 }

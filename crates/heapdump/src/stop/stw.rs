@@ -273,7 +273,7 @@ extern "C" fn on_suspend(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc:
         sys::set_errno(saved);
         return;
     }
-    if crate::guard::defer_stop() {
+    if crate::stop::guard::defer_stop() {
         // Inside the tracker: park when leaving it.
         sys::set_errno(saved);
         return;
