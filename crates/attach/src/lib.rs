@@ -9,7 +9,7 @@
 //! This crate runs on the analysis side; it never injects anything into
 //! the target and never trusts a pointer read from it.
 // It traces another process: ptrace and waitpid are its own business, not
-// the runtime's (whose sys.rs the workspace's clippy.toml points to).
+// the runtime's (whose sys/ room the workspace's clippy.toml points to).
 #![allow(clippy::disallowed_methods)]
 
 mod capture;

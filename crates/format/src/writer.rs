@@ -48,7 +48,7 @@ impl FdSink {
 impl Sink for FdSink {
     // The format's own `no_std` file output, used by the runtime's dumps:
     // the one C library call of this crate (clippy.toml keeps the runtime's
-    // others in its sys.rs).
+    // others in its sys/ room).
     #[allow(clippy::disallowed_methods)]
     fn write_all(&mut self, mut data: &[u8]) -> Result<(), WriteError> {
         while !data.is_empty() {

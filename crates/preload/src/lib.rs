@@ -21,7 +21,7 @@
 //! function aborts).
 #![deny(missing_docs)]
 // The C face of the runtime: it calls the C library it interposes
-// (dlsym, errno) itself; the runtime keeps its own calls in its sys.rs.
+// (dlsym, errno) itself; the runtime keeps its own calls in its sys/ room.
 #![allow(clippy::disallowed_methods)]
 
 use core::ffi::c_void;
