@@ -6,10 +6,10 @@
 //!
 //! valgrind cannot intercept malloc in a static program (it reports no
 //! allocation at all): the classes are checked against valgrind on the
-//! same program built dynamically (which outside.rs also captures with
-//! attach), less what only a static program allocates (glibc's start-up
-//! of a static program keeps its loader's lists in blocks of the heap,
-//! which ld.so keeps outside it).
+//! same program built dynamically (which attach_and_core.rs also
+//! captures with attach), less what only a static program allocates
+//! (glibc's start-up of a static program keeps its loader's lists in
+//! blocks of the heap, which ld.so keeps outside it).
 
 use crate::common::*;
 use crate::valgrind::{ours, valgrind_summary};
@@ -37,7 +37,7 @@ fn program(d: &Scratch, cc: &str, source: &str, flags: &[&str], name: &str) -> P
 }
 
 /// A process stopped at its end; continued and reaped when dropped
-/// (outside.rs's).
+/// (attach_and_core.rs's).
 struct Stopped {
     child: Child,
     pid: i32,
