@@ -300,6 +300,27 @@ fn read_names(r: &mut Reader<'_>, blocks: usize) -> Result<HashMap<u32, String>,
     Ok(out)
 }
 
+/// Why a dump gives no leak verdict: without its roots (a dump cut
+/// before its thread and static records ended) no block can be called
+/// lost or reachable. The counts are still given; a verdict (an exit
+/// status, a gate) is not.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("the dump was cut short before its roots (thread stacks, static data) were complete: no leak verdict ({why})")]
+pub struct NoVerdict {
+    /// Where the dump was cut (its damage), as the load said.
+    pub why: String,
+}
+
+impl Drop for Analysis<'_> {
+    fn drop(&mut self) {
+        // A forked writer (allowed by the caller: see
+        // `crate::Options::background_writers`) finishes on its own.
+        if self.cache.as_ref().is_some_and(CacheFile::background) {
+            self.detach_writes();
+        }
+    }
+}
+
 pub(crate) fn hex(a: u64) -> String {
     format!("{a:#x}")
 }
@@ -736,6 +757,15 @@ impl<'h> Analysis<'h> {
     /// possibly lost, each with the indirectly lost blocks it holds).
     pub fn leak_report(&self) -> LeakReport {
         self.leak_report_with(None, None)
+    }
+
+    /// Whether the dump gives a leak verdict: `Err` (why not) when its
+    /// roots are incomplete (see [`NoVerdict`]).
+    pub fn leak_verdict(&self) -> std::result::Result<(), NoVerdict> {
+        if self.heap.has_roots() {
+            return Ok(());
+        }
+        Err(NoVerdict { why: self.heap.truncated.clone().unwrap_or_else(|| "roots missing".into()) })
     }
 
     /// [`Analysis::leak_report`] with the groups of one kind only (`kind`;

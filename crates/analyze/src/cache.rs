@@ -88,6 +88,9 @@ pub struct CacheFile {
     /// The dump's own header and trailer, when known: a kept graph must
     /// repeat them.
     dump: Option<(heapdump_format::Header, heapdump_format::Trailer)>,
+    /// Whether a large file may be written by a forked child (see
+    /// [`Writing`]; [`CacheFile::in_background`]).
+    background: bool,
 }
 
 fn fnv(b: &[u8]) -> u64 {
@@ -107,7 +110,7 @@ impl CacheFile {
     pub(crate) fn keyed(dir: &Path, version: &str, checksum: u32, len: u64, h: &heapdump_format::Header) -> CacheFile {
         let key = [fnv(version.as_bytes()), u64::from(checksum), len, h.time_ns, u64::from(h.pid)];
         let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
-        CacheFile { path: dir.join(name), key, dump: None }
+        CacheFile { path: dir.join(name), key, dump: None, background: true }
     }
 
     /// The cache of the dump in `file` (complete and intact: its bytes
@@ -123,6 +126,19 @@ impl CacheFile {
         })
     }
 
+    /// Whether its large files may be written by a forked child that
+    /// outlives the answer (the default: see [`Writing`]), or always in
+    /// place, by the calling thread (see [`crate::Options`]).
+    pub fn in_background(mut self, yes: bool) -> Self {
+        self.background = yes;
+        self
+    }
+
+    /// Whether its large files may be written by a forked child.
+    pub fn background(&self) -> bool {
+        self.background
+    }
+
     /// Where the loaded graph is kept, beside the analysis.
     pub fn graph_path(&self) -> PathBuf {
         self.path.with_extension("hdgraph")
@@ -136,7 +152,7 @@ impl CacheFile {
     /// Keeps the loaded graph (atomically, mode 0600), in the background
     /// when it can (see [`Writing`]).
     pub fn write_graph(&self, heap: &Heap) -> Writing {
-        Writing::start(&self.graph_path(), heap.len() * 24, |o| crate::graph_cache::encode(heap, &self.key, o))
+        Writing::start(&self.graph_path(), self.background, heap.len() * 24, |o| crate::graph_cache::encode(heap, &self.key, o))
     }
 
     /// Where part `ext` is kept (see [`CacheFile::read_part`]).
@@ -171,7 +187,7 @@ impl CacheFile {
     /// can and it is about `bytes` or more: `body` writes its contents
     /// (arrays with [`Out::slab`]).
     pub(crate) fn write_part(&self, ext: &str, bytes: usize, body: impl FnOnce(&mut Out)) -> Writing {
-        Writing::start(&self.part_path(ext), bytes, |o| {
+        Writing::start(&self.part_path(ext), self.background, bytes, |o| {
             o.raw(PART_MAGIC);
             o.counted(ext.as_bytes());
             for k in self.key {
@@ -234,7 +250,7 @@ impl CacheFile {
     /// can.
     pub fn write(&self, leaks: &Leaks, dominators: Option<&Dominators>) -> Writing {
         let bytes = leaks.kind.len() * if dominators.is_some() { 21 } else { 5 };
-        Writing::start(&self.path, bytes, |o| {
+        Writing::start(&self.path, self.background, bytes, |o| {
             o.raw(MAGIC);
             for k in self.key {
                 o.u64(k);

@@ -122,6 +122,16 @@ pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
 /// the child); otherwise, or when the fork fails, the file is written in
 /// place. The child's standard input and outputs are /dev/null: a pipe
 /// the command writes to ends when the command does.
+///
+/// Why a child and not a thread: the command line is a short-lived
+/// process, and a thread ends with it. A writer thread would keep the
+/// command from exiting until the file is written (the second the answer
+/// should not wait for), or be cut off and leave nothing; a child writes on
+/// after the command has exited. Forking is the caller's choice, never the
+/// library's: only a [`crate::cache::CacheFile`] allowed to
+/// ([`crate::cache::CacheFile::in_background`]) forks, and [`crate::open`]
+/// allows it only when its [`crate::Options`] say so (the command line
+/// does; a program embedding the library has its files written in place).
 #[must_use = "dropping it waits for the writing"]
 pub struct Writing {
     path: PathBuf,
@@ -144,14 +154,14 @@ const NOT_AN_OS_ERROR: i32 = 255;
 impl Writing {
     /// Writes `body` (about `bytes`) to `path` through a temporary file
     /// ([`create_temporary`], [`write_temporary`]), in a forked child when
-    /// the process has one thread and the file is large enough for its
+    /// `background` allows it, the process has one thread and the file is large enough for its
     /// writing to cost more than the fork (page tables copied: some 20 ms
     /// at 10 M blocks). (The C library's `fork`, `_exit` and `waitpid` are
     /// called here directly: `clippy.toml` keeps them in the runtime's
     /// `sys.rs`, which is for the traced process; this is the analyser's
     /// own.)
     #[allow(unsafe_code, clippy::disallowed_methods)]
-    pub(crate) fn start(path: &Path, bytes: usize, body: impl FnOnce(&mut Out)) -> Writing {
+    pub(crate) fn start(path: &Path, background: bool, bytes: usize, body: impl FnOnce(&mut Out)) -> Writing {
         let path = path.to_path_buf();
         let done = |r| Writing { path: path.clone(), state: WritingState::Done(Some(r)) };
         // Created and locked before any fork: a question asked once this
@@ -160,7 +170,7 @@ impl Writing {
             Ok(t) => t,
             Err(e) => return done(Err(e)),
         };
-        if bytes < IN_BACKGROUND || !single_threaded() {
+        if !background || bytes < IN_BACKGROUND || !single_threaded() {
             return done(write_temporary(&path, tmp, f, body));
         }
         // SAFETY: the process has one thread (checked just above), so no

@@ -26,6 +26,7 @@ pub mod input;
 pub mod leaks;
 mod load;
 mod names;
+mod open;
 pub mod paths;
 mod prefetch;
 pub mod private_dir;
@@ -35,11 +36,12 @@ pub mod suppress;
 pub mod symbols;
 pub mod types;
 
-pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, PathReport, PathStep, Retainer, SiteTotal};
+pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, NoVerdict, PathReport, PathStep, Retainer, SiteTotal};
 pub use contents::DumpContents;
 pub use error::{AnalyzeError, Result};
 pub use file::DumpFile;
 pub use heap::{
     round_keeping_sum, Block, BlockId, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, SiteId, ThreadInfo, MAX_BLOCKS,
 };
+pub use open::{open, open_with_progress, Dump, Options};
 pub use summary::{LimitSummary, SignalSummary, Summary};

@@ -363,15 +363,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Report { dump, output, baseline } => {
             let loaded = views::load(&dump)?;
-            let (file, heap) = (&loaded.file, &loaded.heap);
             let diff = match &baseline {
                 Some(b) => {
                     let old = views::load(b)?;
-                    Some(heapdump_analyze::group::diff((&old.file, &old.heap), (file, heap)))
+                    Some(loaded.diff(&old))
                 }
                 None => None,
             };
-            let ex = views::session(file, heap);
+            let ex = views::session(&loaded);
             write_atomically(&output, |w| heapdump_export::write_html(&ex, diff.as_ref(), w))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -575,7 +574,7 @@ fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>
 fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, depth: usize, max_nodes: usize) -> Result<ExitCode> {
     let address = address.map(views::parse_address).transpose()?;
     let loaded = views::load(dump)?;
-    let ex = views::session(&loaded.file, &loaded.heap);
+    let ex = views::session(&loaded);
     let opts = heapdump_export::GraphOptions { address, depth, max_nodes };
     write_atomically(output, |w| match format {
         Format::Pprof => heapdump_export::write_pprof(&ex, w),
@@ -620,9 +619,9 @@ fn demo() -> Result<ExitCode> {
     let file = DumpFile::open(&out)?;
     print_summary(&mut stdout, &out, &Summary::of(&file)?)?;
     let loaded = views::load(&out)?;
-    let heap = &loaded.heap;
+    let heap = loaded.heap();
     // One analysis serves both views.
-    let a = views::session(&loaded.file, heap);
+    let a = views::session(&loaded);
     a.dominators();
     writeln!(stdout, "\n== leaks")?;
     views::print_leaks(&mut stdout, &a.leak_report(), 3)?;

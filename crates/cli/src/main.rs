@@ -29,9 +29,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let r = cmd::run(cli);
-    views::finish(false);
-    match r {
+    match cmd::run(cli) {
         Ok(code) => code,
         Err(e) => {
             if is_broken_pipe(&e) {

@@ -56,17 +56,17 @@ const LINGER_BYTES: usize = 256 * 1024;
 
 /// Serves `dump` until the process is stopped.
 pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::process::ExitCode> {
-    let mut loaded = views::load(dump)?;
-    let mut base = baseline.map(views::load).transpose()?;
-    // Kept at once: the viewer runs on (see `views::finish`).
-    loaded.keep_graph();
-    if let Some(b) = base.as_mut() {
-        b.keep_graph();
+    let loaded = views::load(dump)?;
+    let base = baseline.map(views::load).transpose()?;
+    // Kept at once, and waited for: the viewer runs on (no writer left
+    // unreaped).
+    loaded.settle();
+    if let Some(b) = &base {
+        b.settle();
     }
-    let (file, heap) = (&loaded.file, &loaded.heap);
-    let diff = base.as_ref().map(|b| heapdump_analyze::group::diff((&b.file, &b.heap), (file, heap)));
-    let a = views::session(file, heap);
-    views::finish(true);
+    let file = loaded.file();
+    let diff = base.as_ref().map(|b| loaded.diff(b));
+    let a = views::session(&loaded);
     let listener = TcpListener::bind(("127.0.0.1", port)).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     listener.set_nonblocking(true).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     let port = listener.local_addr().map_or(port, |s| s.port());

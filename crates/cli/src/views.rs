@@ -4,11 +4,11 @@
 
 use crate::output::{self, Table};
 use anyhow::{Context, Result};
-use heapdump_analyze::group::{self, GroupBy};
+use heapdump_analyze::group::GroupBy;
 use heapdump_analyze::leaks::{self, LeakKind};
 use heapdump_analyze::suppress::Suppressions;
 use heapdump_analyze::types::UNKNOWN;
-use heapdump_analyze::{Analysis, DumpFile, Heap, LeakReport, Retainer};
+use heapdump_analyze::{Analysis, Dump, LeakReport, Options, Retainer};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
@@ -20,10 +20,16 @@ pub fn set_no_cache(v: bool) {
     NO_CACHE.store(v, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// One analysis of a loaded dump, with its cache (under
-/// `$XDG_CACHE_HOME/heapdump/analysis`, private) unless `--no-cache`; when
-/// it ends, `HEAPDUMP_CACHE_REPORT=1` has it say on stderr what the cache
-/// did (hit, miss, rebuilt, wrote).
+/// How the command line opens a dump: the caches unless `--no-cache`, and
+/// their large files written by a child that outlives the command (a
+/// short-lived process: see `heapdump_analyze::Options`).
+fn options() -> Options {
+    Options::default().cache(!NO_CACHE.load(std::sync::atomic::Ordering::Relaxed)).background_writers(true)
+}
+
+/// One [`Analysis`] of an opened dump; when it ends,
+/// `HEAPDUMP_CACHE_REPORT=1` has it say on stderr what the cache did (hit,
+/// miss, rebuilt, wrote).
 pub struct Session<'h>(Analysis<'h>);
 
 impl<'h> std::ops::Deref for Session<'h> {
@@ -39,11 +45,6 @@ impl Drop for Session<'_> {
             for e in self.0.cache_events() {
                 eprintln!("heapdump: cache: {e}");
             }
-        } else {
-            // The answer is out: the cache files still being written are
-            // left to finish on their own (a question asked meanwhile waits
-            // for them).
-            self.0.detach_writes();
         }
     }
 }
@@ -54,124 +55,74 @@ fn report() -> bool {
     std::env::var_os("HEAPDUMP_CACHE_REPORT").is_some_and(|v| v == "1")
 }
 
-/// The [`Session`] of a loaded dump.
-pub fn session<'h>(file: &'h DumpFile, heap: &'h Heap) -> Session<'h> {
-    let a = Analysis::new(file, heap);
-    if NO_CACHE.load(std::sync::atomic::Ordering::Relaxed) {
-        return Session(a);
-    }
-    let Ok(dir) = heapdump_analyze::private_dir::analysis_dir() else { return Session(a) };
-    match heapdump_analyze::cache::CacheFile::for_dump(&dir, heap, file.bytes().len() as u64, crate::cmd::VERSION) {
-        Some(c) => Session(a.with_cache(c)),
-        None => Session(a),
-    }
+/// The [`Session`] of an opened dump.
+pub fn session(dump: &Dump) -> Session<'_> {
+    Session(dump.analysis())
 }
 
-thread_local! {
-    /// The loaded graphs being kept in the cache (see [`finish`]).
-    static GRAPH_WRITING: std::cell::RefCell<Vec<heapdump_analyze::cache::Writing>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Once the command is done, the loaded graphs still being kept (their
-/// writing began when the command was done with them: see [`Loaded`]) are
-/// left to finish on their own, or, when `wait` (the viewer, which runs
-/// on: no writer left unreaped) or under `HEAPDUMP_CACHE_REPORT=1`,
-/// waited for and, under the latter, said how it went.
-pub fn finish(wait: bool) {
-    for w in GRAPH_WRITING.with(|w| std::mem::take(&mut *w.borrow_mut())) {
-        if !report() {
-            if wait {
-                let _ = w.wait();
-                continue;
-            }
-            w.detach();
-            continue;
-        }
-        let path = w.path().display().to_string();
-        match w.wait() {
-            Ok(()) => eprintln!("heapdump: graph cache: wrote {path}"),
-            Err(e) => eprintln!("heapdump: graph cache: not written {path} ({e})"),
-        }
-    }
-}
-
-/// Maps and loads a dump, with a progress bar when stderr is a terminal,
-/// and a warning when it is incomplete.
+/// Opens a dump (see `heapdump_analyze::open`), with a progress bar when
+/// stderr is a terminal, and a warning when it is incomplete.
 pub fn load(path: &Path) -> Result<Loaded> {
-    let file = DumpFile::open(path)?;
-    // A graph loaded before from this very dump (its bytes checked against
-    // its checksum) is read back instead of decoding every record.
-    let cache = (!NO_CACHE.load(std::sync::atomic::Ordering::Relaxed))
-        .then(|| heapdump_analyze::private_dir::analysis_dir().ok())
-        .flatten()
-        .and_then(|dir| heapdump_analyze::cache::CacheFile::for_file(&dir, &file, crate::cmd::VERSION));
-    let report = report();
-    if let Some(c) = &cache {
-        match c.read_graph() {
-            Ok(Some(heap)) => {
-                if report {
-                    eprintln!("heapdump: graph cache: hit {}", c.graph_path().display());
-                }
-                return Ok(Loaded { file, heap, graph: None });
-            }
-            Ok(None) if report => eprintln!("heapdump: graph cache: miss {}", c.graph_path().display()),
-            Err(why) if report => eprintln!("heapdump: graph cache: rebuilt {} ({why})", c.graph_path().display()),
-            _ => {}
+    let big = std::fs::metadata(path).is_ok_and(|m| m.len() > 64 << 20);
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let dump = heapdump_analyze::open_with_progress(path, &options(), &mut |done, total| {
+        if !big || !std::io::stderr().is_terminal() {
+            return;
         }
-    }
-    let bar = if std::io::stderr().is_terminal() && file.bytes().len() > 64 << 20 {
-        let b = indicatif::ProgressBar::new(100);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("loading {msg} [{bar:40}] {percent}%")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b.set_message(path.display().to_string());
-        Some(b)
-    } else {
-        None
-    };
-    let heap = Heap::load(&file, &mut |done, total| {
-        if let Some(b) = &bar {
-            b.set_position(done * 100 / total.max(1));
-        }
+        let b = bar.get_or_insert_with(|| {
+            let b = indicatif::ProgressBar::new(100);
+            b.set_style(
+                indicatif::ProgressStyle::with_template("loading {msg} [{bar:40}] {percent}%")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b.set_message(path.display().to_string());
+            b
+        });
+        b.set_position(done * 100 / total.max(1));
     })?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if let Some(t) = &heap.truncated {
+    if let Some(t) = &dump.heap().truncated {
         eprintln!(
             "heapdump: warning: {}: incomplete dump, analysed up to the damage ({t}); allocations after it are missing",
             path.display()
         );
     }
-    Ok(Loaded { file, heap, graph: cache })
+    Ok(Loaded(dump))
 }
 
-/// A loaded dump. Its graph, when the cache is to keep it, is written
-/// once the command is done with it (when this is dropped, or when asked
-/// with [`Loaded::keep_graph`]), not beside the analysis: the writer's
-/// 350 MB of fresh page-cache pages (the graph of 10 M blocks) would
-/// contend with the analysis' own page faults and slow a first `retained`
-/// by about a tenth on a 2-core machine, at any priority of the writer.
-pub struct Loaded {
-    pub file: DumpFile,
-    pub heap: Heap,
-    graph: Option<heapdump_analyze::cache::CacheFile>,
+/// An opened dump; when it ends, `HEAPDUMP_CACHE_REPORT=1` has it say on
+/// stderr what its graph's cache did (waiting for the graph's writer).
+pub struct Loaded(Dump);
+
+impl std::ops::Deref for Loaded {
+    type Target = Dump;
+    fn deref(&self) -> &Dump {
+        &self.0
+    }
 }
 
 impl Loaded {
-    /// Starts keeping the graph now (in the background when it can: see
-    /// [`finish`]).
-    pub fn keep_graph(&mut self) {
-        if let Some(c) = self.graph.take() {
-            GRAPH_WRITING.with(|w| w.borrow_mut().push(c.write_graph(&self.heap)));
+    /// Keeps the graph now and waits for it (the viewer, which runs on: no
+    /// writer left unreaped), saying how it went under
+    /// `HEAPDUMP_CACHE_REPORT=1`.
+    pub fn settle(&self) {
+        self.0.keep_graph();
+        let events = self.0.cache_events();
+        if report() {
+            for e in events {
+                eprintln!("heapdump: graph cache: {e}");
+            }
         }
     }
 }
 
 impl Drop for Loaded {
     fn drop(&mut self) {
-        self.keep_graph();
+        if report() {
+            self.settle();
+        }
     }
 }
 
@@ -179,8 +130,8 @@ impl Drop for Loaded {
 
 pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
     let loaded = load(path)?;
-    let (file, heap) = (&loaded.file, &loaded.heap);
-    let a = session(file, heap);
+    let heap = loaded.heap();
+    let a = session(&loaded);
     a.name_sites(depth, skip);
     let mut rows = a.top(by);
     rows.truncate(n);
@@ -209,8 +160,8 @@ pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex:
 /// first, callers indented below; callers under 0.5% of the heap folded.
 pub fn top_tree(path: &Path, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
     let loaded = load(path)?;
-    let (file, heap) = (&loaded.file, &loaded.heap);
-    let a = session(file, heap);
+    let heap = loaded.heap();
+    let a = session(&loaded);
     a.name_sites(1, skip);
     let mut roots = a.caller_tree(depth);
     roots.truncate(n);
@@ -250,24 +201,20 @@ pub fn top_tree(path: &Path, n: usize, depth: usize, skip: Option<regex::Regex>,
 
 pub fn leaks(path: &Path, n: usize, kind: Option<LeakKind>, mut sup: Option<Suppressions>, json: bool) -> Result<bool> {
     let loaded = load(path)?;
-    let (file, heap) = (&loaded.file, &loaded.heap);
-    let r = session(file, heap).leak_report_with(kind, sup.as_mut());
-    // Without the roots (a dump cut before its thread and static records
-    // ended) nothing can be called lost or reachable: no verdict.
-    let verdict = heap.has_roots();
+    let a = session(&loaded);
+    let r = a.leak_report_with(kind, sup.as_mut());
     if json {
         output::json(&r)?;
     } else {
         print_leaks(&mut std::io::stdout().lock(), &r, n)?;
     }
-    if !verdict {
-        eprintln!(
-            "heapdump: {}: the dump was cut short before its roots (thread stacks, static data) were complete: no leak verdict ({})",
-            path.display(),
-            heap.truncated.as_deref().unwrap_or("roots missing")
-        );
+    match a.leak_verdict() {
+        Ok(()) => Ok(true),
+        Err(none) => {
+            eprintln!("heapdump: {}: {none}", path.display());
+            Ok(false)
+        }
     }
-    Ok(verdict)
 }
 
 pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::Result<()> {
@@ -331,8 +278,8 @@ pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::R
 
 pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
     let loaded = load(path)?;
-    let (file, heap) = (&loaded.file, &loaded.heap);
-    let rows = session(file, heap).retainers(n);
+    let heap = loaded.heap();
+    let rows = session(&loaded).retainers(n);
     if json {
         return output::json(&rows);
     }
@@ -343,8 +290,8 @@ pub fn retained(path: &Path, n: usize, json: bool) -> Result<()> {
 /// `retained --by site|type`: groups and what each retains.
 pub fn retained_grouped(path: &Path, by: heapdump_analyze::group::GroupBy, n: usize, json: bool) -> Result<()> {
     let loaded = load(path)?;
-    let (file, heap) = (&loaded.file, &loaded.heap);
-    let mut rows = session(file, heap).retained_by(by);
+    let heap = loaded.heap();
+    let mut rows = session(&loaded).retained_by(by);
     rows.truncate(n);
     if json {
         return output::json(&rows);
@@ -394,8 +341,7 @@ pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> s
 pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
     let loaded = load(dump)?;
-    let (file, heap) = (&loaded.file, &loaded.heap);
-    let p = session(file, heap).path(addr)?;
+    let p = session(&loaded).path(addr)?;
     if json {
         return output::json(&p.steps);
     }
@@ -420,8 +366,7 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
 pub fn path_all(dump: &Path, address: &str, n: usize, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
     let loaded = load(dump)?;
-    let (file, heap) = (&loaded.file, &loaded.heap);
-    let (p, holders, total) = session(file, heap).holders(addr, n)?;
+    let (p, holders, total) = session(&loaded).holders(addr, n)?;
     if json {
         return output::json(&holders);
     }
@@ -462,7 +407,7 @@ pub fn parse_address(s: &str) -> Result<u64> {
 
 pub fn diff(old: &Path, new: &Path, json: bool) -> Result<()> {
     let (o, n) = (load(old)?, load(new)?);
-    let d = group::diff((&o.file, &o.heap), (&n.file, &n.heap));
+    let d = n.diff(&o);
     if json {
         return output::json(&d);
     }

@@ -1,0 +1,224 @@
+//! The one door into the analysis: [`open`] maps and loads a dump (or
+//! reads its graph back from the cache) and hands back a [`Dump`], which
+//! owns the dump, its graph and its caches (their directory, which files,
+//! when they are written). Every question goes through it: one dump's
+//! through its [`Analysis`] ([`Dump::analysis`]), questions across dumps
+//! through the [`Dump`] itself ([`Dump::diff`]).
+//!
+//! Why two types rather than one: the [`Analysis`] borrows the mapping
+//! and the graph (its symbolizer and type namer hold onto them), so it
+//! lives inside a `Dump`'s borrow; a `Dump` can be asked for analyses, and
+//! for diffs against other dumps, as long as it lives.
+
+use crate::analysis::Analysis;
+use crate::cache::{CacheFile, Writing};
+use crate::error::Result;
+use crate::group::Diff;
+use crate::heap::Heap;
+use crate::DumpFile;
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+/// The version the caches are keyed by: a cache written by another
+/// version of the analysis is refused.
+const CACHE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How a dump is opened.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// Read and write the caches (`$XDG_CACHE_HOME/heapdump/analysis`, see
+    /// [`crate::private_dir::analysis_dir`]): the loaded graph, the leak
+    /// classes, the dominator tree, the paths' tree, the blocks vtables
+    /// name. Default: on.
+    pub cache: bool,
+    /// Let a forked child write a large cache file while the answer is
+    /// computed, and leave it to finish after the `Dump` and its analyses
+    /// are dropped (a question asked meanwhile waits for it). For a
+    /// short-lived process, the command line: a thread would end with it
+    /// (see [`crate::cache::Writing`]). Default: off, the files are written
+    /// in place and waited for when dropped (a library does not fork the
+    /// program it is part of unasked).
+    pub background_writers: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { cache: true, background_writers: false }
+    }
+}
+
+impl Options {
+    /// With or without the caches.
+    pub fn cache(mut self, yes: bool) -> Options {
+        self.cache = yes;
+        self
+    }
+
+    /// With or without writers left to finish on their own.
+    pub fn background_writers(mut self, yes: bool) -> Options {
+        self.background_writers = yes;
+        self
+    }
+}
+
+/// Opens the dump at `path` (see [`open_with_progress`]).
+pub fn open(path: &Path, options: &Options) -> Result<Dump> {
+    open_with_progress(path, options, &mut |_, _| {})
+}
+
+/// Opens the dump at `path`: its graph read back from the cache when a
+/// good copy of this very dump's is kept (its bytes checked against its
+/// checksum), else loaded, `progress` told `(done, total)` as it goes.
+pub fn open_with_progress(path: &Path, options: &Options, progress: &mut dyn FnMut(u64, u64)) -> Result<Dump> {
+    let file = DumpFile::open(path)?;
+    let mut events = Vec::new();
+    let dir = if options.cache {
+        match crate::private_dir::analysis_dir() {
+            Ok(d) => Some(d),
+            Err(why) => {
+                events.push(Event::Said(format!("off ({why})")));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let graph =
+        dir.as_ref().and_then(|d| CacheFile::for_file(d, &file, CACHE_VERSION)).map(|c| c.in_background(options.background_writers));
+    if let Some(c) = &graph {
+        let at = c.graph_path().display().to_string();
+        match c.read_graph() {
+            Ok(Some(heap)) => {
+                events.push(Event::Said(format!("hit {at}")));
+                return Ok(Dump::new(path, file, heap, dir, None, events, options));
+            }
+            Ok(None) => events.push(Event::Said(format!("miss {at}"))),
+            Err(why) => events.push(Event::Said(format!("rebuilt {at} ({why})"))),
+        }
+    }
+    let heap = Heap::load(&file, progress)?;
+    Ok(Dump::new(path, file, heap, dir, graph, events, options))
+}
+
+/// A thing the graph's cache did, or its file being written.
+enum Event {
+    Said(String),
+    Writing(Writing),
+}
+
+/// An opened dump: the file, its graph, and its caches. Dropped, it
+/// starts keeping its graph (when it was loaded, not read back: after the
+/// questions, so that the writer's fresh pages do not slow them), then
+/// leaves the files still being written to finish on their own
+/// ([`Options::background_writers`]) or waits for them.
+pub struct Dump {
+    path: PathBuf,
+    file: DumpFile,
+    heap: Heap,
+    /// The caches' directory, when they are on.
+    dir: Option<PathBuf>,
+    /// The graph's cache, while the graph is still to be kept.
+    graph: RefCell<Option<CacheFile>>,
+    events: RefCell<Vec<Event>>,
+    background: bool,
+}
+
+impl Dump {
+    fn new(
+        path: &Path,
+        file: DumpFile,
+        heap: Heap,
+        dir: Option<PathBuf>,
+        graph: Option<CacheFile>,
+        events: Vec<Event>,
+        o: &Options,
+    ) -> Dump {
+        Dump {
+            path: path.to_path_buf(),
+            file,
+            heap,
+            dir,
+            graph: RefCell::new(graph),
+            events: RefCell::new(events),
+            background: o.background_writers,
+        }
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The mapped file.
+    pub fn file(&self) -> &DumpFile {
+        &self.file
+    }
+
+    /// The graph of its live blocks.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// An analysis of the dump, answering from the cache what an earlier
+    /// one kept and keeping what it computes (see [`crate::cache`]).
+    pub fn analysis(&self) -> Analysis<'_> {
+        let a = Analysis::new(&self.file, &self.heap);
+        let cache = self
+            .dir
+            .as_ref()
+            .and_then(|d| CacheFile::for_dump(d, &self.heap, self.file.bytes().len() as u64, CACHE_VERSION))
+            .map(|c| c.in_background(self.background));
+        match cache {
+            Some(c) => a.with_cache(c),
+            None => a,
+        }
+    }
+
+    /// What grew and shrank from the `older` dump to this one, by site and
+    /// by type.
+    pub fn diff(&self, older: &Dump) -> Diff {
+        crate::group::diff((&older.file, &older.heap), (&self.file, &self.heap))
+    }
+
+    /// Starts keeping the graph now, when it is to be kept (a process that
+    /// runs on, the viewer, need not wait for the dump to be dropped).
+    pub fn keep_graph(&self) {
+        if let Some(c) = self.graph.borrow_mut().take() {
+            self.events.borrow_mut().push(Event::Writing(c.write_graph(&self.heap)));
+        }
+    }
+
+    /// What the graph's cache did since the last call: `hit PATH`, `miss
+    /// PATH`, `rebuilt PATH (why)`, `wrote PATH`, `not written PATH (why)`,
+    /// in order, waiting for the files being written (the analyses'
+    /// caches say theirs: [`Analysis::cache_events`]).
+    pub fn cache_events(&self) -> Vec<String> {
+        std::mem::take(&mut *self.events.borrow_mut())
+            .into_iter()
+            .map(|e| match e {
+                Event::Writing(w) => {
+                    let path = w.path().display().to_string();
+                    match w.wait() {
+                        Ok(()) => format!("wrote {path}"),
+                        Err(why) => format!("not written {path} ({why})"),
+                    }
+                }
+                Event::Said(s) => s,
+            })
+            .collect()
+    }
+}
+
+impl Drop for Dump {
+    fn drop(&mut self) {
+        self.keep_graph();
+        if self.background {
+            for e in self.events.get_mut().drain(..) {
+                if let Event::Writing(w) = e {
+                    w.detach();
+                }
+            }
+        }
+    }
+}
