@@ -437,7 +437,7 @@ mod tests {
     /// Keeps `h` at `d/g.hdgraph`, written in place; its path.
     fn keep(h: &Heap, d: &std::path::Path) -> std::path::PathBuf {
         let path = d.join("g.hdgraph");
-        Writing::start(&path, 0, |o| super::encode(h, &key(h), o)).wait().unwrap();
+        Writing::start(&path, false, 0, |o| super::encode(h, &key(h), o)).wait().unwrap();
         path
     }
 
