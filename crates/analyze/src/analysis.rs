@@ -9,6 +9,7 @@
 //! every export give one answer to one question: they only print or
 //! encode what it returns.
 
+use crate::address::Address;
 use crate::cache::{CacheFile, CacheProblem, Cached};
 use crate::cache_file::Reader;
 use crate::dominators::{self, Dominators};
@@ -77,15 +78,11 @@ pub struct LeakGroup {
     pub indirect_blocks: u64,
     /// Their bytes.
     pub indirect_bytes: u64,
-    /// One block's address, `0x…`.
-    pub example: String,
+    /// One block's address.
+    pub example: Address,
     /// The program's frames of the site, innermost first (see
     /// [`Analysis::program_frames`]).
     pub stack: Vec<String>,
-    /// The example's address, to order groups that tie on bytes and site
-    /// (two sites can print alike) the same way on every run.
-    #[serde(skip)]
-    pub example_addr: u64,
 }
 
 /// The leak classes' totals and the lost groups, largest first. Field
@@ -122,8 +119,8 @@ pub struct LeakReport {
 /// the `retained --json` keys.
 #[derive(Clone, Debug, Serialize)]
 pub struct Retainer {
-    /// `0x…`.
-    pub address: String,
+    /// Its address.
+    pub address: Address,
     /// Its requested size.
     pub size: u64,
     /// Bytes its dominator subtree holds, itself included.
@@ -150,8 +147,8 @@ pub struct PathStep {
     /// What holds the pointer: the root named for the first step, else a
     /// block's address.
     pub from: String,
-    /// The block pointed to, `0x…`.
-    pub to: String,
+    /// The block pointed to.
+    pub to: Address,
     /// Offset of the pointer in what `from` names (the symbol, the block).
     pub offset: u64,
     /// Whether the pointer points inside `to`.
@@ -163,6 +160,10 @@ pub struct PathStep {
     /// `to`'s site.
     #[serde(skip)]
     pub site: String,
+    /// Whether `from` names a root (a thread's stack or registers, a
+    /// static), not a block.
+    #[serde(skip)]
+    pub from_root: bool,
 }
 
 /// A pointer to a block (`path --all`): from a root or from another
@@ -193,8 +194,8 @@ pub struct Holder {
 /// How a block is reached.
 #[derive(Clone, Debug)]
 pub struct PathReport {
-    /// The block asked about, `0x…`.
-    pub address: String,
+    /// The block asked about.
+    pub address: Address,
     /// Its size.
     pub size: u64,
     /// Its leak class.
@@ -831,9 +832,8 @@ impl<'h> Analysis<'h> {
                 bytes: 0,
                 indirect_blocks: 0,
                 indirect_bytes: 0,
-                example: hex(b.addr),
+                example: Address(b.addr),
                 stack: self.program_frames(b.site).iter().take(12).map(Frame::label).collect(),
-                example_addr: b.addr,
             });
             g.blocks += 1;
             g.bytes += b.size;
@@ -849,7 +849,7 @@ impl<'h> Analysis<'h> {
             (b.bytes + b.indirect_bytes)
                 .cmp(&(a.bytes + a.indirect_bytes))
                 .then_with(|| a.site.cmp(&b.site))
-                .then_with(|| a.example_addr.cmp(&b.example_addr))
+                .then_with(|| a.example.cmp(&b.example))
         });
         let [definitely_lost, indirectly_lost, possibly_lost, still_reachable] = classes;
         LeakReport {
@@ -935,7 +935,7 @@ impl<'h> Analysis<'h> {
     fn retainer(&self, id: BlockId, d: &Dominators, l: &Leaks) -> Retainer {
         let b = self.heap.block(id);
         Retainer {
-            address: hex(b.addr),
+            address: Address(b.addr),
             size: b.size,
             retained: d.retained[id.index()],
             site: self.site_label(b.site),
@@ -963,7 +963,7 @@ impl<'h> Analysis<'h> {
         let fallback = l.leader_of(target);
         let tb = heap.block(target);
         let mut report = PathReport {
-            address: hex(tb.addr),
+            address: Address(tb.addr),
             size: tb.size,
             class: l.kind[target.index()],
             site: self.site_label(tb.site),
@@ -1002,11 +1002,12 @@ impl<'h> Analysis<'h> {
             let to = heap.block(s.to);
             report.steps.push(PathStep {
                 from,
-                to: hex(to.addr),
+                to: Address(to.addr),
                 offset,
                 interior: s.interior,
                 size: to.size,
                 site: self.site_label(to.site),
+                from_root: i == 0 && s.from.is_none() && matches!(p.start, PathStart::Root(_)),
             });
         }
         if let PathStart::LostBlock(b) = p.start {
@@ -1014,11 +1015,12 @@ impl<'h> Analysis<'h> {
                 let to = heap.block(b);
                 report.steps.push(PathStep {
                     from: start.clone(),
-                    to: hex(to.addr),
+                    to: Address(to.addr),
                     offset: 0,
                     interior: false,
                     size: to.size,
                     site: self.site_label(to.site),
+                    from_root: false,
                 });
             } else {
                 report.steps[0].from = format!("{} <- {start}", report.steps[0].from);

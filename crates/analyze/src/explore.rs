@@ -4,6 +4,7 @@
 //! block's page (contents, what it points to, who holds it, how it is
 //! reached). Field names are the viewer's JSON keys.
 
+use crate::address::Address;
 use crate::analysis::{hex, Analysis, Holder, PathStep};
 use crate::error::{AnalyzeError, Result};
 use crate::heap::BlockId;
@@ -15,8 +16,8 @@ use serde::Serialize;
 /// A block as a node of the dominator tree.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct TreeNode {
-    /// `0x…`.
-    pub address: String,
+    /// Its address.
+    pub address: Address,
     /// Its requested size.
     pub size: u64,
     /// Bytes its dominator subtree holds, itself included.
@@ -55,8 +56,8 @@ pub struct TreePage {
 pub struct Pointer {
     /// Offset of the pointer word in the block.
     pub offset: u64,
-    /// The block pointed to, `0x…`.
-    pub to: String,
+    /// The block pointed to.
+    pub to: Address,
     /// Where inside it the pointer points (0: its start).
     pub into: u64,
     /// Its size.
@@ -68,8 +69,8 @@ pub struct Pointer {
 /// Everything the viewer shows of one block.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockPage {
-    /// `0x…`.
-    pub address: String,
+    /// Its address.
+    pub address: Address,
     /// Its requested size.
     pub size: u64,
     /// Its site, as `top` names it.
@@ -122,7 +123,7 @@ impl Analysis<'_> {
         let d = self.dominators();
         let blk = self.heap().block(b);
         TreeNode {
-            address: hex(blk.addr),
+            address: Address(blk.addr),
             size: blk.size,
             retained: d.retained[b.index()],
             dominated: d.dominated[b.index()],
@@ -165,13 +166,13 @@ impl Analysis<'_> {
             .take(n)
             .map(|e| {
                 let t = heap.block(e.target);
-                Pointer { offset: e.offset, to: hex(t.addr), into: e.into, size: t.size, site: self.site_label(t.site) }
+                Pointer { offset: e.offset, to: Address(t.addr), into: e.into, size: t.size, site: self.site_label(t.site) }
             })
             .collect();
         let (report, holders, holders_total) = self.holders(blk.addr, n)?;
         let contents = self.contents_of(blk.addr);
         Ok(BlockPage {
-            address: hex(blk.addr),
+            address: Address(blk.addr),
             size: blk.size,
             site: self.site_label(blk.site),
             stack: self.program_frames(blk.site).iter().take(32).map(Frame::label).collect(),

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod address;
 mod analysis;
 pub mod cache;
 mod cache_file;
@@ -36,6 +37,7 @@ pub mod suppress;
 pub mod symbols;
 pub mod types;
 
+pub use address::Address;
 pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, NoVerdict, PathReport, PathStep, Retainer, SiteTotal};
 pub use contents::DumpContents;
 pub use error::{AnalyzeError, Result};

@@ -325,7 +325,7 @@ pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> s
             format!("{:.1}", r.retained as f64 * 100.0 / total.max(1) as f64),
             r.size.to_string(),
             if r.chain > 1 { format!("{} blocks, a chain of {}", r.dominated, r.chain) } else { format!("{} blocks", r.dominated) },
-            r.address.clone(),
+            r.address.to_string(),
         ];
         if typed {
             cells.push(r.ty.clone());

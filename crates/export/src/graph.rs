@@ -78,8 +78,7 @@ fn subgraph(ex: &Analysis<'_>, o: &GraphOptions) -> std::io::Result<Sub> {
             };
             let mut chain = vec![hb.0];
             for st in &h.path {
-                let to = u64::from_str_radix(st.to.trim_start_matches("0x"), 16).ok().and_then(|x| heap.find_start(x));
-                if let Some(t) = to {
+                if let Some(t) = heap.find_start(st.to.0) {
                     chain.push(t.0);
                 }
             }
@@ -91,8 +90,8 @@ fn subgraph(ex: &Analysis<'_>, o: &GraphOptions) -> std::io::Result<Sub> {
                 depth.entry(b).or_insert(1);
             }
             // The chain's start, when it is a root (not a lost block).
-            if let (Some(first), Some(start)) = (h.path.first(), h.path.first().and_then(|s| heap.find_start(parse_hex(&s.to)))) {
-                if !first.from.starts_with("0x") && !first.from.starts_with("lost block") {
+            if let Some(first) = h.path.first().filter(|s| s.from_root) {
+                if let Some(start) = heap.find_start(first.to.0) {
                     roots.push((first.from.clone(), start.0, first.offset));
                 }
             }
@@ -119,10 +118,6 @@ fn label(ex: &Analysis<'_>, b: u32, names: &mut HashMap<heapdump_analyze::SiteId
     let name = ex.block_name(BlockId(b), names);
     let retained = ex.dominators().retained[b as usize];
     (format!("{:#x}\\n{} B (retains {} B)\\n{}\\n{kind}", blk.addr, blk.size, retained, name), kind)
-}
-
-fn parse_hex(s: &str) -> u64 {
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or(0)
 }
 
 fn esc(s: &str) -> String {
