@@ -17,7 +17,10 @@
 //! forked worker's). The layout is glibc's on x86-64 from 2.30 (the
 //! per-thread cache's 16-bit counts) to 2.41; the version is read from
 //! the banner in the C library's memory (from its file only for a core
-//! that left it out), and any other is refused.
+//! that left it out), and any other is refused. A static program holds
+//! the banner only when it asks for glibc's version: without it, the
+//! version is inferred from strings glibc links into every static program
+//! that allocates (`MARKERS`), which is all the layout needs.
 
 use crate::error::{Error, Result};
 use crate::memory::{Map, Memory, Region};
@@ -48,7 +51,8 @@ pub struct GlibcHeap {
     pub regions: Vec<Region>,
     /// Freed chunks held in the per-thread caches and the fastbins.
     pub cached_free: u64,
-    /// glibc's version.
+    /// glibc's version (a static program's without the banner: the oldest
+    /// its strings allow, whose layout is walked, and `warnings` says so).
     pub version: (u32, u32),
     /// glibc's main arena when it lies in a static program's own data
     /// (start, end): the allocator's state, not the program's, so no root
@@ -96,9 +100,11 @@ const MAX_BANNER_MAP: u64 = 64 << 20;
 /// own executable), and its version when the search for it read it.
 struct Libc {
     maps: Vec<Map>,
-    /// Read from the banner when the image was found by it: a static
-    /// program's (`None` for libc.so.6, found by its name).
+    /// A static program's: read from its banner, or the oldest its
+    /// markers allow (`None` for libc.so.6, found by its name).
     version: Option<(u32, u32)>,
+    /// How the version was inferred, when no banner said it.
+    inferred: Option<String>,
 }
 
 /// What a static glibc program without glibc's version banner still holds
@@ -106,9 +112,95 @@ struct Libc {
 /// from (in every static glibc since 2.26; musl has none).
 const GLIBC_MARK: &[u8] = b"GLIBC_TUNABLES";
 
+/// What a static glibc program without the banner holds in its read-only
+/// data (with their NUL: whole strings) and the release that first has
+/// each (on every stable branch too, as of 2.42): glibc's tunables' names
+/// (in its start-up, linked into every static program) and malloc's
+/// error messages (malloc.c is one object: linked whole with malloc).
+/// Each holds every one before it, and the layout changes where one
+/// begins: 16-bit cache counts with `mxfast` (released in 2.31, taken by
+/// the 2.28 to 2.30 branches after the counts' fix: 2.30 as released
+/// lacks it and is refused, 2.29's branch has 2.30's layout), safe-linking with its unaligned-chunk check
+/// (2.32, one commit), `mp_`'s and `heap_info`'s huge page fields with
+/// the `hugetlb` tunable (2.35; tunables were optional before 2.38, but
+/// `mxfast` shows they are built in).
+const MARKERS: &[(&[u8], (u32, u32))] = &[
+    (b"glibc.malloc.mxfast\0", (2, 30)),
+    (b"malloc(): unaligned tcache chunk detected\0", (2, 32)),
+    (b"free(): too many chunks detected in tcache\0", (2, 33)),
+    (b"glibc.malloc.hugetlb\0", (2, 35)),
+    (b"glibc.mem.decorate_maps\0", (2, 39)),
+    (b"glibc.rtld.enable_secure\0", (2, 40)),
+    (b"free(): chunks in smallbin corrupted\0", (2, 41)),
+];
+
+/// What every glibc malloc from 2.30 to 2.41 holds and a later one may
+/// not: the fastbins' (gone after 2.42).
+const FASTBIN_MARK: &[u8] = b"double free or corruption (fasttop)\0";
+
+/// Strings only a glibc newer than 2.41 holds: malloc's of 2.42, whose
+/// per-thread cache has 76 lists and counts free slots.
+const NEWER: &[(&[u8], (u32, u32))] =
+    &[(b"max tcache size too large\0", (2, 42)), (b"malloc(): chunk size mismatch in fastbin\0", (2, 42))];
+
+/// Strings only a glibc older than 2.30 holds: the tunable 2.29 renamed
+/// `glibc.cpu.hwcap_mask` (2.28's branch took `mxfast` too).
+const OLDER: &[(&[u8], (u32, u32))] = &[(b"glibc.tune.hwcap_mask\0", (2, 28))];
+
+/// Shows a marker for a message (without its NUL).
+fn shown(m: &[u8]) -> String {
+    String::from_utf8_lossy(m.strip_suffix(b"\0").unwrap_or(m)).into_owned()
+}
+
+/// glibc's version as the strings of the static program `path` allow
+/// (`has` says whether its read-only data holds one): the oldest release
+/// they prove, and the note saying so; refused when they prove a release
+/// outside 2.30 to 2.41, miss one every such release has, or contradict
+/// each other.
+fn infer_version(path: &str, has: impl Fn(&[u8]) -> bool) -> Result<((u32, u32), String)> {
+    let v = |(a, b): (u32, u32)| format!("{a}.{b}");
+    let why = "glibc's heap layout depends on its version, which is not guessed";
+    if let Some((m, since)) = NEWER.iter().find(|(m, _)| has(m)) {
+        return Err(Error::Refused(format!(
+            "{path} is statically linked with glibc {} or later (no version banner, but it holds malloc's \"{}\"): a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
+            v(*since),
+            shown(m)
+        )));
+    }
+    if let Some((m, until)) = OLDER.iter().find(|(m, _)| has(m)) {
+        return Err(Error::Refused(format!(
+            "{path} is statically linked with glibc {} or older (no version banner, but it holds \"{}\"): a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
+            v(*until),
+            shown(m)
+        )));
+    }
+    for m in [MARKERS[0].0, FASTBIN_MARK] {
+        if !has(m) {
+            return Err(Error::Refused(format!(
+                "{path} is statically linked with glibc but holds neither its version banner nor \"{}\", which every glibc from 2.30 to 2.41 holds (an older or newer glibc, or one built without tunables): {why}",
+                shown(m)
+            )));
+        }
+    }
+    // The newest marker held; every older one must be held too.
+    let top = MARKERS.iter().rposition(|(m, _)| has(m)).unwrap_or(0);
+    if let Some((missing, since)) = MARKERS[..top].iter().find(|(m, _)| !has(m)) {
+        return Err(Error::Refused(format!(
+            "{path} is statically linked with glibc but its strings contradict each other: \"{}\" (glibc {} and later) without \"{}\" (glibc {} and later), and it holds no version banner: {why}",
+            shown(MARKERS[top].0),
+            v(MARKERS[top].1),
+            shown(missing),
+            v(*since)
+        )));
+    }
+    let lo = MARKERS[top].1;
+    Ok((lo, format!("glibc's version inferred from its strings: {} or later (no version banner in {path})", v(lo))))
+}
+
 /// The C library the process maps, and the allocator in it: libc.so.6
 /// when it is mapped; else (a static program) the module whose read-only
-/// memory holds glibc's banner. musl (its loader `ld-musl-*.so.1` mapped,
+/// memory holds glibc's banner, or glibc's tunables and the markers of
+/// its version (`infer_version`). musl (its loader `ld-musl-*.so.1` mapped,
 /// or a static program with no glibc in it) and the other allocators are
 /// refused by name.
 fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
@@ -135,11 +227,12 @@ fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
     }
     let libc: Vec<Map> = mem.maps().iter().filter(|m| name(m).starts_with("libc.so.") || name(m).starts_with("libc-2.")).cloned().collect();
     if !libc.is_empty() {
-        return Ok(Libc { maps: libc, version: None });
+        return Ok(Libc { maps: libc, version: None, inferred: None });
     }
     // No libc.so.6: a static program, glibc inside one of its modules
     // (those with code: not a data file), found by the banner in its
-    // read-only data.
+    // read-only data, else by its tunables (then its version by its
+    // strings).
     // A core may leave a module's code out (gdb's keeps its first page
     // and its data): an ELF image's first page tells it too.
     let elf = |m: &Map| {
@@ -156,25 +249,39 @@ fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
     for path in &modules {
         let maps: Vec<Map> = mem.maps().iter().filter(|m| m.file() == Some(path)).cloned().collect();
         match read_only_find(mem, &maps, banner) {
-            Some(v) => return Ok(Libc { version: Some(v?), maps }),
-            None if marked.is_none() && read_only_find(mem, &maps, |b| find(b, GLIBC_MARK)).is_some() => marked = Some(*path),
+            Some(v) => return Ok(Libc { version: Some(v?), maps, inferred: None }),
+            None if marked.is_none() && read_only_find(mem, &maps, |b| find(b, GLIBC_MARK)).is_some() => marked = Some((*path, maps)),
             None => {}
         }
     }
+    if let Some((path, maps)) = marked {
+        let all: Vec<&[u8]> = MARKERS.iter().chain(NEWER).chain(OLDER).map(|m| m.0).chain([FASTBIN_MARK]).collect();
+        let mut held = vec![false; all.len()];
+        read_only_find(mem, &maps, |b| {
+            for (h, m) in held.iter_mut().zip(&all) {
+                *h = *h || find(b, m).is_some();
+            }
+            held.iter().all(|h| *h).then_some(())
+        });
+        let (version, note) = infer_version(path, |m| all.iter().zip(&held).any(|(a, h)| *h && *a == m))?;
+        return Ok(Libc { maps, version: Some(version), inferred: Some(note) });
+    }
     let exe = modules.first().copied().unwrap_or("the executable");
-    Err(Error::Refused(match marked {
-        Some(p) => format!(
-            "{p} is statically linked with glibc but holds no glibc version banner (\"GNU C Library ... release version\", linked in only when the program calls gnu_get_libc_version): glibc's heap layout depends on its version, which nothing in the process says"
-        ),
-        None => format!(
-            "{exe} is statically linked without glibc (no libc.so.6 mapped, no glibc banner or tunables in it): musl's heap or another C library's, and attach and core read glibc's heap only, for now"
-        ),
-    }))
+    Err(Error::Refused(format!(
+        "{exe} is statically linked without glibc (no libc.so.6 mapped, no glibc banner or tunables in it): musl's heap or another C library's, and attach and core read glibc's heap only, for now"
+    )))
 }
 
-/// The first place `needle` is in `data`.
+/// The first place `needle` is in `data` (the C library's search: the
+/// process may be held while a static program's data is searched).
 fn find(data: &[u8], needle: &[u8]) -> Option<usize> {
-    data.windows(needle.len()).position(|w| w == needle)
+    if needle.is_empty() {
+        return Some(0);
+    }
+    // SAFETY: both pointers and lengths come from live slices, which
+    // memmem only reads; the result is null or points into `data`.
+    let at = unsafe { libc::memmem(data.as_ptr().cast(), data.len(), needle.as_ptr().cast(), needle.len()) };
+    (!at.is_null()).then(|| at as usize - data.as_ptr() as usize)
 }
 
 /// What `look` finds first in the read-only data of `maps` (one module's)
@@ -183,7 +290,7 @@ fn find(data: &[u8], needle: &[u8]) -> Option<usize> {
 /// names, where this machine has it (never for a live process, which is
 /// held while this runs: its memory holds the data, and no file is read
 /// then).
-fn read_only_find<T>(mem: &dyn Memory, maps: &[Map], look: impl Fn(&[u8]) -> Option<T>) -> Option<T> {
+fn read_only_find<T>(mem: &dyn Memory, maps: &[Map], mut look: impl FnMut(&[u8]) -> Option<T>) -> Option<T> {
     let mut maps: Vec<&Map> = maps.iter().filter(|m| m.read && !m.write && m.end - m.start <= MAX_BANNER_MAP).collect();
     maps.sort_by_key(|m| m.exec); // the banner is in .rodata
     let mut missing = Vec::new();
@@ -593,7 +700,7 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
         cached_free: 0,
         version,
         static_arena: libc.version.map(|_| (arenas[0], arenas[0] + ARENA_SIZE)),
-        warnings: Vec::new(),
+        warnings: libc.inferred.iter().cloned().collect(),
     };
     let mut seen: Vec<Seen> = Vec::new();
     for (k, &ar) in arenas.iter().enumerate() {
@@ -990,9 +1097,12 @@ mod tests {
         let libc = libc_maps(&static_program(banner, None)).map_err(|e| e.to_string()).unwrap();
         assert_eq!((libc.maps.len(), libc.version), (4, Some((2, 36))));
         let refused = |mem: &Fake| libc_maps(mem).err().map(|e| e.to_string()).unwrap_or_default();
-        // glibc without its banner: which glibc is not said anywhere.
+        // glibc without its banner, none of its version's markers either.
         let e = refused(&static_program(b"\0GLIBC_TUNABLES\0", None));
-        assert!(e.contains("/app/prog is statically linked with glibc but holds no glibc version banner"), "{e}");
+        assert!(
+            e.contains("/app/prog is statically linked with glibc but holds neither its version banner nor \"glibc.malloc.mxfast\""),
+            "{e}"
+        );
         // Neither banner nor glibc: a static musl program.
         let e = refused(&static_program(b"\0No error information\0", None));
         assert!(e.contains("statically linked without glibc") && e.contains("musl") && e.contains("for now"), "{e}");
@@ -1004,6 +1114,57 @@ mod tests {
         // A banner that names no version is refused, not guessed at.
         let e = refused(&static_program(b"release version x.y", None));
         assert!(e.contains("cannot read glibc's version"), "{e}");
+    }
+
+    /// The read-only data of a static glibc without its banner holding
+    /// `markers` (each with its NUL, as glibc's strings are).
+    fn unbannered(markers: &[&[u8]]) -> Fake {
+        let mut ro = b"\0GLIBC_TUNABLES\0".to_vec();
+        for m in markers {
+            ro.extend_from_slice(m);
+            ro.push(0);
+        }
+        static_program(&ro, None)
+    }
+
+    #[test]
+    fn a_static_glibcs_version_without_its_banner_is_inferred_from_its_strings() {
+        let (mxfast, fasttop, tcache, too_many, hugetlb, decorate) = (
+            &b"glibc.malloc.mxfast"[..],
+            &b"double free or corruption (fasttop)"[..],
+            &b"malloc(): unaligned tcache chunk detected"[..],
+            &b"free(): too many chunks detected in tcache"[..],
+            &b"glibc.malloc.hugetlb"[..],
+            &b"glibc.mem.decorate_maps"[..],
+        );
+        let inferred = |markers: &[&[u8]]| {
+            let libc = libc_maps(&unbannered(markers)).map_err(|e| e.to_string()).unwrap();
+            (libc.version, libc.inferred.unwrap_or_default())
+        };
+        // Debian 12's 2.36: the layout of 2.35 and later.
+        let (v, note) = inferred(&[fasttop, tcache, mxfast, too_many, hugetlb]);
+        assert_eq!(v, Some((2, 35)));
+        assert_eq!(note, "glibc's version inferred from its strings: 2.35 or later (no version banner in /app/prog)");
+        // Each boundary of the layout.
+        assert_eq!(inferred(&[mxfast, fasttop]).0, Some((2, 30)));
+        assert_eq!(inferred(&[mxfast, fasttop, tcache]).0, Some((2, 32)));
+        assert_eq!(inferred(&[mxfast, fasttop, tcache, too_many, hugetlb, decorate]).0, Some((2, 39)));
+        let refused = |markers: &[&[u8]]| libc_maps(&unbannered(markers)).err().map(|e| e.to_string()).unwrap_or_default();
+        // A marker of 2.42 (its cache of 76 lists): refused naming it.
+        let e = refused(&[mxfast, fasttop, tcache, too_many, hugetlb, b"max tcache size too large"]);
+        assert!(e.starts_with("/app/prog is statically linked with glibc 2.42 or later") && e.contains("it reads 2.30 to 2.41"), "{e}");
+        // A tunable only 2.26 to 2.28 have.
+        let e = refused(&[mxfast, fasttop, b"glibc.tune.hwcap_mask"]);
+        assert!(e.starts_with("/app/prog is statically linked with glibc 2.28 or older"), "{e}");
+        // Markers that contradict: 2.35's tunable without safe-linking's check.
+        let e = refused(&[mxfast, fasttop, hugetlb]);
+        assert!(e.contains("contradict") && e.contains("\"glibc.malloc.hugetlb\" (glibc 2.35 and later) without \"malloc(): unaligned tcache chunk detected\" (glibc 2.32 and later)"), "{e}");
+        // The fastbins' message missing (glibc after 2.42 has none).
+        let e = refused(&[mxfast, tcache]);
+        assert!(e.contains("nor \"double free or corruption (fasttop)\""), "{e}");
+        // A string is a marker only whole: a longer one holding it is not.
+        let e = refused(&[fasttop, b"glibc.malloc.mxfast_x"]);
+        assert!(e.contains("nor \"glibc.malloc.mxfast\""), "{e}");
     }
 
     #[test]
