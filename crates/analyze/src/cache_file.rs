@@ -128,10 +128,10 @@ pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
 /// command from exiting until the file is written (the second the answer
 /// should not wait for), or be cut off and leave nothing; a child writes on
 /// after the command has exited. Forking is the caller's choice, never the
-/// library's: only a [`crate::cache::CacheFile`] allowed to
-/// ([`crate::cache::CacheFile::in_background`]) forks, and [`crate::open`]
-/// allows it only when its [`crate::Options`] say so (the command line
-/// does; a program embedding the library has its files written in place).
+/// library's: `start` forks only when told it may (`cache.rs`'s
+/// `CacheFile::in_background`), which `open.rs` allows only when its
+/// `Options` say so (the command line does; a program embedding the
+/// library has its files written in place).
 #[must_use = "dropping it waits for the writing"]
 pub struct Writing {
     path: PathBuf,

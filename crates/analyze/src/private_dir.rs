@@ -1,6 +1,6 @@
 //! The per-user cache directory (`$XDG_CACHE_HOME/heapdump`, else
 //! `~/.cache/heapdump`) and the checks that keep it private: the analysis
-//! caches live in its `analysis` folder (see [`crate::open`]), and the
+//! caches live in its `analysis` folder (`open.rs` asks for it), and the
 //! command line keeps its copy of the preload library at its top (it calls
 //! [`private_dir`] and [`checked_chain`] for that; one set of checks for
 //! both).

@@ -323,7 +323,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let skip = match skip {
                 Some(r) => Some(
                     regex::Regex::new(&format!("^(?:{r})$"))
-                        .map_err(|e| crate::run::Usage(format!("invalid --skip {r:?}: {}", e.to_string().replace('\n', " "))))?,
+                        .map_err(|e| crate::output::Usage(format!("invalid --skip {r:?}: {}", e.to_string().replace('\n', " "))))?,
                 ),
                 None => None,
             };
@@ -344,7 +344,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             for path in &suppressions {
                 let text = std::fs::read_to_string(path).with_context(|| format!("cannot read suppressions {}", path.display()))?;
                 let parsed = heapdump_analyze::suppress::Suppressions::parse(&text)
-                    .map_err(|e| crate::run::Usage(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| crate::output::Usage(format!("{}: {e}", path.display())))?;
                 sup.get_or_insert_with(heapdump_analyze::suppress::Suppressions::default).extend(parsed);
             }
             views::leaks(&dump, n, kind, sup, json).map(|v| if v { ExitCode::SUCCESS } else { ExitCode::from(1) })

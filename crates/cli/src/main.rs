@@ -37,7 +37,7 @@ fn main() -> ExitCode {
             }
             // One line: the error and its causes, no backtrace.
             eprintln!("heapdump: error: {}", format!("{e:#}").replace('\n', " "));
-            if e.downcast_ref::<run::Usage>().is_some() {
+            if e.downcast_ref::<output::Usage>().is_some() {
                 return ExitCode::from(2);
             }
             ExitCode::from(1)

@@ -1,6 +1,19 @@
-//! Printing: JSON documents and aligned tables, with byte sizes made readable.
+//! Printing: JSON documents and aligned tables, with byte sizes made
+//! readable; and the usage error (exit 2) every command may report.
 
 use std::io::Write;
+
+/// Usage errors (exit 2) are reported as this type.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
 
 /// Prints one JSON document on stdout.
 pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 /// trace.
 pub fn check_preloadable(program: &OsStr) -> Result<()> {
     match verdict(program, 0) {
-        Some(why) => Err(crate::run::Usage(format!("cannot trace {}: {why}", program.to_string_lossy())).into()),
+        Some(why) => Err(crate::output::Usage(format!("cannot trace {}: {why}", program.to_string_lossy())).into()),
         None => Ok(()),
     }
 }

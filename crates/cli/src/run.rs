@@ -1,6 +1,7 @@
 //! `heapdump run`: any dynamically linked program, traced through the
 //! preload library.
 
+use crate::output::Usage;
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::io::Write;
@@ -25,18 +26,6 @@ pub struct RunOptions {
     pub no_on_fatal: bool,
     pub program: Vec<OsString>,
 }
-
-/// Usage errors (exit 2) are reported as this type.
-#[derive(Debug)]
-pub struct Usage(pub String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
 
 /// Finds `libheapdump_preload.so`: the one `HEAPDUMP_PRELOAD` names; else
 /// the one built next to this executable (a build from source); else the
