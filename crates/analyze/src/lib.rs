@@ -1,12 +1,24 @@
 //! Offline analysis of heapdump dumps.
 //!
 //! `heapdump-analyze` sits between the file format (`heapdump-format`) and
-//! the exports and command line: it maps a dump, builds a compact graph of
-//! the live allocations and the pointers between them ([`Heap`]), and
+//! the exports and command line. Its one door is [`open`]: it maps a dump,
+//! builds a compact graph of the live allocations and the pointers between
+//! them ([`Heap`]), or reads it back from the cache, and hands back a
+//! [`Dump`] that owns the caches (their directory, [`private_dir`]) and
+//! answers the questions across dumps ([`Dump::diff`]). Its [`Analysis`]
 //! answers the questions a user opens the tool for: what is alive
-//! ([`group::top`]), what leaked ([`leaks`]), what keeps what alive
-//! ([`dominators`], [`paths`]), how two dumps differ ([`group::diff`]). It
-//! never touches a live process.
+//! ([`Analysis::top`]), what leaked ([`Analysis::leak_report`], with its
+//! verdict, [`Analysis::leak_verdict`]), what keeps what alive
+//! ([`Analysis::retainers`], [`Analysis::path`]). Answers carry addresses as
+//! numbers ([`Address`]); they become `0x…` only when shown. It never
+//! touches a live process.
+//!
+//! ```no_run
+//! let dump = heapdump_analyze::open("app.hdump".as_ref(), &heapdump_analyze::Options::default())?;
+//! let report = dump.analysis().leak_report();
+//! println!("{} bytes definitely lost", report.definitely_lost.bytes);
+//! # Ok::<(), heapdump_analyze::AnalyzeError>(())
+//! ```
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
