@@ -1,8 +1,11 @@
 //! Statically linked programs taken from outside (`heapdump attach`,
 //! `heapdump core`): glibc's malloc is in the executable itself (`gcc
-//! -static`, `gcc -static-pie`), found there by glibc's banner and walked
-//! with every check a libc.so.6 gets. musl programs are refused in one
-//! line naming musl.
+//! -static`, `gcc -static-pie`), found there by glibc's banner or, in a
+//! program that never asks glibc its version (most), by its tunables, its
+//! version then inferred from the strings glibc links in, and walked with
+//! every check a libc.so.6 gets. Strings that are missing, contradict each
+//! other or name a glibc outside 2.30 to 2.41 are refused in one line, as
+//! are musl programs, naming musl.
 //!
 //! valgrind cannot intercept malloc in a static program (it reports no
 //! allocation at all): the classes are checked against valgrind on the
@@ -140,6 +143,13 @@ fn same_classes(dump: &Path, exe: &Path, valgrind: [(u64, u64); 4], dynamic: boo
     assert_eq!(ours[3].1, valgrind[3].1 + startup, "{what}: still reachable blocks, {startup} of them glibc's start-up's");
 }
 
+/// The version a report line names ("… arenas of glibc 2.36, …").
+fn version_said(line: &str) -> (u32, u32) {
+    let v = line.split(" arenas of glibc ").nth(1).and_then(|r| r.split(',').next()).unwrap_or_else(|| panic!("{line}"));
+    let (a, b) = v.split_once('.').unwrap_or_else(|| panic!("{line}"));
+    (a.parse().unwrap(), b.parse().unwrap())
+}
+
 #[test]
 fn static_and_static_pie_programs_give_valgrinds_leak_classes() {
     let d = Scratch::new("static-vg");
@@ -148,44 +158,123 @@ fn static_and_static_pie_programs_give_valgrinds_leak_classes() {
     let dynamic = program(&d, "gcc", "static_leaks.c", &[], "dynamic");
     let expected = valgrind_summary(&dynamic);
     assert_eq!(expected.map(|c| c.1), [4, 3, 2, 7], "valgrind on the dynamic build: {expected:?}");
-    for (flag, name) in [("-static", "static"), ("-static-pie", "static-pie")] {
-        let exe = program(&d, "gcc", "static_leaks.c", &[flag], name);
-        let o = Command::new("valgrind").args(["--leak-check=full", "--run-libc-freeres=no"]).arg(&exe).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        let dynamic = err.contains("total heap usage: 0 allocs");
-        let seen = if dynamic { expected } else { valgrind_summary(&exe) };
-        let p = Stopped::start(Command::new(&exe));
-        for mode in ["compact", "full"] {
-            let out = d.path(&format!("{name}-{mode}.hdump"));
-            let line = ok(&attach(p.pid, &out, mode));
-            // The main arena and the running thread's own, in the
-            // executable's glibc, whose version its banner gave.
-            assert!(line.contains(" 2 arenas of glibc 2."), "{name}: {line}");
-            same_classes(&out, &exe, seen, dynamic, &format!("{name}, attach --mode {mode}"));
+    // With glibc's banner (the program asks glibc its version), then
+    // without (the same program, asking nothing): its version inferred
+    // from its strings, at the same side of each boundary of the layout
+    // as the banner's (safe-linking from 2.32, mp_'s huge page fields from
+    // 2.35), and the same blocks.
+    let mut banner = None;
+    for (source, plain) in [("static_leaks.c", false), ("static_leaks_plain.c", true)] {
+        for (flag, name) in [("-static", "static"), ("-static-pie", "static-pie")] {
+            let name = &format!("{name}{}", if plain { "-plain" } else { "" });
+            let exe = program(&d, "gcc", source, &[flag], name);
+            let holds_banner = std::fs::read(&exe).unwrap().windows(16).any(|w| w == b"release version ");
+            assert_eq!(holds_banner, !plain, "{name}: glibc's banner is linked in only when the program asks");
+            let o = Command::new("valgrind").args(["--leak-check=full", "--run-libc-freeres=no"]).arg(&exe).output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            let dynamic = err.contains("total heap usage: 0 allocs");
+            let seen = if dynamic { expected } else { valgrind_summary(&exe) };
+            let p = Stopped::start(Command::new(&exe));
+            let known = banner;
+            let note = |o: &Output, how: &str| {
+                let err = String::from_utf8_lossy(&o.stderr);
+                let said: Vec<&str> = err.lines().filter(|l| l.contains("glibc's version inferred")).collect();
+                if !plain {
+                    assert!(said.is_empty(), "{name}, {how}: the banner says the version: {err}");
+                    return;
+                }
+                let tail = format!(" or later (no version banner in {})", exe.display());
+                let [line] = said[..] else { panic!("{name}, {how}: one note on the inference: {err}") };
+                let v = line
+                    .strip_prefix("heapdump: warning: glibc's version inferred from its strings: 2.")
+                    .and_then(|r| r.strip_suffix(&tail));
+                let minor: u32 = v.and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("{name}, {how}: {line}"));
+                let (_, real) = known.expect("the banner's build ran first");
+                assert!(
+                    minor <= real && (minor >= 32) == (real >= 32) && (minor >= 35) == (real >= 35),
+                    "{name}, {how}: {line}, the banner said 2.{real}"
+                );
+            };
+            for mode in ["compact", "full"] {
+                let out = d.path(&format!("{name}-{mode}.hdump"));
+                let o = attach(p.pid, &out, mode);
+                let line = ok(&o);
+                note(&o, &format!("attach --mode {mode}"));
+                // The main arena and the running thread's own, in the
+                // executable's glibc.
+                assert!(line.contains(" 2 arenas of glibc 2."), "{name}: {line}");
+                if !plain {
+                    banner.get_or_insert(version_said(&line));
+                }
+                same_classes(&out, &exe, seen, dynamic, &format!("{name}, attach --mode {mode}"));
+            }
+            let out = d.path(&format!("{name}-core.hdump"));
+            let o = gcore_then_core(&d, p.pid, &out);
+            ok(&o);
+            note(&o, "core");
+            same_classes(&out, &exe, seen, dynamic, &format!("{name}, gcore then core"));
+            let attached: BTreeSet<(u64, u64)> = blocks(&d.path(&format!("{name}-compact.hdump"))).into_iter().collect();
+            let cored: BTreeSet<(u64, u64)> = blocks(&out).into_iter().collect();
+            assert_eq!(attached, cored, "{name}: attach and core see the same blocks");
         }
-        let out = d.path(&format!("{name}-core.hdump"));
-        ok(&gcore_then_core(&d, p.pid, &out));
-        same_classes(&out, &exe, seen, dynamic, &format!("{name}, gcore then core"));
-        let attached: BTreeSet<(u64, u64)> = blocks(&d.path(&format!("{name}-compact.hdump"))).into_iter().collect();
-        let cored: BTreeSet<(u64, u64)> = blocks(&out).into_iter().collect();
-        assert_eq!(attached, cored, "{name}: attach and core see the same blocks");
     }
 }
 
+/// `exe` with each of `edits` (a string and what replaces it, of the same
+/// length) made wherever the string is, as `to`.
+fn edited(exe: &Path, to: &Path, edits: &[(&[u8], &[u8])]) -> PathBuf {
+    let mut bytes = std::fs::read(exe).unwrap();
+    for (from, with) in edits {
+        assert_eq!(from.len(), with.len());
+        let mut n = 0;
+        for i in 0..bytes.len().saturating_sub(from.len()) {
+            if &bytes[i..i + from.len()] == *from {
+                bytes[i..i + from.len()].copy_from_slice(with);
+                n += 1;
+            }
+        }
+        assert!(n > 0, "{} holds {:?}", exe.display(), String::from_utf8_lossy(from));
+    }
+    std::fs::write(to, bytes).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    to.to_path_buf()
+}
+
 #[test]
-fn a_static_glibc_program_without_glibcs_banner_is_refused_saying_so() {
-    // Nothing in a static program says which glibc it holds unless it asks
-    // for glibc's version (which links the banner in): the heap layout
-    // depends on it, and is not guessed.
-    let d = Scratch::new("static-no-banner");
+fn static_glibc_programs_whose_strings_do_not_say_a_known_glibc_are_refused_in_one_line() {
+    // Without the banner, glibc's version is what the strings it links in
+    // say: a program whose strings miss what every glibc from 2.30 to 2.41
+    // holds, contradict each other, or name a newer glibc is refused, its
+    // heap layout not guessed. The programs run as built (a tunable's
+    // name or a message changed changes nothing they do).
+    let d = Scratch::new("static-markers");
     let exe = program(&d, "gcc", "leaks.c", &["-static"], "leaks-static");
-    let p = Stopped::start(Command::new(&exe));
-    let out = d.path("n.hdump");
-    for o in [attach(p.pid, &out, "compact"), gcore_then_core(&d, p.pid, &out)] {
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{err}");
-        assert!(err.contains("statically linked with glibc but holds no glibc version banner") && err.lines().count() == 1, "{err}");
-        assert!(!out.exists(), "no dump left behind");
+    let missing = edited(&exe, &d.path("missing"), &[(b"glibc.malloc.mxfast\0", b"glibc.malloc.mxfasT\0")]);
+    let contradicting = edited(
+        &exe,
+        &d.path("contradicting"),
+        &[(b"malloc(): unaligned tcache chunk detected\0", b"malloc(): unaligned tcache chunk detecteD\0")],
+    );
+    let newer = program(&d, "gcc", "glibc_242_marker.c", &["-static"], "newer");
+    let cases = [
+        (&missing, "holds neither its version banner nor \"glibc.malloc.mxfast\", which every glibc from 2.30 to 2.41 holds"),
+        (&contradicting, "its strings contradict each other: \"glibc.malloc.hugetlb\" (glibc 2.35 and later) without \"malloc(): unaligned tcache chunk detected\" (glibc 2.32 and later)"),
+        (&newer, "is statically linked with glibc 2.42 or later (no version banner, but it holds malloc's \"max tcache size too large\")"),
+    ];
+    for (exe, says) in cases {
+        let p = Stopped::start(Command::new(exe));
+        let out = d.path("n.hdump");
+        for (o, how) in [(attach(p.pid, &out, "compact"), "attach"), (gcore_then_core(&d, p.pid, &out), "core")] {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{how} {}: {err}", exe.display());
+            assert!(
+                err.starts_with(&format!("heapdump: error: {} is statically linked with glibc", exe.display())) && err.contains(says),
+                "{how}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{how}: {err}");
+            assert!(!out.exists(), "{how}: no dump left behind");
+        }
     }
 }
 
