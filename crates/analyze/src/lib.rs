@@ -57,5 +57,5 @@ pub use file::DumpFile;
 pub use heap::{
     round_keeping_sum, Block, BlockId, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, SiteId, ThreadInfo, MAX_BLOCKS,
 };
-pub use open::{open, open_with_progress, Dump, Options};
+pub use open::{open, open_with_progress, summary, Dump, Options};
 pub use summary::{LimitSummary, SignalSummary, Summary};

@@ -15,6 +15,7 @@ use crate::cache::{CacheFile, Writing};
 use crate::error::Result;
 use crate::group::Diff;
 use crate::heap::Heap;
+use crate::summary::Summary;
 use crate::DumpFile;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -60,6 +61,13 @@ impl Options {
         self.background_writers = yes;
         self
     }
+}
+
+/// What the dump at `path` holds, from its records, without loading its
+/// graph: the one question that needs no [`Dump`] (a damaged dump is
+/// summarised up to the damage: [`Summary::truncated`]).
+pub fn summary(path: &Path) -> Result<Summary> {
+    Summary::of(&DumpFile::open(path)?)
 }
 
 /// Opens the dump at `path` (see [`open_with_progress`]).

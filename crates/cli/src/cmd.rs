@@ -5,7 +5,7 @@ use crate::views;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use heapdump_analyze::group::GroupBy;
-use heapdump_analyze::{DumpFile, Summary};
+use heapdump_analyze::Summary;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -438,8 +438,7 @@ fn outside(what: Outside, mode: DumpMode, output: Option<PathBuf>) -> Result<Exi
 }
 
 fn summary(path: &PathBuf, json: bool) -> Result<ExitCode> {
-    let file = DumpFile::open(path)?;
-    let s = Summary::of(&file)?;
+    let s = heapdump_analyze::summary(path)?;
     if let Some(t) = &s.truncated {
         eprintln!("heapdump: warning: {}: incomplete dump, summarised up to the damage: {t}", path.display());
     }
@@ -616,8 +615,7 @@ fn demo() -> Result<ExitCode> {
     }
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "\n== summary")?;
-    let file = DumpFile::open(&out)?;
-    print_summary(&mut stdout, &out, &Summary::of(&file)?)?;
+    print_summary(&mut stdout, &out, &heapdump_analyze::summary(&out)?)?;
     let loaded = views::load(&out)?;
     let heap = loaded.heap();
     // One analysis serves both views.
