@@ -3,6 +3,7 @@
 //! Parsed by hand with `getenv` because it runs at the tracker's first
 //! allocation, where `std::env` (which allocates) cannot. A value that does
 //! not parse is reported once on stderr and the default is used.
+#![forbid(unsafe_code)]
 
 use core::ffi::CStr;
 pub use heapdump_format::settings::{parse_backtrace, parse_bytes, parse_signal, parse_u64, Backtrace};

@@ -1,5 +1,6 @@
 //! A live allocation as the tracker records it: what the table stores, the
 //! guard defers and the dump writes.
+#![forbid(unsafe_code)]
 
 /// One live allocation as the table stores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Collapsing the heap into transparent huge pages before a forked dump
 //! (`heapdump run --fork --collapse`): the fork then copies a page-table
 //! entry per 2 MiB instead of 512.
+#![forbid(unsafe_code)]
 
 use crate::sys;
 use crate::sys::procfs::Maps;

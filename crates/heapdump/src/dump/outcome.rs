@@ -1,5 +1,6 @@
 //! What a dump gives back: what it wrote ([`DumpInfo`]) or why it failed
 //! ([`DumpError`]).
+#![forbid(unsafe_code)]
 
 use heapdump_format::WriteError;
 

@@ -1,4 +1,5 @@
 //! Poisson sampling of allocation sites (`HEAPDUMP_BACKTRACE=sampled`).
+#![forbid(unsafe_code)]
 
 use crate::sys;
 

@@ -2,6 +2,7 @@
 //! (their ids, names, blocked signals and stack pointers in a system
 //! call) and the executable's path. Read with raw system calls into fixed
 //! buffers or the runtime's own mappings: nothing here allocates.
+#![forbid(unsafe_code)]
 
 use crate::sys::text::{fmt_u64, parse_hex, parse_u64};
 use crate::sys::{self, Mapping};

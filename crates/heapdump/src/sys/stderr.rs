@@ -1,5 +1,6 @@
 //! The stderr the program was started with: the runtime's own lines go
 //! there, and only while descriptor 2 is still that file.
+#![forbid(unsafe_code)]
 
 use crate::sys;
 

@@ -1,5 +1,6 @@
 //! Numbers as text, without allocating: what the dump path, the stop and
 //! the reports write into fixed buffers and read from /proc.
+#![forbid(unsafe_code)]
 
 /// Formats `v` in decimal into `out`; returns the length.
 pub fn fmt_u64(mut v: u64, out: &mut [u8]) -> usize {

@@ -11,6 +11,7 @@
 //! helper is this process's ([`helper_here`]): a child that is not told of
 //! its fork (a raw `clone`) is not misled either. Without a helper, the
 //! triggers dump on the thread that asks (see `trigger`).
+#![forbid(unsafe_code)]
 
 use crate::sys;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};

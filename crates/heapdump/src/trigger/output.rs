@@ -1,5 +1,6 @@
 //! Where a dump goes: the public dump calls, the automatic dumps' file
 //! names (claimed with `O_EXCL`, numbered), and reporting what was written.
+#![forbid(unsafe_code)]
 
 use crate::dump::outcome::{DumpError, DumpInfo};
 use crate::dump::{write_dump, Request, Sources};

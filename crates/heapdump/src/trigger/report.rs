@@ -19,6 +19,7 @@
 //!
 //! `run` waits while a started dump has neither `wrote` nor `failed` and
 //! its process or writer is alive. Paths are absolute.
+#![forbid(unsafe_code)]
 
 use crate::dump::outcome::{DumpError, DumpInfo};
 use crate::sys;
