@@ -136,7 +136,12 @@ fn make_checked(dir: &Path, what: &str) -> Result<PathBuf, DirError> {
 /// writable by no one else, and the last ones are this user's alone.
 /// `what` names what is kept there, for the error (see [`checked_chain`]).
 pub fn private_dir(sub: Option<&str>, what: &str) -> Result<PathBuf, DirError> {
-    let mut dir = cache_base()?.join("heapdump");
+    private_dir_in(&cache_base()?, sub, what)
+}
+
+/// [`private_dir`] under the cache base `base`.
+fn private_dir_in(base: &Path, sub: Option<&str>, what: &str) -> Result<PathBuf, DirError> {
+    let mut dir = base.join("heapdump");
     if let Some(s) = sub {
         dir = dir.join(s);
     }
@@ -161,8 +166,56 @@ pub fn private_dir(sub: Option<&str>, what: &str) -> Result<PathBuf, DirError> {
 /// The analysis caches' directory, `$XDG_CACHE_HOME/heapdump/analysis`
 /// (see [`private_dir`]); an error says it is the analysis cache's.
 pub fn analysis_dir() -> Result<PathBuf, DirError> {
-    private_dir(Some("analysis"), "the analysis cache").map_err(|e| match e {
+    analysis_dir_in(&cache_base()?)
+}
+
+fn analysis_dir_in(base: &Path) -> Result<PathBuf, DirError> {
+    private_dir_in(base, Some("analysis"), "the analysis cache").map_err(|e| match e {
         DirError::Refused(m) => DirError::Refused(format!("no analysis cache: {m}")),
         DirError::Io { what, source } => DirError::Io { what: format!("no analysis cache: {what}"), source },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("heapdump-private-dir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        d
+    }
+
+    /// Made where missing, 0700 each, and handed back resolved.
+    #[test]
+    fn the_analysis_directory_is_made_private() {
+        let d = scratch("made");
+        let dir = analysis_dir_in(&d.join("base")).unwrap();
+        assert_eq!(dir, d.canonicalize().unwrap().join("base/heapdump/analysis"));
+        for p in [dir.as_path(), dir.parent().unwrap()] {
+            assert_eq!(std::fs::metadata(p).unwrap().permissions().mode() & 0o777, 0o700, "{p:?}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Nothing is made in a directory others may write to, and the error
+    /// says it is the analysis cache that is refused.
+    #[test]
+    fn a_base_others_may_write_to_is_refused_naming_the_analysis_cache() {
+        let d = scratch("open");
+        let open = d.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = analysis_dir_in(&open.join("base")).unwrap_err().to_string();
+        assert!(e.starts_with("no analysis cache: ") && e.contains("heapdump writes nothing there"), "{e}");
+        assert!(!open.join("base").exists(), "nothing made");
+        // An existing chain through it: refused too, naming what could be swapped.
+        std::fs::create_dir_all(open.join("base/heapdump/analysis")).unwrap();
+        let e = analysis_dir_in(&open.join("base")).unwrap_err().to_string();
+        assert!(e.contains("another user could swap the analysis cache below it"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

@@ -1,7 +1,8 @@
 //! The cache's forked writers, in a process of one thread as the command
 //! line is (a test harness runs tests on threads, where the cache writes
 //! in place): a large file is written by a child, its error comes back,
-//! and a writer left to finish is waited for by the next reader.
+//! and a writer left to finish is waited for by the next reader; a cache
+//! not allowed to fork writes in place.
 
 use heapdump_analyze::cache::CacheFile;
 use heapdump_analyze::{DumpFile, Heap};
@@ -56,6 +57,15 @@ fn main() {
     let left: Vec<_> =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
     assert!(left.is_empty(), "no temporary file left: {left:?}");
+    std::fs::remove_dir_all(cache.graph_path()).unwrap();
+
+    // Not allowed to fork (what `open` gives a caller that did not ask for
+    // background writers): written in place, done when it returns.
+    let writing = cache.clone().in_background(false).write_graph(&heap);
+    assert!(!writing.in_background(), "a cache not allowed to fork writes in place");
+    assert!(cache.graph_path().exists(), "written before write_graph returned");
+    writing.wait().expect("written");
+    assert_eq!(cache.read_graph().unwrap().expect("kept").len(), heap.len());
     std::fs::remove_dir_all(&dir).unwrap();
-    println!("writer: 3 checks passed");
+    println!("writer: 4 checks passed");
 }

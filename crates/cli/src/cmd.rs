@@ -437,7 +437,7 @@ fn outside(what: Outside, mode: DumpMode, output: Option<PathBuf>) -> Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-fn summary(path: &PathBuf, json: bool) -> Result<ExitCode> {
+fn summary(path: &Path, json: bool) -> Result<ExitCode> {
     let s = heapdump_analyze::summary(path)?;
     if let Some(t) = &s.truncated {
         eprintln!("heapdump: warning: {}: incomplete dump, summarised up to the damage: {t}", path.display());

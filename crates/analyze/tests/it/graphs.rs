@@ -575,3 +575,36 @@ fn first_words_inside_modules_are_noted_as_the_dump_loads() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The one door: `open` gives the same graph as loading, its analysis the
+/// answers of an analysis made by hand, a verdict for a complete dump, and
+/// the diff against another dump; without the caches, nothing is written.
+#[test]
+fn open_answers_as_the_parts_do() {
+    let base = || {
+        let mut s = Spec::default();
+        s.block(0x1000, 64).block(0x2000, 32);
+        s.stack.push(0x1000);
+        s
+    };
+    let old = base();
+    let mut new = base();
+    new.block(0x3000, 128).ptr(0x1000, 8, 0x3000);
+    let (old_path, new_path) = (crate::build::tempfile_path::TempPath::new(), crate::build::tempfile_path::TempPath::new());
+    std::fs::write(&old_path.0, old.write()).unwrap();
+    std::fs::write(&new_path.0, new.write()).unwrap();
+    let o = heapdump_analyze::Options::default().cache(false);
+    let (d_old, d_new) = (heapdump_analyze::open(&old_path.0, &o).unwrap(), heapdump_analyze::open(&new_path.0, &o).unwrap());
+    let file = heapdump_analyze::DumpFile::open(&new_path.0).unwrap();
+    let heap = Heap::load(&file, &mut |_, _| {}).unwrap();
+    assert_eq!(d_new.heap().len(), heap.len());
+    let (by_door, by_hand) = (d_new.analysis(), heapdump_analyze::Analysis::new(&file, &heap));
+    assert_eq!(format!("{:?}", by_door.leak_report()), format!("{:?}", by_hand.leak_report()));
+    assert_eq!(format!("{:?}", by_door.retainers(10)), format!("{:?}", by_hand.retainers(10)));
+    assert!(by_door.leak_verdict().is_ok(), "a complete dump gives a verdict");
+    let r = by_door.retainers(1);
+    assert_eq!((r[0].address, r[0].address.to_string()), (heapdump_analyze::Address(0x1000), "0x1000".to_string()));
+    let d = d_new.diff(&d_old);
+    assert_eq!((d.new.blocks, d.new.bytes, d.gone.blocks), (1, 128, 0));
+    assert_eq!(d, heapdump_analyze::group::diff((d_old.file(), d_old.heap()), (&file, &heap)));
+}
