@@ -113,25 +113,29 @@ struct Libc {
 const GLIBC_MARK: &[u8] = b"GLIBC_TUNABLES";
 
 /// What a static glibc program without the banner holds in its read-only
-/// data (with their NUL: whole strings) and the release that first has
-/// each (on every stable branch too, as of 2.42): glibc's tunables' names
-/// (in its start-up, linked into every static program) and malloc's
-/// error messages (malloc.c is one object: linked whole with malloc).
-/// Each holds every one before it, and the layout changes where one
-/// begins: 16-bit cache counts with `mxfast` (released in 2.31, taken by
-/// the 2.28 to 2.30 branches after the counts' fix: 2.30 as released
-/// lacks it and is refused, 2.29's branch has 2.30's layout), safe-linking with its unaligned-chunk check
-/// (2.32, one commit), `mp_`'s and `heap_info`'s huge page fields with
-/// the `hugetlb` tunable (2.35; tunables were optional before 2.38, but
-/// `mxfast` shows they are built in).
-const MARKERS: &[(&[u8], (u32, u32))] = &[
-    (b"glibc.malloc.mxfast\0", (2, 30)),
-    (b"malloc(): unaligned tcache chunk detected\0", (2, 32)),
-    (b"free(): too many chunks detected in tcache\0", (2, 33)),
-    (b"glibc.malloc.hugetlb\0", (2, 35)),
-    (b"glibc.mem.decorate_maps\0", (2, 39)),
-    (b"glibc.rtld.enable_secure\0", (2, 40)),
-    (b"free(): chunks in smallbin corrupted\0", (2, 41)),
+/// data (with their NUL: whole strings), and the release that first has
+/// each, on every stable branch too (their heads as of 2.42): glibc's
+/// tunables' names (its start-up's, linked into every static program)
+/// and malloc's messages (malloc.c is one object, linked whole with
+/// malloc). Each release holds every marker before its own. The layout
+/// changes where one begins: 16-bit cache counts with `mxfast` (released
+/// in 2.31, taken by the 2.28 to 2.30 branches after the counts' fix:
+/// 2.30 as released lacks it and is refused, 2.29's branch has 2.30's
+/// layout and reads as 2.30); safe-linking with its unaligned tcache
+/// chunk check (2.32, the same commit); `mp_`'s and `heap_info`'s huge
+/// page fields with the `hugetlb` tunable (2.35; tunables were optional
+/// before 2.38, but `mxfast` shows they are built in): those three
+/// (`true`) must agree. The others only narrow what the note says, and
+/// only within the layout's range (a check a stable branch takes later,
+/// as they do, must not make a release look newer than its layout).
+const MARKERS: &[(&[u8], (u32, u32), bool)] = &[
+    (b"glibc.malloc.mxfast\0", (2, 30), true),
+    (b"malloc(): unaligned tcache chunk detected\0", (2, 32), true),
+    (b"free(): too many chunks detected in tcache\0", (2, 33), false),
+    (b"glibc.malloc.hugetlb\0", (2, 35), true),
+    (b"glibc.mem.decorate_maps\0", (2, 39), false),
+    (b"glibc.rtld.enable_secure\0", (2, 40), false),
+    (b"free(): chunks in smallbin corrupted\0", (2, 41), false),
 ];
 
 /// What every glibc malloc from 2.30 to 2.41 holds and a later one may
@@ -182,18 +186,21 @@ fn infer_version(path: &str, has: impl Fn(&[u8]) -> bool) -> Result<((u32, u32),
             )));
         }
     }
-    // The newest marker held; every older one must be held too.
-    let top = MARKERS.iter().rposition(|(m, _)| has(m)).unwrap_or(0);
-    if let Some((missing, since)) = MARKERS[..top].iter().find(|(m, _)| !has(m)) {
+    // The newest marker of a layout held; every older one must be held too.
+    let layout: Vec<_> = MARKERS.iter().filter(|m| m.2).collect();
+    let top = layout.iter().rposition(|(m, ..)| has(m)).unwrap_or(0);
+    if let Some((missing, since, _)) = layout[..top].iter().find(|(m, ..)| !has(m)) {
         return Err(Error::Refused(format!(
             "{path} is statically linked with glibc but its strings contradict each other: \"{}\" (glibc {} and later) without \"{}\" (glibc {} and later), and it holds no version banner: {why}",
-            shown(MARKERS[top].0),
-            v(MARKERS[top].1),
+            shown(layout[top].0),
+            v(layout[top].1),
             shown(missing),
             v(*since)
         )));
     }
-    let lo = MARKERS[top].1;
+    // Narrowed by the others, below the next layout's start.
+    let next = layout.get(top + 1).map_or((u32::MAX, 0), |m| m.1);
+    let lo = MARKERS.iter().filter(|(m, since, _)| *since < next && has(m)).map(|m| m.1).fold(layout[top].1, Ord::max);
     Ok((lo, format!("glibc's version inferred from its strings: {} or later (no version banner in {path})", v(lo))))
 }
 
@@ -255,7 +262,7 @@ fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
         }
     }
     if let Some((path, maps)) = marked {
-        let all: Vec<&[u8]> = MARKERS.iter().chain(NEWER).chain(OLDER).map(|m| m.0).chain([FASTBIN_MARK]).collect();
+        let all: Vec<&[u8]> = MARKERS.iter().map(|m| m.0).chain(NEWER.iter().chain(OLDER).map(|m| m.0)).chain([FASTBIN_MARK]).collect();
         let mut held = vec![false; all.len()];
         read_only_find(mem, &maps, |b| {
             for (h, m) in held.iter_mut().zip(&all) {
@@ -1149,6 +1156,8 @@ mod tests {
         assert_eq!(inferred(&[mxfast, fasttop]).0, Some((2, 30)));
         assert_eq!(inferred(&[mxfast, fasttop, tcache]).0, Some((2, 32)));
         assert_eq!(inferred(&[mxfast, fasttop, tcache, too_many, hugetlb, decorate]).0, Some((2, 39)));
+        // A later check a stable branch took narrows nothing past the layout.
+        assert_eq!(inferred(&[mxfast, fasttop, tcache, b"free(): chunks in smallbin corrupted"]).0, Some((2, 32)));
         let refused = |markers: &[&[u8]]| libc_maps(&unbannered(markers)).err().map(|e| e.to_string()).unwrap_or_default();
         // A marker of 2.42 (its cache of 76 lists): refused naming it.
         let e = refused(&[mxfast, fasttop, tcache, too_many, hugetlb, b"max tcache size too large"]);
