@@ -7,6 +7,7 @@ use crate::error::{io, Error, Result};
 use crate::glibc::{walk_heap, Chunk, GlibcHeap};
 use crate::live::ThreadRegs;
 use crate::memory::{Map, Memory};
+use heapdump_format::lookup::{self, Directory, Run, Shape};
 use heapdump_format::{
     raw, AllocInfo, Backtrace, Contents, Header, Link, Mode, ModuleInfo, ProcessInfo, Reason, Segment, Sink, StaticInfo, ThreadInfo,
     WriteError, Writer,
@@ -296,68 +297,52 @@ fn fits(mem: &dyn Memory, path: &str, bias: u64, h: &Headers) -> std::result::Re
 }
 
 /// The live allocations, for the compact scan: which one a word points
-/// into, found through a directory of buckets over each run of blocks,
-/// about one block to a bucket (a binary search of ten million blocks per
-/// word took most of a capture's time).
+/// into, found through the format's directory of buckets over each run of
+/// blocks, about one block to a bucket (a binary search of ten million
+/// blocks per word took most of a capture's time).
 struct Blocks<'a> {
     all: &'a [Chunk],
-    /// Runs of blocks with no gap of 16 MiB: (first address, end, first
-    /// bucket's entry in `dir`, log2 of the bucket size).
-    runs: Vec<(u64, u64, usize, u32)>,
-    /// Per bucket of each run, the index of the first block starting at or
-    /// after it.
-    dir: Vec<u32>,
+    dir: Directory<Vec<Run>, Vec<u32>>,
+}
+
+/// Runs of blocks with no gap of 16 MiB, buckets of at least 16 bytes, no
+/// more buckets than blocks.
+const SHAPE: Shape = Shape { gap: 16 << 20, min_shift: 4, buckets_per_block: 1 };
+
+/// The chunks as the directory sees them.
+struct Chunks<'a>(&'a [Chunk]);
+
+impl lookup::Blocks for Chunks<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline]
+    fn start(&self, i: usize) -> u64 {
+        self.0[i].mem
+    }
+    #[inline]
+    fn size(&self, i: usize) -> u64 {
+        self.0[i].usable
+    }
+    #[inline]
+    fn first_after(&self, from: usize, to: usize, v: u64) -> usize {
+        self.0.get(from..to).map_or(to, |s| from + s.partition_point(|c| c.mem <= v))
+    }
 }
 
 impl<'a> Blocks<'a> {
     fn new(all: &'a [Chunk]) -> Blocks<'a> {
-        let mut runs: Vec<(u64, u64, usize, u32)> = Vec::new();
-        let mut counts: Vec<u64> = Vec::new();
-        for c in all {
-            match runs.last_mut() {
-                Some(r) if c.mem < r.1 + (16 << 20) => {
-                    r.1 = r.1.max(c.mem + c.usable.max(1));
-                    *counts.last_mut().unwrap_or(&mut 0) += 1;
-                }
-                _ => {
-                    runs.push((c.mem & !15, c.mem + c.usable.max(1), 0, 4));
-                    counts.push(1);
-                }
-            }
-        }
-        let mut dir = Vec::new();
-        let mut i = 0;
-        for (r, n) in runs.iter_mut().zip(counts) {
-            // The smallest bucket (at least 16 bytes) giving no more
-            // buckets than blocks.
-            while r.3 < 40 && (r.1 - r.0) >> r.3 > n {
-                r.3 += 1;
-            }
-            r.2 = dir.len();
-            let mut at = r.0;
-            while at < r.1 + (1 << r.3) {
-                while i < all.len() && all[i].mem < at {
-                    i += 1;
-                }
-                dir.push(i as u32);
-                at += 1 << r.3;
-            }
-        }
-        Blocks { all, runs, dir }
+        let s = SHAPE.sizes(&Chunks(all));
+        // Refused only past 2^32 blocks: then no word points into one.
+        let dir = Directory::build(&SHAPE, &Chunks(all), vec![Run::default(); s.runs], vec![0u32; s.buckets])
+            .unwrap_or_else(|| Directory::empty(Vec::new(), Vec::new()));
+        Blocks { all, dir }
     }
 
     /// The block `v` points at or into: its ordinal and the offset.
+    #[inline]
     fn find(&self, v: u64) -> Option<(usize, u64)> {
-        let r = self.runs.partition_point(|r| r.0 <= v).checked_sub(1)?;
-        let (lo, hi, at, shift) = self.runs[r];
-        if v >= hi {
-            return None;
-        }
-        let k = at + ((v - lo) >> shift) as usize;
-        let (from, to) = (*self.dir.get(k)? as usize, *self.dir.get(k + 1)? as usize);
-        let i = from + self.all[from..to].partition_point(|c| c.mem <= v);
-        let c = self.all.get(i.checked_sub(1)?)?;
-        (v < c.mem + c.usable || v == c.mem).then_some((i - 1, v - c.mem))
+        self.dir.find(&Chunks(self.all), v)
     }
 
     /// The pointers of `bytes` (at `start`) into a block: (offset, value,
@@ -389,15 +374,10 @@ impl<'a> Blocks<'a> {
 
     /// Starts reading the block list where the lookup of `v` will.
     fn prefetch_value(&self, v: u64) {
-        let Some(r) = self.runs.partition_point(|r| r.0 <= v).checked_sub(1) else { return };
-        let (lo, hi, at, shift) = self.runs[r];
-        if v >= hi {
-            return;
-        }
-        if let Some(&i) = self.dir.get(at + ((v - lo) >> shift) as usize) {
+        if let Some(i) = self.dir.first_read(v) {
             // The entry before the bucket's first is the one searched for
             // a pointer into the middle of a block.
-            let p = self.all.as_ptr().wrapping_add((i as usize).saturating_sub(1));
+            let p = self.all.as_ptr().wrapping_add(i);
             // SAFETY: a prefetch is a hint and never faults, whatever the
             // address.
             unsafe { core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T0) };

@@ -34,6 +34,7 @@ extern crate std;
 mod dense;
 mod error;
 pub mod hashbrown;
+pub mod lookup;
 pub mod raw;
 mod reader;
 pub mod settings;
