@@ -17,6 +17,7 @@ mod preload_tracing;
 mod real_programs_match_valgrind;
 mod report_channel;
 mod run_forked_workers_and_refusals;
+mod run_triggers;
 mod static_programs;
 mod trust;
 mod type_names;
