@@ -3,6 +3,7 @@
 //! full the temporary directory is, and only the traced tree is heard.
 
 use crate::common::*;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// The `wrote` lines `run` printed.
@@ -117,4 +118,47 @@ fn another_users_forged_report_lines_are_not_heard() {
 fn is_root() -> bool {
     let o = Command::new("id").arg("-u").output().unwrap();
     String::from_utf8_lossy(&o.stdout).trim() == "0"
+}
+
+#[test]
+fn the_report_channel_is_private() {
+    // run used to hand its children $TMPDIR/heapdump-run-<pid>.tsv, which
+    // another local user could plant a symlink or a FIFO at; the runtime
+    // appended to it without O_EXCL or O_NOFOLLOW.
+    ensure_preload();
+    let o = heapdump()
+        .args([
+            "run",
+            "--no-at-exit",
+            "--",
+            "/bin/sh",
+            "-c",
+            "d=$(dirname \"$HEAPDUMP_REPORT\"); stat -c '%a %u' \"$d\"; id -u; echo \"$HEAPDUMP_REPORT\"",
+        ])
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    let (mode_uid, uid, report) = (lines[0], lines[1], lines[2]);
+    assert_eq!(mode_uid, format!("700 {uid}"), "the report's directory is private: {out}");
+    assert!(!Path::new(report).exists(), "removed after the run");
+    assert!(!Path::new(report).parent().unwrap().exists(), "its directory too");
+    // As root (CI), a second user tries what the attack did: a symlink to a
+    // root-owned file and a FIFO at the report path, while the program runs.
+    if uid != "0" {
+        return;
+    }
+    let d = Scratch::new("channel");
+    let victim = d.path("victim");
+    std::fs::write(&victim, "root's\n").unwrap();
+    let as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups --";
+    let script = format!(
+        "{as_nobody} ln -s {v} \"$HEAPDUMP_REPORT\" 2>/dev/null && echo symlink planted; \
+         {as_nobody} mkfifo \"$HEAPDUMP_REPORT.fifo\" 2>/dev/null && echo fifo planted; \
+         {as_nobody} ls \"$(dirname \"$HEAPDUMP_REPORT\")\" >/dev/null 2>&1 && echo listed; echo done",
+        v = victim.display()
+    );
+    let o = heapdump().args(["run", "--no-at-exit", "--", "/bin/sh", "-c", &script]).output().unwrap();
+    assert_eq!(ok(&o).trim(), "done", "user nobody reached the report channel");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
 }
