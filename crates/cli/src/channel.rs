@@ -5,7 +5,7 @@
 //! already there, so that no other local user can plant a symlink or a FIFO
 //! at it). The runtime reads it at start-up and sends each line as a
 //! datagram to an abstract Unix socket named after that path
-//! (`heapdump_format::settings::report_socket_name`), appending to the file
+//! (`heapdump_format::report::socket_name`), appending to the file
 //! only when the socket cannot be reached. So a program that clears its
 //! environment, a full temporary directory (where the directory may not
 //! even be made) or one removed under it lose no report.
@@ -49,7 +49,7 @@ impl Channel {
             let tag = nanos ^ u64::from_ne_bytes(seed) ^ u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let dir = base.join(format!("heapdump-run-{}-{tag:016x}", std::process::id()));
             let path = dir.join("report.tsv");
-            let name = heapdump_format::settings::report_socket_name(path.as_os_str().as_encoded_bytes());
+            let name = heapdump_format::report::socket_name(path.as_os_str().as_encoded_bytes());
             let socket = match SocketAddr::from_abstract_name(name).and_then(|a| UnixDatagram::bind_addr(&a)) {
                 Ok(s) => s,
                 Err(e) => {

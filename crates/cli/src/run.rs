@@ -229,6 +229,15 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
+/// A complete dump, as its `wrote` line says.
+#[derive(Debug)]
+struct Wrote {
+    allocations: u64,
+    bytes: u64,
+    file_bytes: u64,
+    reason: String,
+}
+
 /// One dump a process of the traced tree started, as its report lines say.
 #[derive(Debug, Default)]
 struct Dump {
@@ -237,8 +246,8 @@ struct Dump {
     path: String,
     /// Forked writers writing it.
     writers: Vec<u32>,
-    /// `wrote`'s fields after the path, or `failed`'s message.
-    done: Option<Result<Vec<String>, String>>,
+    /// What `wrote` said of it, or `failed`'s message.
+    done: Option<Result<Wrote, String>>,
 }
 
 impl Dump {
@@ -249,18 +258,15 @@ impl Dump {
 
     fn line(&self) -> String {
         match &self.done {
-            Some(Ok(f)) if f.len() >= 4 => {
-                format!(
-                    "heapdump: wrote {} ({}, by {}, {} allocations, {} bytes, file {} bytes)",
-                    self.path,
-                    f[3],
-                    self.program(),
-                    f[0],
-                    f[1],
-                    f[2]
-                )
-            }
-            Some(Ok(_)) => format!("heapdump: wrote {} (by {})", self.path, self.program()),
+            Some(Ok(w)) => format!(
+                "heapdump: wrote {} ({}, by {}, {} allocations, {} bytes, file {} bytes)",
+                self.path,
+                w.reason,
+                self.program(),
+                w.allocations,
+                w.bytes,
+                w.file_bytes
+            ),
             Some(Err(m)) => format!("heapdump: no complete dump at {} ({}: {m})", self.path, self.program()),
             None if ends_with_trailer(&self.path) => {
                 format!("heapdump: wrote {} (by {}, which ended before reporting it; the file is complete)", self.path, self.program())
@@ -276,35 +282,32 @@ impl Dump {
 
 /// Reads the report's lines: the dumps in the order they were started.
 fn read_report(text: &str) -> Vec<Dump> {
+    use heapdump_format::report::Event;
     let mut dumps: Vec<Dump> = vec![];
+    // The latest dump of `pid` at `path` (the same process may reuse no
+    // path, but a later dump of it may be started meanwhile).
+    let find = |dumps: &[Dump], pid: u32, path: &str| dumps.iter().rposition(|d| d.pid == pid && d.path == path);
     for l in text.lines() {
-        let f: Vec<&str> = l.split('\t').collect();
-        let pid = || f.get(1).and_then(|p| p.parse::<u32>().ok());
-        // The latest dump of `pid` at `path` (the same process may reuse
-        // no path, but a later dump of it may be started meanwhile).
-        let find = |dumps: &mut Vec<Dump>, pid: u32, path: &str| {
-            dumps.iter_mut().rev().position(|d| d.pid == pid && d.path == path).map(|i| dumps.len() - 1 - i)
-        };
-        match (f[0], pid()) {
+        match Event::parse(l) {
             // Seen already when its end came first (over another channel).
-            ("started", Some(pid)) if f.len() >= 4 && find(&mut dumps, pid, f[3]).is_none() => {
-                dumps.push(Dump { pid, exe: f[2].to_string(), path: f[3].to_string(), ..Default::default() });
+            Some(Event::Started { pid, exe, path }) if find(&dumps, pid, path).is_none() => {
+                dumps.push(Dump { pid, exe: exe.to_string(), path: path.to_string(), ..Default::default() });
             }
-            ("writer", Some(pid)) if f.len() >= 3 => {
-                if let (Some(d), Ok(w)) = (dumps.iter_mut().rev().find(|d| d.pid == pid && d.done.is_none()), f[2].parse()) {
-                    d.writers.push(w);
+            Some(Event::Writer { pid, writer }) => {
+                if let Some(d) = dumps.iter_mut().rev().find(|d| d.pid == pid && d.done.is_none()) {
+                    d.writers.push(writer);
                 }
             }
-            ("wrote", Some(pid)) if f.len() >= 8 => {
-                let i = find(&mut dumps, pid, f[3]).unwrap_or_else(|| {
-                    dumps.push(Dump { pid, exe: f[2].to_string(), path: f[3].to_string(), ..Default::default() });
+            Some(Event::Wrote { pid, exe, path, allocations, bytes, file_bytes, reason }) => {
+                let i = find(&dumps, pid, path).unwrap_or_else(|| {
+                    dumps.push(Dump { pid, exe: exe.to_string(), path: path.to_string(), ..Default::default() });
                     dumps.len() - 1
                 });
-                dumps[i].done = Some(Ok(f[4..8].iter().map(|s| s.to_string()).collect()));
+                dumps[i].done = Some(Ok(Wrote { allocations, bytes, file_bytes, reason: reason.to_string() }));
             }
-            ("failed", Some(pid)) if f.len() >= 5 => {
-                if let Some(i) = find(&mut dumps, pid, f[3]) {
-                    dumps[i].done = Some(Err(f[4..].join("\t")));
+            Some(Event::Failed { pid, path, message, .. }) => {
+                if let Some(i) = find(&dumps, pid, path) {
+                    dumps[i].done = Some(Err(message.to_string()));
                 }
             }
             _ => {}

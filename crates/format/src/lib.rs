@@ -36,6 +36,7 @@ mod error;
 pub mod hashbrown;
 pub mod lookup;
 pub mod raw;
+pub mod report;
 mod reader;
 pub mod settings;
 mod types;

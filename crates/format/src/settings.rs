@@ -141,22 +141,3 @@ mod tests {
         assert_eq!(parse_signal(b"BOGUS"), None);
     }
 }
-
-/// The length of [`report_socket_name`]'s name.
-pub const REPORT_SOCKET_NAME_LEN: usize = 29;
-
-/// The name of the abstract Unix socket `heapdump run` receives its report
-/// lines on, made from the report file's path (`HEAPDUMP_REPORT`):
-/// `heapdump-run/` and the path's 64-bit FNV-1a hash in hexadecimal. The
-/// runtime sends each line there first (no file system, so a full or gone
-/// temporary directory loses nothing) and appends it to the file only when
-/// the socket cannot be reached (another network namespace).
-pub fn report_socket_name(path: &[u8]) -> [u8; REPORT_SOCKET_NAME_LEN] {
-    let h = path.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3));
-    let mut out = [0u8; REPORT_SOCKET_NAME_LEN];
-    out[..13].copy_from_slice(b"heapdump-run/");
-    for i in 0..16 {
-        out[13 + i] = b"0123456789abcdef"[((h >> (60 - 4 * i)) & 0xf) as usize];
-    }
-    out
-}

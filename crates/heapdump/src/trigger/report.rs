@@ -6,25 +6,18 @@
 //! Written by hand on stack buffers: this runs inside the host, during or
 //! right after a dump, where nothing may allocate.
 //!
-//! One line per event, fields separated by tabs, each sent as one datagram
-//! (or written with one `write(2)` to a descriptor opened `O_APPEND`), so
-//! lines of the processes of one tree never interleave:
-//!
-//! ```text
-//! started  PID  EXE  PATH                      the dump's file is open
-//! writer   PID  WRITER_PID                     a forked writer writes it
-//! wrote    PID  EXE  PATH  ALLOCS  BYTES  FILE_BYTES  REASON
-//! failed   PID  EXE  PATH  MESSAGE
-//! ```
-//!
-//! `run` waits while a started dump has neither `wrote` nor `failed` and
-//! its process or writer is alive. Paths are absolute.
+//! One line per event, its fields in the order `heapdump_format::report`
+//! defines (where `run` reads them by name), each sent as one datagram (or
+//! written with one `write(2)` to a descriptor opened `O_APPEND`), so
+//! lines of the processes of one tree never interleave. `run` waits while
+//! a started dump has neither `wrote` nor `failed` and its process or
+//! writer is alive.
 #![forbid(unsafe_code)]
 
 use crate::dump::outcome::{DumpError, DumpInfo};
 use crate::sys;
 use crate::sys::stderr::write_stderr;
-use heapdump_format::Reason;
+use heapdump_format::{report, Reason};
 
 /// A line built on the stack, cut at its capacity.
 pub(crate) struct Line {
@@ -88,7 +81,7 @@ impl Line {
 fn append(line: &Line) -> bool {
     let config = crate::state::state().config();
     let Some(report) = config.report() else { return false };
-    let name = heapdump_format::settings::report_socket_name(report);
+    let name = heapdump_format::report::socket_name(report);
     if sys::send_abstract(&name, line.bytes()) {
         return true;
     }
@@ -110,7 +103,7 @@ fn append(line: &Line) -> bool {
 /// The dump at `path` is open and about to be written.
 pub(crate) fn started(path: &[u8]) {
     let mut l = Line::new();
-    l.s(b"started\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path).s(b"\n");
+    l.s(report::STARTED).s(b"\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path).s(b"\n");
     append(&l);
 }
 
@@ -118,14 +111,14 @@ pub(crate) fn started(path: &[u8]) {
 pub(crate) fn writer() {
     let mut l = Line::new();
     let parent = u64::from(sys::getppid());
-    l.s(b"writer\t").n(parent).s(b"\t").n(sys::getpid() as u64).s(b"\n");
+    l.s(report::WRITER).s(b"\t").n(parent).s(b"\t").n(sys::getpid() as u64).s(b"\n");
     append(&l);
 }
 
 /// The dump at `path` is complete.
 pub(crate) fn wrote(path: &[u8], reason: Reason, info: &DumpInfo) {
     let mut m = Line::new();
-    m.s(b"wrote\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path);
+    m.s(report::WROTE).s(b"\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path);
     m.s(b"\t").n(info.allocations).s(b"\t").n(info.alloc_bytes).s(b"\t").n(info.file_bytes);
     m.s(b"\t").s(reason.as_str().as_bytes()).s(b"\n");
     if !append(&m) {
@@ -168,7 +161,7 @@ pub(crate) fn failed(reason: Reason, path: &[u8], e: &DumpError) {
     write_stderr(l.bytes());
     if !path.is_empty() {
         let mut m = Line::new();
-        m.s(b"failed\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path).s(b"\t").s(msg.bytes()).s(b"\n");
+        m.s(report::FAILED).s(b"\t").n(sys::getpid() as u64).s(b"\t").exe().s(b"\t").abs(path).s(b"\t").s(msg.bytes()).s(b"\n");
         append(&m);
     }
 }
