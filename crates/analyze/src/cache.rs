@@ -155,7 +155,8 @@ impl CacheFile {
         Writing::start(&self.graph_path(), self.background, heap.len() * 24, |o| crate::graph_cache::encode(heap, &self.key, o))
     }
 
-    /// Where part `ext` is kept (see [`CacheFile::read_part`]).
+    /// Where part `ext` is kept (the file `read_part` reads, within the
+    /// crate).
     pub fn part_path(&self, ext: &str) -> PathBuf {
         self.path.with_extension(ext)
     }

@@ -117,7 +117,7 @@ pub(crate) fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
 /// arrays: nothing is copied) while the analysis goes on to its answer.
 /// The command then waits for it ([`Writing::wait`], or when dropped), or
 /// leaves it to finish on its own ([`Writing::detach`]): a question asked
-/// meanwhile waits for the file (see [`wait_for_writer`]). Only a process
+/// meanwhile waits for the file (see `wait_for_writer`). Only a process
 /// of one thread forks (a lock another thread held would stay locked in
 /// the child); otherwise, or when the fork fails, the file is written in
 /// place. The child's standard input and outputs are /dev/null: a pipe
