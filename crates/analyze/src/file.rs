@@ -15,8 +15,8 @@ impl DumpFile {
     pub fn open(path: impl AsRef<Path>) -> Result<DumpFile> {
         let path = path.as_ref().to_path_buf();
         // A FIFO, a device or a directory given as the dump is refused at
-        // once (a FIFO used to hang `summary`); an empty file is simply not
-        // a dump.
+        // once (reading a FIFO waits for a writer: `summary` would hang); an
+        // empty file is simply not a dump.
         let map = crate::input::map_regular(&path).map_err(|source| AnalyzeError::Io { path: path.clone(), source })?;
         Ok(DumpFile { path, map })
     }

@@ -502,7 +502,8 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
 /// into place only when complete: a failed export leaves no half file.
 /// Only a regular file (or nothing) is replaced: a FIFO, a device or a
 /// socket at `path` is written through, as a symlink is followed to what it
-/// names (`-o /dev/stdout` used to replace the device node by a file).
+/// names (renaming over `-o /dev/stdout` would replace the device node by
+/// a file).
 fn write_atomically(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
     // `-o -`: standard output, as the usual tools take it.
     if path.as_os_str() == "-" {

@@ -1,9 +1,10 @@
 //! Every view asked the same question gives the same answer: the totals,
 //! the roots, the leak groups and the program's frames of a site, as
 //! `summary`, `top`, `leaks`, the JSON, HTML, folded and pprof exports
-//! show them. (Before one analysis served them all, `summary` and `report`
-//! counted roots by two rules, and the JSON export grouped leaks by its
-//! own: indirectly lost blocks as rows of their own.)
+//! show them. A view that computes a figure by its own rule drifts from
+//! the others (roots counted by two rules in `summary` and `report`, the
+//! JSON export's indirectly lost blocks as rows of their own): each asks
+//! the one analysis.
 
 use crate::common::*;
 use crate::exports::{export, pprof_raw_totals};
