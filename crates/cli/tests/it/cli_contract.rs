@@ -199,9 +199,9 @@ fn diff_shows_growth_by_site_between_two_dumps_of_one_process() {
 
 #[test]
 fn export_writes_through_special_files_and_symlinks() {
-    // `-o` used to rename a temporary file over whatever was there: a FIFO
-    // or a symlink became a regular file (as root, `-o /dev/stdout` would
-    // replace the device node).
+    // Renaming a temporary file over whatever is there would turn a FIFO
+    // or a symlink into a regular file (as root, `-o /dev/stdout` would
+    // replace the device node): `-o` writes through them.
     let d = Scratch::new("through");
     let p = demo_dump(&d);
     let fifo = d.path("out.fifo");

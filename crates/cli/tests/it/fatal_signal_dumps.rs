@@ -60,7 +60,7 @@ fn stop_server(d: &Scratch, mode: &str, sig: &str, to_run: bool, extra: &[&str])
 
 #[test]
 fn sigterm_dumps_a_server_and_ends_it_as_before() {
-    // heapdump run used to say "no dump was written" and pass 143 on.
+    // The failure guarded: "no dump was written", and 143 passed on.
     for (mode, to_run) in [("plain", false), ("plain", true), ("own", false)] {
         let d = Scratch::new("term");
         let r = stop_server(&d, mode, "TERM", to_run, &[]);
@@ -82,9 +82,9 @@ fn sigterm_dumps_a_server_and_ends_it_as_before() {
 }
 
 /// A signal sent to `heapdump run` the moment its program starts is
-/// passed on like any other: `heapdump run` used to install its handlers
-/// only after starting the program, so a SIGTERM in between ended it
-/// alone and left the program running without it (seen once in CI, the
+/// passed on like any other: were `heapdump run`'s handlers installed only
+/// after starting the program, a SIGTERM in between would end it alone
+/// and leave the program running without it (seen once in CI, the
 /// machine loaded: the test reading the program's output hung). The
 /// program signals its parent from a constructor, before its main.
 #[test]

@@ -20,9 +20,9 @@ fn sum(rows: &serde_json::Value, key: &str) -> u64 {
 
 #[test]
 fn sampled_totals_equal_the_live_bytes_in_every_view() {
-    // With sampled sites, every block used to be counted twice: the
-    // sampled sites at their estimated weights and the same blocks again
-    // as "(no site recorded)" (1,000,000 x 24 B read 187%).
+    // The failure guarded: every block counted twice, the sampled sites
+    // at their estimated weights and the same blocks again as "(no site
+    // recorded)" (1,000,000 x 24 B read 187%).
     let d = Scratch::new("sampled");
     let prog = compile(&d, "sampled.c", &["-O1"]);
     let (o, dumps) = run_traced(&d.path("s.hdump"), &prog, &[], &["--backtrace", "sampled=65536"]);
@@ -97,8 +97,9 @@ fn stacks_start_at_the_allocation_function_the_program_called() {
 
 #[test]
 fn a_stripped_library_is_not_named_after_the_symbol_before_its_code() {
-    // The nearest exported symbol before a static function used to take
-    // its calls (sqlite3 all `sqlite3ApiExit`, git all `error`).
+    // The failure guarded: the nearest exported symbol before a static
+    // function taking its calls (sqlite3 all `sqlite3ApiExit`, git all
+    // `error`).
     let d = Scratch::new("stripped");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let lib = d.path("libstripped.so");
@@ -213,8 +214,8 @@ fn the_same_program_gets_the_same_leak_classes_in_every_run() {
     // Conservative scanning cannot tell a stale word from a live one, but
     // the dump adds none of its own (its frames, registers, thread-local
     // variables and tables are not roots): ten runs, one answer, per mode.
-    // The exit dump used to run from the loader's finalisation (atexit in
-    // the preload library ties the handler to it), whose frames kept a
+    // An exit dump run from the loader's finalisation (atexit in the
+    // preload library would tie the handler to it) has frames that keep a
     // stale pointer to one node: 56 B still reachable where valgrind says
     // indirectly lost.
     let d = Scratch::new("same");

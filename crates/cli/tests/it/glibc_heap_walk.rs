@@ -78,9 +78,9 @@ fn heap_maps(pid: i32) -> Vec<(u64, u64)> {
 fn a_forked_workers_split_heap_is_walked_whole() {
     // 1,000 blocks before the fork, 19,000 after, and the array holding
     // them: the child's [heap] is two mappings, the parent's and the
-    // growth after the fork. With the boundary inside a chunk the walk
-    // used to stop at a "size 0" there; with a chunk starting at it, the
-    // parent's 1,000 blocks were dropped without a word.
+    // growth after the fork. Walked mapping by mapping, a boundary inside
+    // a chunk reads as a "size 0" there, and with a chunk starting at it
+    // the parent's 1,000 blocks are dropped without a word.
     for boundary in ["inside", "chunk"] {
         let d = Scratch::new("split-heap");
         let prog = compile(&d, "split_heap.c", &["-O0", "-g"]);
@@ -132,8 +132,8 @@ fn a_forked_workers_split_heap_is_walked_whole() {
 fn every_allocation_api_is_walked_right() {
     // realloc chains, posix_memalign up to 4096, aligned_alloc, memalign,
     // valloc, pvalloc, calloc, reallocarray, realloc(NULL, n): in one
-    // thread (where the main arena used to be found at the wrong place, a
-    // field of glibc's parameters read as its `next`), and in four
+    // thread (where the main arena can be mistaken for a field of glibc's
+    // parameters read as its `next`), and in four
     // arenas. Every block the program holds is found at its address with
     // its usable size, and nothing else but what glibc allocated for the
     // ended threads (their thread vectors, kept with their stacks). Also
@@ -165,7 +165,7 @@ fn every_allocation_api_is_walked_right() {
 fn damaged_heaps_are_refused_at_the_damage() {
     // Each damage is refused in one line naming where the heap stops
     // adding up, by attach and by core, without walking on: a size
-    // pointing backwards used to loop the walk until it had taken 3 GB.
+    // pointing backwards, followed, loops the walk until it takes 3 GB.
     // A loop in a bin the walk does not follow leaves it right.
     for how in ["backward", "zero", "past", "tcache-loop", "fastbin-loop", "arena-next", "heap-loop", "bin-loop"] {
         let d = Scratch::new("damaged");

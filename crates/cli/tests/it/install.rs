@@ -8,8 +8,8 @@ use std::process::Command;
 
 #[test]
 fn a_heapdump_copied_alone_traces_with_the_library_it_carries() {
-    // A copied binary used to fail: "libheapdump_preload.so not found next
-    // to …: build it with …".
+    // The failure guarded: a copied binary saying "libheapdump_preload.so
+    // not found next to …: build it with …".
     let d = Scratch::new("install");
     let bin = d.path("bin");
     std::fs::create_dir(&bin).unwrap();

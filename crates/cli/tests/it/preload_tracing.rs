@@ -46,8 +46,8 @@ fn threads_allocations_are_exact() {
 /// `--collapse` leaves the fork next to nothing to copy: the program's
 /// anonymous memory (a big array the kernel merged with a mapping of the
 /// runtime's: skipped whole before) and the tracker's site words on huge
-/// pages. Before: the array on 4 KiB pages, 76 MiB of 4 KiB pages left
-/// (with 600 000 blocks).
+/// pages (on 4 KiB pages, the array alone leaves 76 MiB of small pages
+/// with 600 000 blocks).
 #[test]
 fn a_collapse_leaves_the_fork_few_small_pages() {
     let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
@@ -73,8 +73,8 @@ fn a_collapse_leaves_the_fork_few_small_pages() {
     let small = field("small ")[0];
     assert!(small < 16 * 1024, "{small} KiB of anonymous memory left on 4 KiB pages");
     // Without the collapse, every block having a site: the tracker's site
-    // words are on huge pages with its slots (before: 24 MiB of them on
-    // 4 KiB pages here, 343 MB at 22 M blocks, which the fork copied).
+    // words are on huge pages with its slots (on 4 KiB pages they would
+    // be 24 MiB here, 343 MB at 22 M blocks, all copied by the fork).
     let (o, _) = run_traced(&dump, &prog, &[dump.to_str().unwrap()], &["--mode", "compact", "--no-at-exit", "--fork"]);
     let out = ok(&o);
     let shadow: u64 = out.lines().find_map(|l| l.strip_prefix("shadow ")).unwrap_or_else(|| panic!("{out}")).trim().parse().unwrap();

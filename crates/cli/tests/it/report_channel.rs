@@ -13,7 +13,8 @@ fn wrote(stderr: &[u8]) -> Vec<String> {
 
 #[test]
 fn a_program_that_clears_its_environment_still_has_its_dump_listed() {
-    // Before: "heapdump: no dump was written", though the dump was.
+    // The failure guarded: "heapdump: no dump was written", though the
+    // dump was.
     ensure_preload();
     let d = Scratch::new("clearenv");
     let prog = compile(&d, "clears_env.c", &["-O0"]);
@@ -32,9 +33,8 @@ fn a_program_that_clears_its_environment_still_has_its_dump_listed() {
 
 #[test]
 fn a_full_temporary_directory_loses_no_report() {
-    // Before: run could not make its report directory in a full $TMPDIR
-    // ("cannot make a private directory"), and a report file there could
-    // not grow.
+    // A report file in a full $TMPDIR can be neither made ("cannot make a
+    // private directory") nor grown: the datagram socket needs no disk.
     if !is_root() {
         eprintln!("skipped: mounting a small full tmpfs needs root");
         return;
@@ -122,9 +122,9 @@ fn is_root() -> bool {
 
 #[test]
 fn the_report_channel_is_private() {
-    // run used to hand its children $TMPDIR/heapdump-run-<pid>.tsv, which
-    // another local user could plant a symlink or a FIFO at; the runtime
-    // appended to it without O_EXCL or O_NOFOLLOW.
+    // A report file at a name another local user can predict
+    // ($TMPDIR/heapdump-run-<pid>.tsv) could be a symlink or a FIFO they
+    // planted: the channel's directory is private and gone after the run.
     ensure_preload();
     let o = heapdump()
         .args([

@@ -29,7 +29,8 @@ fn a_thread_that_blocks_every_signal_is_not_waited_for() {
 
 #[test]
 fn the_named_path_survives_a_shell() {
-    // `run -o w.hdump -- sh -c ./app` used to write only w.<pid>.1.hdump.
+    // The failure guarded: `run -o w.hdump -- sh -c ./app` writing only
+    // w.<pid>.1.hdump.
     let d = Scratch::new("shell");
     let prog = compile(&d, "leaks.c", &["-O0"]);
     let (o, dumps) = run_traced(&d.path("w.hdump"), Path::new("/bin/sh"), &["-c", &format!("{}; true", prog.display())], &[]);
@@ -40,8 +41,8 @@ fn the_named_path_survives_a_shell() {
 
 #[test]
 fn the_heapdump_command_never_dumps_itself() {
-    // The command used to link the runtime (for a few parsers and the
-    // demo): HEAPDUMP_AT_EXIT=1 or SIGUSR2 made it write a dump of itself.
+    // A command linking the runtime (for a few parsers, the demo) would
+    // write a dump of itself on HEAPDUMP_AT_EXIT=1 or SIGUSR2.
     let d = Scratch::new("self");
     let prog = compile(&d, "leaks.c", &["-O0"]);
     let (o, dumps) = run_traced(&d.path("x.hdump"), &prog, &[], &[]);
@@ -67,8 +68,8 @@ fn the_heapdump_command_never_dumps_itself() {
 
 #[test]
 fn an_output_directory_that_does_not_exist_is_found_before_the_program_starts() {
-    // It used to be found at exit ("creating the dump file (errno 2)",
-    // exit 0) after the whole run.
+    // Found at exit instead, it costs the whole run for nothing
+    // ("creating the dump file (errno 2)", exit 0).
     let d = Scratch::new("nodir");
     let marker = d.path("ran");
     let o = heapdump()
@@ -85,8 +86,8 @@ fn an_output_directory_that_does_not_exist_is_found_before_the_program_starts() 
 #[test]
 fn run_waits_for_the_dump_a_program_started_before_ending() {
     // The signal dump is answered by the runtime's helper thread (and with
-    // --fork by a forked writer) while main returns; `run` used to say "no
-    // dump was written" and exit before the file was complete.
+    // --fork by a forked writer) while main returns; `run` must not say
+    // "no dump was written" and exit before the file is complete.
     let d = Scratch::new("waits");
     let prog = compile(&d, "dump_then_exit.c", &["-O1"]);
     for (i, extra) in [&["--fork"][..], &[][..], &["--fork"][..], &[][..]].iter().enumerate() {
@@ -223,8 +224,8 @@ fn dumps_are_files_and_never_garble_runs_lines() {
 #[test]
 fn a_thread_that_cannot_be_stopped_still_holds_what_its_stack_holds() {
     // Its stack is read where it waits in the kernel (the stack pointer of
-    // /proc/self/task/TID/syscall); it used to be no root at all, and the
-    // block its frame holds was "definitely lost".
+    // /proc/self/task/TID/syscall); were it no root at all, the block its
+    // frame holds would be "definitely lost".
     let d = Scratch::new("mainblocks");
     let prog = compile(&d, "main_blocks_signals.c", &["-O1", "-pthread"]);
     for mode in ["compact", "full"] {

@@ -229,8 +229,8 @@ fn signals_landing_in_a_busy_forked_childs_allocator_are_each_dumped() {
 
 /// The pre-fork shape: two forked workers that handle SIGQUIT by calling
 /// `exit`, stopped by their parent with SIGQUIT. `run` returns at once
-/// (the workers used to wait 10 minutes for the parent's helper thread,
-/// and the parent's helper dumped the parent for them), and every process
+/// (a worker asking its parent's helper thread would wait 10 minutes,
+/// and the parent's helper would dump the parent for it), and every process
 /// has its own SIGQUIT and exit dumps: its pid, its threads, its blocks
 /// (worker i's 3000 + i bytes, never the other worker's; the parent's
 /// 1111 bytes, never a worker's). With `usr2_first`, the first worker is
@@ -336,7 +336,7 @@ fn a_musl_program_is_refused_before_it_starts() {
     assert!(Command::new(&prog).arg(&marker).status().unwrap().success() && marker.exists());
 }
 
-/// A static program cannot load the preload library: it used to run
+/// A static program cannot load the preload library: run, it would run
 /// untraced, exit 0 and leave "no dump was written" unexplained. It is
 /// refused before it starts (a `run` whose point is a dump, that could
 /// never write one), saying so and pointing to `attach` and `core`.
@@ -452,9 +452,9 @@ fn nginx_prefork_under_run_stops_gracefully_with_its_workers_dumps() {
 
 /// A forked child growing to its address-space limit has its own
 /// near-limit dumps, at the share asked: it has no helper thread to look
-/// at the limits, so the allocating thread does (before, it asked its
-/// parent's helper, which looked at the parent's memory and dumped
-/// nothing, and the child's next look never came).
+/// at the limits, so the allocating thread does (its parent's helper
+/// would look at the parent's memory and dump nothing, and the child's
+/// next look would never come).
 #[test]
 fn a_forked_child_near_its_limit_gets_its_own_near_limit_dumps() {
     let d = Scratch::new("forklimit");
@@ -487,8 +487,8 @@ fn a_forked_child_near_its_limit_gets_its_own_near_limit_dumps() {
 
 /// A forked child that crashes is dumped by itself (reason `crash`, its
 /// blocks, its pid) and still dies of its signal; `run` returns at once
-/// (before, the child asked its parent's helper, which dumped the parent,
-/// and waited 10 minutes for an answer).
+/// (asking its parent's helper, the child would get the parent dumped and
+/// wait 10 minutes for an answer).
 #[test]
 fn a_forked_child_that_crashes_has_its_own_crash_dump() {
     let d = Scratch::new("childcrash");

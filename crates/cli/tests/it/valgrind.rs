@@ -110,9 +110,9 @@ fn extra_variables_under_run() -> i64 {
 
 #[test]
 fn setenv_in_the_program_matches_valgrind() {
-    // The runtime used to setenv() at start-up: glibc then kept the root of
-    // its variable tree in an untracked block and the program's own nodes
-    // came out lost (24 B definitely + 24 B possibly lost). glibc's environ
+    // A runtime that calls setenv() at start-up makes glibc keep the root
+    // of its variable tree in an untracked block, and the program's own
+    // nodes come out lost (24 B definitely + 24 B possibly lost). glibc's environ
     // array, reallocated by the first setenv, holds one pointer per
     // variable: its size differs by the variables each tool adds.
     let extra = extra_variables_under_run();
@@ -123,8 +123,8 @@ fn setenv_in_the_program_matches_valgrind() {
 
 #[test]
 fn a_list_leaked_by_an_ended_thread_is_lost() {
-    // glibc caches an ended thread's stack; it used to be scanned as a root
-    // and the list came out still reachable. The DTV difference is the one
+    // glibc caches an ended thread's stack; scanned as a root, it would
+    // leave the list still reachable. The DTV difference is the one
     // of `a_threaded_program_matches_valgrind`.
     for mode in ["compact", "full"] {
         compare_adjusted("dead_thread.c", &["-O0", "-pthread"], mode, |e| e[2].0 += 16 * e[2].1);
@@ -142,8 +142,8 @@ fn a_map_leaked_in_a_std_thread_is_lost() {
 fn a_pool_merged_with_a_mapped_block_is_scanned() {
     // The program checks that glibc's mapping of its 1 MiB block and its
     // own pool are adjacent (exit 2 if not): the kernel merges them, and
-    // the merged mapping used to be skipped whole, so the 100 blocks only
-    // the pool points to came out definitely lost.
+    // skipping the merged mapping whole would leave the 100 blocks only
+    // the pool points to definitely lost.
     for mode in ["compact", "full"] {
         compare("anon_pool.c", &["-O0"], mode);
     }
