@@ -1,9 +1,12 @@
-//! Caches that lie (issue #36), end to end: each of the five cache files
-//! of a traced program's dump replaced by another dump's (its key
-//! rewritten to this dump's) or with an index past the end, the CRC made
-//! right. Every command that reads them answers exactly as with
-//! `--no-cache`, exits 0, and leaves good files behind. (The field by
-//! field forger is heapdump-analyze's `tests/it/cache_lies.rs`.)
+//! The analysis cache end to end: a second question answered from it, a
+//! damaged one rebuilt, one that cannot be written said so with the answer
+//! standing, a question asked while it is written waiting for it; and
+//! caches that lie: each of the five cache files of a traced program's
+//! dump replaced by another dump's (its key rewritten to this dump's) or
+//! with an index past the end, the CRC made right. Every command that
+//! reads them answers exactly as with `--no-cache`, exits 0, and leaves
+//! good files behind. (The field by field forger is heapdump-analyze's
+//! `tests/it/cache_lies.rs`.)
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
@@ -120,4 +123,270 @@ fn every_command_answers_as_without_a_cache_when_a_cache_lies() {
         assert!(again == truth, "{what}: the answers after the rebuild");
         assert!(!events.contains("rebuilt") && !events.contains("wrote"), "{what}: good files left behind\n{events}");
     }
+}
+
+#[test]
+fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, dump) = traced("cache", "leaks_tree.c", &["-O0", "-g"]);
+    let cache_home = d.path("xdg");
+    let ask = |args: &[&str]| {
+        let o = heapdump().env("XDG_CACHE_HOME", &cache_home).env("HEAPDUMP_CACHE_REPORT", "1").args(args).arg(&dump).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (ok(&o), err)
+    };
+    // What happened to each part: "hit", "miss", "wrote", "rebuilt" and
+    // the file's kind (the leak classes and dominators, the dominator
+    // tree's children, the blocks vtables name).
+    let parts = |err: &str| -> Vec<String> {
+        err.lines()
+            .filter_map(|l| l.strip_prefix("heapdump: cache: "))
+            .map(|l| {
+                let mut w = l.split(' ');
+                let verb = w.next().unwrap();
+                let path = std::path::PathBuf::from(w.next().unwrap());
+                format!("{verb} {}", path.extension().unwrap().to_str().unwrap())
+            })
+            .collect()
+    };
+    let events =
+        |err: &str| -> Vec<String> { parts(err).into_iter().filter_map(|p| p.strip_suffix(" hdcache").map(str::to_string)).collect() };
+    let graph = |err: &str| -> Vec<String> {
+        err.lines().filter_map(|l| l.strip_prefix("heapdump: graph cache: ")).map(|l| l.split(' ').next().unwrap().to_string()).collect()
+    };
+    let (first, err) = ask(&["retained", "--json"]);
+    assert_eq!(parts(&err), ["miss hdcache", "wrote hdcache", "miss hdtree", "wrote hdtree", "miss hdnames", "wrote hdnames"], "{err}");
+    assert_eq!(graph(&err), ["miss", "wrote"], "{err}");
+    let (second, err) = ask(&["retained", "--json"]);
+    assert_eq!(parts(&err), ["hit hdcache", "hit hdtree", "hit hdnames"], "nothing computed again: {err}");
+    assert_eq!(graph(&err), ["hit"], "the loaded graph too: {err}");
+    assert_eq!(first, second, "the cache gives the same answer");
+    // A copy of the dump altered since (a byte of its middle: its bytes
+    // no longer match its trailer's checksum, which still names the kept
+    // graph) is not answered from that graph: it is read, and refused
+    // (for its checksum, or for a record the byte broke, depending on
+    // where the middle falls).
+    let altered = d.path("altered.hdump");
+    let mut bytes = std::fs::read(&dump).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 1;
+    std::fs::write(&altered, &bytes).unwrap();
+    let o = heapdump()
+        .env("XDG_CACHE_HOME", &cache_home)
+        .env("HEAPDUMP_CACHE_REPORT", "1")
+        .args(["retained", "--json"])
+        .arg(&altered)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && err.contains("heapdump: error:"), "{err}");
+    assert!(!graph(&err).contains(&"hit".to_string()), "{err}");
+    // Paths: the tree of what the roots reach is kept too, and every
+    // holder of `path --all` is answered from it.
+    let rows: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let addr = rows.as_array().unwrap().last().unwrap()["address"].as_str().unwrap().to_string();
+    let ask_path = || {
+        let o = heapdump()
+            .env("XDG_CACHE_HOME", &cache_home)
+            .env("HEAPDUMP_CACHE_REPORT", "1")
+            .args(["path", "--all", "--json"])
+            .arg(&dump)
+            .arg(&addr)
+            .output()
+            .unwrap();
+        (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (path_first, err) = ask_path();
+    assert!(parts(&err).ends_with(&["miss hdreach".to_string(), "wrote hdreach".to_string()]), "{err}");
+    let (path_second, err) = ask_path();
+    assert!(parts(&err).contains(&"hit hdreach".to_string()) && !parts(&err).iter().any(|p| p.starts_with("wrote")), "{err}");
+    assert_eq!(path_first, path_second);
+    let o = heapdump().args(["--no-cache", "path", "--all", "--json"]).arg(&dump).arg(&addr).output().unwrap();
+    assert_eq!(ok(&o), path_first, "with and without the cache");
+    let (leaks_cached, err) = ask(&["leaks", "--json"]);
+    assert_eq!(events(&err), ["hit"], "{err}");
+    let o = heapdump().args(["--no-cache", "leaks", "--json"]).arg(&dump).env("XDG_CACHE_HOME", d.path("other")).output().unwrap();
+    assert_eq!(ok(&o), leaks_cached, "with and without the cache");
+    assert!(!d.path("other/heapdump/analysis").exists(), "--no-cache writes nothing");
+    // Private: the directory 0700, the file 0600.
+    let dir = cache_home.join("heapdump/analysis");
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let files: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().unwrap() == "hdcache").collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    // The kept graph, damaged, is refused and rebuilt too.
+    let graph_file = files[0].with_extension("hdgraph");
+    let mut g = std::fs::read(&graph_file).unwrap();
+    let at = g.len() / 3;
+    g[at] ^= 1;
+    std::fs::write(&graph_file, &g).unwrap();
+    let (again, err) = ask(&["retained", "--json"]);
+    assert_eq!(graph(&err), ["rebuilt", "wrote"], "{err}");
+    assert_eq!(again, first);
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777, 0o600);
+    // A damaged cache is detected, rebuilt, and the answer unchanged.
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let (third, err) = ask(&["retained", "--json"]);
+    assert_eq!(events(&err), ["rebuilt", "wrote"], "{err}");
+    assert!(err.contains("checksum differs"), "{err}");
+    assert_eq!(third, first);
+    // Cut short, too.
+    std::fs::write(&files[0], &bytes[..100]).unwrap();
+    let (_, err) = ask(&["retained", "--json"]);
+    assert_eq!(events(&err), ["rebuilt", "wrote"], "{err}");
+    // Four analyses at once leave one good cache.
+    std::fs::remove_file(&files[0]).unwrap();
+    let kids: Vec<_> = (0..4)
+        .map(|_| {
+            heapdump()
+                .env("XDG_CACHE_HOME", &cache_home)
+                .args(["retained", "--json"])
+                .arg(&dump)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids {
+        let o = k.wait_with_output().unwrap();
+        assert_eq!(ok(&o), first);
+    }
+    let (_, err) = ask(&["retained", "--json"]);
+    assert_eq!(events(&err), ["hit"], "{err}");
+    // The tree's part, damaged, is rebuilt and gives the same answer.
+    let tree_file = files[0].with_extension("hdtree");
+    let mut t = std::fs::read(&tree_file).unwrap();
+    let at = t.len() - 9;
+    t[at] ^= 4;
+    std::fs::write(&tree_file, &t).unwrap();
+    let (fourth, err) = ask(&["retained", "--json"]);
+    assert!(parts(&err).contains(&"rebuilt hdtree".to_string()) && parts(&err).contains(&"wrote hdtree".to_string()), "{err}");
+    assert_eq!(fourth, first);
+    // Another dump's part is refused by its key, not trusted.
+    let (other_dir, other_dump) = traced("cache-other", "leaks.c", &["-O0", "-g"]);
+    let o = heapdump().env("XDG_CACHE_HOME", other_dir.path("xdg")).args(["retained", "--json"]).arg(&other_dump).output().unwrap();
+    ok(&o);
+    let other_tree: Vec<_> = std::fs::read_dir(other_dir.path("xdg/heapdump/analysis"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().unwrap() == "hdtree")
+        .collect();
+    std::fs::copy(&other_tree[0], &tree_file).unwrap();
+    let (fifth, err) = ask(&["retained", "--json"]);
+    assert!(err.contains("written for another dump or tool version"), "{err}");
+    assert_eq!(fifth, first);
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 5, "the analysis, the graph, the tree, the names and the paths, no temporary file left: {left:?}");
+}
+
+/// The caches are written by forked children while the answer is
+/// computed: a file they could not write is said so, with the system's
+/// reason, the answer unchanged and the exit status a success; once the
+/// way is clear, they are written and found.
+#[test]
+fn a_cache_that_cannot_be_written_is_said_so_and_the_answer_stands() {
+    let (d, dump) = traced("cache-blocked", "leaks_tree.c", &["-O0", "-g"]);
+    let cache_home = d.path("xdg");
+    let ask = || {
+        let o = heapdump()
+            .env("XDG_CACHE_HOME", &cache_home)
+            .env("HEAPDUMP_CACHE_REPORT", "1")
+            .args(["retained", "--json"])
+            .arg(&dump)
+            .output()
+            .unwrap();
+        (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (first, err) = ask();
+    let wrote: Vec<std::path::PathBuf> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("heapdump: cache: wrote ").or_else(|| l.strip_prefix("heapdump: graph cache: wrote ")))
+        .map(std::path::PathBuf::from)
+        .collect();
+    assert_eq!(wrote.len(), 4, "the analysis, the tree, the names and the graph: {err}");
+    // Each file's name taken by a directory holding something: the
+    // writer's rename fails.
+    for p in &wrote {
+        std::fs::remove_file(p).unwrap();
+        std::fs::create_dir(p).unwrap();
+        std::fs::write(p.join("keep"), b"x").unwrap();
+    }
+    let (blocked, err) = ask();
+    assert_eq!(blocked, first, "the same answer");
+    for p in &wrote {
+        let line =
+            err.lines().find(|l| l.contains("not written") && l.contains(&*p.to_string_lossy())).unwrap_or_else(|| panic!("{p:?}: {err}"));
+        assert!(line.contains("Is a directory"), "the reason: {line}");
+    }
+    let dir = wrote[0].parent().unwrap();
+    let temporary: Vec<_> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    assert!(temporary.is_empty(), "no temporary file left: {temporary:?}");
+    for p in &wrote {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+    let (_, err) = ask();
+    assert_eq!(err.lines().filter(|l| l.contains(": wrote ")).count(), 4, "{err}");
+    let (again, err) = ask();
+    assert_eq!(again, first);
+    assert_eq!(err.lines().filter(|l| l.contains(": hit ")).count(), 4, "all found: {err}");
+}
+
+/// A command leaves the cache files it is still writing to finish on
+/// their own once its answer is out; a question asked meanwhile waits for
+/// the writer (its temporary file, named after the cache file, locked
+/// while it writes) and reads what it wrote, rather than computing it
+/// again.
+#[test]
+fn a_question_asked_while_the_cache_is_written_waits_for_it() {
+    let (d, dump) = traced("cache-wait", "leaks_tree.c", &["-O0", "-g"]);
+    let cache_home = d.path("xdg");
+    let ask = |report: bool| {
+        let mut c = heapdump();
+        c.env("XDG_CACHE_HOME", &cache_home).args(["top", "--json"]).arg(&dump);
+        if report {
+            c.env("HEAPDUMP_CACHE_REPORT", "1");
+        }
+        let o = c.output().unwrap();
+        (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (first, err) = ask(true);
+    let graph = err.lines().find_map(|l| l.strip_prefix("heapdump: graph cache: wrote ")).map(std::path::PathBuf::from).expect(&err);
+    let temporary = |n: u32| graph.with_file_name(format!(".{}.{n}.0.tmp", graph.file_name().unwrap().to_string_lossy()));
+    // The graph moved aside, and a writer holding the lock on its
+    // temporary file that puts the graph back in half a second.
+    let aside = d.path("graph.aside");
+    std::fs::rename(&graph, &aside).unwrap();
+    let tmp = temporary(1);
+    std::fs::write(&tmp, b"").unwrap();
+    let mut writer = std::process::Command::new("flock")
+        .arg(&tmp)
+        .args(["sh", "-c"])
+        .arg(format!("sleep 0.5; mv '{}' '{}'", aside.display(), graph.display()))
+        .spawn()
+        .unwrap();
+    // Until flock holds the lock, a question would not wait.
+    while std::process::Command::new("flock").args(["-n", "-s"]).arg(&tmp).arg("true").status().unwrap().success() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (second, err) = ask(true);
+    writer.wait().unwrap();
+    assert!(err.contains("graph cache: hit"), "waited for the writer: {err}");
+    assert_eq!(second, first);
+    // A temporary file no writer holds (one that died) is not waited for.
+    std::fs::remove_file(&graph).unwrap();
+    let (_, err) = ask(true);
+    assert!(err.contains("graph cache: miss"), "{err}");
+    std::fs::remove_file(&tmp).unwrap();
+    // Without the report, the command does not wait for its writers: the
+    // next question, asked at once, still finds every file.
+    std::fs::remove_file(&graph).unwrap();
+    let (third, err) = ask(false);
+    assert!(err.is_empty(), "{err}");
+    let (fourth, err) = ask(true);
+    assert!(err.contains("graph cache: hit"), "{err}");
+    assert_eq!((third, fourth), (first.clone(), first));
 }

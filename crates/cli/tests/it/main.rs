@@ -23,6 +23,7 @@ mod run_triggers;
 mod static_programs;
 mod type_names;
 mod valgrind;
+mod view_answers;
 mod viewer;
 mod viewer_limits;
 mod views_agree;
