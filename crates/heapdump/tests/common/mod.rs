@@ -147,3 +147,70 @@ impl Rng {
         self.0
     }
 }
+
+pub struct Churn {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Per thread: the slot table's address (a heap block) and its length.
+    pub tables: Vec<(u64, usize)>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+pub const SLOTS: usize = 256;
+
+/// Threads that allocate and free blocks of 3000..3999 bytes (a size no
+/// other code here uses), recording each live block's address in a slot
+/// table on the heap: set after the allocation, cleared before the free.
+pub fn start_churn(n: usize) -> Churn {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handles = (0..n)
+        .map(|t| {
+            let stop = stop.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let slots: Box<[std::sync::atomic::AtomicU64]> = (0..SLOTS).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+                tx.send((slots.as_ptr() as u64, SLOTS)).unwrap();
+                let mut rng = Rng(t as u64 * 7919 + 1);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = rng.next();
+                    let i = r as usize % SLOTS;
+                    let cur = slots[i].load(std::sync::atomic::Ordering::Relaxed);
+                    if cur != 0 {
+                        slots[i].store(0, std::sync::atomic::Ordering::Release);
+                        let size = 3000 + (cur >> 48) as usize;
+                        // SAFETY: allocated below with this size.
+                        unsafe { std::alloc::dealloc((cur & 0xffff_ffff_ffff) as *mut u8, std::alloc::Layout::from_size_align(size, 8).unwrap()) };
+                    } else {
+                        let extra = (r >> 32) % 1000;
+                        // SAFETY: non-zero size.
+                        let p = unsafe { std::alloc::alloc(std::alloc::Layout::from_size_align(3000 + extra as usize, 8).unwrap()) };
+                        slots[i].store(p as u64 | extra << 48, std::sync::atomic::Ordering::Release);
+                    }
+                }
+                for s in slots.iter() {
+                    let cur = s.load(std::sync::atomic::Ordering::Relaxed);
+                    if cur != 0 {
+                        // SAFETY: a block this thread allocated with this layout, freed once.
+                        unsafe {
+                            std::alloc::dealloc(
+                                (cur & 0xffff_ffff_ffff) as *mut u8,
+                                std::alloc::Layout::from_size_align(3000 + (cur >> 48) as usize, 8).unwrap(),
+                            )
+                        };
+                    }
+                }
+            })
+        })
+        .collect();
+    let tables = (0..n).map(|_| rx.recv().unwrap()).collect();
+    Churn { stop, tables, handles }
+}
+
+impl Churn {
+    pub fn finish(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in self.handles {
+            h.join().unwrap();
+        }
+    }
+}
