@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v gcore >/dev/null || need+=(gdb)
-[ -x /usr/bin/time ] || need+=(time)   # the peak memory of a capture (production_capture)
+[ -x /usr/bin/time ] || need+=(time)   # the peak memory of a capture (attach_in_containers_and_crafted_cores)
 command -v gcc >/dev/null || need+=(gcc)
 command -v g++ >/dev/null || need+=(g++)
 command -v go >/dev/null || need+=(golang-go)
