@@ -19,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
             assert!(data[..len].windows(r.target.len()).any(|w| w == r.target.as_bytes()), "the target is in the request");
             // The request is the same whatever follows it.
             match Request::parse(&data[..len]) {
-                Parse::Whole(again, n) => assert_eq!((again.method, again.target, again.host, again.close, n), (r.method, r.target, r.host, r.close, len)),
+                Parse::Whole(again, n) => {
+                    assert_eq!((again.method, again.target, again.host, again.close, n), (r.method, r.target, r.host, r.close, len))
+                }
                 _ => panic!("the request alone is not the same request"),
             }
         }

@@ -49,8 +49,9 @@ impl<'a> Request<'a> {
         if line.map_or(input.len(), |n| n + 1) > MAX_LINE {
             return Parse::Refused(414, format!("the request line is longer than {} KiB", MAX_LINE / 1024));
         }
-        let too_large =
-            || Parse::Refused(431, format!("the request head is longer than {} KiB or has more than {MAX_HEADERS} fields", MAX_HEAD / 1024));
+        let too_large = || {
+            Parse::Refused(431, format!("the request head is longer than {} KiB or has more than {MAX_HEADERS} fields", MAX_HEAD / 1024))
+        };
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut fields);
         let head = match req.parse(input) {

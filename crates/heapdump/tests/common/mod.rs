@@ -179,7 +179,9 @@ pub fn start_churn(n: usize) -> Churn {
                         slots[i].store(0, std::sync::atomic::Ordering::Release);
                         let size = 3000 + (cur >> 48) as usize;
                         // SAFETY: allocated below with this size.
-                        unsafe { std::alloc::dealloc((cur & 0xffff_ffff_ffff) as *mut u8, std::alloc::Layout::from_size_align(size, 8).unwrap()) };
+                        unsafe {
+                            std::alloc::dealloc((cur & 0xffff_ffff_ffff) as *mut u8, std::alloc::Layout::from_size_align(size, 8).unwrap())
+                        };
                     } else {
                         let extra = (r >> 32) % 1000;
                         // SAFETY: non-zero size.
