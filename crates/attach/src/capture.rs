@@ -3,13 +3,13 @@
 //! segments, the anonymous memory that is neither heap nor stack; no
 //! sites. Every command reads it as it reads a dump `heapdump run` wrote.
 
-use crate::error::{io, Error, Result};
+use crate::error::{on_file, Error, FileOp, Result, Unread};
 use crate::glibc::{walk_heap, Chunk, GlibcHeap};
 use crate::live::ThreadRegs;
 use crate::memory::{Map, Memory};
 use heapdump_format::lookup::{self, Directory, Run, Shape};
 use heapdump_format::{
-    raw, AllocInfo, Backtrace, Contents, Header, Link, Mode, ModuleInfo, ProcessInfo, Reason, Segment, Sink, StaticInfo, ThreadInfo,
+    raw, AllocInfo, Backtrace, Contents, Header, Link, Mode, ModuleInfo, Process, Reason, Segment, Sink, StaticInfo, ThreadInfo,
     WriteError, Writer,
 };
 use object::read::elf::{FileHeader, ProgramHeader};
@@ -560,7 +560,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         .create_new(true)
         .mode(0o600) // dumps hold the process's secrets
         .open(out)
-        .map_err(io(format!("cannot create {}", out.display())))?;
+        .map_err(on_file(FileOp::Create, out))?;
     // A capture that fails leaves no half-written dump behind.
     let mut unfinished = Unfinished(Some(out));
     let mut buf = vec![0u8; 1 << 20];
@@ -570,7 +570,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         &mut buf,
         &Header::new(mode, reason, 4096, who.pid, time_ns),
     )?;
-    w.process(&ProcessInfo {
+    w.process(&Process {
         backtrace: Backtrace::Off,
         max_frames: 0,
         sample_mean: 0,
@@ -622,7 +622,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
                 blocks.prefetch(&ahead[..ahead.len().min(512)]);
             }
         }
-        let bytes = contents(c).ok_or_else(|| Error::Unreadable { addr: c.mem, len: c.usable, why: "outside the heap read".into() })?;
+        let bytes = contents(c).ok_or(Error::Unreadable { addr: c.mem, len: c.usable, why: Unread::OutsideHeapRead })?;
         let first_word = bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
         let a = AllocInfo { address: c.mem, size: c.usable, site: raw::NO_SITE, align_log2: 4, flags: 0, first_word };
         match mode {
@@ -640,7 +640,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         info.bytes += c.usable;
     }
     let (mut sink, _) = w.finish(info.pause_ns)?;
-    sink.0.flush().map_err(io(format!("writing {}", out.display())))?;
+    sink.0.flush().map_err(on_file(FileOp::Write, out))?;
     unfinished.0 = None;
     Ok(info)
 }

@@ -4,7 +4,7 @@
 //! (`NT_PRPSINFO`). Pages the core does not hold (file-backed text the
 //! kernel left out, or cut short) are reported when read, never guessed.
 
-use crate::error::{io, Error, Result};
+use crate::error::{on_file, CoreDefect, Error, FileOp, Result, Unread};
 use crate::live::ThreadRegs;
 use crate::memory::{Map, Memory};
 use object::read::elf::{FileHeader, ProgramHeader};
@@ -60,28 +60,28 @@ fn u64_at(b: &[u8], off: usize) -> Option<u64> {
 impl Core {
     /// Maps and parses `path`.
     pub fn open(path: &std::path::Path) -> Result<Core> {
-        let f = std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
+        let f = std::fs::File::open(path).map_err(on_file(FileOp::Open, path))?;
         // SAFETY: the file is mapped read-only; a core file being changed
         // while read is outside what this reads for (it would give wrong
         // bytes, not undefined behaviour in this process beyond SIGBUS on
         // truncation, which a core at rest does not see).
-        let data = unsafe { memmap2::Mmap::map(&f) }.map_err(io(format!("cannot map {}", path.display())))?;
-        let bad = |what: &str| Error::Refused(format!("{}: not an x86-64 ELF core file ({what})", path.display()));
+        let data = unsafe { memmap2::Mmap::map(&f) }.map_err(on_file(FileOp::Map, path))?;
+        let bad = |why: CoreDefect| Error::NotACore { path: path.to_path_buf(), why };
         // The file header and program headers only: a core cut short (a
         // full disk, a killed writer) loses its section headers, which a
         // core does not need, and is read as far as it goes.
-        let hdr = object::elf::FileHeader64::<Endianness>::parse(&*data).map_err(|e| bad(&e.to_string()))?;
-        let e = hdr.endian().map_err(|e| bad(&e.to_string()))?;
+        let hdr = object::elf::FileHeader64::<Endianness>::parse(&*data).map_err(|e| bad(CoreDefect::Elf(e.to_string())))?;
+        let e = hdr.endian().map_err(|e| bad(CoreDefect::Elf(e.to_string())))?;
         if hdr.e_type(e) != object::elf::ET_CORE {
-            return Err(bad("not a core"));
+            return Err(bad(CoreDefect::NotACore));
         }
         if hdr.e_machine(e) != object::elf::EM_X86_64 {
-            return Err(bad("another machine"));
+            return Err(bad(CoreDefect::OtherMachine));
         }
         let mut core = Parsed::default();
         let mut files: Vec<(u64, u64, u64, String)> = Vec::new();
         let mut first_file: Option<String> = None;
-        let phdrs = hdr.program_headers(e, &*data).map_err(|err| bad(&err.to_string()))?;
+        let phdrs = hdr.program_headers(e, &*data).map_err(|err| bad(CoreDefect::Elf(err.to_string())))?;
         // Where the file ends short of what its headers describe.
         let wanted = phdrs.iter().map(|ph| ph.p_offset(e).saturating_add(ph.p_filesz(e))).max().unwrap_or(0);
         for ph in phdrs {
@@ -92,7 +92,7 @@ impl Core {
                     // address space and against what the file holds
                     // before anything is read or allocated by them.
                     let Some(end) = vaddr.checked_add(memsz) else {
-                        return Err(bad(&format!("a segment at {vaddr:#x} of {memsz:#x} bytes runs past the address space")));
+                        return Err(bad(CoreDefect::SegmentPastAddressSpace { vaddr, memsz }));
                     };
                     let (offset, filesz) = (ph.p_offset(e), ph.p_filesz(e).min(memsz));
                     let held = filesz.min((data.len() as u64).saturating_sub(offset));
@@ -161,7 +161,7 @@ impl Core {
                                 let count = u64_at(d, 0).unwrap_or(0);
                                 let page = u64_at(d, 8).unwrap_or(4096);
                                 if count > (d.len().saturating_sub(16) / 25) as u64 {
-                                    return Err(bad(&format!("its NT_FILE note claims {count} files in {} bytes", d.len())));
+                                    return Err(bad(CoreDefect::FileNoteCount { count, len: d.len() as u64 }));
                                 }
                                 let count = count as usize;
                                 let mut names = d.get(16 + count * 24..).unwrap_or(&[]).split(|&c| c == 0);
@@ -211,13 +211,9 @@ impl Core {
         core.maps.sort_by_key(|m| m.start);
         if core.threads.is_empty() {
             if wanted > data.len() as u64 {
-                return Err(Error::Refused(format!(
-                    "{}: the core file is cut short ({} of {wanted} bytes): its thread registers (NT_PRSTATUS) are in the part missing",
-                    path.display(),
-                    data.len()
-                )));
+                return Err(Error::CoreCutShort { path: path.to_path_buf(), len: data.len() as u64, wanted });
             }
-            return Err(bad("no thread register sets (NT_PRSTATUS)"));
+            return Err(bad(CoreDefect::NoThreads));
         }
         let exe = first_file.unwrap_or_default();
         let Parsed { segments, maps, threads, pid, cmdline } = core;
@@ -262,7 +258,7 @@ impl Memory for Core {
     /// Whether the core file holds all of `[addr, addr + len)`: looked at
     /// before a buffer is allocated for it.
     fn readable(&self, addr: u64, len: u64) -> Result<()> {
-        let end = addr.checked_add(len).ok_or_else(|| Error::Unreadable { addr, len, why: "past the address space".into() })?;
+        let end = addr.checked_add(len).ok_or(Error::Unreadable { addr, len, why: Unread::PastAddressSpace })?;
         let mut at = addr;
         while at < end {
             // Progress: `at` is inside what the segment holds.
@@ -274,18 +270,14 @@ impl Memory for Core {
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
-        let end = addr.checked_add(len).ok_or_else(|| Error::Unreadable { addr, len, why: "past the address space".into() })?;
+        let end = addr.checked_add(len).ok_or(Error::Unreadable { addr, len, why: Unread::PastAddressSpace })?;
         let mut done = 0u64;
         while done < len {
             let a = addr + done;
             let (s, into) = self.held_at(a, end)?;
             let n = (s.held - into).min(len - done);
             let from = (s.offset + into) as usize;
-            let src = self.data.get(from..from + n as usize).ok_or_else(|| Error::Unreadable {
-                addr: a,
-                len: n,
-                why: "the core file is cut short".into(),
-            })?;
+            let src = self.data.get(from..from + n as usize).ok_or(Error::Unreadable { addr: a, len: n, why: Unread::CoreCutShort })?;
             buf[done as usize..(done + n) as usize].copy_from_slice(src);
             done += n;
         }
@@ -303,12 +295,12 @@ impl Core {
     fn held_at(&self, a: u64, end: u64) -> Result<(&Segment, u64)> {
         let i = self.segments.partition_point(|s| s.vaddr <= a);
         let Some(s) = i.checked_sub(1).map(|i| &self.segments[i]).filter(|s| a < s.end()) else {
-            return Err(Error::Unreadable { addr: a, len: end - a, why: "not mapped in the core".into() });
+            return Err(Error::Unreadable { addr: a, len: end - a, why: Unread::NotInCore });
         };
         let into = a - s.vaddr;
         if into >= s.held {
-            let why = if into < s.filesz { "the core file is cut short" } else { "a page the core file does not hold" };
-            return Err(Error::Unreadable { addr: a, len: end - a, why: why.into() });
+            let why = if into < s.filesz { Unread::CoreCutShort } else { Unread::NotInCoreFile };
+            return Err(Error::Unreadable { addr: a, len: end - a, why });
         }
         Ok((s, into))
     }

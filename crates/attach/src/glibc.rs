@@ -22,7 +22,7 @@
 //! version is inferred from strings glibc links into every static program
 //! that allocates (`MARKERS`), which is all the layout needs.
 
-use crate::error::{Error, Result};
+use crate::error::{BadSize, Damage, Error, Result, StaticGlibc, NEWEST_GLIBC, OLDEST_GLIBC};
 use crate::memory::{Map, Memory, Region};
 use std::collections::HashSet;
 
@@ -163,40 +163,28 @@ fn shown(m: &[u8]) -> String {
 /// each other.
 fn infer_version(path: &str, has: impl Fn(&[u8]) -> bool) -> Result<((u32, u32), String)> {
     let v = |(a, b): (u32, u32)| format!("{a}.{b}");
-    let why = "glibc's heap layout depends on its version, which is not guessed";
+    let refused = |why| Err(Error::StaticGlibcUnknown { path: path.to_string(), why });
     if let Some((m, since)) = NEWER.iter().find(|(m, _)| has(m)) {
-        return Err(Error::Refused(format!(
-            "{path} is statically linked with glibc {} or later (no version banner, but it holds malloc's \"{}\"): a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
-            v(*since),
-            shown(m)
-        )));
+        return refused(StaticGlibc::Newer { since: *since, marker: shown(m) });
     }
     if let Some((m, until)) = OLDER.iter().find(|(m, _)| has(m)) {
-        return Err(Error::Refused(format!(
-            "{path} is statically linked with glibc {} or older (no version banner, but it holds \"{}\"): a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
-            v(*until),
-            shown(m)
-        )));
+        return refused(StaticGlibc::Older { until: *until, marker: shown(m) });
     }
     for m in [MARKERS[0].0, FASTBIN_MARK] {
         if !has(m) {
-            return Err(Error::Refused(format!(
-                "{path} is statically linked with glibc but holds neither its version banner nor \"{}\", which every glibc from 2.30 to 2.41 holds (an older or newer glibc, or one built without tunables): {why}",
-                shown(m)
-            )));
+            return refused(StaticGlibc::Missing { marker: shown(m) });
         }
     }
     // The newest marker of a layout held; every older one must be held too.
     let layout: Vec<_> = MARKERS.iter().filter(|m| m.2).collect();
     let top = layout.iter().rposition(|(m, ..)| has(m)).unwrap_or(0);
     if let Some((missing, since, _)) = layout[..top].iter().find(|(m, ..)| !has(m)) {
-        return Err(Error::Refused(format!(
-            "{path} is statically linked with glibc but its strings contradict each other: \"{}\" (glibc {} and later) without \"{}\" (glibc {} and later), and it holds no version banner: {why}",
-            shown(layout[top].0),
-            v(layout[top].1),
-            shown(missing),
-            v(*since)
-        )));
+        return refused(StaticGlibc::Contradiction {
+            held: shown(layout[top].0),
+            held_since: layout[top].1,
+            missing: shown(missing),
+            missing_since: *since,
+        });
     }
     // Narrowed by the others, below the next layout's start.
     let next = layout.get(top + 1).map_or((u32::MAX, 0), |m| m.1);
@@ -216,9 +204,7 @@ fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
         let n = name(m);
         for other in ["jemalloc", "tcmalloc", "mimalloc", "hoard", "snmalloc"] {
             if n.contains(other) {
-                return Err(Error::Refused(format!(
-                    "the process allocates with {n}, not glibc's malloc: attach and core read glibc's heap only"
-                )));
+                return Err(Error::OtherAllocator { module: n });
             }
         }
         // musl's loader is its C library too; where `ld-musl-*.so.1` is
@@ -226,10 +212,7 @@ fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
         // /usr/lib/x86_64-linux-musl/libc.so; glibc's is libc.so.6).
         let musl_libc = n == "libc.so" && m.file().is_some_and(|p| p.contains("musl"));
         if n.starts_with("ld-musl-") || n.starts_with("libc.musl-") || musl_libc {
-            return Err(Error::Refused(format!(
-                "the process runs on musl ({} is mapped), not glibc: attach and core read glibc's heap only, for now",
-                m.file().unwrap_or(&n)
-            )));
+            return Err(Error::Musl { module: m.file().unwrap_or(&n).to_string() });
         }
     }
     let libc: Vec<Map> = mem.maps().iter().filter(|m| name(m).starts_with("libc.so.") || name(m).starts_with("libc-2.")).cloned().collect();
@@ -274,9 +257,7 @@ fn libc_maps(mem: &dyn Memory) -> Result<Libc> {
         return Ok(Libc { maps, version: Some(version), inferred: Some(note) });
     }
     let exe = modules.first().copied().unwrap_or("the executable");
-    Err(Error::Refused(format!(
-        "{exe} is statically linked without glibc (no libc.so.6 mapped, no glibc banner or tunables in it): musl's heap or another C library's, and attach and core read glibc's heap only, for now"
-    )))
+    Err(Error::NoGlibc { exe: exe.to_string() })
 }
 
 /// The first place `needle` is in `data` (the C library's search: the
@@ -334,9 +315,7 @@ fn version(mem: &dyn Memory, libc: &Libc) -> Result<(u32, u32)> {
         return v;
     }
     let path = libc.maps.first().and_then(Map::file).unwrap_or("libc.so.6");
-    Err(Error::Refused(format!(
-        "{path} does not say which glibc it is (no \"release version\" in its read-only data, in memory or in its file here): its heap layout depends on it"
-    )))
+    Err(Error::NoGlibcVersion { path: path.to_string() })
 }
 
 /// The version the banner in `data` names, if it holds the banner.
@@ -348,7 +327,7 @@ fn banner(data: &[u8]) -> Option<Result<(u32, u32)>> {
     let mut it = text.split('.').map(|x| x.parse::<u32>());
     Some(match (it.next(), it.next()) {
         (Some(Ok(a)), Some(Ok(b))) => Ok((a, b)),
-        _ => Err(Error::Refused(format!("cannot read glibc's version from its banner's {text:?}"))),
+        _ => Err(Error::UnreadableBanner { text }),
     })
 }
 
@@ -457,19 +436,13 @@ fn find_main_arena(mem: &dyn Memory, libc: &[Map]) -> Result<u64> {
         }
     }
     match found.as_slice() {
-        [] => Err(Error::Heap(
-            "glibc's main arena was not found in the C library's data: not glibc's malloc, or a layout this version does not know".into(),
-        )),
+        [] => Err(Error::NoMainArena),
         [one] => Ok(*one),
         many => {
             let closed: Vec<u64> = many.iter().copied().filter(|&a| ring(mem, a).is_ok()).collect();
             match closed.as_slice() {
                 [one] => Ok(*one),
-                _ => Err(Error::Heap(format!(
-                    "glibc's main arena is not certain: {} places in the C library's data have its shape ({})",
-                    many.len(),
-                    many.iter().map(|a| format!("{a:#x}")).collect::<Vec<_>>().join(", ")
-                ))),
+                _ => Err(Error::MainArenaUncertain { candidates: many.to_vec() }),
             }
         }
     }
@@ -485,14 +458,10 @@ fn ring(mem: &dyn Memory, main: u64) -> Result<Vec<u64>> {
     while a != main {
         let shaped = chunk_like(mem, a) && mem.bytes(a, ARENA_SIZE).is_ok_and(|w| arena_shape(mem, a, &w, main));
         if !shaped || arenas.len() >= MAX_ARENAS {
-            return Err(Error::Heap(format!(
-                "glibc's ring of arenas is broken at {a:#x} (the next arena of {prev:#x} is not an arena): a damaged heap"
-            )));
+            return Err(Error::DamagedHeap { at: a, what: Damage::ArenaRingBroken { prev } });
         }
         if !met.insert(a) {
-            return Err(Error::Heap(format!(
-                "glibc's ring of arenas loops at {a:#x} (after {prev:#x}) without coming back to the main arena {main:#x}: a damaged heap"
-            )));
+            return Err(Error::DamagedHeap { at: a, what: Damage::ArenaRingLoops { prev, main } });
         }
         arenas.push(a);
         prev = a;
@@ -599,32 +568,30 @@ fn walk(r: &Region, start: u64, end: u64, top: Option<u64>, out: &mut Vec<Seen>)
         }
         if c.checked_add(16).is_none_or(|h| h > end) {
             return match top {
-                Some(t) => Err(Error::Heap(format!("the heap's chunks run past its top chunk {t:#x} at {c:#x}: a damaged heap"))),
+                Some(top) => Err(Error::DamagedHeap { at: c, what: Damage::ChunksPastTop { top } }),
                 None => Ok(()),
             };
         }
-        let s = r.u64(c + 8).ok_or_else(|| Error::Heap(format!("chunk {c:#x} lies outside its heap")))?;
+        let s = r.u64(c + 8).ok_or(Error::DamagedHeap { at: c, what: Damage::ChunkOutsideHeap })?;
         let size = s & !7;
         if size == 16 && top.is_none() {
             return Ok(()); // the fencepost closing an older heap
         }
         let Some(next) = c.checked_add(size).filter(|&n| size >= 32 && size % 16 == 0 && n <= limit) else {
             let why = if size < 32 || size % 16 != 0 {
-                "not a chunk's size".to_string()
+                BadSize::NotASize
             } else {
                 match top {
-                    Some(t) => format!("past the top chunk {t:#x}"),
-                    None => format!("past the heap's end {end:#x}"),
+                    Some(t) => BadSize::PastTop(t),
+                    None => BadSize::PastEnd(end),
                 }
             };
-            return Err(Error::Heap(format!(
-                "chunk {c:#x} has size {s:#x} ({why}): a damaged heap, or a layout this version does not know"
-            )));
+            return Err(Error::DamagedHeap { at: c, what: Damage::ChunkSize { size: s, why } });
         };
         let in_use = match r.u64(next + 8) {
             Some(n) => n & 1 == 1,
             None if top.is_none() => true,
-            None => return Err(Error::Heap(format!("chunk {c:#x} runs past the heap"))),
+            None => return Err(Error::DamagedHeap { at: c, what: Damage::ChunkPastHeap }),
         };
         out.push(Seen { chunk: c, size, in_use, first });
         first = false;
@@ -634,10 +601,10 @@ fn walk(r: &Region, start: u64, end: u64, top: Option<u64>, out: &mut Vec<Seen>)
 
 /// The size of the top chunk `top`, checked: it must end by `end`.
 fn top_size(r: &Region, top: u64, end: u64) -> Result<u64> {
-    let s = r.u64(top + 8).ok_or_else(|| Error::Heap(format!("the top chunk {top:#x} lies outside its heap")))?;
+    let s = r.u64(top + 8).ok_or(Error::DamagedHeap { at: top, what: Damage::TopOutsideHeap })?;
     let size = s & !7;
     if size < 16 || size % 16 != 0 || top.checked_add(size).is_none_or(|e| e > end) {
-        return Err(Error::Heap(format!("the top chunk {top:#x} has size {s:#x} (past the heap's end {end:#x}): a damaged heap")));
+        return Err(Error::DamagedHeap { at: top, what: Damage::TopSize { size: s, end } });
     }
     Ok(size)
 }
@@ -662,9 +629,7 @@ fn reveal(version: (u32, u32), field: u64, stored: u64) -> u64 {
 fn brk_heap(mem: &dyn Memory, libc: &[Map], version: (u32, u32), top: u64) -> Result<(Vec<u64>, u64, (u64, u64))> {
     let maps = mem.maps();
     let Some(i) = maps.iter().position(|m| m.start <= top && top < m.end && heap_map(m)) else {
-        return Err(Error::Heap(format!(
-            "the main arena's top chunk {top:#x} is not in the brk heap (a heap grown by mmap after brk failed is not supported)"
-        )));
+        return Err(Error::DamagedHeap { at: top, what: Damage::TopNotInBrkHeap });
     };
     // A live process names every mapping of its brk heap "[heap]"; a core
     // names none: the anonymous mappings that follow one another.
@@ -691,11 +656,8 @@ fn brk_heap(mem: &dyn Memory, libc: &[Map], version: (u32, u32), top: u64) -> Re
 pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
     let (libc, arenas) = arenas(mem)?;
     let version = version(mem, &libc)?;
-    if !((2, 30)..=(2, 41)).contains(&version) {
-        return Err(Error::Refused(format!(
-            "glibc {}.{}: a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)",
-            version.0, version.1
-        )));
+    if !(OLDEST_GLIBC..=NEWEST_GLIBC).contains(&version) {
+        return Err(Error::UnsupportedGlibc { version });
     }
     let heap_info = if version >= (2, 35) { 48 } else { 32 };
     let mut h = GlibcHeap {
@@ -756,24 +718,20 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
         let mut met: HashSet<u64> = HashSet::new();
         loop {
             if hp % HEAP_MAX != 0 || !met.insert(hp) || met.len() > MAX_ARENAS {
-                return Err(Error::Heap(format!(
-                    "the heaps of arena {ar:#x} do not add up at {hp:#x} (met twice, or not a heap's start): a damaged heap"
-                )));
+                return Err(Error::DamagedHeap { at: hp, what: Damage::ArenaHeaps { arena: ar } });
             }
             let owner = mem.u64(hp)?;
             let prev = mem.u64(hp + 8)?;
             let size = mem.u64(hp + 16)?;
             if owner != ar || size > HEAP_MAX || size < heap_info + 32 {
-                return Err(Error::Heap(format!("heap {hp:#x} does not belong to arena {ar:#x}: a damaged heap")));
+                return Err(Error::DamagedHeap { at: hp, what: Damage::HeapNotOfArena { arena: ar } });
             }
             let start = if ar >= hp && ar < hp + size { (ar + ARENA_SIZE).next_multiple_of(16) } else { hp + heap_info };
             let end = hp + size;
             let r = Region::read(mem, hp, end)?;
             if newest {
                 if !(start..end).contains(&top) {
-                    return Err(Error::Heap(format!(
-                        "the top chunk {top:#x} of arena {ar:#x} is not in its heap {hp:#x}..{end:#x}: a damaged heap"
-                    )));
+                    return Err(Error::DamagedHeap { at: top, what: Damage::TopNotInHeap { arena: ar, heap: hp, end } });
                 }
                 top_size(&r, top, end)?;
             }
@@ -806,9 +764,7 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
                     break;
                 }
                 if !free.insert(p) {
-                    return Err(Error::Heap(format!(
-                        "fastbin {i} of arena {ar:#x} meets chunk {p:#x} a second time (a loop): a damaged heap"
-                    )));
+                    return Err(Error::DamagedHeap { at: p, what: Damage::FastbinLoop { bin: i as usize, arena: ar } });
                 }
                 p = reveal(version, p + 16, mem.u64(p + 16)?);
             }
@@ -820,10 +776,7 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
             caches.insert(s.chunk);
             for c in entries {
                 if !free.insert(c) {
-                    return Err(Error::Heap(format!(
-                        "chunk {c:#x} is held free twice (in the per-thread cache at {:#x} and another list): a damaged heap",
-                        s.chunk + 16
-                    )));
+                    return Err(Error::DamagedHeap { at: c, what: Damage::HeldFreeTwice { cache: s.chunk + 16 } });
                 }
             }
         }
@@ -866,10 +819,7 @@ fn tcache_entries(mem: &dyn Memory, version: (u32, u32), s: &Seen, seen: &[Seen]
                 return Ok(None);
             }
             if !met.insert(c) {
-                return Err(Error::Heap(format!(
-                    "list {i} of the per-thread cache at {:#x} meets chunk {c:#x} a second time (a loop): a damaged heap",
-                    s.chunk + 16
-                )));
+                return Err(Error::DamagedHeap { at: c, what: Damage::TcacheLoop { list: i, cache: s.chunk + 16 } });
             }
             out.push(c);
             len += 1;
@@ -1002,7 +952,7 @@ mod tests {
                     return Ok(());
                 }
             }
-            Err(Error::Unreadable { addr, len: buf.len() as u64, why: "not in the fake".into() })
+            Err(Error::Unreadable { addr, len: buf.len() as u64, why: crate::Unread::NotMapped })
         }
 
         fn host_file(&self, path: &str) -> Option<std::io::Result<std::fs::File>> {

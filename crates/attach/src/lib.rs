@@ -20,7 +20,7 @@ mod live;
 mod memory;
 
 pub use capture::{CaptureInfo, Identity};
-pub use error::{Error, Result};
+pub use error::{BadSize, CoreDefect, Damage, Error, FileOp, Result, StaticGlibc, Unread};
 pub use glibc::{walk_heap, Chunk, GlibcHeap};
 pub use live::ThreadRegs;
 pub use memory::{parse_maps, Map, Memory};
@@ -86,12 +86,12 @@ fn check_machine(pid: i32) -> Result<()> {
     let mut head = [0u8; 20];
     let f = std::fs::File::open(&exe).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => live::no_process(pid),
-        _ => Error::Refused(format!("cannot read {exe}: {e}: another user's process {}", live::NEEDS)),
+        _ => Error::ExeUnreadable { path: exe.clone(), cause: e },
     })?;
     use std::io::Read;
     let _ = (&f).read(&mut head);
     if &head[..4] != b"\x7fELF" || head[4] != 2 || u16::from_le_bytes([head[18], head[19]]) != 62 {
-        return Err(Error::Refused(format!("{exe} is not an x86-64 program: attach reads x86-64 processes only")));
+        return Err(Error::NotX86_64 { path: exe });
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! registers with `PTRACE_GETREGS`; detached when dropped, and the
 //! process goes on.
 
-use crate::error::{io, Error, Result};
+use crate::error::{on_file, Error, FileOp, Result, Unread};
 use crate::memory::{parse_maps, Map, Memory};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -48,17 +48,12 @@ pub struct Process {
 
 fn threads_of(pid: i32) -> Result<Vec<i32>> {
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map_err(io(format!("cannot list the threads of process {pid}")))?
+        .map_err(|cause| Error::ListThreads { pid, cause })?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     v.sort_unstable();
     Ok(v)
 }
-
-/// What a process in a container needs to trace another, said when it
-/// is refused.
-pub(crate) const NEEDS: &str = "needs root or CAP_SYS_PTRACE (in a container: `docker run --cap-add SYS_PTRACE`, \
-`kubectl debug --profile=general`; a process of another container or of the host: `--pid=host` and its pid as this namespace sees it)";
 
 /// "no process PID", with what to do when this tracer is in a PID
 /// namespace of its own (a container sees only its own processes).
@@ -67,12 +62,7 @@ pub(crate) fn no_process(pid: i32) -> Error {
     // any other is a container's (NSpid cannot tell: a namespace's own
     // /proc shows only its own level).
     let own_ns = std::fs::read_link("/proc/self/ns/pid").is_ok_and(|l| l.as_os_str() != "pid:[4026531836]");
-    if own_ns {
-        return Error::Refused(format!(
-            "no process {pid} in this PID namespace (a container's): a process outside it is seen only with `--pid=host`, by its pid there"
-        ));
-    }
-    Error::Refused(format!("no process {pid}"))
+    Error::NoProcess { pid, own_namespace: own_ns }
 }
 
 /// Whether this process holds CAP_SYS_PTRACE.
@@ -91,20 +81,20 @@ fn refusal(pid: i32, errno: i32) -> Error {
         return no_process(pid);
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    if let Some(t) = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).map(str::trim).filter(|t| *t != "0") {
-        return Error::Refused(format!("process {pid} is already traced by process {t} (a debugger?): detach it first"));
+    if let Some(tracer) = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|t| t.trim().parse().ok()).filter(|t| *t != 0)
+    {
+        return Error::AlreadyTraced { pid, tracer };
     }
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
     match scope.trim() {
-        "1" => Error::Refused(format!(
-            "cannot trace process {pid}: kernel.yama.ptrace_scope is 1 (only a parent may trace): {NEEDS}; or set it to 0"
-        )),
-        "2" => Error::Refused(format!("cannot trace process {pid}: kernel.yama.ptrace_scope is 2 (only with CAP_SYS_PTRACE)")),
-        "3" => Error::Refused(format!("cannot trace process {pid}: kernel.yama.ptrace_scope is 3 (no process may be traced)")),
-        _ if errno == libc::EPERM && !can_ptrace_any() => {
-            Error::Refused(format!("cannot trace process {pid}: {}: {NEEDS}", std::io::Error::from_raw_os_error(errno)))
-        }
-        _ => Error::Refused(format!("cannot trace process {pid}: {}", std::io::Error::from_raw_os_error(errno))),
+        "1" => Error::PtraceScope { pid, scope: 1 },
+        "2" => Error::PtraceScope { pid, scope: 2 },
+        "3" => Error::PtraceScope { pid, scope: 3 },
+        _ => Error::TraceDenied {
+            pid,
+            cause: std::io::Error::from_raw_os_error(errno),
+            needs_privilege: errno == libc::EPERM && !can_ptrace_any(),
+        },
     }
 }
 
@@ -114,7 +104,7 @@ impl Process {
         let mut p = Process {
             pid,
             maps: Vec::new(),
-            mem: File::open("/dev/null").map_err(io("opening /dev/null"))?,
+            mem: File::open("/dev/null").map_err(on_file(FileOp::Open, "/dev/null"))?,
             tids: Vec::new(),
             pending: Vec::new(),
         };
@@ -144,7 +134,7 @@ impl Process {
                 // SAFETY: a plain int out-parameter.
                 let w = unsafe { libc::waitpid(t, &mut status, libc::__WALL) };
                 if w != t {
-                    return Err(Error::Refused(format!("thread {t} of process {pid} did not stop")));
+                    return Err(Error::ThreadDidNotStop { pid, tid: t });
                 }
                 // A signal that arrived first stops the thread for it (its
                 // stop carries no ptrace event): keep it to give back.
@@ -152,9 +142,11 @@ impl Process {
                 p.pending.push(sig);
             }
         }
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(io(format!("cannot read /proc/{pid}/maps")))?;
+        let maps = format!("/proc/{pid}/maps");
+        let text = std::fs::read_to_string(&maps).map_err(on_file(FileOp::Read, maps))?;
         p.maps = parse_maps(&text);
-        p.mem = File::open(format!("/proc/{pid}/mem")).map_err(io(format!("cannot open /proc/{pid}/mem")))?;
+        let mem = format!("/proc/{pid}/mem");
+        p.mem = File::open(&mem).map_err(on_file(FileOp::Open, mem))?;
         Ok(p)
     }
 
@@ -199,7 +191,7 @@ impl Memory for Process {
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
-        self.mem.read_exact_at(buf, addr).map_err(|e| Error::Unreadable { addr, len: buf.len() as u64, why: e.to_string() })
+        self.mem.read_exact_at(buf, addr).map_err(|e| Error::Unreadable { addr, len: buf.len() as u64, why: Unread::Io(e) })
     }
 
     /// From `/proc/PID/pagemap`: the pages present or swapped.

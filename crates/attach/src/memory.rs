@@ -1,7 +1,7 @@
 //! The memory of a process seen from outside: its mappings, and reads of
 //! them (a live process's, or a core file's).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Unread};
 
 /// One mapping, as `/proc/PID/maps` (or a core's program headers and
 /// `NT_FILE` note) describes it.
@@ -90,10 +90,10 @@ pub trait Memory {
     /// an allocation of what is not there. By default, the range must lie
     /// in mappings that follow one another.
     fn readable(&self, addr: u64, len: u64) -> Result<()> {
-        let end = addr.checked_add(len).ok_or_else(|| Error::Unreadable { addr, len, why: "past the address space".into() })?;
+        let end = addr.checked_add(len).ok_or(Error::Unreadable { addr, len, why: Unread::PastAddressSpace })?;
         let mut at = addr;
         while at < end {
-            let m = self.map_of(at).ok_or_else(|| Error::Unreadable { addr: at, len: end - at, why: "not mapped".into() })?;
+            let m = self.map_of(at).ok_or(Error::Unreadable { addr: at, len: end - at, why: Unread::NotMapped })?;
             at = m.end;
         }
         Ok(())
@@ -102,7 +102,7 @@ pub trait Memory {
     /// `len` bytes from `addr`.
     fn bytes(&self, addr: u64, len: u64) -> Result<Vec<u8>> {
         self.readable(addr, len)?;
-        let n = usize::try_from(len).map_err(|_| Error::Unreadable { addr, len, why: "too large".into() })?;
+        let n = usize::try_from(len).map_err(|_| Error::Unreadable { addr, len, why: Unread::TooLarge })?;
         let mut v = vec![0u8; n];
         self.read(addr, &mut v)?;
         Ok(v)
@@ -144,11 +144,7 @@ pub struct Region {
 impl Region {
     /// Reads `[start, end)`.
     pub fn read(mem: &dyn Memory, start: u64, end: u64) -> Result<Region> {
-        let len = end.checked_sub(start).ok_or_else(|| Error::Unreadable {
-            addr: start,
-            len: 0,
-            why: format!("ends before it starts, at {end:#x}"),
-        })?;
+        let len = end.checked_sub(start).ok_or(Error::Unreadable { addr: start, len: 0, why: Unread::EndsBeforeStart(end) })?;
         Ok(Region { start, bytes: mem.bytes(start, len)? })
     }
 
