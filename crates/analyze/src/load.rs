@@ -1073,7 +1073,7 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         let mut batch = vec![0u8; 512];
         let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
-        w.process(&ProcessInfo { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/t", cmdline: b"t\0", flags: 0 })
+        w.process(&Process { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/t", cmdline: b"t\0", flags: 0 })
             .unwrap();
         for (path, at) in [(&b"/bin/t"[..], 0x40_0000u64), (b"/lib/libc.so.6", 0x7f00_0000)] {
             let seg = [Segment { vaddr: at, memsz: 0x1000, file_offset: 0, flags: raw::SEG_X | raw::SEG_R }];

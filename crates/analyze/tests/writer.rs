@@ -6,7 +6,7 @@
 
 use heapdump_analyze::cache::CacheFile;
 use heapdump_analyze::{DumpFile, Heap};
-use heapdump_format::{raw, AllocInfo, Backtrace, Header, Mode, ProcessInfo, Reason, Writer};
+use heapdump_format::{raw, AllocInfo, Backtrace, Header, Mode, Process, Reason, Writer};
 
 fn main() {
     let dir = std::env::temp_dir().join(format!("hd-writer-{}", std::process::id()));
@@ -17,8 +17,7 @@ fn main() {
     let n = 1_000_000u64;
     let (mut buf, mut batch) = (vec![0u8; 4096], vec![0u8; 1 << 16]);
     let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
-    w.process(&ProcessInfo { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/t", cmdline: b"t\0", flags: 0 })
-        .unwrap();
+    w.process(&Process { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/t", cmdline: b"t\0", flags: 0 }).unwrap();
     w.set_batch_buffer(&mut batch).unwrap();
     for i in 0..n {
         let a = AllocInfo { address: 0x1000_0000 + i * 64, size: 48, site: raw::NO_SITE, align_log2: 4, flags: 0, first_word: 0 };

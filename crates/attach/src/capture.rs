@@ -392,7 +392,7 @@ fn region<'b>(
     start: u64,
     bytes: &[u8],
     f: impl FnOnce(&mut Writer<'b, FileSink>, Contents<'_, std::vec::IntoIter<(u64, u64)>>) -> Result<(), WriteError>,
-) -> Result<()> {
+) -> Result<(), WriteError> {
     match w.mode() {
         Mode::Full => f(w, Contents::Full(bytes))?,
         Mode::Compact => {
@@ -561,6 +561,8 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         .mode(0o600) // dumps hold the process's secrets
         .open(out)
         .map_err(on_file(FileOp::Create, out))?;
+    // Each record's failure names the dump.
+    let failed = |error| Error::Write { path: out.to_path_buf(), error };
     // A capture that fails leaves no half-written dump behind.
     let mut unfinished = Unfinished(Some(out));
     let mut buf = vec![0u8; 1 << 20];
@@ -569,7 +571,8 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         FileSink(std::io::BufWriter::with_capacity(1 << 20, file)),
         &mut buf,
         &Header::new(mode, reason, 4096, who.pid, time_ns),
-    )?;
+    )
+    .map_err(failed)?;
     w.process(&Process {
         backtrace: Backtrace::Off,
         max_frames: 0,
@@ -577,11 +580,12 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         exe: who.exe.as_bytes(),
         cmdline: &who.cmdline,
         flags: raw::PROCESS_OUTSIDE,
-    })?;
+    })
+    .map_err(failed)?;
     let blocks = Blocks::new(&heap.live);
     let mut batch = vec![0u8; 1 << 18];
     for m in &s.modules {
-        w.module(&ModuleInfo { bias: m.bias, path: m.path.as_bytes(), build_id: &m.build_id, segments: &m.segments })?;
+        w.module(&ModuleInfo { bias: m.bias, path: m.path.as_bytes(), build_id: &m.build_id, segments: &m.segments }).map_err(failed)?;
     }
     for (t, lo, bytes) in &s.threads {
         let ti = ThreadInfo {
@@ -593,25 +597,25 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
             name: t.name.as_bytes(),
             regs: &t.regs,
         };
-        region(&mut w, &blocks, *lo, bytes, |w, c| w.thread(&ti, c))?;
+        region(&mut w, &blocks, *lo, bytes, |w, c| w.thread(&ti, c)).map_err(failed)?;
     }
     for (i, a, bytes) in &s.statics {
         let si = StaticInfo { address: *a, size: bytes.len() as u64, module: *i, name: b".data+.bss" };
-        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c))?;
+        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c)).map_err(failed)?;
     }
     for (a, bytes) in &s.runtime {
         let si = StaticInfo { address: *a, size: bytes.len() as u64, module: raw::NO_MODULE, name: RUNTIME_STACK };
-        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c))?;
+        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c)).map_err(failed)?;
     }
     for (a, bytes) in &s.anon {
         let si = StaticInfo { address: *a, size: bytes.len() as u64, module: raw::NO_MODULE, name: b"anonymous" };
-        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c))?;
+        region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c)).map_err(failed)?;
     }
     // The allocations, their contents from the heaps read once; in compact
     // dumps as ALLOCS entries, their pointers naming their targets by
     // ordinal (allocations are written in address order).
     if mode == Mode::Compact {
-        w.set_batch_buffer(&mut batch)?;
+        w.set_batch_buffer(&mut batch).map_err(failed)?;
     }
     let contents = |c: &Chunk| heap.regions.iter().find_map(|r| r.slice(c.mem, c.usable));
     for (n, c) in heap.live.iter().enumerate() {
@@ -626,20 +630,20 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         let first_word = bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
         let a = AllocInfo { address: c.mem, size: c.usable, site: raw::NO_SITE, align_log2: 4, flags: 0, first_word };
         match mode {
-            Mode::Full => w.alloc(&a, Contents::<std::iter::Empty<(u64, u64)>>::Full(bytes))?,
+            Mode::Full => w.alloc(&a, Contents::<std::iter::Empty<(u64, u64)>>::Full(bytes)).map_err(failed)?,
             Mode::Compact => {
                 let links: Vec<Link> = blocks
                     .pointers(c.mem, bytes)
                     .into_iter()
                     .map(|(offset, _, i, delta)| Link { offset, target: i as u64, delta })
                     .collect();
-                w.dense_alloc(&a, links.len() as u64, links.into_iter())?;
+                w.dense_alloc(&a, links.len() as u64, links.into_iter()).map_err(failed)?;
             }
         }
         info.allocations += 1;
         info.bytes += c.usable;
     }
-    let (mut sink, _) = w.finish(info.pause_ns)?;
+    let (mut sink, _) = w.finish(info.pause_ns).map_err(failed)?;
     sink.0.flush().map_err(on_file(FileOp::Write, out))?;
     unfinished.0 = None;
     Ok(info)

@@ -36,19 +36,21 @@ mod error;
 pub mod hashbrown;
 pub mod lookup;
 pub mod raw;
-pub mod report;
 mod reader;
+pub mod report;
 pub mod settings;
 mod types;
 mod writer;
 
 pub use dense::{Allocs, DenseAlloc, Entries, FirstWord, Link, Links};
 pub use error::{Error, WriteError};
-pub use reader::{
-    ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Module, Pointers, Process, Record, Records, Site, Static, Thread, Words,
-};
-pub use types::{Backtrace, Header, History, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
+pub use reader::{ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Module, Pointers, Record, Records, Site, Static, Thread, Words};
+pub use types::{Backtrace, Header, History, LimitInfo, Mode, Process, Reason, Segment, SignalInfo, Trailer};
 pub use writer::{
-    AllocInfo, Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, ModuleInfo, NoPointers, ProcessInfo, Sink, StaticInfo, ThreadInfo,
-    Writer, MIN_BUFFER,
+    AllocInfo, Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, ModuleInfo, NoPointers, Sink, StaticInfo, ThreadInfo, Writer,
+    MIN_BUFFER,
 };
+
+/// [`Process`] under the name the writer's callers first knew it by: the
+/// same type, not a second one.
+pub type ProcessInfo<'a> = Process<'a>;

@@ -11,7 +11,7 @@
 use crate::dense::{self, Allocs};
 use crate::error::Error;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, History, LimitInfo, Mode, Reason, Segment, SignalInfo, Trailer};
+use crate::types::{Backtrace, Header, History, LimitInfo, Mode, Process, Reason, Segment, SignalInfo, Trailer};
 
 /// A little-endian cursor over a byte slice that knows its file offset.
 #[derive(Clone, Copy)]
@@ -222,23 +222,6 @@ pub enum Record<'a> {
         /// Its payload.
         payload: &'a [u8],
     },
-}
-
-/// The PROCESS record.
-#[derive(Clone, Copy, Debug)]
-pub struct Process<'a> {
-    /// Site capture mode.
-    pub backtrace: Backtrace,
-    /// Deepest site, in frames.
-    pub max_frames: u32,
-    /// Mean sampling interval in bytes (sampled mode).
-    pub sample_mean: u64,
-    /// Executable path.
-    pub exe: &'a [u8],
-    /// Command line, NUL-separated.
-    pub cmdline: &'a [u8],
-    /// `raw::PROCESS_*` flags (zero before 1.3).
-    pub flags: u8,
 }
 
 /// A MODULE record.

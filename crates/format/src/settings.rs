@@ -3,16 +3,7 @@
 //! the `heapdump` command that writes them and checks a user's options
 //! first (it does not link the runtime). Signal numbers are Linux's.
 
-/// How allocation sites are captured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backtrace {
-    /// None.
-    Off,
-    /// For every allocation.
-    All,
-    /// For a Poisson sample of allocated bytes with this mean.
-    Sampled(u64),
-}
+use crate::types::Backtrace;
 
 /// Default mean sampling interval: 512 KiB, as jemalloc and tcmalloc.
 pub const DEFAULT_SAMPLE: u64 = 512 * 1024;
@@ -43,16 +34,18 @@ pub fn parse_bytes(v: &[u8]) -> Option<u64> {
     parse_u64(num)?.checked_mul(mul)
 }
 
-/// Parses `all`, `off`, `sampled`, `sampled=BYTES`.
-pub fn parse_backtrace(v: &[u8]) -> Option<Backtrace> {
+/// Parses `all`, `off`, `sampled`, `sampled=BYTES`: how sites are
+/// captured and the mean sampling interval in bytes (never 0 when
+/// sampled, else 0), the pair the PROCESS record stores.
+pub fn parse_backtrace(v: &[u8]) -> Option<(Backtrace, u64)> {
     match v {
-        b"all" => Some(Backtrace::All),
-        b"off" => Some(Backtrace::Off),
-        b"sampled" => Some(Backtrace::Sampled(DEFAULT_SAMPLE)),
+        b"all" => Some((Backtrace::All, 0)),
+        b"off" => Some((Backtrace::Off, 0)),
+        b"sampled" => Some((Backtrace::Sampled, DEFAULT_SAMPLE)),
         _ => {
             let rest = v.strip_prefix(b"sampled=")?;
             let n = parse_bytes(rest)?;
-            (n > 0).then_some(Backtrace::Sampled(n))
+            (n > 0).then_some((Backtrace::Sampled, n))
         }
     }
 }
@@ -131,9 +124,10 @@ mod tests {
         assert_eq!(parse_bytes(b"4096"), Some(4096));
         assert_eq!(parse_bytes(b"x"), None);
         assert_eq!(parse_bytes(b"99999999999999999999"), None);
-        assert_eq!(parse_backtrace(b"sampled=64K"), Some(Backtrace::Sampled(65536)));
+        assert_eq!(parse_backtrace(b"sampled=64K"), Some((Backtrace::Sampled, 65536)));
         assert_eq!(parse_backtrace(b"sampled=0"), None);
-        assert_eq!(parse_backtrace(b"sampled"), Some(Backtrace::Sampled(DEFAULT_SAMPLE)));
+        assert_eq!(parse_backtrace(b"all"), Some((Backtrace::All, 0)));
+        assert_eq!(parse_backtrace(b"sampled"), Some((Backtrace::Sampled, DEFAULT_SAMPLE)));
         assert_eq!(parse_signal(b"SIGUSR1"), Some(10));
         assert_eq!(parse_signal(b"USR2"), Some(12));
         assert_eq!(parse_signal(b"0"), Some(0));

@@ -106,7 +106,9 @@ impl Reason {
     }
 }
 
-/// How allocation sites were captured.
+/// How allocation sites are captured: the PROCESS record's mode, and the
+/// `HEAPDUMP_BACKTRACE` setting's (with its mean, see
+/// [`crate::settings::parse_backtrace`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backtrace {
     /// No sites.
@@ -143,6 +145,25 @@ impl Backtrace {
             Backtrace::Sampled => "sampled",
         }
     }
+}
+
+/// The PROCESS record: what [`crate::Writer::process`] writes and
+/// [`crate::Record::Process`] reads back, its strings borrowed (from the
+/// writer's buffers, or from the dump without a copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Process<'a> {
+    /// How allocation sites were captured.
+    pub backtrace: Backtrace,
+    /// Deepest site captured, in frames.
+    pub max_frames: u32,
+    /// Mean sampling interval in bytes when sampled, else 0.
+    pub sample_mean: u64,
+    /// Path of the executable.
+    pub exe: &'a [u8],
+    /// Command line, arguments separated by NUL bytes.
+    pub cmdline: &'a [u8],
+    /// `raw::PROCESS_*` flags (since 1.3; zero before).
+    pub flags: u8,
 }
 
 /// The file header's fields (after the magic).

@@ -9,7 +9,7 @@
 use crate::dense::{self, Link};
 use crate::error::WriteError;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, History, LimitInfo, Mode, Segment, SignalInfo, Trailer};
+use crate::types::{Header, History, LimitInfo, Mode, Process, Segment, SignalInfo, Trailer};
 
 /// Where dump bytes go.
 ///
@@ -105,23 +105,6 @@ impl<'a> Contents<'a, NoPointers> {
     pub fn full(bytes: &'a [u8]) -> Self {
         Contents::Full(bytes)
     }
-}
-
-/// What the PROCESS record says.
-#[derive(Clone, Copy, Debug)]
-pub struct ProcessInfo<'a> {
-    /// How allocation sites were captured.
-    pub backtrace: Backtrace,
-    /// Deepest site captured, in frames.
-    pub max_frames: u32,
-    /// Mean sampling interval in bytes (sampled mode), else 0.
-    pub sample_mean: u64,
-    /// Path of the executable.
-    pub exe: &'a [u8],
-    /// Command line, arguments separated by NUL bytes.
-    pub cmdline: &'a [u8],
-    /// `raw::PROCESS_*` flags (since 1.3).
-    pub flags: u8,
 }
 
 /// What a MODULE record says.
@@ -278,7 +261,7 @@ impl<'b, S: Sink> Writer<'b, S> {
     }
 
     /// Writes the PROCESS record.
-    pub fn process(&mut self, p: &ProcessInfo<'_>) -> Result<(), WriteError> {
+    pub fn process(&mut self, p: &Process<'_>) -> Result<(), WriteError> {
         let len = raw::PROCESS_FIXED as u64 + p.exe.len() as u64 + p.cmdline.len() as u64;
         self.begin(tag::PROCESS, len)?;
         self.u8(p.backtrace.to_u8())?;

@@ -6,7 +6,8 @@
 #![forbid(unsafe_code)]
 
 use core::ffi::CStr;
-pub use heapdump_format::settings::{parse_backtrace, parse_bytes, parse_signal, parse_u64, Backtrace};
+pub use heapdump_format::settings::{parse_backtrace, parse_bytes, parse_signal, parse_u64};
+pub use heapdump_format::Backtrace;
 use heapdump_format::Mode;
 
 /// The runtime's configuration.
@@ -44,6 +45,9 @@ pub struct Config {
     pub collapse: bool,
     /// Site capture.
     pub backtrace: Backtrace,
+    /// Mean sampling interval in bytes when `backtrace` is sampled (never
+    /// 0 then), else 0.
+    pub sample_mean: u64,
     /// Deepest site, in frames (`HEAPDUMP_MAX_FRAMES`, default 32).
     pub max_frames: usize,
     /// Unwinder for sites (`HEAPDUMP_UNWINDER`): the caching `.eh_frame`
@@ -79,6 +83,7 @@ impl Config {
             fork: false,
             collapse: false,
             backtrace: Backtrace::All,
+            sample_mean: 0,
             max_frames: 32,
             cached_unwinder: true,
             shadow: true,
@@ -156,7 +161,7 @@ impl Config {
         }
         if let Some(v) = var(c"HEAPDUMP_BACKTRACE") {
             match parse_backtrace(v) {
-                Some(b) => c.backtrace = b,
+                Some((b, mean)) => (c.backtrace, c.sample_mean) = (b, mean),
                 None => warn(b"HEAPDUMP_BACKTRACE", v, b"expected all, sampled, sampled=BYTES or off"),
             }
         }

@@ -267,7 +267,7 @@ pub(crate) fn wants_site(c: &Config, size: usize) -> bool {
     match c.backtrace {
         config::Backtrace::Off => false,
         config::Backtrace::All => true,
-        config::Backtrace::Sampled(mean) => sample(size as u64, mean),
+        config::Backtrace::Sampled => sample(size as u64, c.sample_mean),
     }
 }
 

@@ -47,15 +47,8 @@ impl Spec {
         let mut buf = vec![0u8; 4096];
         let mut batch = vec![0u8; 256];
         let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Compact, Reason::Api, 4096, 1, 0)).unwrap();
-        w.process(&ProcessInfo {
-            backtrace: Backtrace::Off,
-            max_frames: 0,
-            sample_mean: 0,
-            exe: b"/bin/test",
-            cmdline: b"test\0",
-            flags: 0,
-        })
-        .unwrap();
+        w.process(&Process { backtrace: Backtrace::Off, max_frames: 0, sample_mean: 0, exe: b"/bin/test", cmdline: b"test\0", flags: 0 })
+            .unwrap();
         if let Some((path, start, len)) = self.module {
             let seg = [Segment { vaddr: start, memsz: len, file_offset: 0, flags: raw::SEG_X | raw::SEG_R }];
             w.module(&ModuleInfo { bias: 0, path: path.as_bytes(), build_id: &[], segments: &seg }).unwrap();

@@ -29,7 +29,7 @@ pub(crate) mod roots;
 pub(crate) mod scan;
 pub(crate) mod writer;
 
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::dump::assist::{Assist, Large, CHUNK};
 use crate::dump::collapse::collapse_heap;
 use crate::dump::index::{build_index, Index, Prepared};
@@ -45,8 +45,7 @@ use crate::sys::{self, Mapping};
 use crate::table::Table;
 use core::sync::atomic::{AtomicBool, Ordering};
 use heapdump_format::{
-    raw, Backtrace as FmtBacktrace, Header, History, LimitInfo, Link, Mode, ModuleInfo, ProcessInfo, Reason, SignalInfo, StaticInfo,
-    ThreadInfo, WriteError, Writer,
+    raw, Header, History, LimitInfo, Link, Mode, ModuleInfo, Process, Reason, SignalInfo, StaticInfo, ThreadInfo, WriteError, Writer,
 };
 
 /// What a dump reads: the runtime's tables and its configuration.
@@ -546,15 +545,10 @@ fn process_record(w: &mut Writer<'_, PipeSink>, config: &Config) -> Result<(), D
     let n = procfs::exe_path(&mut exe);
     let mut cmd = [0u8; 8192];
     let c = sys::read_file(c"/proc/self/cmdline", &mut cmd).unwrap_or(0);
-    let (bt, mean) = match config.backtrace {
-        config::Backtrace::Off => (FmtBacktrace::Off, 0),
-        config::Backtrace::All => (FmtBacktrace::All, 0),
-        config::Backtrace::Sampled(m) => (FmtBacktrace::Sampled, m),
-    };
-    w.process(&ProcessInfo {
-        backtrace: bt,
+    w.process(&Process {
+        backtrace: config.backtrace,
         max_frames: config.max_frames as u32,
-        sample_mean: mean,
+        sample_mean: config.sample_mean,
         exe: &exe[..n],
         cmdline: &cmd[..c],
         flags: 0,
