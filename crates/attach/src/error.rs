@@ -174,7 +174,12 @@ pub enum Error {
         cause: std::io::Error,
     },
     /// The dump could not be written.
-    Write(heapdump_format::WriteError),
+    Write {
+        /// The dump being written.
+        path: PathBuf,
+        /// The writer's error.
+        error: heapdump_format::WriteError,
+    },
 }
 
 /// What is wrong with a file given as a core.
@@ -513,7 +518,7 @@ impl fmt::Display for Error {
             Error::Unreadable { addr, len, why } => write!(f, "cannot read {len} bytes at {addr:#x} ({why})"),
             Error::File { op, path, cause } => write!(f, "{op} {}: {cause}", path.display()),
             Error::ListThreads { pid, cause } => write!(f, "cannot list the threads of process {pid}: {cause}"),
-            Error::Write(e) => write!(f, "writing the dump: {e}"),
+            Error::Write { path, error } => write!(f, "writing the dump {}: {error}", path.display()),
         }
     }
 }
@@ -613,12 +618,6 @@ impl fmt::Display for FileOp {
 // with its sources would say it twice).
 impl std::error::Error for Error {}
 
-impl From<heapdump_format::WriteError> for Error {
-    fn from(e: heapdump_format::WriteError) -> Error {
-        Error::Write(e)
-    }
-}
-
 /// A capture's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -635,7 +634,7 @@ mod tests {
     /// The lines the CLI printed when these were strings, word for word.
     #[test]
     fn lines_are_the_ones_printed() {
-        let cases: Vec<(Error, String)> = vec![
+        let mut cases: Vec<(Error, String)> = vec![
             (Error::NoProcess { pid: 7, own_namespace: false }, "no process 7".into()),
             (Error::AlreadyTraced { pid: 7, tracer: 9 }, "process 7 is already traced by process 9 (a debugger?): detach it first".into()),
             (
@@ -683,6 +682,10 @@ mod tests {
                 "/p is statically linked with glibc 2.42 or later (no version banner, but it holds malloc's \"m\"): a heap layout this version of heapdump does not know (it reads 2.30 to 2.41)".into(),
             ),
         ];
+        cases.push((
+            Error::Write { path: "d.hdump".into(), error: heapdump_format::WriteError::Sink { errno: libc::ENOSPC } },
+            format!("writing the dump d.hdump: {}", heapdump_format::WriteError::Sink { errno: libc::ENOSPC }),
+        ));
         for (e, line) in cases {
             assert_eq!(e.to_string(), line);
         }
