@@ -34,6 +34,7 @@ extern crate std;
 mod dense;
 mod error;
 pub mod hashbrown;
+mod items;
 pub mod lookup;
 pub mod raw;
 mod reader;
@@ -44,13 +45,17 @@ mod writer;
 
 pub use dense::{Allocs, DenseAlloc, Entries, FirstWord, Link, Links};
 pub use error::{Error, WriteError};
-pub use reader::{ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Module, Pointers, Record, Records, Site, Static, Thread, Words};
-pub use types::{Backtrace, Header, History, LimitInfo, Mode, Process, Reason, Segment, SignalInfo, Trailer};
+pub use items::{Fixed, Items, ItemsIter, Packed};
+pub use reader::{ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Pointers, Record, Records, Site, Static, Thread, Words};
+pub use types::{Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, Segment, SignalInfo, Trailer};
 pub use writer::{
-    AllocInfo, Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, ModuleInfo, NoPointers, Sink, StaticInfo, ThreadInfo, Writer,
-    MIN_BUFFER,
+    AllocInfo, Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, NoPointers, Sink, StaticInfo, ThreadInfo, Writer, MIN_BUFFER,
 };
 
 /// [`Process`] under the name the writer's callers first knew it by: the
 /// same type, not a second one.
 pub type ProcessInfo<'a> = Process<'a>;
+
+/// A MODULE record to write, its segments a slice: [`Module`] as the
+/// writer's callers hold it.
+pub type ModuleInfo<'a> = Module<'a, &'a [Segment]>;

@@ -10,8 +10,9 @@
 
 use crate::dense::{self, Allocs};
 use crate::error::Error;
+use crate::items::Packed;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, History, LimitInfo, Mode, Process, Reason, Segment, SignalInfo, Trailer};
+use crate::types::{Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, SignalInfo, Trailer};
 
 /// A little-endian cursor over a byte slice that knows its file offset.
 #[derive(Clone, Copy)]
@@ -222,30 +223,6 @@ pub enum Record<'a> {
         /// Its payload.
         payload: &'a [u8],
     },
-}
-
-/// A MODULE record.
-#[derive(Clone, Copy, Debug)]
-pub struct Module<'a> {
-    /// Load bias.
-    pub bias: u64,
-    /// Path.
-    pub path: &'a [u8],
-    /// GNU build id.
-    pub build_id: &'a [u8],
-    segments: &'a [u8],
-}
-
-impl<'a> Module<'a> {
-    /// The loadable segments.
-    pub fn segments(&self) -> impl ExactSizeIterator<Item = Segment> + 'a {
-        self.segments.chunks_exact(raw::SEGMENT_SIZE).map(|s| Segment {
-            vaddr: le64(s, 0),
-            memsz: le64(s, 8),
-            file_offset: le64(s, 16),
-            flags: le32(s, 24),
-        })
-    }
 }
 
 /// A THREAD record.
@@ -636,7 +613,7 @@ fn module(mut p: Cur<'_>) -> Result<Module<'_>, Error> {
     let seg_bytes = u64::from(nseg) * raw::SEGMENT_SIZE as u64;
     let segments = p.bytes_u64(seg_bytes, "segments run past the record")?;
     p.expect_end("extra bytes after the segments")?;
-    Ok(Module { bias, path, build_id, segments })
+    Ok(Module { bias, path, build_id, segments: Packed::new(segments) })
 }
 
 fn contents<'a>(p: &mut Cur<'a>, mode: Mode, size: u64) -> Result<Contents<'a>, Error> {

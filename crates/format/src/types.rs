@@ -1,5 +1,7 @@
 //! Enumerations and plain descriptions shared by the writer and the reader.
 
+use crate::items::{Items, ItemsIter, Packed};
+
 /// What a dump holds for each allocation and root region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -205,6 +207,28 @@ pub struct Segment {
     pub file_offset: u64,
     /// `p_flags` (`SEG_R`, `SEG_W`, `SEG_X`).
     pub flags: u32,
+}
+
+/// A MODULE record: what [`crate::Writer::module`] writes, its segments
+/// a slice ([`ModuleInfo`](crate::ModuleInfo)), and what
+/// [`crate::Record::Module`] reads back, its segments the dump's bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Module<'a, S = Packed<'a, Segment>> {
+    /// Load bias: run-time address minus link-time address.
+    pub bias: u64,
+    /// Path of the object as the loader saw it.
+    pub path: &'a [u8],
+    /// GNU build id (may be empty).
+    pub build_id: &'a [u8],
+    /// Its loadable segments.
+    pub segments: S,
+}
+
+impl<S: Items<Segment>> Module<'_, S> {
+    /// The loadable segments, in order.
+    pub fn segments(&self) -> ItemsIter<S, Segment> {
+        self.segments.values()
+    }
 }
 
 /// The trailer's totals.

@@ -8,8 +8,9 @@
 
 use crate::dense::{self, Link};
 use crate::error::WriteError;
+use crate::items::Items;
 use crate::raw::{self, tag};
-use crate::types::{Header, History, LimitInfo, Mode, Process, Segment, SignalInfo, Trailer};
+use crate::types::{Header, History, LimitInfo, Mode, Module, Process, Segment, SignalInfo, Trailer};
 
 /// Where dump bytes go.
 ///
@@ -105,19 +106,6 @@ impl<'a> Contents<'a, NoPointers> {
     pub fn full(bytes: &'a [u8]) -> Self {
         Contents::Full(bytes)
     }
-}
-
-/// What a MODULE record says.
-#[derive(Clone, Copy, Debug)]
-pub struct ModuleInfo<'a> {
-    /// Load bias: run-time address minus link-time address.
-    pub bias: u64,
-    /// Path of the object as the loader saw it.
-    pub path: &'a [u8],
-    /// GNU build id (may be empty).
-    pub build_id: &'a [u8],
-    /// Its loadable segments.
-    pub segments: &'a [Segment],
 }
 
 /// The fixed part of a THREAD record.
@@ -312,21 +300,23 @@ impl<'b, S: Sink> Writer<'b, S> {
     }
 
     /// Writes a MODULE record.
-    pub fn module(&mut self, m: &ModuleInfo<'_>) -> Result<(), WriteError> {
+    pub fn module<L: Items<Segment>>(&mut self, m: &Module<'_, L>) -> Result<(), WriteError> {
         let build_id_len =
             u16::try_from(m.build_id.len()).map_err(|_| WriteError::LengthMismatch { what: "build id longer than 65535 bytes" })?;
-        let len =
-            raw::MODULE_FIXED as u64 + m.path.len() as u64 + m.build_id.len() as u64 + (m.segments.len() as u64) * raw::SEGMENT_SIZE as u64;
+        let len = raw::MODULE_FIXED as u64
+            + m.path.len() as u64
+            + m.build_id.len() as u64
+            + (m.segments.count() as u64) * raw::SEGMENT_SIZE as u64;
         self.begin(tag::MODULE, len)?;
         self.u64(m.bias)?;
         self.u32(len32(m.path.len(), "module path")?)?;
         self.u16(build_id_len)?;
         self.u16(0)?;
-        self.u32(len32(m.segments.len(), "segment count")?)?;
+        self.u32(len32(m.segments.count(), "segment count")?)?;
         self.u32(0)?;
         self.put(m.path)?;
         self.put(m.build_id)?;
-        for s in m.segments {
+        for s in m.segments() {
             self.u64(s.vaddr)?;
             self.u64(s.memsz)?;
             self.u64(s.file_offset)?;
