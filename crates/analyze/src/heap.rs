@@ -203,7 +203,7 @@ impl ModuleRanges {
 /// The first word of an ALLOC record's block, as a vtable pointer would
 /// be: the record's (a full dump's read from the contents), none for a
 /// block too short to hold one in full.
-pub(crate) fn first_word(a: &heapdump_format::Alloc<'_>) -> u64 {
+pub(crate) fn first_word(a: &heapdump_format::WithContents<'_, heapdump_format::Alloc>) -> u64 {
     match a.contents {
         heapdump_format::ContentsRef::Full(_) if a.size < 8 => 0,
         _ => a.first_word,

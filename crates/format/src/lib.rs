@@ -46,11 +46,11 @@ mod writer;
 pub use dense::{Allocs, DenseAlloc, Entries, FirstWord, Link, Links};
 pub use error::{Error, WriteError};
 pub use items::{Fixed, Items, ItemsIter, Packed};
-pub use reader::{ends_with_trailer, Alloc, Contents as ContentsRef, Dump, Pointers, Record, Records, Site, Static, Thread, Words};
-pub use types::{Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, Segment, SignalInfo, Trailer};
-pub use writer::{
-    AllocInfo, Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, NoPointers, Sink, StaticInfo, ThreadInfo, Writer, MIN_BUFFER,
+pub use reader::{ends_with_trailer, Contents as ContentsRef, Dump, Pointers, Record, Records, Site, WithContents, Words};
+pub use types::{
+    Alloc, Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, Segment, SignalInfo, Static, Thread, Trailer,
 };
+pub use writer::{Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, NoPointers, Sink, Writer, MIN_BUFFER};
 
 /// [`Process`] under the name the writer's callers first knew it by: the
 /// same type, not a second one.
@@ -59,3 +59,13 @@ pub type ProcessInfo<'a> = Process<'a>;
 /// A MODULE record to write, its segments a slice: [`Module`] as the
 /// writer's callers hold it.
 pub type ModuleInfo<'a> = Module<'a, &'a [Segment]>;
+
+/// A THREAD record to write, its registers a slice: [`Thread`] as the
+/// writer's callers hold it.
+pub type ThreadInfo<'a> = Thread<'a, &'a [u64]>;
+
+/// [`Static`] under the name the writer's callers first knew it by.
+pub type StaticInfo<'a> = Static<'a>;
+
+/// [`Alloc`] under the name the writer's callers first knew it by.
+pub type AllocInfo = Alloc;

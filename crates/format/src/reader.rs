@@ -12,7 +12,7 @@ use crate::dense::{self, Allocs};
 use crate::error::Error;
 use crate::items::Packed;
 use crate::raw::{self, tag};
-use crate::types::{Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, SignalInfo, Trailer};
+use crate::types::{Alloc, Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, SignalInfo, Static, Thread, Trailer};
 
 /// A little-endian cursor over a byte slice that knows its file offset.
 #[derive(Clone, Copy)]
@@ -198,14 +198,14 @@ pub enum Record<'a> {
     Process(Process<'a>),
     /// MODULE.
     Module(Module<'a>),
-    /// THREAD.
-    Thread(Thread<'a>),
-    /// STATIC.
-    Static(Static<'a>),
+    /// THREAD, with the stack's contents.
+    Thread(WithContents<'a, Thread<'a>>),
+    /// STATIC, with the segment's contents.
+    Static(WithContents<'a, Static<'a>>),
     /// SITE.
     Site(Site<'a>),
-    /// ALLOC.
-    Alloc(Alloc<'a>),
+    /// ALLOC, with the allocation's contents.
+    Alloc(WithContents<'a, Alloc>),
     /// ALLOCS (compact dumps since 1.2): many allocations.
     Allocs(Allocs<'a>),
     /// SIGNAL (since 1.2): the signal the dump was taken for.
@@ -225,46 +225,22 @@ pub enum Record<'a> {
     },
 }
 
-/// A THREAD record.
+/// A THREAD, STATIC or ALLOC record as the reader yields it: the
+/// record's fields, read through it (`t.tid`, `a.size`), and the contents
+/// of the region it describes.
 #[derive(Clone, Copy, Debug)]
-pub struct Thread<'a> {
-    /// Kernel thread id.
-    pub tid: u32,
-    /// `THREAD_*` flags.
-    pub flags: u32,
-    /// Lowest dumped stack address.
-    pub stack_start: u64,
-    /// One past the highest dumped stack address.
-    pub stack_end: u64,
-    /// Thread pointer.
-    pub tls: u64,
-    /// Name.
-    pub name: &'a [u8],
-    regs: &'a [u8],
-    /// Stack contents.
+pub struct WithContents<'a, R> {
+    /// The record's fields.
+    pub record: R,
+    /// The region's contents, as the dump's mode stores them.
     pub contents: Contents<'a>,
 }
 
-impl<'a> Thread<'a> {
-    /// Registers, in `raw::X86_64_REG_NAMES` order.
-    pub fn regs(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
-        self.regs.chunks_exact(8).map(|r| le64(r, 0))
+impl<R> core::ops::Deref for WithContents<'_, R> {
+    type Target = R;
+    fn deref(&self) -> &R {
+        &self.record
     }
-}
-
-/// A STATIC record.
-#[derive(Clone, Copy, Debug)]
-pub struct Static<'a> {
-    /// Start address.
-    pub address: u64,
-    /// Size.
-    pub size: u64,
-    /// MODULE index or `raw::NO_MODULE`.
-    pub module: u32,
-    /// Name.
-    pub name: &'a [u8],
-    /// Contents.
-    pub contents: Contents<'a>,
 }
 
 /// A SITE record.
@@ -280,25 +256,6 @@ impl<'a> Site<'a> {
     pub fn frames(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
         self.frames.chunks_exact(8).map(|r| le64(r, 0))
     }
-}
-
-/// An ALLOC record.
-#[derive(Clone, Copy, Debug)]
-pub struct Alloc<'a> {
-    /// Address.
-    pub address: u64,
-    /// Requested size.
-    pub size: u64,
-    /// SITE id or `raw::NO_SITE`.
-    pub site: u32,
-    /// log2 of the alignment.
-    pub align_log2: u8,
-    /// `ALLOC_*` flags.
-    pub flags: u8,
-    /// The first word (in full mode, read from the contents, zero-padded).
-    pub first_word: u64,
-    /// Contents.
-    pub contents: Contents<'a>,
 }
 
 /// A region's contents as the dump's mode stores them.
@@ -643,7 +600,7 @@ fn contents<'a>(p: &mut Cur<'a>, mode: Mode, size: u64) -> Result<Contents<'a>, 
     }
 }
 
-fn thread(mut p: Cur<'_>, mode: Mode) -> Result<Thread<'_>, Error> {
+fn thread(mut p: Cur<'_>, mode: Mode) -> Result<WithContents<'_, Thread<'_>>, Error> {
     let off = p.record;
     let tid = p.u32("tid")?;
     let flags = p.u32("flags")?;
@@ -657,10 +614,10 @@ fn thread(mut p: Cur<'_>, mode: Mode) -> Result<Thread<'_>, Error> {
     let name = p.bytes(name_len.into(), "thread name runs past the record")?;
     let regs = p.bytes(usize::from(nregs) * 8, "registers run past the record")?;
     let contents = contents(&mut p, mode, size)?;
-    Ok(Thread { tid, flags, stack_start, stack_end, tls, name, regs, contents })
+    Ok(WithContents { record: Thread { tid, flags, stack_start, stack_end, tls, name, regs: Packed::new(regs) }, contents })
 }
 
-fn static_root(mut p: Cur<'_>, mode: Mode) -> Result<Static<'_>, Error> {
+fn static_root(mut p: Cur<'_>, mode: Mode) -> Result<WithContents<'_, Static<'_>>, Error> {
     let address = p.u64("address")?;
     let size = p.u64("size")?;
     let module = p.u32("module")?;
@@ -671,7 +628,7 @@ fn static_root(mut p: Cur<'_>, mode: Mode) -> Result<Static<'_>, Error> {
         return Err(Error::Malformed { offset: p.record, what: "static region wraps the address space" });
     }
     let contents = contents(&mut p, mode, size)?;
-    Ok(Static { address, size, module, name, contents })
+    Ok(WithContents { record: Static { address, size, module, name }, contents })
 }
 
 fn signal(mut p: Cur<'_>) -> Result<SignalInfo, Error> {
@@ -712,7 +669,7 @@ fn site(mut p: Cur<'_>) -> Result<Site<'_>, Error> {
     Ok(Site { id, frames })
 }
 
-fn alloc(mut p: Cur<'_>, mode: Mode) -> Result<Alloc<'_>, Error> {
+fn alloc(mut p: Cur<'_>, mode: Mode) -> Result<WithContents<'_, Alloc>, Error> {
     let address = p.u64("address")?;
     let size = p.u64("size")?;
     let site = p.u32("site")?;
@@ -736,7 +693,7 @@ fn alloc(mut p: Cur<'_>, mode: Mode) -> Result<Alloc<'_>, Error> {
         }
     };
     let contents = contents(&mut p, mode, size)?;
-    Ok(Alloc { address, size, site, align_log2, flags, first_word, contents })
+    Ok(WithContents { record: Alloc { address, size, site, align_log2, flags, first_word }, contents })
 }
 
 /// Whether `data` ends with an END record header and a payload of the

@@ -231,6 +231,72 @@ impl<S: Items<Segment>> Module<'_, S> {
     }
 }
 
+/// A THREAD record: what [`crate::Writer::thread`] writes (the stack's
+/// contents given beside it), its registers a slice
+/// ([`ThreadInfo`](crate::ThreadInfo)), and what [`crate::Record::Thread`]
+/// reads back (with the contents, [`crate::WithContents`]), its registers
+/// the dump's bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Thread<'a, R = Packed<'a, u64>> {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// `THREAD_*` flags.
+    pub flags: u32,
+    /// Lowest dumped stack address.
+    pub stack_start: u64,
+    /// One past the highest dumped stack address.
+    pub stack_end: u64,
+    /// Thread pointer (`fs` base on x86-64).
+    pub tls: u64,
+    /// Thread name.
+    pub name: &'a [u8],
+    /// Registers in `raw::X86_64_REG_NAMES` order; empty when not stopped.
+    pub regs: R,
+}
+
+impl<R: Items<u64>> Thread<'_, R> {
+    /// The registers, in `raw::X86_64_REG_NAMES` order.
+    pub fn regs(&self) -> ItemsIter<R, u64> {
+        self.regs.values()
+    }
+}
+
+/// A STATIC record: what [`crate::Writer::static_root`] writes (the
+/// segment's contents given beside it) and [`crate::Record::Static`] reads
+/// back (with the contents, [`crate::WithContents`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Static<'a> {
+    /// Start address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Index of the MODULE record (in file order) or `raw::NO_MODULE`.
+    pub module: u32,
+    /// Name, such as `.data` or `.bss`.
+    pub name: &'a [u8],
+}
+
+/// An ALLOC record: what [`crate::Writer::alloc`] writes (the contents
+/// given beside it) and [`crate::Record::Alloc`] reads back (with the
+/// contents, [`crate::WithContents`]); also an allocation of an ALLOCS
+/// record as [`crate::Writer::dense_alloc`] is given it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Alloc {
+    /// Address returned to the program.
+    pub address: u64,
+    /// Size the program asked for.
+    pub size: u64,
+    /// SITE id, or `raw::NO_SITE`.
+    pub site: u32,
+    /// log2 of the requested alignment.
+    pub align_log2: u8,
+    /// `ALLOC_*` flags.
+    pub flags: u8,
+    /// The first word: written in compact mode (ignored in full mode);
+    /// read from the contents in full mode, zero-padded.
+    pub first_word: u64,
+}
+
 /// The trailer's totals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Trailer {

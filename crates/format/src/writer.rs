@@ -10,7 +10,7 @@ use crate::dense::{self, Link};
 use crate::error::WriteError;
 use crate::items::Items;
 use crate::raw::{self, tag};
-use crate::types::{Header, History, LimitInfo, Mode, Module, Process, Segment, SignalInfo, Trailer};
+use crate::types::{Alloc, Header, History, LimitInfo, Mode, Module, Process, Segment, SignalInfo, Static, Thread, Trailer};
 
 /// Where dump bytes go.
 ///
@@ -106,55 +106,6 @@ impl<'a> Contents<'a, NoPointers> {
     pub fn full(bytes: &'a [u8]) -> Self {
         Contents::Full(bytes)
     }
-}
-
-/// The fixed part of a THREAD record.
-#[derive(Clone, Copy, Debug)]
-pub struct ThreadInfo<'a> {
-    /// Kernel thread id.
-    pub tid: u32,
-    /// `THREAD_*` flags.
-    pub flags: u32,
-    /// Lowest dumped stack address.
-    pub stack_start: u64,
-    /// One past the highest dumped stack address.
-    pub stack_end: u64,
-    /// Thread pointer (`fs` base on x86-64).
-    pub tls: u64,
-    /// Thread name.
-    pub name: &'a [u8],
-    /// Registers in `raw::X86_64_REG_NAMES` order; empty when not stopped.
-    pub regs: &'a [u64],
-}
-
-/// The fixed part of a STATIC record.
-#[derive(Clone, Copy, Debug)]
-pub struct StaticInfo<'a> {
-    /// Start address.
-    pub address: u64,
-    /// Size in bytes.
-    pub size: u64,
-    /// Index of the MODULE record (in file order) or `raw::NO_MODULE`.
-    pub module: u32,
-    /// Name, such as `.data` or `.bss`.
-    pub name: &'a [u8],
-}
-
-/// The fixed part of an ALLOC record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllocInfo {
-    /// Address returned to the program.
-    pub address: u64,
-    /// Size the program asked for.
-    pub size: u64,
-    /// SITE id, or `raw::NO_SITE`.
-    pub site: u32,
-    /// log2 of the requested alignment.
-    pub align_log2: u8,
-    /// `ALLOC_*` flags.
-    pub flags: u8,
-    /// The first word (compact mode; ignored in full mode).
-    pub first_word: u64,
 }
 
 /// Writes one dump. Stages bytes in the buffer given to [`Writer::new`] and
@@ -328,14 +279,15 @@ impl<'b, S: Sink> Writer<'b, S> {
     }
 
     /// Writes a THREAD record with its stack contents.
-    pub fn thread<I>(&mut self, t: &ThreadInfo<'_>, contents: Contents<'_, I>) -> Result<(), WriteError>
+    pub fn thread<R, I>(&mut self, t: &Thread<'_, R>, contents: Contents<'_, I>) -> Result<(), WriteError>
     where
+        R: Items<u64>,
         I: Iterator<Item = (u64, u64)>,
     {
         let size = t.stack_end.checked_sub(t.stack_start).ok_or(WriteError::LengthMismatch { what: "stack end below stack start" })?;
         let name_len = u16::try_from(t.name.len()).map_err(|_| WriteError::LengthMismatch { what: "thread name too long" })?;
-        let nregs = u16::try_from(t.regs.len()).map_err(|_| WriteError::LengthMismatch { what: "too many registers" })?;
-        let fixed = raw::THREAD_FIXED as u64 + t.name.len() as u64 + 8 * t.regs.len() as u64;
+        let nregs = u16::try_from(t.regs.count()).map_err(|_| WriteError::LengthMismatch { what: "too many registers" })?;
+        let fixed = raw::THREAD_FIXED as u64 + t.name.len() as u64 + 8 * t.regs.count() as u64;
         let len = fixed + self.contents_len(size, &contents)?;
         self.begin(tag::THREAD, len)?;
         self.u32(t.tid)?;
@@ -347,7 +299,7 @@ impl<'b, S: Sink> Writer<'b, S> {
         self.u16(nregs)?;
         self.u32(0)?;
         self.put(t.name)?;
-        for &r in t.regs {
+        for r in t.regs() {
             self.u64(r)?;
         }
         self.contents(contents)?;
@@ -356,7 +308,7 @@ impl<'b, S: Sink> Writer<'b, S> {
     }
 
     /// Writes a STATIC record with the segment's contents.
-    pub fn static_root<I>(&mut self, s: &StaticInfo<'_>, contents: Contents<'_, I>) -> Result<(), WriteError>
+    pub fn static_root<I>(&mut self, s: &Static<'_>, contents: Contents<'_, I>) -> Result<(), WriteError>
     where
         I: Iterator<Item = (u64, u64)>,
     {
@@ -391,7 +343,7 @@ impl<'b, S: Sink> Writer<'b, S> {
     }
 
     /// Writes an ALLOC record.
-    pub fn alloc<I>(&mut self, a: &AllocInfo, contents: Contents<'_, I>) -> Result<(), WriteError>
+    pub fn alloc<I>(&mut self, a: &Alloc, contents: Contents<'_, I>) -> Result<(), WriteError>
     where
         I: Iterator<Item = (u64, u64)>,
     {
@@ -448,7 +400,7 @@ impl<'b, S: Sink> Writer<'b, S> {
     /// or a count that disagrees with `links` is an error that writes
     /// nothing, unless the entry was being streamed (then the writer is
     /// poisoned).
-    pub fn dense_alloc<I>(&mut self, a: &AllocInfo, count: u64, links: I) -> Result<(), WriteError>
+    pub fn dense_alloc<I>(&mut self, a: &Alloc, count: u64, links: I) -> Result<(), WriteError>
     where
         I: Iterator<Item = Link> + Clone,
     {
@@ -461,7 +413,7 @@ impl<'b, S: Sink> Writer<'b, S> {
     /// walk of `links` to measure it first (for a block of millions of
     /// pointers, a scan of the block). A length or a count that `links`
     /// disagrees with poisons the writer.
-    pub fn dense_alloc_sized<I>(&mut self, a: &AllocInfo, count: u64, links_len: Option<u64>, links: I) -> Result<(), WriteError>
+    pub fn dense_alloc_sized<I>(&mut self, a: &Alloc, count: u64, links_len: Option<u64>, links: I) -> Result<(), WriteError>
     where
         I: Iterator<Item = Link> + Clone,
     {
@@ -552,7 +504,7 @@ impl<'b, S: Sink> Writer<'b, S> {
     /// encoded by another thread, written here without a scan of them.
     /// The encoder must have been made for this allocation (its ordinal
     /// the writer's next, its size `a`'s).
-    pub fn dense_alloc_encoded(&mut self, a: &AllocInfo, links: &LinkEncoder, bytes: &[u8]) -> Result<(), WriteError> {
+    pub fn dense_alloc_encoded(&mut self, a: &Alloc, links: &LinkEncoder, bytes: &[u8]) -> Result<(), WriteError> {
         self.dense_open()?;
         let ordinal = self.totals.allocations;
         if links.ordinal != ordinal || links.size != a.size || bytes.len() != links.len {
@@ -897,7 +849,7 @@ impl DenseEncoder {
     /// inside it) to `out`, where the entries so far end. When it is out
     /// of order or invalid (an error), or might not fit in `out` (false),
     /// the entries so far stay as they were.
-    pub fn push(&mut self, out: &mut [u8], a: &AllocInfo, links: &[Link]) -> Result<bool, WriteError> {
+    pub fn push(&mut self, out: &mut [u8], a: &Alloc, links: &[Link]) -> Result<bool, WriteError> {
         placed(a, (self.e.count > 0).then_some(self.e.last_address))?;
         let count = links.len() as u64;
         let bound = dense::ENTRY_HEAD_MAX + links.len().saturating_mul(dense::LINK_MAX);
@@ -928,7 +880,7 @@ impl DenseEncoder {
 
 /// The checks of a compact allocation before anything of it is written:
 /// past the last one (`after`), inside the address space.
-fn placed(a: &AllocInfo, after: Option<u64>) -> Result<(), WriteError> {
+fn placed(a: &Alloc, after: Option<u64>) -> Result<(), WriteError> {
     if after.is_some_and(|p| a.address <= p) {
         return Err(WriteError::LengthMismatch { what: "allocations out of address order" });
     }
@@ -943,7 +895,7 @@ fn placed(a: &AllocInfo, after: Option<u64>) -> Result<(), WriteError> {
 /// which has room for its head and `count` pointers: the head, then the
 /// pointers, checked as they are written. Returns its length; on an
 /// error, what it wrote counts for nothing.
-fn put_entry<I>(b: &mut [u8], prev_end: u64, prev_site: u32, ordinal: u64, a: &AllocInfo, count: u64, links: I) -> Result<usize, WriteError>
+fn put_entry<I>(b: &mut [u8], prev_end: u64, prev_site: u32, ordinal: u64, a: &Alloc, count: u64, links: I) -> Result<usize, WriteError>
 where
     I: Iterator<Item = Link> + Clone,
 {
