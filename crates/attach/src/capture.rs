@@ -9,8 +9,7 @@ use crate::live::ThreadRegs;
 use crate::memory::{Map, Memory};
 use heapdump_format::lookup::{self, Directory, Run, Shape};
 use heapdump_format::{
-    raw, AllocInfo, Backtrace, Contents, Header, Link, Mode, ModuleInfo, Process, Reason, Segment, Sink, StaticInfo, ThreadInfo,
-    WriteError, Writer,
+    raw, Alloc, Backtrace, Contents, Header, Link, Mode, ModuleInfo, Process, Reason, Segment, Sink, Static, ThreadInfo, WriteError, Writer,
 };
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::Endianness;
@@ -600,15 +599,15 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         region(&mut w, &blocks, *lo, bytes, |w, c| w.thread(&ti, c)).map_err(failed)?;
     }
     for (i, a, bytes) in &s.statics {
-        let si = StaticInfo { address: *a, size: bytes.len() as u64, module: *i, name: b".data+.bss" };
+        let si = Static { address: *a, size: bytes.len() as u64, module: *i, name: b".data+.bss" };
         region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c)).map_err(failed)?;
     }
     for (a, bytes) in &s.runtime {
-        let si = StaticInfo { address: *a, size: bytes.len() as u64, module: raw::NO_MODULE, name: RUNTIME_STACK };
+        let si = Static { address: *a, size: bytes.len() as u64, module: raw::NO_MODULE, name: RUNTIME_STACK };
         region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c)).map_err(failed)?;
     }
     for (a, bytes) in &s.anon {
-        let si = StaticInfo { address: *a, size: bytes.len() as u64, module: raw::NO_MODULE, name: b"anonymous" };
+        let si = Static { address: *a, size: bytes.len() as u64, module: raw::NO_MODULE, name: b"anonymous" };
         region(&mut w, &blocks, *a, bytes, |w, c| w.static_root(&si, c)).map_err(failed)?;
     }
     // The allocations, their contents from the heaps read once; in compact
@@ -628,7 +627,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         }
         let bytes = contents(c).ok_or(Error::Unreadable { addr: c.mem, len: c.usable, why: Unread::OutsideHeapRead })?;
         let first_word = bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-        let a = AllocInfo { address: c.mem, size: c.usable, site: raw::NO_SITE, align_log2: 4, flags: 0, first_word };
+        let a = Alloc { address: c.mem, size: c.usable, site: raw::NO_SITE, align_log2: 4, flags: 0, first_word };
         match mode {
             Mode::Full => w.alloc(&a, Contents::<std::iter::Empty<(u64, u64)>>::Full(bytes)).map_err(failed)?,
             Mode::Compact => {

@@ -13,11 +13,11 @@
 //!   never panics, hangs or allocates, whatever the input.
 //!
 //! ```
-//! use heapdump_format::{AllocInfo, Contents, Dump, Header, Mode, Reason, Record, Writer};
+//! use heapdump_format::{Alloc, Contents, Dump, Header, Mode, Reason, Record, Writer};
 //!
 //! let mut buf = [0u8; 4096];
 //! let mut w = Writer::new(Vec::new(), &mut buf, &Header::new(Mode::Full, Reason::Api, 4096, 42, 0)).unwrap();
-//! let info = AllocInfo { address: 0x1000, size: 4, site: 0, align_log2: 3, flags: 0, first_word: 0 };
+//! let info = Alloc { address: 0x1000, size: 4, site: 0, align_log2: 3, flags: 0, first_word: 0 };
 //! w.alloc(&info, Contents::full(&[1, 2, 3, 4])).unwrap();
 //! let (bytes, _) = w.finish(0).unwrap();
 //!

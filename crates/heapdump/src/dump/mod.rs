@@ -45,7 +45,7 @@ use crate::sys::{self, Mapping};
 use crate::table::Table;
 use core::sync::atomic::{AtomicBool, Ordering};
 use heapdump_format::{
-    raw, Header, History, LimitInfo, Link, Mode, ModuleInfo, Process, Reason, SignalInfo, StaticInfo, ThreadInfo, WriteError, Writer,
+    raw, Header, History, LimitInfo, Link, Mode, ModuleInfo, Process, Reason, SignalInfo, Static, ThreadInfo, WriteError, Writer,
 };
 
 /// What a dump reads: the runtime's tables and its configuration.
@@ -340,7 +340,7 @@ fn write_records(
                 }
                 let start = md.bias.wrapping_add(seg.vaddr);
                 outside_holes(start, start + seg.memsz, &mut [src.own_statics], |a, b| {
-                    let info = StaticInfo { address: a, size: b - a, module: i as u32, name: b".data+.bss" };
+                    let info = Static { address: a, size: b - a, module: i as u32, name: b".data+.bss" };
                     scanner.region(&mut w, a, b - a, |w, c| w.static_root(&info, c))
                 })?;
             }
@@ -530,7 +530,7 @@ fn write_anon_roots(w: &mut Writer<'_, PipeSink>, scanner: &mut Scanner<'_>, map
         }
         anon_err = outside_holes(start, end, &mut holes[..nh], |lo, hi| {
             anon_roots(lo, hi, index, |a, b| {
-                let info = StaticInfo { address: a, size: b - a, module: raw::NO_MODULE, name: b"anon" };
+                let info = Static { address: a, size: b - a, module: raw::NO_MODULE, name: b"anon" };
                 scanner.region(w, a, b - a, |w, c| w.static_root(&info, c))
             })
         });

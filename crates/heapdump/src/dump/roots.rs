@@ -15,7 +15,7 @@ pub type OwnTls = [(u64, u64); 7];
 use crate::stop::stw;
 use crate::sys;
 use crate::sys::text::fmt_u64;
-use heapdump_format::{raw, StaticInfo, Writer};
+use heapdump_format::{raw, Static, Writer};
 
 /// Calls `emit(a, b)` for each part of `[start, end)` outside every hole,
 /// in address order. Holes may overlap, be empty or reach outside the
@@ -220,7 +220,7 @@ pub fn tls_root(
     // The runtime's own thread-local variables are left out.
     let mut holes = own_tls.map(|(off, len)| if len == 0 { (0, 0) } else { (fs.wrapping_add(off), fs.wrapping_add(off) + len) });
     outside_holes(start, end, &mut holes, |a, b| {
-        let info = StaticInfo { address: a, size: b - a, module: raw::NO_MODULE, name: &name[..n] };
+        let info = Static { address: a, size: b - a, module: raw::NO_MODULE, name: &name[..n] };
         scanner.region(w, a, b - a, |w, c| w.static_root(&info, c))
     })
 }

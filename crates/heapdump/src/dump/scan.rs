@@ -5,7 +5,7 @@ use crate::dump::index::Index;
 use crate::dump::outcome::DumpError;
 use crate::dump::writer::PipeSink;
 use crate::entry::Entry;
-use heapdump_format::{raw, AllocInfo, Contents, Link, Mode, WriteError, Writer};
+use heapdump_format::{raw, Alloc, Contents, Link, Mode, WriteError, Writer};
 
 /// Scans `[start, start+len)` for words pointing into live allocations.
 /// Fills `pairs` with the first ones; returns (total count, pairs filled,
@@ -128,7 +128,7 @@ impl<'a> Scanner<'a> {
     /// A compact allocation: its first pointers gathered in `links` as the
     /// scan finds them (one read of the block), the rest, if any, scanned
     /// again when written.
-    fn dense(&mut self, w: &mut Writer<'_, PipeSink>, info: &AllocInfo, e: &Entry) -> Result<(), DumpError> {
+    fn dense(&mut self, w: &mut Writer<'_, PipeSink>, info: &Alloc, e: &Entry) -> Result<(), DumpError> {
         let index = self.index;
         let links = &mut *self.links;
         let first = e.addr.next_multiple_of(8) - e.addr;
@@ -172,13 +172,13 @@ impl<'a> Scanner<'a> {
 
 /// What the dump says of a live allocation, its first word read from it
 /// (zero-padded below 8 bytes).
-pub(crate) fn alloc_info(e: &Entry) -> AllocInfo {
+pub(crate) fn alloc_info(e: &Entry) -> Alloc {
     alloc_info_with(e, first_word(e), hashbrown_flags(e))
 }
 
 /// [`alloc_info`] with the first word and hashbrown flags read already.
-pub(crate) fn alloc_info_with(e: &Entry, first_word: u64, hashbrown: u8) -> AllocInfo {
-    AllocInfo {
+pub(crate) fn alloc_info_with(e: &Entry, first_word: u64, hashbrown: u8) -> Alloc {
+    Alloc {
         address: e.addr,
         size: e.size,
         site: e.site,
