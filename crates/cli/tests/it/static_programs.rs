@@ -17,9 +17,8 @@
 use crate::common::*;
 use crate::valgrind::{ours, valgrind_summary};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 /// `source` with `stop_at_end.c` linked in, built with `cc` and `flags`.
 fn program(d: &Scratch, cc: &str, source: &str, flags: &[&str], name: &str) -> PathBuf {
@@ -37,53 +36,6 @@ fn program(d: &Scratch, cc: &str, source: &str, flags: &[&str], name: &str) -> P
         .unwrap_or_else(|e| panic!("{cc}: {e}"));
     assert!(o.status.success(), "{cc} {flags:?} failed: {}", String::from_utf8_lossy(&o.stderr));
     out
-}
-
-/// A process stopped at its end; continued and reaped when dropped
-/// (attach_and_core.rs's).
-struct Stopped {
-    child: Child,
-    pid: i32,
-}
-
-impl Stopped {
-    /// Starts `cmd` with STOP_AT_END set and waits for it to stop.
-    fn start(mut cmd: Command) -> Stopped {
-        let mut child = cmd.env("STOP_AT_END", "1").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut pid = 0;
-        let mut seen = String::new();
-        for _ in 0..200 {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                break;
-            }
-            if let Some(p) = line.trim().strip_prefix("stopped ") {
-                pid = p.parse().unwrap();
-                break;
-            }
-            seen.push_str(&line);
-        }
-        assert!(pid > 0, "the program did not stop: {seen}");
-        // Its state is T once the stop is delivered.
-        for _ in 0..500 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        // The rest of its stderr must not fill the pipe.
-        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-        Stopped { child, pid }
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.pid.to_string()]).status();
-        let _ = self.child.wait();
-    }
 }
 
 /// `heapdump attach PID --mode MODE -o OUT`.
