@@ -41,6 +41,9 @@ pub struct CaptureInfo {
     pub cached_free: u64,
     /// glibc's version.
     pub glibc: (u32, u32),
+    /// Whether `glibc` is only the oldest version the program's strings
+    /// allow (a static program without glibc's banner).
+    pub glibc_inferred: bool,
     /// How long the process was held (live captures).
     pub pause_ns: u64,
     /// What the user should know (memory a core did not hold, a locked
@@ -550,6 +553,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         arenas: heap.arenas,
         cached_free: heap.cached_free,
         glibc: heap.version,
+        glibc_inferred: heap.version_inferred,
         warnings: s.warnings.clone(),
         pause_ns,
         ..Default::default()

@@ -54,6 +54,9 @@ pub struct GlibcHeap {
     /// glibc's version (a static program's without the banner: the oldest
     /// its strings allow, whose layout is walked, and `warnings` says so).
     pub version: (u32, u32),
+    /// Whether `version` is only the oldest the program's strings allow
+    /// (a static program without glibc's banner).
+    pub version_inferred: bool,
     /// glibc's main arena when it lies in a static program's own data
     /// (start, end): the allocator's state, not the program's, so no root
     /// (memcheck, which replaces malloc, never sees it). Its `top` points
@@ -668,6 +671,7 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
         regions: Vec::new(),
         cached_free: 0,
         version,
+        version_inferred: libc.inferred.is_some(),
         static_arena: libc.version.map(|_| (arenas[0], arenas[0] + ARENA_SIZE)),
         warnings: libc.inferred.iter().cloned().collect(),
     };

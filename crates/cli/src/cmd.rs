@@ -424,7 +424,7 @@ fn outside(what: Outside, mode: DumpMode, output: Option<PathBuf>) -> Result<Exi
         Outside::Core(..) => String::new(),
     };
     println!(
-        "heapdump: wrote {} ({from}: {} allocations, {} usable bytes, {} threads, {} arenas of glibc {}.{}, {} freed chunks in its caches left out{held})",
+        "heapdump: wrote {} ({from}: {} allocations, {} usable bytes, {} threads, {} arenas of glibc {}.{}{}, {} freed chunks in its caches left out{held})",
         out.display(),
         info.allocations,
         info.bytes,
@@ -432,6 +432,7 @@ fn outside(what: Outside, mode: DumpMode, output: Option<PathBuf>) -> Result<Exi
         info.arenas,
         info.glibc.0,
         info.glibc.1,
+        if info.glibc_inferred { " or later" } else { "" },
         info.cached_free,
     );
     Ok(ExitCode::SUCCESS)
