@@ -2,6 +2,7 @@
 //! thread's registers), one type for the writer, given them as a slice,
 //! and for the zero-copy reader, which decodes them from the dump's bytes.
 
+use crate::reader::{le32, le64};
 use crate::types::Segment;
 use core::marker::PhantomData;
 
@@ -110,19 +111,3 @@ impl<L: Items<T>, T> Iterator for ItemsIter<L, T> {
 }
 
 impl<L: Items<T>, T> ExactSizeIterator for ItemsIter<L, T> {}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    if let Some(s) = b.get(at..at + 8) {
-        w.copy_from_slice(s);
-    }
-    u64::from_le_bytes(w)
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    if let Some(s) = b.get(at..at + 4) {
-        w.copy_from_slice(s);
-    }
-    u32::from_le_bytes(w)
-}

@@ -696,8 +696,6 @@ fn alloc(mut p: Cur<'_>, mode: Mode) -> Result<WithContents<'_, Alloc>, Error> {
     Ok(WithContents { record: Alloc { address, size, site, align_log2, flags, first_word }, contents })
 }
 
-/// Whether `data` ends with an END record header and a payload of the
-/// trailer's size: a dump that was written to its end.
 /// Whether `data` (a whole file, or only its last
 /// [`raw::RECORD_HEADER_SIZE`] + [`raw::END_SIZE`] bytes) ends with a whole
 /// END record: the writer finished the file.
@@ -707,7 +705,8 @@ pub fn ends_with_trailer(data: &[u8]) -> bool {
     le32(h, 0) == tag::END && le64(h, 4) == raw::END_SIZE as u64
 }
 
-fn le64(b: &[u8], at: usize) -> u64 {
+/// The little-endian word at `at` in `b`, 0 where `b` is too short.
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     if let Some(s) = b.get(at..at + 8) {
         w.copy_from_slice(s);
@@ -715,7 +714,8 @@ fn le64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-fn le32(b: &[u8], at: usize) -> u32 {
+/// The little-endian 32-bit word at `at` in `b`, 0 where `b` is too short.
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     if let Some(s) = b.get(at..at + 4) {
         w.copy_from_slice(s);
