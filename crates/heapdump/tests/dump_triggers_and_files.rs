@@ -12,29 +12,8 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-
-/// System, except that a request of exactly FAIL_SIZE bytes fails (the
-/// allocation-failure trigger).
-struct Failing;
-const FAIL_SIZE: usize = 0x7777_7777;
-
-// SAFETY: forwards to System; failing with null is allowed by GlobalAlloc.
-unsafe impl GlobalAlloc for Failing {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if l.size() == FAIL_SIZE {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
-        // system allocator that made the block.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
-        // system allocator that made the block.
-        unsafe { System.dealloc(p, l) }
-    }
-}
+use common::{Failing, FAIL_SIZE};
+use std::alloc::Layout;
 
 #[global_allocator]
 static ALLOC: heapdump::Tracked<Failing> = heapdump::Tracked::new(Failing);

@@ -216,3 +216,33 @@ impl Churn {
         }
     }
 }
+
+/// System, except that a request of exactly FAIL_SIZE bytes fails (the
+/// allocation-failure trigger, and an inner allocator that fails).
+pub struct Failing;
+pub const FAIL_SIZE: usize = 0x7777_7777;
+
+// SAFETY: forwards to System; failing with null is allowed by GlobalAlloc.
+unsafe impl std::alloc::GlobalAlloc for Failing {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        if l.size() == FAIL_SIZE {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
+        if n == FAIL_SIZE {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's arguments, under GlobalAlloc's contract, to the
+        // system allocator that made the block.
+        unsafe { std::alloc::System.realloc(p, l, n) }
+    }
+}
