@@ -93,10 +93,6 @@ pub struct CacheFile {
     background: bool,
 }
 
-fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
-}
-
 impl CacheFile {
     /// The cache of `heap` (a complete dump: it needs the trailer's
     /// checksum) in `dir`, for tool version `version`; `None` for a dump
@@ -108,8 +104,8 @@ impl CacheFile {
 
     /// The cache named by a dump's checksum, length and header.
     pub(crate) fn keyed(dir: &Path, version: &str, checksum: u32, len: u64, h: &heapdump_format::Header) -> CacheFile {
-        let key = [fnv(version.as_bytes()), u64::from(checksum), len, h.time_ns, u64::from(h.pid)];
-        let name = format!("{:016x}.hdcache", fnv(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
+        let key = [heapdump_format::fnv1a64(version.as_bytes()), u64::from(checksum), len, h.time_ns, u64::from(h.pid)];
+        let name = format!("{:016x}.hdcache", heapdump_format::fnv1a64(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
         CacheFile { path: dir.join(name), key, dump: None, background: true }
     }
 

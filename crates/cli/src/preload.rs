@@ -41,12 +41,6 @@ const WHAT: &str = "what heapdump loads or writes";
 
 static EMBEDDED: &[u8] = include_bytes!(env!("HEAPDUMP_EMBEDDED_PRELOAD"));
 
-/// FNV-1a, 64 bits: names the cached copy by its contents (the copy is
-/// compared byte for byte anyway).
-fn hash(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
-}
-
 /// The preload library as the loader will get it.
 pub enum Library {
     /// A file, every directory on the way to it checked.
@@ -95,7 +89,8 @@ pub fn embedded() -> Result<Library> {
 /// The embedded library in the private cache.
 fn cached() -> Result<PathBuf> {
     let dir = private_dir(None, WHAT)?;
-    let name = format!("libheapdump_preload-{:016x}.so", hash(EMBEDDED));
+    // Named by its contents (compared byte for byte anyway).
+    let name = format!("libheapdump_preload-{:016x}.so", heapdump_format::fnv1a64(EMBEDDED));
     let path = dir.join(&name);
     if intact(&path) {
         return Ok(path);

@@ -52,6 +52,14 @@ pub use types::{
 };
 pub use writer::{Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, NoPointers, Sink, Writer, MIN_BUFFER};
 
+/// FNV-1a, 64 bits, of `b`: the names heapdump gives things by their
+/// contents (the embedded preload library's copy, an analysis cache, the
+/// report channel's socket). A name, not a check: what it names is
+/// compared or checked anyway.
+pub fn fnv1a64(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// [`Process`] under the name the writer's callers first knew it by: the
 /// same type, not a second one.
 pub type ProcessInfo<'a> = Process<'a>;

@@ -115,7 +115,7 @@ pub const SOCKET_NAME_LEN: usize = 29;
 /// temporary directory loses nothing) and appends it to the file only when
 /// the socket cannot be reached (another network namespace).
 pub fn socket_name(path: &[u8]) -> [u8; SOCKET_NAME_LEN] {
-    let h = path.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3));
+    let h = crate::fnv1a64(path);
     let mut out = [0u8; SOCKET_NAME_LEN];
     out[..13].copy_from_slice(b"heapdump-run/");
     for i in 0..16 {
