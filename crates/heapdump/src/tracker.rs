@@ -108,9 +108,9 @@ pub(crate) fn deallocate(p: *mut u8, known: Known, dealloc: impl FnOnce(), free:
 /// cannot touch the table: a block whose own insert is still queued was
 /// never in it (the insert is cancelled, the block freed at once);
 /// otherwise the free itself is postponed too, so that the address is not
-/// reused before its entry is gone (false). When the queue is full the
-/// block is freed now and its entry stays until an allocation at that
-/// address replaces it.
+/// reused before its entry is gone (false). Only when no memory can be
+/// mapped for the queue is the block freed now, its entry staying until an
+/// allocation at that address replaces it.
 #[inline]
 fn release(st: &State, p: *mut u8, known: Known) -> bool {
     if guard::in_lock() {
@@ -330,6 +330,8 @@ fn apply_deferred(st: &State, free: &dyn Fn(*mut u8, usize, usize)) {
             }
         }
     }
+    // SAFETY: signals are blocked (`_blocked`) and every update was taken.
+    unsafe { guard::release_deferred() };
 }
 
 /// Before a realloc of `p`: takes its entry out of the table, since once

@@ -262,8 +262,10 @@ pub fn has_deferred() -> bool {
     get().is_some_and(|s| s & HAS_DEFERRED != 0)
 }
 
-/// A table update deferred by [`in_lock`].
+/// A table update deferred by [`in_lock`]. `repr(u8)`: `None` is tag 0,
+/// so a zero-filled mapping holds only `None`s.
 #[derive(Clone, Copy, Debug)]
+#[repr(u8)]
 pub enum Deferred {
     /// No operation.
     None,
@@ -273,30 +275,96 @@ pub enum Deferred {
     Free(u64, usize, usize),
 }
 
-const QUEUE: usize = 32;
+/// Updates queued in the thread-local array before any mapping is needed.
+const INLINE: usize = 32;
+/// Entries of the first mapped segment; segment `k` holds `SEGMENT << k`.
+const SEGMENT: usize = 1024;
+/// Mapped segments at most: with the inline part, about 67 million
+/// updates (a handler allocating for minutes while its thread waits for a
+/// lock). Only when a mapping fails is an update dropped (and counted).
+const SEGMENTS: usize = 16;
 
+/// A thread's deferred updates: a stack whose first [`INLINE`] entries are
+/// thread-local and the rest in segments mapped on demand (never the
+/// tracked heap: a handler may be queueing). Pushed by the thread and by
+/// signal handlers interrupting it; popped, and its segments unmapped, only
+/// with signals blocked (`apply_deferred`).
 struct Queue {
-    ops: [Cell<Deferred>; QUEUE],
+    ops: [Cell<Deferred>; INLINE],
+    segments: [core::sync::atomic::AtomicPtr<Cell<Deferred>>; SEGMENTS],
     len: core::sync::atomic::AtomicUsize,
 }
 
 thread_local! {
-    static DEFERRED: Queue = const { Queue { ops: [const { Cell::new(Deferred::None) }; QUEUE], len: core::sync::atomic::AtomicUsize::new(0) } };
+    static DEFERRED: Queue = const {
+        Queue {
+            ops: [const { Cell::new(Deferred::None) }; INLINE],
+            segments: [const { core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()) }; SEGMENTS],
+            len: core::sync::atomic::AtomicUsize::new(0),
+        }
+    };
 }
 
-/// Queues an update; false when the queue is full.
+/// Where entry `i` of the mapped part lies: (segment, index in it).
+fn segment_of(i: usize) -> (usize, usize) {
+    let j = i - INLINE + SEGMENT;
+    let k = (j.ilog2() - SEGMENT.ilog2()) as usize;
+    (k, j - (SEGMENT << k))
+}
+
+/// Bytes of segment `k`'s mapping.
+fn segment_bytes(k: usize) -> usize {
+    (SEGMENT << k) * core::mem::size_of::<Cell<Deferred>>()
+}
+
+impl Queue {
+    /// Entry `i`, mapping its segment first when `map` (else `None` when
+    /// it is not mapped).
+    fn slot(&self, i: usize, map: bool) -> Option<&Cell<Deferred>> {
+        if i < INLINE {
+            return Some(&self.ops[i]);
+        }
+        let (k, at) = segment_of(i);
+        let seg = self.segments.get(k)?;
+        let mut p = seg.load(core::sync::atomic::Ordering::Acquire);
+        if p.is_null() {
+            if !map {
+                return None;
+            }
+            // Zero-filled: every entry reads as `Deferred::None` (tag 0).
+            let mine: *mut Cell<Deferred> = crate::sys::mmap_anon(segment_bytes(k)).ok()?.cast();
+            p = match seg.compare_exchange(p, mine, core::sync::atomic::Ordering::AcqRel, core::sync::atomic::Ordering::Acquire) {
+                Ok(_) => mine,
+                Err(theirs) => {
+                    // A signal handler mapped it meanwhile: keep theirs.
+                    // SAFETY: `mine` was mapped just above and never shared.
+                    unsafe { crate::sys::munmap(mine.cast(), segment_bytes(k)) };
+                    theirs
+                }
+            };
+        }
+        // SAFETY: `p` is segment k's live mapping of `SEGMENT << k` entries
+        // (unmapped only when the queue is empty, with signals blocked)
+        // and `at` is below that; a zeroed `Cell<Deferred>` is `None`.
+        Some(unsafe { &*p.add(at) })
+    }
+}
+
+/// Queues an update; false only when the memory for it could not be mapped.
 pub fn defer(op: Deferred) -> bool {
     use core::sync::atomic::Ordering;
     DEFERRED
-        .try_with(|q| {
-            let n = q.len.load(Ordering::Relaxed);
-            if n >= QUEUE {
-                return false;
+        .try_with(|q| loop {
+            // The entry is claimed before it is written: a handler queueing
+            // in between takes the next one. (Until written it reads as
+            // `None`: pops clear what they take.)
+            let n = q.len.load(Ordering::Acquire);
+            let Some(slot) = q.slot(n, true) else { return false };
+            if q.len.compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                slot.set(op);
+                set(HAS_DEFERRED);
+                return true;
             }
-            q.ops[n].set(op);
-            q.len.store(n + 1, Ordering::Release);
-            set(HAS_DEFERRED);
-            true
         })
         .unwrap_or(false)
 }
@@ -308,21 +376,21 @@ pub fn cancel_insert(addr: u64) -> bool {
     DEFERRED
         .try_with(|q| {
             let n = q.len.load(Ordering::Acquire);
-            for op in &q.ops[..n.min(QUEUE)] {
-                if let Deferred::Insert(e) = op.get() {
-                    if e.addr == addr {
-                        op.set(Deferred::None);
-                        return true;
-                    }
+            // Newest first: a handler frees what it allocated lately.
+            (0..n).rev().filter_map(|i| q.slot(i, false)).any(|op| match op.get() {
+                Deferred::Insert(e) if e.addr == addr => {
+                    op.set(Deferred::None);
+                    true
                 }
-            }
-            false
+                _ => false,
+            })
         })
         .unwrap_or(false)
 }
 
 /// Takes one queued update. Safe against a signal handler pushing
-/// meanwhile: the pop only succeeds if the length did not change.
+/// meanwhile: the pop only succeeds if the length did not change. The
+/// entry is cleared, so that a later push's slot never shows a stale update.
 pub fn pop_deferred() -> Option<Deferred> {
     use core::sync::atomic::Ordering;
     DEFERRED
@@ -338,13 +406,38 @@ pub fn pop_deferred() -> Option<Deferred> {
                 set(HAS_DEFERRED);
                 continue;
             }
-            let op = q.ops[n - 1].get();
+            let slot = q.slot(n - 1, false)?;
+            let op = slot.get();
             if q.len.compare_exchange(n, n - 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                slot.set(Deferred::None);
                 return Some(op);
             }
         })
         .ok()
         .flatten()
+}
+
+/// Unmaps the queue's segments once it is empty.
+///
+/// # Safety
+/// Signals must be blocked on this thread (no handler may be queueing or
+/// cancelling) and nothing may hold an entry of the queue.
+pub unsafe fn release_deferred() {
+    use core::sync::atomic::Ordering;
+    let _ = DEFERRED.try_with(|q| {
+        if q.len.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        for (k, seg) in q.segments.iter().enumerate() {
+            let p = seg.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if !p.is_null() {
+                // SAFETY: segment k's mapping from `Queue::slot`, with no
+                // entry in use (the queue is empty and, as the caller
+                // guarantees, no handler can run on this thread).
+                unsafe { crate::sys::munmap(p.cast(), segment_bytes(k)) };
+            }
+        }
+    });
 }
 
 /// Marks the runtime's own calls into libc (thread creation, `setenv`,
@@ -377,4 +470,74 @@ pub(crate) fn tls_state() -> (u64, u64) {
 /// This thread's deferred queue (address, size): processed entries keep the addresses of blocks, freed ones too; never a root.
 pub(crate) fn tls_deferred() -> (u64, u64) {
     DEFERRED.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insert(addr: u64) -> Deferred {
+        Deferred::Insert(crate::entry::Entry::new(addr as *mut u8, 16, 16, 0, false))
+    }
+
+    /// A handler that allocates thousands of times while its thread waits
+    /// for a tracker lock (a lock another thread holds, under load) loses
+    /// no update: the queue goes on into mapped segments, gives every
+    /// update back newest first, and unmaps them once drained.
+    #[test]
+    fn the_queue_keeps_every_update_beyond_its_inline_part() {
+        let n = INLINE + SEGMENT + 2 * SEGMENT + 77;
+        for i in 0..n as u64 {
+            assert!(defer(insert(0x1000 + 16 * i)));
+        }
+        assert!(has_deferred());
+        // A handler freeing blocks whose inserts are queued, in every part.
+        for i in [0u64, 5, INLINE as u64 + 3, (INLINE + SEGMENT) as u64 + 9, n as u64 - 1] {
+            assert!(cancel_insert(0x1000 + 16 * i), "insert {i} found");
+            assert!(!cancel_insert(0x1000 + 16 * i), "insert {i} cancelled once");
+        }
+        let mut seen = 0;
+        let mut expect = n as u64;
+        while let Some(op) = pop_deferred() {
+            expect -= 1;
+            match op {
+                Deferred::Insert(e) => {
+                    assert_eq!(e.addr, 0x1000 + 16 * expect);
+                    seen += 1;
+                }
+                Deferred::None => {}
+                Deferred::Free(..) => panic!("no free was queued"),
+            }
+        }
+        assert_eq!((expect, seen), (0, n - 5));
+        assert!(!has_deferred());
+        let mapped = DEFERRED.with(|q| q.segments.iter().filter(|s| !s.load(core::sync::atomic::Ordering::Relaxed).is_null()).count());
+        assert_eq!(mapped, 3, "the entries beyond the inline part took segments 0, 1 and 2");
+        // SAFETY: no handler runs in this test thread, the queue is empty.
+        unsafe { release_deferred() };
+        let mapped = DEFERRED.with(|q| q.segments.iter().filter(|s| !s.load(core::sync::atomic::Ordering::Relaxed).is_null()).count());
+        assert_eq!(mapped, 0);
+        // Reused after release: a fresh segment, no stale entry.
+        for i in 0..(INLINE + 10) as u64 {
+            assert!(defer(Deferred::Free(0x9000 + i, 8, 8)));
+        }
+        assert!(!cancel_insert(0x1000 + 16 * (INLINE as u64 + 4)));
+        let mut left = 0;
+        while pop_deferred().is_some() {
+            left += 1;
+        }
+        assert_eq!(left, INLINE + 10);
+        // SAFETY: as above.
+        unsafe { release_deferred() };
+    }
+
+    #[test]
+    fn segments_cover_the_indices_in_order() {
+        assert_eq!(segment_of(INLINE), (0, 0));
+        assert_eq!(segment_of(INLINE + SEGMENT - 1), (0, SEGMENT - 1));
+        assert_eq!(segment_of(INLINE + SEGMENT), (1, 0));
+        assert_eq!(segment_of(INLINE + 3 * SEGMENT), (2, 0));
+        let last = INLINE + (SEGMENT << SEGMENTS) - SEGMENT - 1;
+        assert_eq!(segment_of(last), (SEGMENTS - 1, (SEGMENT << (SEGMENTS - 1)) - 1));
+    }
 }
