@@ -15,6 +15,29 @@
 //! stores and gives back), `stop::guard` (`Locked`, so that a stop waits
 //! until its locks are released) and `sys` (its mappings); nothing above.
 //!
+//! ## One allocation, top-down
+//! Everything an insert does, in the order it happens ([`Table::insert`]
+//! is the only entry; each step names the file it runs in):
+//! 1. `is_small` (`slots`): at most `SMALL_MAX` bytes, 16-byte aligned,
+//!    below 2^47? Otherwise go to 4.
+//! 2. `Slots::place` (`slots`, asking `shadow` whether the page is marked
+//!    or the buckets whether the window has one): the slot exists. Then
+//!    `Slots::fill` writes the site word and the slot, and
+//!    `Counters::count_alloc` (`counters`) counts the block in this
+//!    thread's stripe, flushing to the global live bytes every `FLUSH`
+//!    bytes; the result is those live bytes (0 when not flushed). This is
+//!    the inline common case ([`Table::try_insert`]): no lock, no mapping.
+//! 3. `Slots::place_new`: the page is marked (or the bucket mapped) first,
+//!    then as 2. Only when no slot can be had does a small block go on.
+//! 4. Beyond 2^48 or a size of 2^49: counted untracked, not kept.
+//! 5. A large block at an address whose small block's free was missed
+//!    empties that slot; then the overflow shard of the address
+//!    (`overflow`), under its spin lock inside `Locked`, takes the entry
+//!    (replacing a stale one, counted freed), and the block is counted.
+//!
+//! A free runs the same steps backwards: [`Table::try_forget`] (the slot of
+//! a small block of known layout), else [`Table::remove`] (slot, then shard).
+//!
 //! Why by address: a hash table scatters neighbouring blocks over the whole
 //! table, so every allocation and every free missed the cache on a slot of
 //! its own (that was most of the tracker's cost). Slots by address follow
