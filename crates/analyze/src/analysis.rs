@@ -134,10 +134,12 @@ pub struct Retainer {
     pub ty: String,
     /// Its leak class.
     pub class: LeakKind,
-    /// The blocks of the chain it heads, itself included: each dominates
-    /// the next and nothing else (a linked list), so the chain is one row
-    /// (1: no chain).
+    /// The nodes of the list it heads, itself included (1: no list): a
+    /// list is one row, however much each node holds besides the next
+    /// node (see [`crate::chains`]).
     pub chain: u32,
+    /// The list it heads, named, with what its nodes hold (`null`: none).
+    pub list: Option<crate::chains::ListSummary>,
 }
 
 /// One step of a path. `from`, `to` and `offset` are the `path --json`
@@ -867,9 +869,9 @@ impl<'h> Analysis<'h> {
 
     // --- retention -------------------------------------------------------------
 
-    /// The `n` blocks that retain the most, largest first. A chain of
-    /// blocks each dominating the next and nothing else (a linked list)
-    /// is one row, its head's, saying how long it is.
+    /// The `n` blocks that retain the most, largest first. A list (see
+    /// [`crate::chains`]: nodes of one site, each dominating the next and
+    /// whatever else it owns) is one row, its head's, saying what it is.
     pub fn retainers(&self, n: usize) -> Vec<Retainer> {
         let d = self.dominators();
         let l = self.leaks();
@@ -883,12 +885,12 @@ impl<'h> Analysis<'h> {
             let mut ids = largest_retained(&d.retained, k);
             ids.sort_by(order);
             // A block is covered when its dominator is listed or covered
-            // and has it as its only child.
+            // and it is that dominator's next node in a list.
             let mut covered: HashMap<usize, usize> = HashMap::new();
             let mut rows: Vec<usize> = Vec::new();
             let mut listed = std::collections::HashSet::new();
             for &i in &ids {
-                let head = d.idom(BlockId(i as u32)).filter(|p| self.dominated_by(Some(*p)).len() == 1).and_then(|p| {
+                let head = d.idom(BlockId(i as u32)).filter(|p| self.list_next(*p).is_some_and(|(n, _)| n.index() == i)).and_then(|p| {
                     let p = p.index();
                     if listed.contains(&p) {
                         Some(p)
@@ -912,24 +914,16 @@ impl<'h> Analysis<'h> {
                     .into_iter()
                     .map(|i| {
                         let mut r = self.retainer(BlockId(i as u32), d, l);
-                        r.chain = self.chain_length(BlockId(i as u32));
+                        if let Some(c) = self.list_from(BlockId(i as u32)) {
+                            r.chain = c.nodes;
+                            r.list = Some(self.list_summary(&c));
+                        }
                         r
                     })
                     .collect();
             }
             k = k.saturating_mul(4);
         }
-    }
-
-    /// The blocks of the chain `b` heads (see [`Retainer::chain`]).
-    fn chain_length(&self, b: BlockId) -> u32 {
-        let mut n = 1;
-        let mut cur = b;
-        while let [only] = self.dominated_by(Some(cur)) {
-            cur = BlockId(*only);
-            n += 1;
-        }
-        n
     }
 
     fn retainer(&self, id: BlockId, d: &Dominators, l: &Leaks) -> Retainer {
@@ -943,6 +937,7 @@ impl<'h> Analysis<'h> {
             ty: self.type_of_block(id),
             class: l.kind[id.index()],
             chain: 1,
+            list: None,
         }
     }
 

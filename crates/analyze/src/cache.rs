@@ -447,9 +447,13 @@ pub(crate) fn check_reach(heap: &Heap, kinds: &[LeakKind], pred: &[u32], via: &[
     if pred.len() != n || via.len() != n || kinds.len() != n {
         return Err(bad());
     }
+    // The root each root-reached block is reached from: its first start
+    // pointer, else its first interior pointer (see `Reach::of`).
     let mut first_root: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
-    for (i, r) in heap.roots.iter().enumerate() {
-        first_root.entry(r.target.0).or_insert(i as u32);
+    for interior in [false, true] {
+        for (i, r) in heap.roots.iter().enumerate().filter(|(_, r)| r.interior == interior) {
+            first_root.entry(r.target.0).or_insert(i as u32);
+        }
     }
     if first_root.iter().any(|(&t, &i)| pred.get(t as usize) != Some(&FROM_ROOT) || via[t as usize] != i) {
         return Err(bad());

@@ -26,6 +26,7 @@ mod address;
 mod analysis;
 pub mod cache;
 mod cache_file;
+pub mod chains;
 mod contents;
 pub mod dominators;
 pub mod dwarf;
@@ -51,6 +52,7 @@ pub mod types;
 
 pub use address::Address;
 pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, NoVerdict, PathReport, PathStep, Retainer, SiteTotal};
+pub use chains::{Chain, ListSummary, PathLine};
 pub use contents::DumpContents;
 pub use error::{AnalyzeError, Result};
 pub use file::DumpFile;

@@ -54,28 +54,59 @@ pub struct Reach {
 
 impl Reach {
     /// Breadth-first from the roots in their order, each block's pointers
-    /// in order (the first chain found of the shortest length).
+    /// in order (the first chain found of the shortest length), start
+    /// pointers before interior ones: a block a start pointer reaches is
+    /// reached through it (valgrind's meaning of reachable), an interior
+    /// pointer of the same length taken only when no start pointer is.
+    /// Roots pointing at the start of their block come first; within each
+    /// layer of the search, interior pointers are followed after the
+    /// layer's start pointers.
     pub fn of(heap: &Heap) -> Reach {
         let n = heap.len();
         let mut pred = vec![UNSEEN; n];
         let mut via = vec![0u32; n];
         let mut queue: Vec<u32> = Vec::new();
-        for (ri, r) in heap.roots.iter().enumerate() {
-            let t = r.target.index();
-            if pred[t] == UNSEEN {
-                pred[t] = FROM_ROOT;
-                via[t] = ri as u32;
-                queue.push(r.target.0);
+        for interior in [false, true] {
+            for (ri, r) in heap.roots.iter().enumerate().filter(|(_, r)| r.interior == interior) {
+                let t = r.target.index();
+                if pred[t] == UNSEEN {
+                    pred[t] = FROM_ROOT;
+                    via[t] = ri as u32;
+                    queue.push(r.target.0);
+                }
             }
         }
         let (starts, targets) = heap.raw_edges();
         let mut head = 0;
-        while let Some(&b) = queue.get(head) {
+        let mut layer_end = queue.len();
+        // Interior pointers of the layer to blocks not reached yet, taken
+        // at its end for those no start pointer of the layer reached.
+        let mut deferred: Vec<(u32, u32)> = Vec::new();
+        loop {
+            if head == layer_end {
+                for (b, k) in deferred.drain(..) {
+                    let t = (targets[k as usize] & !INTERIOR) as usize;
+                    if pred[t] == UNSEEN {
+                        pred[t] = b;
+                        via[t] = k;
+                        queue.push(t as u32);
+                    }
+                }
+                if head == queue.len() {
+                    break;
+                }
+                layer_end = queue.len();
+            }
+            let b = queue[head];
             head += 1;
             let s = starts[b as usize] as usize;
             for (k, &raw) in targets[s..starts[b as usize + 1] as usize].iter().enumerate().map(|(i, t)| (s + i, t)) {
                 let t = (raw & !INTERIOR) as usize;
                 if pred[t] == UNSEEN {
+                    if raw & INTERIOR != 0 {
+                        deferred.push((b, k as u32));
+                        continue;
+                    }
                     pred[t] = b;
                     via[t] = k as u32;
                     queue.push(t as u32);

@@ -8,7 +8,7 @@ use heapdump_analyze::group::GroupBy;
 use heapdump_analyze::leaks::{self, LeakKind};
 use heapdump_analyze::suppress::Suppressions;
 use heapdump_analyze::types::UNKNOWN;
-use heapdump_analyze::{Analysis, Dump, LeakReport, Options, Retainer};
+use heapdump_analyze::{Analysis, Dump, LeakReport, Options, PathLine, Retainer};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
@@ -330,7 +330,12 @@ pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> s
         if typed {
             cells.push(r.ty.clone());
         }
-        cells.push(r.site.clone());
+        // A list is one row saying what it is (its head's site in `site`
+        // would name one node of 40000).
+        cells.push(match &r.list {
+            Some(list) => list.to_string(),
+            None => r.site.clone(),
+        });
         t.row(cells);
     }
     t.print(out)
@@ -341,7 +346,8 @@ pub fn print_retainers(out: &mut impl Write, rows: &[Retainer], total: u64) -> s
 pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
     let loaded = load(dump)?;
-    let p = session(&loaded).path(addr)?;
+    let a = session(&loaded);
+    let p = a.path(addr)?;
     if json {
         return output::json(&p.steps);
     }
@@ -354,9 +360,16 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
     };
     writeln!(out, "{} ({} bytes, {class}, {}) is reached by:", p.address, p.size, p.site)?;
     writeln!(out, "  {start}")?;
-    for s in &p.steps {
-        let how = if s.interior { " (interior pointer)" } else { "" };
-        writeln!(out, "  -> at offset {:<6} {} ({} bytes, {}){how}", s.offset, s.to, s.size, s.site)?;
+    // The hops through a list's nodes are one line (`path --json` keeps
+    // every step).
+    for line in a.path_lines(&p.steps) {
+        match line {
+            PathLine::Step(s) => {
+                let how = if s.interior { " (interior pointer)" } else { "" };
+                writeln!(out, "  -> at offset {:<6} {} ({} bytes, {}){how}", s.offset, s.to, s.size, s.site)?;
+            }
+            hops => writeln!(out, "  {hops}")?,
+        }
     }
     Ok(())
 }
@@ -366,7 +379,8 @@ pub fn path(dump: &Path, address: &str, json: bool) -> Result<()> {
 pub fn path_all(dump: &Path, address: &str, n: usize, json: bool) -> Result<()> {
     let addr = parse_address(address)?;
     let loaded = load(dump)?;
-    let (p, holders, total) = session(&loaded).holders(addr, n)?;
+    let a = session(&loaded);
+    let (p, holders, total) = a.holders(addr, n)?;
     if json {
         return output::json(&holders);
     }
@@ -381,8 +395,11 @@ pub fn path_all(dump: &Path, address: &str, n: usize, json: bool) -> Result<()> 
                 if h.path.is_empty() {
                     writeln!(out, "      nothing: it heads a lost structure")?;
                 }
-                for st in &h.path {
-                    writeln!(out, "      {} -> at offset {} {}", st.from, st.offset, st.to)?;
+                for line in a.path_lines(&h.path) {
+                    match line {
+                        PathLine::Step(st) => writeln!(out, "      {} -> at offset {} {}", st.from, st.offset, st.to)?,
+                        hops => writeln!(out, "      {hops}")?,
+                    }
                 }
             }
             _ => writeln!(out, "\n  {} at offset {}{how} (a root)", h.from, h.offset)?,
