@@ -41,6 +41,8 @@ pub struct CaptureInfo {
     pub cached_free: u64,
     /// glibc's version.
     pub glibc: (u32, u32),
+    /// The allocator read and its version (`glibc 2.36`, `jemalloc 5.3.0`).
+    pub allocator: String,
     /// Whether `glibc` is only the oldest version the program's strings
     /// allow (a static program without glibc's banner).
     pub glibc_inferred: bool,
@@ -428,7 +430,13 @@ pub struct Snapshot {
 /// heapdump's own threads in the process (under `heapdump run`): their
 /// stacks are kept as roots, not as the program's threads.
 pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]) -> Result<Snapshot> {
-    let heap = walk_heap(mem)?;
+    // The allocator whose heap is walked.
+    let mut heap = match crate::jemalloc::find(mem)? {
+        Some(je) => crate::jemalloc::walk_heap(mem, &je)?,
+        None => walk_heap(mem)?,
+    };
+    // In address order, for the allocations' contents (found by search).
+    heap.regions.sort_unstable_by_key(|r| r.start);
     let mut warnings = heap.warnings.clone();
     let modules = modules(mem, &mut warnings);
     // Threads: the stack from the stack pointer (less the red zone) to the
@@ -554,6 +562,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         cached_free: heap.cached_free,
         glibc: heap.version,
         glibc_inferred: heap.version_inferred,
+        allocator: heap.allocator.clone(),
         warnings: s.warnings.clone(),
         pause_ns,
         ..Default::default()
@@ -620,7 +629,10 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
     if mode == Mode::Compact {
         w.set_batch_buffer(&mut batch).map_err(failed)?;
     }
-    let contents = |c: &Chunk| heap.regions.iter().find_map(|r| r.slice(c.mem, c.usable));
+    let contents = |c: &Chunk| {
+        let i = heap.regions.partition_point(|r| r.start <= c.mem).checked_sub(1)?;
+        heap.regions[i].slice(c.mem, c.usable)
+    };
     for (n, c) in heap.live.iter().enumerate() {
         // The lookups of a dense heap's pointers are random reads of the
         // block list: start those of the blocks ahead.

@@ -139,6 +139,14 @@ pub enum Error {
         /// Their addresses.
         candidates: Vec<u64>,
     },
+    /// jemalloc's heap does not add up at `at`, or its version is not
+    /// read (a refusal).
+    Jemalloc {
+        /// Where it stops making sense (a descriptor, a slab, a cache).
+        at: u64,
+        /// What.
+        what: crate::jemalloc::Problem,
+    },
     /// glibc's heap does not add up at `at`.
     DamagedHeap {
         /// Where it stops making sense (an arena, a heap, a chunk).
@@ -406,6 +414,7 @@ impl Error {
                 | Error::NoGlibcVersion { .. }
                 | Error::UnreadableBanner { .. }
                 | Error::UnsupportedGlibc { .. }
+                | Error::Jemalloc { what: crate::jemalloc::Problem::Unsupported { .. }, .. }
         )
     }
 
@@ -413,6 +422,7 @@ impl Error {
     pub fn damaged_at(&self) -> Option<u64> {
         match *self {
             Error::DamagedHeap { at, .. } => Some(at),
+            Error::Jemalloc { at, .. } => Some(at),
             _ => None,
         }
     }
@@ -515,6 +525,8 @@ impl fmt::Display for Error {
                 write!(f, ")")
             }
             Error::DamagedHeap { at, what } => damage(f, *at, what),
+            Error::Jemalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not jemalloc's layout"),
+            Error::Jemalloc { what, .. } => write!(f, "{what}"),
             Error::Unreadable { addr, len, why } => write!(f, "cannot read {len} bytes at {addr:#x} ({why})"),
             Error::File { op, path, cause } => write!(f, "{op} {}: {cause}", path.display()),
             Error::ListThreads { pid, cause } => write!(f, "cannot list the threads of process {pid}: {cause}"),

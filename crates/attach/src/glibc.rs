@@ -66,6 +66,9 @@ pub struct GlibcHeap {
     pub static_arena: Option<(u64, u64)>,
     /// What the walk noticed and the user should know.
     pub warnings: Vec<String>,
+    /// The allocator walked and its version, as the dump names it
+    /// (`glibc 2.36`, `jemalloc 5.3.0`).
+    pub allocator: String,
 }
 
 /// `sizeof (struct malloc_state)` and the offsets of its fields.
@@ -674,6 +677,7 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
         version_inferred: libc.inferred.is_some(),
         static_arena: libc.version.map(|_| (arenas[0], arenas[0] + ARENA_SIZE)),
         warnings: libc.inferred.iter().cloned().collect(),
+        allocator: format!("glibc {}.{}", version.0, version.1),
     };
     let mut seen: Vec<Seen> = Vec::new();
     for (k, &ar) in arenas.iter().enumerate() {

@@ -16,12 +16,14 @@ mod capture;
 mod core;
 mod error;
 mod glibc;
+mod jemalloc;
 mod live;
 mod memory;
 
 pub use capture::{CaptureInfo, Identity};
 pub use error::{BadSize, CoreDefect, Damage, Error, FileOp, Result, StaticGlibc, Unread};
 pub use glibc::{walk_heap, Chunk, GlibcHeap};
+pub use jemalloc::Problem as JemallocProblem;
 pub use live::ThreadRegs;
 pub use memory::{parse_maps, Map, Memory};
 
@@ -43,7 +45,8 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
         let held = std::time::Instant::now();
         let p = live::Process::stop(pid)?;
         tries += 1;
-        if tries >= 50 || glibc::locked_arenas(&p)? == 0 {
+        // (jemalloc's locks are not read: its walk checks what it reads.)
+        if tries >= 50 || jemalloc::find(&p)?.is_some() || glibc::locked_arenas(&p)? == 0 {
             break (p, held);
         }
         drop(p);
