@@ -126,6 +126,8 @@ pub struct ModuleDebug {
     type_names: HashMap<usize, HashMap<usize, String>>,
     /// Trait-object vtables: address (module-relative) → (type, trait).
     vtables: Option<Rc<HashMap<u64, (String, String)>>>,
+    /// The mapped file (its read-only data names C++ classes: `crate::rtti`).
+    map: Rc<memmap2::Mmap>,
 }
 
 impl ModuleDebug {
@@ -178,7 +180,21 @@ impl ModuleDebug {
         #[allow(clippy::arc_with_non_send_sync)]
         let dwarf = std::sync::Arc::new(dwarf);
         let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| parse_error(path, e))?;
-        Ok(ModuleDebug { ctx, dwarf, symbols, units: HashMap::new(), unit_starts: None, type_names: HashMap::new(), vtables: None })
+        Ok(ModuleDebug {
+            ctx,
+            dwarf,
+            symbols,
+            units: HashMap::new(),
+            unit_starts: None,
+            type_names: HashMap::new(),
+            vtables: None,
+            map: bytes,
+        })
+    }
+
+    /// The module's file, mapped.
+    pub(crate) fn file_bytes(&self) -> Rc<memmap2::Mmap> {
+        self.map.clone()
     }
 
     /// The symbol whose extent `[address, address + size)` holds `probe`

@@ -43,6 +43,7 @@ mod names;
 mod open;
 pub mod paths;
 mod prefetch;
+pub mod rtti;
 pub mod private_dir;
 pub mod slab;
 mod summary;

@@ -74,6 +74,9 @@ pub struct Symbolizer<'h> {
     skip: Option<regex::Regex>,
     /// Frames a site's label shows (`--depth`).
     depth: usize,
+    /// The read-only data of each opened file (by its slot in `loaded`),
+    /// once RTTI was asked of it.
+    images: HashMap<usize, Option<std::rc::Rc<crate::rtti::Image>>>,
 }
 
 impl<'h> Symbolizer<'h> {
@@ -96,6 +99,7 @@ impl<'h> Symbolizer<'h> {
             site_cache: HashMap::new(),
             skip: None,
             depth: 1,
+            images: HashMap::new(),
         }
     }
 
@@ -221,6 +225,79 @@ impl<'h> Symbolizer<'h> {
         let debug = self.open(mi).debug.as_ref()?;
         let (name, at) = debug.symbol(addr.wrapping_sub(bias))?;
         Some((demangle(name), addr.wrapping_sub(bias).wrapping_sub(at)))
+    }
+
+    /// The module whose mapped segments hold run-time address `addr`.
+    fn data_module(&self, addr: u64) -> Option<usize> {
+        self.heap.modules.iter().position(|m| {
+            m.segments.iter().any(|s| {
+                let start = m.bias.wrapping_add(s.vaddr);
+                addr >= start && addr < start.wrapping_add(s.memsz)
+            })
+        })
+    }
+
+    /// The read-only data of the module holding `addr`, and its bias.
+    fn image_at(&mut self, addr: u64) -> Option<(std::rc::Rc<crate::rtti::Image>, u64)> {
+        let mi = self.data_module(addr)?;
+        let bias = self.heap.modules[mi].bias;
+        self.open(mi);
+        let slot = *self.modules.get(&mi)?;
+        let loaded = &self.loaded;
+        let image = self
+            .images
+            .entry(slot)
+            .or_insert_with(|| loaded[slot].debug.as_ref().and_then(|d| crate::rtti::Image::of(d.file_bytes())).map(std::rc::Rc::new))
+            .clone()?;
+        Some((image, bias))
+    }
+
+    /// The word at `addr` in a module's read-only data: as the dump
+    /// captured it, else as the loader made it from the module's file.
+    fn read_only_word(&mut self, addr: u64, memory: &crate::rtti::Memory<'_>) -> Option<crate::rtti::Word> {
+        let (image, bias) = self.image_at(addr)?;
+        let at = addr.wrapping_sub(bias);
+        if !image.is_ro(at, 8) {
+            return None;
+        }
+        match memory.word(addr) {
+            Some(v) => Some(crate::rtti::Word::Value(v)),
+            None => image.word(at, bias),
+        }
+    }
+
+    /// The C++ class of an object whose first word is `vptr`, demangled:
+    /// when `vptr` is the address point of a primary vtable (offset to
+    /// top 0) in a module's read-only data, the class the symbol table
+    /// names it for (`vtable for T`) or, without one, the class its RTTI
+    /// names (see [`crate::rtti`]). `memory` holds the words the dump
+    /// captured.
+    pub fn class_of_vtable(&mut self, vptr: u64, memory: &crate::rtti::Memory<'_>) -> Option<String> {
+        use crate::rtti::Word;
+        // A secondary vtable's object is the interior of another's.
+        if self.read_only_word(vptr.checked_sub(16)?, memory)? != Word::Value(0) {
+            return None;
+        }
+        if let Some((name, _)) = self.data_symbol_at(vptr) {
+            if let Some(t) = crate::rtti::vtable_class(&name) {
+                return Some(t.to_string());
+            }
+        }
+        let Word::Value(info) = self.read_only_word(vptr - 8, memory)? else { return None };
+        // The `type_info` is one of the ABI's class type_info classes'.
+        match self.read_only_word(info, memory)? {
+            Word::Import(name) => crate::rtti::is_class_type_info_vtable(&name).then_some(())?,
+            Word::Value(v) => {
+                let (image, bias) = self.image_at(v)?;
+                image.is_ro(v.wrapping_sub(bias), 8).then_some(())?;
+                if let Some((name, _)) = self.data_symbol_at(v) {
+                    crate::rtti::is_class_type_info_vtable_demangled(&name).then_some(())?;
+                }
+            }
+        }
+        let Word::Value(name) = self.read_only_word(info.checked_add(8)?, memory)? else { return None };
+        let (image, bias) = self.image_at(name)?;
+        crate::rtti::type_name(image.c_string(name.wrapping_sub(bias))?)
     }
 
     /// The symbol holding data address `addr` (for static roots), as

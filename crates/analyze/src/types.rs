@@ -405,20 +405,20 @@ fn scan_vptrs(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> HashMap
     if ranges.is_empty() {
         return found;
     }
+    // The words the dump captured (a full dump's writable segments), for
+    // the vtables' own words; the modules' files give the rest.
+    let parsed = heapdump_format::Dump::parse(file.bytes()).ok();
+    let memory = match &parsed {
+        Some(d) if heap.header.mode == heapdump_format::Mode::Full => crate::rtti::Memory::of(d),
+        _ => crate::rtti::Memory::default(),
+    };
+    // One answer per vtable address, however many objects point at it.
     let mut names: HashMap<u64, Option<String>> = HashMap::new();
     let mut one = |addr: u64, first: u64, sym: &mut Symbolizer<'_>| {
         if !ranges.contains(first) {
             return;
         }
-        let name = names
-            .entry(first)
-            .or_insert_with(|| {
-                // `_ZTV…` demangles as "vtable for T" or "{vtable(T)}".
-                let (name, _) = sym.data_symbol_at(first)?;
-                let t = name.strip_prefix("vtable for ").or_else(|| name.strip_prefix("{vtable(")?.strip_suffix(")}"))?;
-                Some(pretty(t))
-            })
-            .clone();
+        let name = names.entry(first).or_insert_with(|| sym.class_of_vtable(first, &memory).map(|t| pretty(&t))).clone();
         if let (Some(t), Some(b)) = (name, heap.find_start(addr)) {
             found.insert(b.0, t);
         }
@@ -430,7 +430,7 @@ fn scan_vptrs(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> HashMap
         }
         return found;
     }
-    let Ok(dump) = heapdump_format::Dump::parse(file.bytes()) else { return found };
+    let Some(dump) = &parsed else { return found };
     for r in dump.records() {
         let Ok((_, rec)) = r else { break };
         use heapdump_format::{FirstWord, Record};
