@@ -7,7 +7,7 @@ use crate::error::{on_file, Error, FileOp, Result, Unread};
 use crate::glibc::{walk_heap, Chunk, GlibcHeap};
 use crate::live::ThreadRegs;
 use crate::memory::{Map, Memory};
-use heapdump_format::lookup::{self, Directory, Run, Shape};
+use heapdump_format::lookup::{self, Directory, Line, Run, Shape};
 use heapdump_format::{
     raw, Alloc, Backtrace, Contents, Header, Link, Mode, ModuleInfo, Process, Reason, Segment, Sink, Static, ThreadInfo, WriteError, Writer,
 };
@@ -306,12 +306,12 @@ fn fits(mem: &dyn Memory, path: &str, bias: u64, h: &Headers) -> std::result::Re
 /// blocks per word took most of a capture's time).
 struct Blocks<'a> {
     all: &'a [Chunk],
-    dir: Directory<Vec<Run>, Vec<u32>>,
+    dir: Directory<Vec<Run>, Vec<u32>, Vec<Line>>,
 }
 
 /// Runs of blocks with no gap of 16 MiB, buckets of at least 16 bytes, no
-/// more buckets than blocks.
-const SHAPE: Shape = Shape { gap: 16 << 20, min_shift: 4, buckets_per_block: 1 };
+/// more buckets than blocks, no granule maps.
+const SHAPE: Shape = Shape { gap: 16 << 20, min_shift: 4, buckets: 1, per_blocks: 1, line_budget: 0 };
 
 /// The chunks as the directory sees them.
 struct Chunks<'a>(&'a [Chunk]);
@@ -338,8 +338,8 @@ impl<'a> Blocks<'a> {
     fn new(all: &'a [Chunk]) -> Blocks<'a> {
         let s = SHAPE.sizes(&Chunks(all));
         // Refused only past 2^32 blocks: then no word points into one.
-        let dir = Directory::build(&SHAPE, &Chunks(all), vec![Run::default(); s.runs], vec![0u32; s.buckets])
-            .unwrap_or_else(|| Directory::empty(Vec::new(), Vec::new()));
+        let dir = Directory::build(&SHAPE, &Chunks(all), vec![Run::default(); s.runs], vec![0u32; s.words], vec![Line::default(); s.lines])
+            .unwrap_or_else(|| Directory::empty(Vec::new(), Vec::new(), Vec::new()));
         Blocks { all, dir }
     }
 
@@ -378,13 +378,10 @@ impl<'a> Blocks<'a> {
 
     /// Starts reading the block list where the lookup of `v` will.
     fn prefetch_value(&self, v: u64) {
-        if let Some(i) = self.dir.first_read(v) {
-            // The entry before the bucket's first is the one searched for
-            // a pointer into the middle of a block.
-            let p = self.all.as_ptr().wrapping_add(i);
-            // SAFETY: a prefetch is a hint and never faults, whatever the
-            // address.
-            unsafe { core::arch::x86_64::_mm_prefetch(p.cast::<i8>(), core::arch::x86_64::_MM_HINT_T0) };
+        // The entry before the bucket's first is the one searched for a
+        // pointer into the middle of a block.
+        if let Some((first, _)) = self.dir.locate(v).and_then(|l| self.dir.window(l)) {
+            lookup::prefetch(self.all.as_ptr().wrapping_add(first));
         }
     }
 }
@@ -737,45 +734,4 @@ fn tls_low(mem: &dyn Memory, dtv: u64, lo: u64, hi: u64) -> Option<u64> {
         .filter_map(|i| v.get(16 * i..16 * i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))))
         .filter(|&p| p >= lo && p < hi)
         .min()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_directory_finds_what_a_search_of_every_block_finds() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for layout in 0..30 {
-            let mut all = Vec::new();
-            let mut a = 0x5555_0000_0000u64 + 16 * (rnd() % 1000);
-            for _ in 0..1 + rnd() % 3000 {
-                let usable = match rnd() % 8 {
-                    0 => 0,
-                    1 => 8 * (rnd() % 20_000),
-                    _ => 24 + 16 * (rnd() % 10),
-                };
-                all.push(Chunk { mem: a, usable });
-                a += (usable + 8).next_multiple_of(16) + 16 * (rnd() % 3);
-                if rnd() % 200 == 0 {
-                    a += 1 << (20 + rnd() % 20);
-                }
-            }
-            let b = Blocks::new(&all);
-            let brute = |v: u64| all.iter().position(|c| v == c.mem || (v > c.mem && v < c.mem + c.usable)).map(|i| (i, v - all[i].mem));
-            let lo = all[0].mem - 4096;
-            let span = all.last().map_or(0, |c| c.mem + c.usable) + 8192 - lo;
-            let mut probes: Vec<u64> = all.iter().flat_map(|c| [c.mem, c.mem + c.usable / 2, c.mem + c.usable, c.mem - 1]).collect();
-            probes.extend((0..2000).map(|_| lo + rnd() % span));
-            for v in probes {
-                assert_eq!(b.find(v), brute(v), "layout {layout}: {v:#x}");
-            }
-        }
-    }
 }

@@ -1,16 +1,36 @@
-//! Which block a word points into: a directory of buckets over blocks
-//! sorted by address, for the scans that ask it of every word of a heap.
+//! Which block a word points into: the one directory the runtime's compact
+//! dump (inside the traced process, with the world stopped), attach's
+//! compact scan and the analysis load ask it of, over blocks sorted by
+//! address.
 //!
 //! The blocks are cut into runs wherever the next block starts a gap or
 //! more past the end of every block before it (the brk heap, each arena,
-//! the mapped blocks); each run into buckets of a power-of-two size, each
-//! bucket holding the index of the first block starting at or after it.
-//! A lookup is a search of the few runs, two bucket reads and a search of
-//! the handful of blocks starting in the word's bucket (plus the one
-//! before, which may hold the word).
+//! the mapped blocks). A run is answered one of two ways:
+//! - buckets of a power-of-two size, each holding the index of the first
+//!   block starting at or after it: a lookup is a search of the few runs,
+//!   two bucket reads and a search of the handful of blocks starting in
+//!   the word's bucket (plus the one before, which may hold the word);
+//! - a granule map ([`Line`]), for a dense run of small 16-byte-aligned
+//!   blocks that do not overlap, when the [`Shape`] allows it: per 16
+//!   bytes, whether a block starts there and whether a block covers it
+//!   whole, 256 granules to a 64-byte line, with the count of starts before
+//!   each line. A word's block and offset come from one cache line and a
+//!   population count (and, for a granule no block covers whole, one read
+//!   of the block), where buckets need a bucket and then the blocks it
+//!   names: two dependent misses.
+//!
+//! A directory made with [`Directory::searching`] has no runs: each lookup
+//! is a binary search of every block, for a caller with only a few
+//! lookups to make (building costs two passes over the blocks).
+//!
+//! A lookup is one call ([`Directory::find`]) or two: [`Directory::locate`]
+//! names the bucket or line the lookup reads (its addresses can be read
+//! ahead with [`Directory::prefetch`], and [`Directory::window`] names the
+//! blocks it then searches), [`Directory::finish`] answers, so that a
+//! caller with many lookups to make can overlap their cache misses.
 //!
 //! No allocation and no panic: the caller asks [`Shape::sizes`] how much
-//! storage the directory needs, hands it over (a `Vec`, or memory mapped
+//! storage the directory needs, hands it over (`Vec`s, or memory mapped
 //! from the kernel inside a traced process) and [`Directory::build`]
 //! fills it, or refuses storage that is too small.
 
@@ -46,21 +66,46 @@ pub trait Blocks {
     }
 }
 
-/// How a directory cuts its blocks.
+/// log2 of a granule of a granule map: glibc's and most allocators'
+/// alignment.
+pub const GRANULE_SHIFT: u32 = 4;
+/// Granules per [`Line`] (4 KiB of heap per 64 bytes).
+pub const LINE_GRANULES: usize = 256;
+
+/// 256 granules of 16 bytes of a run: which of them a block starts in, and
+/// which a block covers whole. With the count of starts before each line,
+/// a word's block, its ordinal and its offset come from one cache line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct Line {
+    /// Bit `g % 64` of word `g / 64`: a block starts in granule `g`.
+    pub starts: [u64; 4],
+    /// Bit `g % 64` of word `g / 64`: a block covers granule `g` whole.
+    pub full: [u64; 4],
+}
+
+/// How a directory cuts its blocks and answers each run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     /// A block starting this far or more past the end of every block before
     /// it starts a new run.
     pub gap: u64,
     /// log2 of the smallest bucket; a run starts at its first block's
-    /// address rounded down to it.
+    /// address rounded down to it (at most 40).
     pub min_shift: u32,
     /// The buckets of a run are the smallest (at least `1 << min_shift`
-    /// bytes) that give at most this many buckets per block.
-    pub buckets_per_block: u64,
+    /// bytes) that give at most `buckets` buckets per `per_blocks` blocks
+    /// (and one bucket at least).
+    pub buckets: u64,
+    /// See `buckets`.
+    pub per_blocks: u64,
+    /// A run of 16-byte-aligned blocks that do not overlap gets a granule
+    /// map when its lines (and their counts) cost at most this many bytes
+    /// per block of it; 0: never.
+    pub line_budget: u64,
 }
 
-/// One run of blocks and where its buckets are.
+/// One run of blocks and where its buckets or granule map are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Run {
     /// Its first address (its first block's, rounded down to the smallest
@@ -69,160 +114,432 @@ pub struct Run {
     /// One past its last byte (the largest block end; a block of size 0
     /// counts as one byte).
     pub hi: u64,
-    /// Its first bucket in the directory's bucket array.
+    /// The index of its first block.
+    pub first: usize,
+    /// Its first bucket in the directory's words; for a granule map, the
+    /// count of starts before its first line.
     pub at: usize,
-    /// log2 of its bucket size.
+    /// Its first line in the directory's lines, or [`Run::BUCKETS`].
+    pub line: usize,
+    /// log2 of its bucket size ([`GRANULE_SHIFT`] for a granule map).
     pub shift: u32,
 }
 
-/// The storage a directory needs: [`Run`]s and bucket entries.
+impl Run {
+    /// [`Run::line`] of a run answered by its buckets.
+    pub const BUCKETS: usize = usize::MAX;
+
+    /// Whether a granule map answers its lookups.
+    #[inline]
+    pub fn has_lines(&self) -> bool {
+        self.line != Run::BUCKETS
+    }
+}
+
+/// The storage a directory needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sizes {
-    /// Runs.
+    /// [`Run`]s.
     pub runs: usize,
-    /// Bucket entries (`u32`).
-    pub buckets: usize,
+    /// `u32` words: the buckets, and the count before each line.
+    pub words: usize,
+    /// [`Line`]s.
+    pub lines: usize,
+}
+
+/// How a run of blocks `first..end` over `[lo, hi)` is answered.
+#[derive(Clone, Copy)]
+enum Plan {
+    /// `n` buckets of `1 << shift` bytes.
+    Buckets { shift: u32, n: usize },
+    /// `n` lines.
+    Lines { n: usize },
+}
+
+impl Plan {
+    fn words(self) -> usize {
+        match self {
+            Plan::Buckets { n, .. } | Plan::Lines { n } => n,
+        }
+    }
 }
 
 impl Shape {
-    /// Calls `f(first, end, lo, hi)` for each run of `b`: its blocks
-    /// `first..end` and its address range.
-    fn each_run<B: Blocks + ?Sized>(&self, b: &B, mut f: impl FnMut(usize, usize, u64, u64)) {
+    /// Calls `f(first, end, lo, hi, tidy)` for each run of `b`: its blocks
+    /// `first..end`, its address range, and whether its blocks are
+    /// 16-byte aligned and none overlaps one before it (each granule then
+    /// holds at most one block start).
+    fn each_run<B: Blocks + ?Sized>(&self, b: &B, mut f: impl FnMut(usize, usize, u64, u64, bool)) {
         let n = b.len();
         let mut first = 0;
         let mut hi = 0u64;
+        let mut tidy = true;
         for i in 0..n {
             let start = b.start(i);
             let end = start.saturating_add(b.size(i).max(1));
             if i > first && start >= hi.saturating_add(self.gap) {
-                f(first, i, self.lo_of(b.start(first)), hi);
+                f(first, i, self.lo_of(b.start(first)), hi, tidy);
                 first = i;
-                hi = end;
-                continue;
             }
+            tidy = (i == first || (tidy && start >= hi)) && start % (1 << GRANULE_SHIFT) == 0;
             hi = if i == first { end } else { hi.max(end) };
         }
         if n > first {
-            f(first, n, self.lo_of(b.start(first)), hi);
+            f(first, n, self.lo_of(b.start(first)), hi, tidy);
         }
     }
 
     fn lo_of(&self, start: u64) -> u64 {
-        start & !((1u64 << self.min_shift.min(63)) - 1)
+        start & !((1u64 << self.min_shift.min(40)) - 1)
     }
 
-    /// The bucket size (log2) of a run of `count` blocks over `[lo, hi)`.
-    fn shift_for(&self, lo: u64, hi: u64, count: usize) -> u32 {
+    /// How the run of `count` blocks over `[lo, hi)` is answered.
+    fn plan(&self, lo: u64, hi: u64, count: usize, tidy: bool) -> Plan {
+        if tidy && self.line_budget > 0 && lo % (1 << GRANULE_SHIFT) == 0 {
+            let n = ((hi - lo - 1) >> GRANULE_SHIFT) / LINE_GRANULES as u64 + 1;
+            if n.saturating_mul(core::mem::size_of::<Line>() as u64 + 4) <= self.line_budget.saturating_mul(count as u64) {
+                return Plan::Lines { n: n as usize };
+            }
+        }
         let mut shift = self.min_shift.min(40);
-        let most = (count as u64).saturating_mul(self.buckets_per_block.max(1));
+        let most = ((count as u64).saturating_mul(self.buckets) / self.per_blocks.max(1)).max(1);
         while shift < 40 && (hi - lo) >> shift > most {
             shift += 1;
         }
-        shift
-    }
-
-    /// Buckets of a run over `[lo, hi)` with buckets of `1 << shift`
-    /// bytes: one per bucket the run touches, and one past its end.
-    fn buckets_of(lo: u64, hi: u64, shift: u32) -> usize {
-        (((hi - lo - 1) >> shift) + 2) as usize
+        // One per bucket the run touches, and one past its end.
+        Plan::Buckets { shift, n: (((hi - lo - 1) >> shift) + 2) as usize }
     }
 
     /// The storage a directory of `b` takes.
     pub fn sizes<B: Blocks + ?Sized>(&self, b: &B) -> Sizes {
         let mut s = Sizes::default();
-        self.each_run(b, |first, end, lo, hi| {
+        self.each_run(b, |first, end, lo, hi, tidy| {
+            let plan = self.plan(lo, hi, end - first, tidy);
             s.runs += 1;
-            s.buckets = s.buckets.saturating_add(Self::buckets_of(lo, hi, self.shift_for(lo, hi, end - first)));
+            s.words = s.words.saturating_add(plan.words());
+            if let Plan::Lines { n } = plan {
+                s.lines = s.lines.saturating_add(n);
+            }
         });
         s
     }
 }
 
-/// The directory over one set of blocks, in storage `R` (runs) and `K`
-/// (buckets) the caller owns: `Vec`s, or slices of its own memory.
-pub struct Directory<R, K> {
-    runs: R,
-    nruns: usize,
-    buckets: K,
+/// Where a lookup stands once located ([`Directory::locate`]): the bucket
+/// or line it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Located {
+    /// The bucket's index in the words, or the line's in the lines.
+    slot: usize,
+    /// The run's index, or [`Located::SEARCH`].
+    run: u32,
 }
 
-impl<R: AsRef<[Run]>, K: AsRef<[u32]>> Directory<R, K> {
-    /// Builds the directory of `b` in `runs` and `buckets`, which must hold
-    /// at least [`Shape::sizes`]; `None` when they do not, or when `b` has
-    /// more blocks than a `u32` counts.
-    pub fn build<B: Blocks + ?Sized>(shape: &Shape, b: &B, mut runs: R, mut buckets: K) -> Option<Directory<R, K>>
+impl Located {
+    /// A lookup of a searching directory: every block is searched.
+    const SEARCH: u32 = u32::MAX;
+}
+
+/// The directory over one set of blocks, in storage `R` (runs), `K`
+/// (words) and `L` (lines) the caller owns: `Vec`s, or slices of its own
+/// memory.
+pub struct Directory<R, K, L> {
+    runs: R,
+    nruns: usize,
+    words: K,
+    lines: L,
+    /// The run of the most blocks, looked at first, and its index.
+    hot: Run,
+    hot_at: u32,
+    /// Whether some run is answered by buckets.
+    buckets: bool,
+    /// Each lookup a search of every block.
+    search: bool,
+    /// The first run's start and the last one's end.
+    lo: u64,
+    hi: u64,
+}
+
+/// A run that holds nothing.
+const NO_RUN: Run = Run { lo: 0, hi: 0, first: 0, at: 0, line: Run::BUCKETS, shift: 0 };
+
+impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
+    /// Builds the directory of `b` in `runs`, `words` and `lines`, which
+    /// must hold at least [`Shape::sizes`]; `None` when they do not, or
+    /// when `b` has more blocks than a `u32` counts.
+    pub fn build<B: Blocks + ?Sized>(shape: &Shape, b: &B, mut runs: R, mut words: K, mut lines: L) -> Option<Directory<R, K, L>>
     where
         R: AsMut<[Run]>,
         K: AsMut<[u32]>,
+        L: AsMut<[Line]>,
     {
         if b.len() > u32::MAX as usize {
             return None;
         }
-        let (rs, ks) = (runs.as_mut(), buckets.as_mut());
-        let (mut nruns, mut used, mut fits) = (0usize, 0usize, true);
+        let (rs, ks, ls) = (runs.as_mut(), words.as_mut(), lines.as_mut());
+        let (mut nruns, mut used, mut lines_used, mut fits) = (0usize, 0usize, 0usize, true);
+        let (mut hot, mut hot_at, mut most, mut buckets) = (NO_RUN, 0u32, 0usize, false);
         let mut i = 0usize;
-        shape.each_run(b, |first, end, lo, hi| {
-            let shift = shape.shift_for(lo, hi, end - first);
-            let n = Shape::buckets_of(lo, hi, shift);
-            let (Some(slot), Some(table)) = (rs.get_mut(nruns), used.checked_add(n).and_then(|to| ks.get_mut(used..to))) else {
+        shape.each_run(b, |first, end, lo, hi, tidy| {
+            let plan = shape.plan(lo, hi, end - first, tidy);
+            let Some(table) = used.checked_add(plan.words()).and_then(|to| ks.get_mut(used..to)) else {
                 fits = false;
                 return;
             };
-            *slot = Run { lo, hi, at: used, shift };
-            i = i.max(first);
-            for (k, entry) in table.iter_mut().enumerate() {
-                // The first block starting at or after the bucket's start
-                // (the run's end for the bucket past it).
-                let at = lo.saturating_add((k as u64) << shift);
-                while i < end && b.start(i) < at {
-                    i += 1;
+            let run = match plan {
+                Plan::Buckets { shift, .. } => {
+                    i = i.max(first);
+                    for (k, entry) in table.iter_mut().enumerate() {
+                        // The first block starting at or after the bucket's
+                        // start (the run's end for the bucket past it).
+                        let at = lo.saturating_add((k as u64) << shift);
+                        while i < end && b.start(i) < at {
+                            i += 1;
+                        }
+                        *entry = i as u32;
+                    }
+                    buckets = true;
+                    Run { lo, hi, first, at: used, line: Run::BUCKETS, shift }
                 }
-                *entry = i as u32;
+                Plan::Lines { n } => {
+                    let Some(map) = lines_used.checked_add(n).and_then(|to| ls.get_mut(lines_used..to)) else {
+                        fits = false;
+                        return;
+                    };
+                    map.fill(Line::default());
+                    for k in first..end {
+                        // Tidy: 16-byte aligned, in the run, apart.
+                        let g = ((b.start(k) - lo) >> GRANULE_SHIFT) as usize;
+                        if let Some(l) = map.get_mut(g / LINE_GRANULES) {
+                            l.starts[(g % LINE_GRANULES) / 64] |= 1 << (g % 64);
+                        }
+                        set_full(map, g, g.saturating_add((b.size(k) >> GRANULE_SHIFT) as usize));
+                    }
+                    let mut before = 0u32;
+                    for (rank, l) in table.iter_mut().zip(map.iter()) {
+                        *rank = before;
+                        before += l.starts.iter().map(|w| w.count_ones()).sum::<u32>();
+                    }
+                    let run = Run { lo, hi, first, at: used, line: lines_used, shift: GRANULE_SHIFT };
+                    lines_used += n;
+                    run
+                }
+            };
+            let Some(slot) = rs.get_mut(nruns) else {
+                fits = false;
+                return;
+            };
+            *slot = run;
+            if end - first > most {
+                (hot, hot_at, most) = (run, nruns as u32, end - first);
             }
             nruns += 1;
-            used += n;
+            used += plan.words();
         });
-        fits.then_some(Directory { runs, nruns, buckets })
+        if !fits {
+            return None;
+        }
+        let lo = rs.first().map_or(0, |r| r.lo);
+        let hi = nruns.checked_sub(1).and_then(|k| rs.get(k)).map_or(0, |r| r.hi);
+        Some(Directory { runs, nruns, words, lines, hot, hot_at, buckets, search: false, lo, hi })
     }
 
-    /// A directory of no blocks (finds nothing), in `runs` and `buckets`.
-    pub fn empty(runs: R, buckets: K) -> Directory<R, K> {
-        Directory { runs, nruns: 0, buckets }
+    /// A directory of no blocks (finds nothing), in `runs`, `words` and
+    /// `lines`.
+    pub fn empty(runs: R, words: K, lines: L) -> Directory<R, K, L> {
+        Directory { runs, nruns: 0, words, lines, hot: NO_RUN, hot_at: 0, buckets: false, search: false, lo: 0, hi: 0 }
     }
 
-    fn runs(&self) -> &[Run] {
+    /// A directory without runs: each lookup a binary search of every
+    /// block (for a few lookups, where building would cost more than it
+    /// saves). Its storage is not used.
+    pub fn searching(runs: R, words: K, lines: L) -> Directory<R, K, L> {
+        Directory { search: true, lo: 0, hi: u64::MAX, ..Directory::empty(runs, words, lines) }
+    }
+
+    /// The runs.
+    pub fn runs(&self) -> &[Run] {
         self.runs.as_ref().get(..self.nruns).unwrap_or(&[])
     }
 
-    /// The run holding `v` and the bucket `v` is in (its index in the
-    /// bucket array), when `v` is inside a run.
+    /// The first run's start and the last one's end, outside which no word
+    /// points into a block ((0, 0) when there are none; everything for a
+    /// searching directory).
     #[inline]
-    fn bucket_of(&self, v: u64) -> Option<usize> {
-        let runs = self.runs();
-        let r = runs.get(runs.partition_point(|r| r.lo <= v).checked_sub(1)?)?;
-        if v >= r.hi {
-            return None;
-        }
-        Some(r.at + ((v - r.lo) >> r.shift) as usize)
+    pub fn bounds(&self) -> (u64, u64) {
+        (self.lo, self.hi)
     }
 
-    /// The block `v` points at or into (a block of size 0: at), and the
-    /// offset of `v` in it.
+    /// Whether some run is answered by buckets (lookups then read blocks
+    /// a [`Directory::window`] names).
     #[inline]
-    pub fn find<B: Blocks + ?Sized>(&self, b: &B, v: u64) -> Option<(usize, u64)> {
-        let k = self.bucket_of(v)?;
-        let ks = self.buckets.as_ref();
-        let (from, to) = (*ks.get(k)? as usize, *ks.get(k + 1)? as usize);
+    pub fn has_buckets(&self) -> bool {
+        self.buckets || self.search
+    }
+
+    #[inline(always)]
+    fn run(&self, k: u32) -> Option<&Run> {
+        if k == self.hot_at {
+            return Some(&self.hot);
+        }
+        self.runs().get(k as usize)
+    }
+
+    /// First step of a lookup: the bucket or line a lookup of `v` reads;
+    /// `None` when `v` is outside every run (it points into no block).
+    #[inline(always)]
+    pub fn locate(&self, v: u64) -> Option<Located> {
+        if v < self.lo || v >= self.hi {
+            return None;
+        }
+        if self.search {
+            return Some(Located { slot: 0, run: Located::SEARCH });
+        }
+        let (k, r) = if v >= self.hot.lo && v < self.hot.hi {
+            (self.hot_at as usize, &self.hot)
+        } else {
+            let runs = self.runs();
+            let k = runs.partition_point(|r| r.lo <= v).checked_sub(1)?;
+            let r = runs.get(k)?;
+            if v >= r.hi {
+                return None;
+            }
+            (k, r)
+        };
+        let slot = if r.has_lines() {
+            r.line + ((v - r.lo) >> GRANULE_SHIFT) as usize / LINE_GRANULES
+        } else {
+            r.at + ((v - r.lo) >> r.shift) as usize
+        };
+        Some(Located { slot, run: k as u32 })
+    }
+
+    /// Starts reading what [`Directory::finish`] will read of the
+    /// directory for a lookup located at `l` (its bucket, or its line and
+    /// count). Only a hint.
+    #[inline(always)]
+    pub fn prefetch(&self, l: Located) {
+        let Some(r) = self.run(l.run) else { return };
+        if r.has_lines() {
+            prefetch(self.lines.as_ref().as_ptr().wrapping_add(l.slot));
+            prefetch(self.words.as_ref().as_ptr().wrapping_add(r.at + (l.slot - r.line)));
+        } else {
+            prefetch(self.words.as_ref().as_ptr().wrapping_add(l.slot));
+        }
+    }
+
+    /// The blocks `from..to` that [`Directory::finish`] searches for a
+    /// lookup located at `l` (in a run answered by buckets: the blocks
+    /// starting in its bucket and the one before), to start reading them
+    /// ahead; `None` in a granule map's run (the line names the block).
+    #[inline(always)]
+    pub fn window(&self, l: Located) -> Option<(usize, usize)> {
+        if l.run == Located::SEARCH {
+            return None;
+        }
+        if self.run(l.run)?.has_lines() {
+            return None;
+        }
+        let ks = self.words.as_ref();
+        Some(((*ks.get(l.slot)? as usize).saturating_sub(1), *ks.get(l.slot + 1)? as usize))
+    }
+
+    /// Second step of a lookup of `v` located at `l`: the block `v`
+    /// points at or into (a block of size 0: at), and the offset of `v`
+    /// in it.
+    #[inline(always)]
+    pub fn finish<B: Blocks + ?Sized>(&self, b: &B, v: u64, l: Located) -> Option<(usize, u64)> {
+        if l.run == Located::SEARCH {
+            return holder(b, 0, b.len(), v);
+        }
+        let r = self.run(l.run)?;
+        if r.has_lines() {
+            return self.granule_find(b, r, l.slot, v);
+        }
+        let ks = self.words.as_ref();
+        let (from, to) = (*ks.get(l.slot)? as usize, *ks.get(l.slot + 1)? as usize);
         holder(b, from, to, v)
     }
 
-    /// The first block a lookup of `v` reads (the one before the first
-    /// starting in its bucket), to start reading it ahead; `None` when
-    /// `v` is outside every run.
+    /// The block `v` points at or into (a block of size 0: at), and the
+    /// offset of `v` in it: [`Directory::locate`] then
+    /// [`Directory::finish`].
+    #[inline(always)]
+    pub fn find<B: Blocks + ?Sized>(&self, b: &B, v: u64) -> Option<(usize, u64)> {
+        let l = self.locate(v)?;
+        self.finish(b, v, l)
+    }
+
+    /// The lookup of `v` in the granule map of run `r`, line `li` (see
+    /// [`Line`]): the last block starting at or before `v`'s granule is
+    /// the one whose ordinal the starts before it count; a granule it
+    /// covers whole holds `v`, and its start is the last start bit (found
+    /// nearby, or read from the block for a block of more than a few
+    /// lines); any other granule is checked against the block.
+    #[inline(always)]
+    fn granule_find<B: Blocks + ?Sized>(&self, b: &B, r: &Run, li: usize, v: u64) -> Option<(usize, u64)> {
+        let g = ((v - r.lo) >> GRANULE_SHIFT) as usize;
+        let line = self.lines.as_ref().get(li)?;
+        let rank = *self.words.as_ref().get(r.at + (li - r.line))? as usize;
+        let w = (g % LINE_GRANULES) / 64;
+        let le = u64::MAX >> (63 - g % 64);
+        let mut n = rank;
+        for x in &line.starts[..w] {
+            n += x.count_ones() as usize;
+        }
+        n += (line.starts[w] & le).count_ones() as usize;
+        let ord = r.first + n.checked_sub(1)?;
+        if line.full[w] >> (g % 64) & 1 == 1 {
+            if let Some(sg) = self.last_start(r, li, w, line.starts[w] & le) {
+                return Some((ord, v - (r.lo + ((sg as u64) << GRANULE_SHIFT))));
+            }
+        }
+        if ord >= b.len() {
+            return None;
+        }
+        let off = v.checked_sub(b.start(ord))?;
+        (off < b.size(ord) || off == 0).then_some((ord, off))
+    }
+
+    /// The granule (in its run) of the last block start at or before word
+    /// `w` of line `li` (`bits` being that word's starts at or before the
+    /// granule looked up), searched back over at most four lines (16 KiB).
     #[inline]
-    pub fn first_read(&self, v: u64) -> Option<usize> {
-        let k = self.bucket_of(v)?;
-        Some((*self.buckets.as_ref().get(k)? as usize).saturating_sub(1))
+    fn last_start(&self, r: &Run, li: usize, w: usize, bits: u64) -> Option<usize> {
+        let at = |li: usize, w: usize, bits: u64| (li - r.line) * LINE_GRANULES + w * 64 + 63 - bits.leading_zeros() as usize;
+        if bits != 0 {
+            return Some(at(li, w, bits));
+        }
+        let lines = self.lines.as_ref();
+        let (mut li, mut w) = (li, w);
+        for _ in 0..4 * 4 {
+            if w == 0 {
+                if li == r.line {
+                    return None;
+                }
+                li -= 1;
+                w = 4;
+            }
+            w -= 1;
+            let bits = lines.get(li)?.starts[w];
+            if bits != 0 {
+                return Some(at(li, w, bits));
+            }
+        }
+        None
+    }
+}
+
+/// Sets the full bits of granules `[from, to)` of a run's lines.
+fn set_full(ls: &mut [Line], from: usize, to: usize) {
+    let to = to.min(ls.len() * LINE_GRANULES);
+    let mut g = from;
+    while g < to {
+        let (l, w, b) = (g / LINE_GRANULES, (g % LINE_GRANULES) / 64, g % 64);
+        let n = (64 - b).min(to - g);
+        let bits = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << b };
+        ls[l].full[w] |= bits;
+        g += n;
     }
 }
 
@@ -240,6 +557,20 @@ pub fn holder<B: Blocks + ?Sized>(b: &B, from: usize, to: usize, v: u64) -> Opti
     let start = b.start(i);
     let off = v.checked_sub(start)?;
     (off < b.size(i) || off == 0).then_some((i, off))
+}
+
+/// Starts reading the cache line at `p` into the cache: a hint, which
+/// never faults whatever the address (nothing off x86-64).
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: a prefetch reads nothing the program observes and never
+        // faults, whatever the address.
+        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]
@@ -264,65 +595,202 @@ mod tests {
         }
     }
 
+    type Dir = Directory<Vec<Run>, Vec<u32>, Vec<Line>>;
+
+    /// A search of every block: the last one starting at or before `v`
+    /// (blocks that overlap, which a runtime's index may hold, answer for
+    /// the later one), when `v` is at its start or inside it.
     fn brute(b: &List, v: u64) -> Option<(usize, u64)> {
-        b.0.iter().position(|&(s, n)| v == s || (v > s && v - s < n)).map(|i| (i, v - b.0[i].0))
+        let i = b.0.iter().rposition(|&(s, _)| s <= v)?;
+        let (s, n) = b.0[i];
+        (v == s || v - s < n).then_some((i, v - s))
     }
 
-    const SHAPES: [Shape; 3] = [
-        Shape { gap: 16 << 20, min_shift: 4, buckets_per_block: 1 },
-        Shape { gap: 1 << 20, min_shift: 9, buckets_per_block: 4 },
-        Shape { gap: 64, min_shift: 0, buckets_per_block: 1 },
+    fn build(shape: &Shape, b: &List) -> Dir {
+        let s = shape.sizes(b);
+        Directory::build(shape, b, vec![Run::default(); s.runs], vec![0u32; s.words], vec![Line::default(); s.lines]).unwrap()
+    }
+
+    /// The shapes the callers use (the runtime's, attach's, the analysis
+    /// load's), and two that stress the corners: tiny buckets and runs, a
+    /// granule map for any tidy run.
+    const SHAPES: [Shape; 5] = [
+        Shape { gap: 16 << 20, min_shift: 4, buckets: 1, per_blocks: 4, line_budget: 16 },
+        Shape { gap: 16 << 20, min_shift: 4, buckets: 1, per_blocks: 1, line_budget: 0 },
+        Shape { gap: 1 << 20, min_shift: 9, buckets: 4, per_blocks: 1, line_budget: 0 },
+        Shape { gap: 64, min_shift: 0, buckets: 1, per_blocks: 1, line_budget: 0 },
+        Shape { gap: 1 << 20, min_shift: 4, buckets: 1, per_blocks: 8, line_budget: u64::MAX },
     ];
 
-    /// Sorted blocks that do not overlap: (gap before, size) pairs laid out
-    /// from `base`, gaps now and then large enough to start runs.
-    fn layout() -> impl Strategy<Value = List> {
-        (0u64..1 << 47, proptest::collection::vec((0u64..4096, 0u64..2048, 0u8..40), 0..400)).prop_map(|(base, parts)| {
-            let mut at = base;
-            let mut v = Vec::new();
-            for (gap, size, far) in parts {
-                at = at.saturating_add(gap + if far == 0 { 1 << 24 } else { 0 });
-                if at.saturating_add(size) >= u64::MAX - 1 {
-                    break;
-                }
-                v.push((at, size));
-                at += size.max(1);
+    /// Every way to ask: one step, two steps (the window holding the
+    /// answer), and a searching directory, against a search of every block.
+    fn check(shape: &Shape, d: &Dir, b: &List, v: u64) -> Result<(), TestCaseError> {
+        let want = brute(b, v);
+        prop_assert_eq!(d.find(b, v), want, "{:?} {:#x}", shape, v);
+        let l = d.locate(v);
+        prop_assert_eq!(l.and_then(|l| d.finish(b, v, l)), want, "two steps: {:?} {:#x}", shape, v);
+        if let (Some(l), Some((i, _))) = (l, want) {
+            d.prefetch(l);
+            if let Some((from, to)) = d.window(l) {
+                prop_assert!(from <= i && i < to.max(from + 1), "window {}..{} holds {}", from, to, i);
             }
-            List(v)
-        })
+        }
+        if want.is_some() {
+            prop_assert!(l.is_some(), "found, so located");
+            let (lo, hi) = d.bounds();
+            prop_assert!(lo <= v && v < hi);
+        }
+        let s = Dir::searching(Vec::new(), Vec::new(), Vec::new());
+        prop_assert_eq!(s.find(b, v), want, "searching {:#x}", v);
+        Ok(())
+    }
+
+    /// The probes: each block's start, middle, end, last byte, the byte
+    /// before it, and anywhere around.
+    fn probes(b: &List, extra: &[u64]) -> Vec<u64> {
+        let mut vs: Vec<u64> = b.0.iter().flat_map(|&(a, n)| [a, a + n / 2, a + n, (a + n).saturating_sub(1), a.wrapping_sub(1)]).collect();
+        vs.extend(extra.iter().copied());
+        if let (Some(f), Some(l)) = (b.0.first(), b.0.last()) {
+            vs.extend(extra.iter().map(|p| f.0.wrapping_add(p % (l.0 - f.0 + 4096))));
+        }
+        vs
+    }
+
+    /// Sorted blocks that do not overlap: (gap before, size) pairs laid out
+    /// from `base` (aligned to `align`), gaps now and then large enough to
+    /// start runs.
+    fn layout() -> impl Strategy<Value = List> {
+        (0u64..1 << 47, proptest::collection::vec((0u64..4096, 0u64..2048, 0u8..40), 0..400), prop_oneof![Just(1u64), Just(8), Just(16)])
+            .prop_map(|(base, parts, align)| {
+                let mut at = base.next_multiple_of(align);
+                let mut v = Vec::new();
+                for (gap, size, far) in parts {
+                    at = at.saturating_add(gap + if far == 0 { 1 << 24 } else { 0 }).next_multiple_of(align);
+                    if at.saturating_add(size) >= u64::MAX - 64 {
+                        break;
+                    }
+                    v.push((at, size));
+                    at += size.max(1);
+                }
+                List(v)
+            })
+    }
+
+    /// A dense heap's blocks: mostly small, 16-byte aligned (or 8 when
+    /// `align` says so), packed or a granule apart, some of size 0, some
+    /// large, clusters far apart; and now and then two that overlap (a
+    /// runtime's index may hold them: no granule map then).
+    fn dense() -> impl Strategy<Value = List> {
+        (
+            0u64..1 << 40,
+            proptest::collection::vec((0u8..10, 0u64..2000, 0u8..200), 1..1000),
+            prop_oneof![Just(8u64), Just(16)],
+            any::<bool>(),
+        )
+            .prop_map(|(base, parts, align, overlap)| {
+                let mut at = (0x5555_0000_0000 + base).next_multiple_of(16);
+                let mut v: Vec<(u64, u64)> = Vec::new();
+                for (kind, x, far) in parts {
+                    let size = match kind {
+                        0 => 0,
+                        1 => 16 * (1 + if x > 1900 { 8 * x } else { x % 32 }),
+                        2 if overlap && x < 20 => {
+                            if let Some(&(s, n)) = v.last().filter(|b| b.1 >= 32) {
+                                v.push((s + n / 2, 16));
+                            }
+                            continue;
+                        }
+                        2..=4 => 16 + x % 64,
+                        _ => 8 * (1 + x % 8),
+                    };
+                    v.push((at, size));
+                    at += size.max(1).next_multiple_of(align) + if x % 2 == 0 { 16 } else { 0 };
+                    if far == 0 {
+                        at += 1 << (24 + x % 16);
+                    }
+                }
+                v.sort();
+                List(v)
+            })
     }
 
     proptest! {
         /// Every shape answers as a search of every block, at each block's
         /// start, inside, at its end, before it and anywhere around.
         #[test]
-        fn the_directory_answers_as_a_search_of_every_block(b in layout(), probes in proptest::collection::vec(any::<u64>(), 0..64)) {
+        fn the_directory_answers_as_a_search_of_every_block(b in layout(), extra in proptest::collection::vec(any::<u64>(), 0..64)) {
             for shape in &SHAPES {
-                let s = shape.sizes(&b);
-                let d = Directory::build(shape, &b, vec![Run::default(); s.runs], vec![0u32; s.buckets]).unwrap();
-                let mut vs: Vec<u64> = b.0.iter().flat_map(|&(a, n)| [a, a + n / 2, a + n, (a + n).saturating_sub(1), a.wrapping_sub(1)]).collect();
-                vs.extend(probes.iter().copied());
-                if let (Some(f), Some(l)) = (b.0.first(), b.0.last()) {
-                    vs.extend(probes.iter().map(|p| f.0.wrapping_add(p % (l.0 - f.0 + 4096))));
-                }
-                for v in vs {
-                    prop_assert_eq!(d.find(&b, v), brute(&b, v), "{:?} {:#x}", shape, v);
-                    if let Some((i, _)) = d.find(&b, v) {
-                        prop_assert!(d.first_read(v).is_some_and(|r| r <= i));
-                    }
+                let d = build(shape, &b);
+                for v in probes(&b, &extra) {
+                    check(shape, &d, &b, v)?;
                 }
             }
         }
 
+
         /// Storage smaller than the sizes asked for is refused, not overrun.
         #[test]
-        fn too_little_storage_is_refused(b in layout()) {
-            let shape = &SHAPES[0];
-            let s = shape.sizes(&b);
-            if s.buckets > 0 {
-                prop_assert!(Directory::build(shape, &b, vec![Run::default(); s.runs], vec![0u32; s.buckets - 1]).is_none());
-                prop_assert!(Directory::build(shape, &b, vec![Run::default(); s.runs - 1], vec![0u32; s.buckets]).is_none());
+        fn too_little_storage_is_refused(b in prop_oneof![layout(), dense()]) {
+            for shape in &SHAPES {
+                let s = shape.sizes(&b);
+                let r = || vec![Run::default(); s.runs];
+                let (k, l) = (|| vec![0u32; s.words], || vec![Line::default(); s.lines]);
+                if s.runs > 0 {
+                    prop_assert!(Dir::build(shape, &b, vec![Run::default(); s.runs - 1], k(), l()).is_none());
+                    prop_assert!(Dir::build(shape, &b, r(), vec![0u32; s.words - 1], l()).is_none());
+                }
+                if s.lines > 0 {
+                    prop_assert!(Dir::build(shape, &b, r(), k(), vec![Line::default(); s.lines - 1]).is_none());
+                }
+                prop_assert!(Dir::build(shape, &b, r(), k(), l()).is_some());
             }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// So do dense heaps, whose runs get granule maps (and those with
+        /// blocks 8-byte aligned or overlapping, which do not).
+        #[test]
+        fn granule_maps_answer_as_a_search_of_every_block(b in dense(), extra in proptest::collection::vec(any::<u64>(), 0..256)) {
+            for shape in &SHAPES {
+                let d = build(shape, &b);
+                for v in probes(&b, &extra) {
+                    check(shape, &d, &b, v)?;
+                }
+            }
+        }
+    }
+
+    /// The runtime's shape gives a dense heap's run a granule map, a
+    /// sparse one buckets; both answer.
+    #[test]
+    fn both_kinds_of_run() {
+        let mut v: Vec<(u64, u64)> = (0..5000u64).map(|i| (0x5555_0000_0000 + 64 * i, 48)).collect();
+        v.extend((0..50u64).map(|i| (0x7f00_0000_0000 + (1 << 16) * i, 1 << 15)));
+        let b = List(v);
+        let d = build(&SHAPES[0], &b);
+        assert_eq!(d.runs().iter().map(Run::has_lines).collect::<Vec<_>>(), [true, false]);
+        assert!(d.has_buckets());
+        for v in probes(&b, &[]) {
+            assert_eq!(d.find(&b, v), brute(&b, v), "{v:#x}");
+        }
+        // Blocks 8 bytes apart share granules: buckets.
+        let b8 = List((0..5000u64).map(|i| (0x5555_0000_0000 + 8 * i, 8)).collect());
+        assert!(!build(&SHAPES[0], &b8).runs()[0].has_lines());
+    }
+
+    /// A block larger than the four lines a full granule's start is
+    /// searched back over: found from the block itself.
+    #[test]
+    fn a_block_of_many_lines() {
+        let b = List(vec![(0x1000, 16), (0x1010, 64 << 10), (0x1_1010, 0), (0x1_1020, 32)]);
+        let shape = Shape { line_budget: u64::MAX, ..SHAPES[0] };
+        let d = build(&shape, &b);
+        assert!(d.runs()[0].has_lines());
+        for v in (0xff0..0x1_1100).step_by(8) {
+            assert_eq!(d.find(&b, v), brute(&b, v), "{v:#x}");
         }
     }
 
@@ -332,8 +800,12 @@ mod tests {
         let b = List(Vec::new());
         let s = SHAPES[0].sizes(&b);
         assert_eq!(s, Sizes::default());
-        let d = Directory::build(&SHAPES[0], &b, Vec::<Run>::new(), Vec::<u32>::new()).unwrap();
+        let d = Dir::build(&SHAPES[0], &b, Vec::new(), Vec::new(), Vec::new()).unwrap();
         assert_eq!(d.find(&b, 0), None);
         assert_eq!(d.find(&b, u64::MAX), None);
+        assert_eq!(d.bounds(), (0, 0));
+        let e = Dir::empty(Vec::new(), Vec::new(), Vec::new());
+        assert_eq!(e.find(&b, 0), None);
+        assert_eq!(Dir::searching(Vec::new(), Vec::new(), Vec::new()).find(&b, 0), None);
     }
 }
