@@ -47,6 +47,12 @@ pub enum AnalyzeError {
         /// The allocation's leak class.
         class: &'static str,
     },
+    /// Dumps that are not a series of one process, oldest first.
+    #[error("{what}")]
+    Series {
+        /// What is wrong with them.
+        what: String,
+    },
 }
 
 /// Result of the analysis.

@@ -35,6 +35,7 @@ pub mod explore;
 mod file;
 mod graph_cache;
 pub mod group;
+mod growth;
 mod heap;
 pub mod input;
 pub mod leaks;
@@ -60,5 +61,6 @@ pub use file::DumpFile;
 pub use heap::{
     round_keeping_sum, Block, BlockId, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, SiteId, ThreadInfo, MAX_BLOCKS,
 };
+pub use growth::{growth, Growth, GrowthRow, GrowthSite};
 pub use open::{open, open_with_progress, summary, Dump, Options};
 pub use summary::{LimitSummary, SignalSummary, Summary};

@@ -83,6 +83,11 @@ enum Command {
         /// Dump when live bytes first cross this (100M), then each further step.
         #[arg(long)]
         threshold: Option<String>,
+        /// A dump every DURATION (30s, 500ms, 5m, 1h), taken beside the
+        /// other triggers, named <stem>.<pid>.<n> in order: the series
+        /// `heapdump growth` reads.
+        #[arg(long, value_name = "DURATION")]
+        every: Option<String>,
         /// Write dumps from a forked child, keeping the pause short.
         #[arg(long)]
         fork: bool,
@@ -236,6 +241,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The structures that grow across dumps of one process (a cache, a
+    /// queue, a map that only grows while everything stays reachable).
+    Growth {
+        /// Two or more dumps of one process, oldest first.
+        #[arg(num_args = 2.., required = true)]
+        dumps: Vec<PathBuf>,
+        /// Structures to show.
+        #[arg(short = 'n', default_value_t = 10)]
+        n: usize,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
     /// Writes the dump in another tool's format.
     Export {
         /// The dump file.
@@ -293,7 +311,7 @@ enum Command {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     views::set_no_cache(cli.no_cache);
     match cli.command {
-        Command::Run { mode, output, signal, threshold, fork, collapse, backtrace, no_at_exit, near_limit, no_on_fatal, program } => {
+        Command::Run { mode, output, signal, threshold, every, fork, collapse, backtrace, no_at_exit, near_limit, no_on_fatal, program } => {
             crate::run::run(crate::run::RunOptions {
                 mode: match mode {
                     DumpMode::Full => "full".into(),
@@ -302,6 +320,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 output,
                 signal: Some(signal),
                 threshold,
+                every,
                 fork,
                 collapse,
                 backtrace,
@@ -358,6 +377,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Path { dump, address, all: false, json, .. } => views::path(&dump, &address, json).map(|_| ExitCode::SUCCESS),
         Command::Path { dump, address, all: true, n, json } => views::path_all(&dump, &address, n, json).map(|_| ExitCode::SUCCESS),
         Command::Diff { old, new, json } => views::diff(&old, &new, json).map(|_| ExitCode::SUCCESS),
+        Command::Growth { dumps, n, json } => views::growth(&dumps, n, json).map(|_| ExitCode::SUCCESS),
         Command::Export { dump, format, output, address, depth, max_nodes } => {
             export(&dump, format, &output, address.as_deref(), depth, max_nodes)
         }

@@ -422,6 +422,77 @@ pub fn parse_address(s: &str) -> Result<u64> {
 
 // --- diff ------------------------------------------------------------------------
 
+/// `growth`: the structures that grow across dumps of one process.
+pub fn growth(paths: &[std::path::PathBuf], n: usize, json: bool) -> Result<()> {
+    let loaded = paths.iter().map(|p| load(p)).collect::<Result<Vec<_>>>()?;
+    let dumps: Vec<&Dump> = loaded.iter().map(|l| &**l).collect();
+    let g = heapdump_analyze::growth(&dumps, n)?;
+    if json {
+        return output::json(&g.rows);
+    }
+    let mut out = std::io::stdout().lock();
+    let live: Vec<String> = g.live.iter().map(|&b| output::bytes(b)).collect();
+    writeln!(
+        out,
+        "{} dumps of process {} ({}) over {}; live bytes {}",
+        paths.len(),
+        g.pid,
+        g.exe,
+        duration(g.span_ns),
+        live.join(" -> ")
+    )?;
+    if g.rows.is_empty() {
+        writeln!(out, "nothing grows: no structure held more at half the steps or more and kept what it gained")?;
+        return Ok(());
+    }
+    let shown = if g.growing > g.rows.len() { format!(" ({} shown)", g.rows.len()) } else { String::new() };
+    writeln!(out, "{} structure{} grow{}{shown}:\n", g.growing, if g.growing == 1 { "" } else { "s" }, if g.growing == 1 { "s" } else { "" })?;
+    for (i, r) in g.rows.iter().enumerate() {
+        let (first, last) = (r.bytes[0], r.bytes[r.bytes.len() - 1]);
+        let per_hour = if g.span_ns > 0 { format!(", {} per hour", signed_bytes(r.per_hour)) } else { String::new() };
+        writeln!(
+            out,
+            "{:>2}. {}: {} -> {} ({} per step{per_hour}), grew at {} of {} steps",
+            i + 1,
+            r.key,
+            output::bytes(first),
+            output::bytes(last),
+            signed_bytes(r.per_step),
+            r.steps_grown,
+            r.steps
+        )?;
+        let bytes: Vec<String> = r.bytes.iter().map(|&b| output::bytes(b)).collect();
+        let blocks: Vec<String> = r.blocks.iter().map(u64::to_string).collect();
+        writeln!(out, "    bytes: {}; blocks: {}", bytes.join(", "), blocks.join(", "))?;
+        if !r.root.is_empty() && r.root != r.key {
+            writeln!(out, "    held by {}", r.root)?;
+        }
+        if r.path.len() > 1 {
+            writeln!(out, "    path: {} steps from the root", r.path.len())?;
+        }
+        for (j, s) in r.sites.iter().enumerate() {
+            writeln!(out, "    {} {:>10}  {}", if j == 0 { "added by" } else { "        " }, signed_bytes(s.bytes), s.site)?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// `+1.5 MiB`, `-12 B`.
+fn signed_bytes(n: i64) -> String {
+    format!("{}{}", if n < 0 { "-" } else { "+" }, output::bytes(n.unsigned_abs()))
+}
+
+/// A span of nanoseconds, as a person says it.
+fn duration(ns: u64) -> String {
+    let s = ns as f64 / 1e9;
+    match s {
+        s if s < 120.0 => format!("{s:.1} s"),
+        s if s < 7200.0 => format!("{:.1} min", s / 60.0),
+        s => format!("{:.1} h", s / 3600.0),
+    }
+}
+
 pub fn diff(old: &Path, new: &Path, json: bool) -> Result<()> {
     let (o, n) = (load(old)?, load(new)?);
     let d = n.diff(&o);

@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"HDUMP\0\r\n";
 /// Major version: bumped on any change that an older reader would misread.
 pub const MAJOR: u16 = 1;
 /// Minor version: bumped when a record type is added (old readers skip it).
-pub const MINOR: u16 = 3;
+pub const MINOR: u16 = 4;
 /// PROCESS flags (byte 1, since 1.3): captured from outside the process
 /// (`heapdump attach`, `heapdump core`): no sites, and each allocation's
 /// size is the allocator's usable size, not the size asked for.

@@ -34,6 +34,22 @@ pub fn parse_bytes(v: &[u8]) -> Option<u64> {
     parse_u64(num)?.checked_mul(mul)
 }
 
+/// Parses a duration: a decimal number with a unit, `ms`, `s`, `m` or
+/// `h` (`30s`, `500ms`, `5m`); a bare number is seconds. Milliseconds.
+pub fn parse_duration_ms(v: &[u8]) -> Option<u64> {
+    let (num, mul) = if let Some(n) = v.strip_suffix(b"ms") {
+        (n, 1)
+    } else {
+        match v.last()? {
+            b's' => (&v[..v.len() - 1], 1000),
+            b'm' => (&v[..v.len() - 1], 60_000),
+            b'h' => (&v[..v.len() - 1], 3_600_000u64),
+            _ => (v, 1000),
+        }
+    };
+    parse_u64(num)?.checked_mul(mul)
+}
+
 /// Parses `all`, `off`, `sampled`, `sampled=BYTES`: how sites are
 /// captured and the mean sampling interval in bytes (never 0 when
 /// sampled, else 0), the pair the PROCESS record stores.

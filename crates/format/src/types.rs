@@ -60,6 +60,8 @@ pub enum Reason {
     Attach,
     /// Captured from a core file (`heapdump core`); since 1.3.
     Core,
+    /// Taken on the schedule `heapdump run --every` set; since 1.4.
+    Every,
 }
 
 impl Reason {
@@ -75,6 +77,7 @@ impl Reason {
             Reason::Crash => 7,
             Reason::Attach => 8,
             Reason::Core => 9,
+            Reason::Every => 10,
         }
     }
     /// Decodes the header byte.
@@ -89,6 +92,7 @@ impl Reason {
             7 => Some(Reason::Crash),
             8 => Some(Reason::Attach),
             9 => Some(Reason::Core),
+            10 => Some(Reason::Every),
             _ => None,
         }
     }
@@ -104,6 +108,7 @@ impl Reason {
             Reason::Threshold => "threshold",
             Reason::Attach => "attach",
             Reason::Core => "core",
+            Reason::Every => "every",
         }
     }
 }

@@ -37,6 +37,9 @@ pub struct Config {
     pub signal: i32,
     /// Live-heap threshold in bytes, 0 for none.
     pub threshold: u64,
+    /// A dump every this many milliseconds (`HEAPDUMP_EVERY`, a duration
+    /// such as `30s`), taken by the helper thread; 0 for none.
+    pub every_ms: u64,
     /// Write dumps from a forked child.
     pub fork: bool,
     /// Before forking, collapse the heap into transparent huge pages
@@ -80,6 +83,7 @@ impl Config {
             near_limit: 0,
             signal: libc::SIGUSR2,
             threshold: 0,
+            every_ms: 0,
             fork: false,
             collapse: false,
             backtrace: Backtrace::All,
@@ -149,6 +153,12 @@ impl Config {
             match parse_bytes(v) {
                 Some(n) => c.threshold = n,
                 None => warn(b"HEAPDUMP_THRESHOLD", v, b"expected a byte count such as 104857600 or 100M"),
+            }
+        }
+        if let Some(v) = var(c"HEAPDUMP_EVERY") {
+            match heapdump_format::settings::parse_duration_ms(v) {
+                Some(n) => c.every_ms = n,
+                None => warn(b"HEAPDUMP_EVERY", v, b"expected a duration such as 30s, 500ms, 5m or 1h"),
             }
         }
         if let Some(v) = var(c"HEAPDUMP_FORK") {

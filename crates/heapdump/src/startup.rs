@@ -58,7 +58,7 @@ extern "C" fn start() {
         unsafe { __cxa_atexit(heapdump_rt_at_exit, core::ptr::null_mut(), core::ptr::null_mut()) };
     }
     limit::init(c.near_limit);
-    if (c.signal != 0 || c.on_fatal || limit::armed()) && start_helper() {
+    if (c.signal != 0 || c.on_fatal || limit::armed() || c.every_ms != 0) && start_helper() {
         if c.signal != 0 {
             let mut sa = sys::empty_sigaction();
             sa.sa_sigaction = on_dump_signal as *const () as usize;

@@ -12,6 +12,7 @@ mod exports;
 mod fatal_signal_dumps;
 mod figures_in_views;
 mod glibc_heap_walk;
+mod growth_across_dumps;
 mod install;
 mod near_limit_dumps;
 mod preload_tracing;

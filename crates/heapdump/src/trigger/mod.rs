@@ -214,11 +214,31 @@ pub(crate) extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc:
         if near {
             near_limit_check(true);
         }
+        // The schedule of `--every`: the next dump's time, on the
+        // monotonic clock (a dump that took longer than the period is
+        // followed by the next one at once, not by a burst).
+        let every_ns = STATE.config().every_ms.saturating_mul(1_000_000);
+        let mut next = sys::monotonic_ns().saturating_add(every_ns);
         loop {
+            if every_ns > 0 && sys::monotonic_ns() >= next {
+                let regs = stw::current_regs();
+                auto_dump(&STATE, &Why::plain(Reason::Every), &regs, true);
+                next = next.saturating_add(every_ns).max(sys::monotonic_ns());
+                continue;
+            }
             // Near-limit dumps: the limits are looked at every 100 ms too
             // (memory the heap does not count grows as well).
-            if near && sys::poll_in(rfd, 100) == Ok(false) {
-                near_limit_check(true);
+            let until_next = if every_ns > 0 { next.saturating_sub(sys::monotonic_ns()).div_ceil(1_000_000).min(i32::MAX as u64) as i32 } else { -1 };
+            let wait = match (near, every_ns > 0) {
+                (true, true) => until_next.min(100),
+                (true, false) => 100,
+                (false, true) => until_next,
+                (false, false) => -1,
+            };
+            if wait >= 0 && sys::poll_in(rfd, wait) == Ok(false) {
+                if near {
+                    near_limit_check(true);
+                }
                 continue;
             }
             match sys::read(rfd, &mut b) {

@@ -1,0 +1,69 @@
+/* A service in four phases, dumping itself (SIGUSR2, as a user would send
+   it) at the end of each: a cache (a list prepended at cache_head, each
+   entry owning a string) grows by 3000 entries a phase; a larger table
+   of 20000 records is built once and stays put; churn replaces a ring of
+   buffers whose total goes 200, 400, 100, 300 KiB; a 48 MiB buffer lives
+   only in phase 2. growth must name the cache, never the table, the
+   churn or the spike. argv[1]: the -o path (later dumps get .<pid>.<n>). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct cached_response { struct cached_response *next; char *body; int id; };
+struct record { long key; long value[6]; };
+
+/* Not static: the compiler must keep every allocation. */
+struct cached_response *cache_head;
+struct record **table;
+void *churn[1000];
+char *big;
+
+__attribute__((noinline)) static void cache_put(int id) {
+    struct cached_response *e = malloc(sizeof *e);
+    e->body = malloc(48);
+    snprintf(e->body, 48, "response %d", id);
+    e->id = id;
+    e->next = cache_head;
+    cache_head = e;
+}
+
+__attribute__((noinline)) static void build_table(void) {
+    table = calloc(20000, sizeof *table);
+    for (int i = 0; i < 20000; i++) { table[i] = malloc(sizeof(struct record)); table[i]->key = i; }
+}
+
+__attribute__((noinline)) static void churn_to(size_t each) {
+    for (int i = 0; i < 1000; i++) { free(churn[i]); churn[i] = malloc(each); memset(churn[i], 1, each); }
+}
+
+static void dump_and_wait(const char *out, int k) {
+    char name[4096];
+    const char *dot = strrchr(out, '.');
+    if (k == 0 || !dot) snprintf(name, sizeof name, "%s", out);
+    else snprintf(name, sizeof name, "%.*s.%d.%d%s", (int)(dot - out), out, (int)getpid(), k, dot);
+    raise(SIGUSR2);
+    struct stat st;
+    for (int i = 0; i < 4000 && (stat(name, &st) != 0 || st.st_size == 0); i++) usleep(5000);
+    usleep(20000);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    static const size_t churn_kib[4] = {200, 400, 100, 300};
+    build_table();
+    int id = 0;
+    for (int phase = 0; phase < 4; phase++) {
+        for (int i = 0; i < 3000; i++) cache_put(id++);
+        churn_to(churn_kib[phase] * 1024 / 1000);
+        if (phase == 1) { big = malloc(48 << 20); memset(big, 2, 48 << 20); }
+        if (phase == 2) { free(big); big = NULL; }
+        dump_and_wait(argv[1], phase);
+    }
+    long sum = 0;
+    for (int i = 0; i < 20000; i++) sum += table[i]->key;
+    for (struct cached_response *e = cache_head; e; e = e->next) sum += e->id;
+    return sum == 0;
+}

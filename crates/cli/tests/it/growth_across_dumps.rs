@@ -1,0 +1,158 @@
+//! `growth`: the structures that grow across dumps of one process, while
+//! everything stays reachable (what no leak check sees), and not the large
+//! stable ones, churn or a spike.
+
+use crate::common::*;
+use std::path::PathBuf;
+
+/// The service's four dumps, oldest first (run prints them in order).
+fn service_dumps(d: &Scratch) -> Vec<PathBuf> {
+    let prog = compile(d, "growing_service.c", &["-O1", "-g"]);
+    let out = d.path("svc.hdump");
+    let (o, dumps) = run_traced(&out, &prog, &[out.to_str().unwrap()], &["--no-at-exit"]);
+    ok(&o);
+    assert_eq!(dumps.len(), 4, "one dump per phase: {dumps:?}");
+    dumps
+}
+
+fn growth_json(dumps: &[PathBuf]) -> serde_json::Value {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["growth".as_ref(), "--json".as_ref()];
+    args.extend(dumps.iter().map(|p| p.as_os_str()));
+    json(&args)
+}
+
+#[test]
+fn the_growing_cache_ranks_first_and_the_stable_table_churn_and_spike_never_appear() {
+    let d = Scratch::new("growth-service");
+    let dumps = service_dumps(&d);
+    let v = growth_json(&dumps);
+    let rows = v.as_array().unwrap();
+    assert!(!rows.is_empty(), "the cache grows");
+    let cache = &rows[0];
+    assert_eq!(cache["key"], "static cache_head", "{cache}");
+    assert_eq!(cache["steps_grown"], 3);
+    let bytes: Vec<u64> = cache["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+    let blocks: Vec<u64> = cache["blocks"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+    assert_eq!(bytes.len(), 4);
+    // 3000 entries of 24 bytes and their 48-byte strings a phase; a stale
+    // pointer on a stack may hold one block apart (a root of its own).
+    for (k, (&b, &n)) in bytes.iter().zip(&blocks).enumerate() {
+        let want = 6000 * (k as u64 + 1);
+        assert!(n <= want && n + 2 >= want, "dump {k}: {n} blocks, want {want}");
+        assert!(b <= want / 2 * 72 && b + 2 * 48 >= want / 2 * 72, "dump {k}: {b} bytes");
+    }
+    let sites: Vec<&str> = cache["sites"].as_array().unwrap().iter().map(|s| s["site"].as_str().unwrap()).collect();
+    assert!(sites.iter().all(|s| s.starts_with("cache_put")), "the sites adding to it: {sites:?}");
+    assert!(cache["path"][0]["from"].as_str().unwrap().starts_with("static cache_head"), "{}", cache["path"]);
+    for r in rows {
+        let key = r["key"].as_str().unwrap();
+        let sites = r["sites"].to_string();
+        assert!(
+            !key.contains("table")
+                && !key.contains("churn")
+                && !key.contains("big")
+                && !sites.contains("build_table")
+                && !sites.contains("churn_to"),
+            "only the cache grows, not {key} ({sites})"
+        );
+    }
+    // The text says the same, in bytes a person reads.
+    let o = heapdump().arg("growth").args(&dumps).output().unwrap();
+    let text = ok(&o);
+    assert!(text.contains("1. static cache_head: ") && text.contains("grew at 3 of 3 steps"), "{text}");
+    assert!(text.contains("KiB"), "{text}");
+}
+
+#[test]
+fn dumps_out_of_order_of_other_processes_or_too_few_are_refused() {
+    let d = Scratch::new("growth-refused");
+    let dumps = service_dumps(&d);
+    let o = heapdump().arg("growth").arg(&dumps[2]).arg(&dumps[1]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("oldest first") && err.lines().count() == 1, "{err}");
+    // Another process: the demo's dump.
+    let other = demo_dump(&d);
+    let o = heapdump().arg("growth").arg(&dumps[0]).arg(&other).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("one process") && err.lines().count() == 1, "{err}");
+    // One dump is bad usage.
+    let o = heapdump().arg("growth").arg(&dumps[0]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    // A dump that is not one.
+    let junk = d.path("junk.hdump");
+    std::fs::write(&junk, b"not a dump").unwrap();
+    let o = heapdump().arg("growth").arg(&dumps[0]).arg(&junk).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
+}
+
+/// A real program: CPython appending to a dict in a loop (through malloc,
+/// `PYTHONMALLOC=malloc`, so that every object is a block). The dict
+/// object stays at its address while its keys table moves and grows: the
+/// structure is the dict, held at the same address in every dump.
+#[test]
+fn a_python_dict_that_grows_is_named_by_the_block_that_holds_it() {
+    let d = Scratch::new("growth-python");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/grows_dict.py");
+    let out = d.path("py.hdump");
+    ensure_preload();
+    let o = heapdump()
+        .env("PYTHONMALLOC", "malloc")
+        .args(["run", "--no-at-exit", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg("/usr/bin/python3")
+        .arg(&script)
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let dumps: Vec<PathBuf> =
+        err.lines().filter_map(|l| l.strip_prefix("heapdump: wrote ")).map(|l| PathBuf::from(l.split(" (").next().unwrap())).collect();
+    assert_eq!(dumps.len(), 4, "{err}");
+    let v = growth_json(&dumps);
+    let top = &v[0];
+    assert_eq!(top["steps_grown"], 3, "{top}");
+    let blocks: Vec<u64> = top["blocks"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+    // 20000 keys and 20000 values a phase, two blocks each.
+    for w in blocks.windows(2) {
+        assert!(w[1] >= w[0] + 39_000 && w[1] <= w[0] + 41_000, "blocks per dump: {blocks:?}");
+    }
+    assert!(top["key"].as_str().unwrap().contains("block at 0x"), "{top}");
+}
+
+#[test]
+fn run_every_takes_a_series_in_order_that_growth_reads() {
+    let d = Scratch::new("growth-every");
+    let prog = compile(&d, "grows_slowly.c", &["-O1", "-g"]);
+    let out = d.path("q.hdump");
+    let (o, dumps) = run_traced(&out, &prog, &[], &["--every", "300ms", "--no-at-exit"]);
+    ok(&o);
+    // About five in 1.5 s; a loaded machine may take fewer.
+    assert!(dumps.len() >= 3, "dumps on the schedule: {dumps:?}");
+    let mut last = 0;
+    for (k, p) in dumps.iter().enumerate() {
+        let s = json(&["summary".as_ref(), "--json".as_ref(), p.as_os_str()]);
+        assert_eq!(s["reason"], "every", "{p:?}");
+        assert_eq!(s["mode"], "compact");
+        let allocations = s["allocations"].as_u64().unwrap();
+        assert!(allocations >= last, "dump {k} of the series holds less than the one before");
+        last = allocations;
+        if k > 0 {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(name.ends_with(&format!(".{k}.hdump")), "named in order: {name}");
+        }
+    }
+    let v = growth_json(&dumps);
+    assert_eq!(v[0]["key"], "static queue", "{v}");
+    assert_eq!(v[0]["steps_grown"].as_u64(), Some(dumps.len() as u64 - 1));
+    // A schedule that is not one is bad usage.
+    for bad in ["0", "soon", "5x"] {
+        let o = heapdump().args(["run", "--every", bad, "--", "true"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "--every {bad}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--every"), "--every {bad}");
+    }
+}
