@@ -17,6 +17,8 @@ pub struct RunOptions {
     pub output: Option<PathBuf>,
     pub signal: Option<String>,
     pub threshold: Option<String>,
+    /// `--every`: a dump on this schedule (a duration such as `30s`).
+    pub every: Option<String>,
     pub fork: bool,
     /// With `fork`: collapse the heap into huge pages before forking.
     pub collapse: bool,
@@ -75,6 +77,11 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     if let Some(t) = &o.threshold {
         if heapdump_format::settings::parse_bytes(t.as_bytes()).is_none_or(|n| n == 0) {
             return Err(Usage(format!("invalid --threshold {t:?}: expected a byte count such as 104857600 or 100M")).into());
+        }
+    }
+    if let Some(e) = &o.every {
+        if heapdump_format::settings::parse_duration_ms(e.as_bytes()).is_none_or(|n| n == 0) {
+            return Err(Usage(format!("invalid --every {e:?}: expected a duration such as 30s, 500ms, 5m or 1h")).into());
         }
     }
     if let Some(b) = &o.backtrace {
@@ -141,6 +148,10 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     match &o.threshold {
         Some(t) => cmd.env("HEAPDUMP_THRESHOLD", t),
         None => cmd.env_remove("HEAPDUMP_THRESHOLD"),
+    };
+    match &o.every {
+        Some(e) => cmd.env("HEAPDUMP_EVERY", e),
+        None => cmd.env_remove("HEAPDUMP_EVERY"),
     };
     match &o.backtrace {
         Some(b) => cmd.env("HEAPDUMP_BACKTRACE", b),
