@@ -115,6 +115,31 @@ pub struct LeakReport {
     pub groups: Vec<LeakGroup>,
 }
 
+impl LeakReport {
+    /// What fails a leak gate (`heapdump check`, as LeakSanitizer and
+    /// valgrind's `--errors-for-leak-kinds=definite,indirect`): the
+    /// definitely and indirectly lost blocks the suppressions left, and
+    /// with `possible` the possibly lost ones too. Nothing (zero blocks):
+    /// the gate passes.
+    pub fn failing(&self, possible: bool) -> leaks::Count {
+        let mut c = self.definitely_lost;
+        c.blocks += self.indirectly_lost.blocks;
+        c.bytes += self.indirectly_lost.bytes;
+        if possible {
+            c.blocks += self.possibly_lost.blocks;
+            c.bytes += self.possibly_lost.bytes;
+        }
+        c
+    }
+
+    /// The groups a gate reports (see [`LeakReport::failing`]): the
+    /// definitely lost groups (each with what it holds indirectly), and
+    /// with `possible` the possibly lost ones, largest first.
+    pub fn failing_groups(&self, possible: bool) -> impl Iterator<Item = &LeakGroup> {
+        self.groups.iter().filter(move |g| g.kind == LeakKind::DefinitelyLost || (possible && g.kind == LeakKind::PossiblyLost))
+    }
+}
+
 /// A block of the dominator tree as `retained` lists it. Field names are
 /// the `retained --json` keys.
 #[derive(Clone, Debug, Serialize)]

@@ -43,6 +43,12 @@ enum Kind {
     Reachable,
 }
 
+/// What else fails `check`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum CheckKind {
+    Possible,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum RetainedBy {
     Block,
@@ -141,6 +147,32 @@ enum Command {
         /// The dump's path (default heapdump.<pid>.hdump).
         #[arg(short = 'o', long = "output")]
         output: Option<PathBuf>,
+    },
+    /// Runs a program traced, as run does, and fails when it leaks: its own status when it failed, else --error-exitcode when anything is definitely or indirectly lost, else 0.
+    Check {
+        /// Suppressions in valgrind's format or LeakSanitizer's
+        /// (leak:PATTERN); may be given more than once.
+        #[arg(long = "suppressions", value_name = "FILE")]
+        suppressions: Vec<PathBuf>,
+        /// The exit status when something is lost (LeakSanitizer's 23).
+        #[arg(long, value_name = "N", default_value_t = 23, value_parser = clap::value_parser!(u8).range(1..))]
+        error_exitcode: u8,
+        /// Writes a JUnit XML report: one test case per process, its lost groups as the failure.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+        /// What the dumps hold: raw contents (full) or the pointer graph (compact).
+        #[arg(long, value_enum, default_value = "compact")]
+        mode: DumpMode,
+        /// Also fail on possibly lost blocks.
+        #[arg(long, value_enum)]
+        kind: Option<CheckKind>,
+        /// Keep the dumps at this path (later ones and children's get
+        /// .<pid>.<n>); default: a private temporary directory, removed.
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        program: Vec<std::ffi::OsString>,
     },
     /// What a dump holds: allocations, bytes, threads, roots, why and when it was taken.
     Summary {
@@ -327,6 +359,20 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 no_at_exit,
                 near_limit,
                 no_on_fatal,
+                program,
+            })
+        }
+        Command::Check { suppressions, error_exitcode, junit, mode, kind, output, program } => {
+            crate::check::check(crate::check::CheckOptions {
+                suppressions,
+                error_exitcode,
+                junit,
+                mode: match mode {
+                    DumpMode::Full => "full".into(),
+                    DumpMode::Compact => "compact".into(),
+                },
+                possible: matches!(kind, Some(CheckKind::Possible)),
+                output,
                 program,
             })
         }

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 mod channel;
+mod check;
 mod cmd;
 mod output;
 mod preload;
