@@ -64,3 +64,4 @@ pub use heap::{
 pub use growth::{growth, Growth, GrowthRow, GrowthSite};
 pub use open::{open, open_with_progress, summary, Dump, Options};
 pub use summary::{LimitSummary, SignalSummary, Summary};
+pub use summary::{own_allocator, static_allocator_warning};

@@ -4,6 +4,7 @@ use crate::error::{AnalyzeError, Result};
 use crate::file::DumpFile;
 use heapdump_format::{Record, Trailer};
 use serde::Serialize;
+use std::path::Path;
 
 /// The summary of one dump. Field names are the `summary --json` keys.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -66,6 +67,14 @@ pub struct Summary {
     pub file_bytes: u64,
     /// Present when the dump is incomplete: what is missing and where.
     pub truncated: Option<String>,
+    /// The allocator whose heap the dump shows, where known: the one a
+    /// capture from outside read, with its version (`jemalloc 5.3.0`,
+    /// `glibc 2.36`); for the runtime's dumps, the allocator module the
+    /// program maps (`jemalloc`), else `glibc`.
+    pub allocator: Option<String>,
+    /// What the reader of this dump should know about it (a program that
+    /// allocates through its own, statically linked allocator).
+    pub warnings: Vec<String>,
 }
 
 /// The `limit` of `summary --json`: which limit, and what it counted.
@@ -157,7 +166,10 @@ impl Summary {
             format_version: format!("{}.{}", h.major, h.minor),
             file_bytes: file.bytes().len() as u64,
             truncated: None,
+            allocator: None,
+            warnings: Vec::new(),
         };
+        let mut modules: Vec<String> = Vec::new();
         let mut records = dump.records();
         let mut trailer: Option<Trailer> = None;
         let mut root_records = 0u64;
@@ -172,6 +184,8 @@ impl Summary {
                     s.sample_mean = p.sample_mean;
                 }
                 Ok((_, Record::End(t))) => trailer = Some(t),
+                Ok((_, Record::Allocator(a))) => s.allocator = Some(String::from_utf8_lossy(a).into_owned()),
+                Ok((_, Record::Module(m))) if modules.len() < 4096 => modules.push(String::from_utf8_lossy(m.path).into_owned()),
                 Ok((_, Record::Signal(g))) => s.signal = Some(SignalSummary::of(&g)),
                 Ok((_, Record::History(h))) => {
                     s.peak_bytes = Some(h.peak_bytes);
@@ -205,6 +219,65 @@ impl Summary {
         s.sites = c.sites;
         s.pointers = c.pointers;
         s.pause_us = trailer.map(|t| t.pause_ns / 1000);
+        if !s.outside {
+            if s.allocator.is_none() {
+                s.allocator = mapped_allocator(&modules);
+            }
+            if let Some(own) = own_allocator(Path::new(&s.exe)) {
+                s.warnings.push(static_allocator_warning(own));
+            }
+        }
         Ok(s)
     }
+}
+
+/// The allocators a program can map or link in, by a symbol or a file
+/// name of theirs.
+const ALLOCATORS: &[(&str, &[&str])] = &[
+    ("jemalloc", &["je_malloc", "_rjem_malloc", "_rjem_je_malloc_default", "je_malloc_default"]),
+    ("mimalloc", &["mi_malloc", "mi_heap_malloc"]),
+    ("tcmalloc", &["tc_malloc", "_ZN8tcmalloc"]),
+];
+
+/// The allocator module a runtime dump's program maps (the preload
+/// library forwards to it), else glibc's when libc.so.6 is mapped.
+fn mapped_allocator(modules: &[String]) -> Option<String> {
+    let name = |m: &String| m.rsplit('/').next().unwrap_or("").to_string();
+    for (a, _) in ALLOCATORS {
+        if modules.iter().any(|m| name(m).starts_with("lib") && name(m).contains(a)) {
+            return Some(a.to_string());
+        }
+    }
+    modules.iter().any(|m| name(m).starts_with("libc.so.")).then(|| "glibc".to_string())
+}
+
+/// The allocator the executable links in statically (its symbol table
+/// names it), when it can be read: what it allocates never goes through
+/// `malloc`, so a dump of `heapdump run` does not see it.
+pub fn own_allocator(exe: &Path) -> Option<&'static str> {
+    use object::{Object, ObjectSymbol};
+    if !std::fs::metadata(exe).ok()?.is_file() {
+        return None;
+    }
+    let map = crate::cache_file::map(exe).ok()?;
+    let obj = object::File::parse(&*map).ok()?;
+    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+        if !sym.is_definition() {
+            continue;
+        }
+        let Ok(n) = sym.name() else { continue };
+        for (a, names) in ALLOCATORS {
+            if names.iter().any(|x| n == *x || (x.ends_with("tcmalloc") && n.starts_with(x))) {
+                return Some(a);
+            }
+        }
+    }
+    None
+}
+
+/// The warning for a program that allocates through its own `allocator`.
+pub fn static_allocator_warning(allocator: &str) -> String {
+    format!(
+        "this program allocates through its own {allocator}: what is shown is only what went through malloc; use `heapdump attach`, or `Tracked` in a Rust program"
+    )
 }

@@ -53,6 +53,19 @@ pub struct CaptureInfo {
     pub warnings: Vec<String>,
 }
 
+impl CaptureInfo {
+    /// The heap read and what of it was left out, as the report line says
+    /// it: `3 arenas of glibc 2.36, 5 freed chunks in its caches left out`.
+    pub fn heap(&self) -> String {
+        if self.allocator.starts_with("glibc") || self.allocator.is_empty() {
+            let later = if self.glibc_inferred { " or later" } else { "" };
+            let (a, b) = self.glibc;
+            return format!("{} arenas of glibc {a}.{b}{later}, {} freed chunks in its caches left out", self.arenas, self.cached_free);
+        }
+        format!("{} extents of {}, {} freed regions in its thread caches left out", self.arenas, self.allocator, self.cached_free)
+    }
+}
+
 /// Who the process is.
 pub struct Identity {
     /// Process id.
@@ -591,6 +604,7 @@ pub fn write(s: &Snapshot, who: &Identity, mode: Mode, reason: Reason, out: &Pat
         flags: raw::PROCESS_OUTSIDE,
     })
     .map_err(failed)?;
+    w.allocator(heap.allocator.as_bytes()).map_err(failed)?;
     let blocks = Blocks::new(&heap.live);
     let mut batch = vec![0u8; 1 << 18];
     for m in &s.modules {

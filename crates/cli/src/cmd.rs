@@ -495,11 +495,7 @@ fn outside(what: Outside, mode: DumpMode, output: Option<PathBuf>) -> Result<Exi
         info.allocations,
         info.bytes,
         info.threads,
-        info.arenas,
-        info.glibc.0,
-        info.glibc.1,
-        if info.glibc_inferred { " or later" } else { "" },
-        info.cached_free,
+        info.heap(),
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -532,6 +528,12 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
         t.row(vec!["limit".into(), format!("{} of {} {} ({share:.0}%)", output::bytes(l.used), output::bytes(l.bytes), l.kind)]);
     }
     t.row(vec!["mode".into(), s.mode.into()]);
+    if let Some(a) = &s.allocator {
+        t.row(vec!["allocator".into(), a.clone()]);
+    }
+    for w in &s.warnings {
+        t.row(vec!["warning".into(), w.clone()]);
+    }
     t.row(vec!["live allocations".into(), s.allocations.to_string()]);
     t.row(vec!["live bytes".into(), format!("{} ({})", s.bytes, output::bytes(s.bytes))]);
     if let (Some(peak), Some(n), Some(b)) = (s.peak_bytes, s.total_allocations, s.total_bytes) {

@@ -48,6 +48,9 @@ pub mod tag {
     pub const LIMIT: u32 = 0x0A;
     /// The heap's history since start: peak, totals (since 1.2).
     pub const HISTORY: u32 = 0x0B;
+    /// The allocator whose heap the dump read, and its version (since
+    /// 1.4).
+    pub const ALLOCATOR: u32 = 0x0C;
 }
 
 /// Fixed part of a PROCESS payload.
@@ -68,6 +71,8 @@ pub const ALLOC_FIXED: usize = 24;
 pub const SIGNAL_SIZE: usize = 32;
 /// Size of the LIMIT payload.
 pub const LIMIT_SIZE: usize = 24;
+/// The longest ALLOCATOR payload (an allocator's name and version).
+pub const ALLOCATOR_MAX: usize = 256;
 /// Size of the HISTORY payload.
 pub const HISTORY_SIZE: usize = 24;
 /// Size of the END payload.
@@ -91,6 +96,10 @@ pub const ALLOC_SAMPLED: u8 = 1 << 0;
 pub const ALLOC_HASHBROWN_SHIFT: u8 = 1;
 /// Mask of the hashbrown bits.
 pub const ALLOC_HASHBROWN_MASK: u8 = 0x3f << ALLOC_HASHBROWN_SHIFT;
+/// ALLOC flag (1.4): the hashbrown bits were proven with the table's room
+/// too (see [`crate::hashbrown::ctrl_ok`]); bits without it are not
+/// trusted.
+pub const ALLOC_HASHBROWN_ROOM: u8 = 1 << 7;
 
 /// Segment flag bits (as ELF `p_flags`).
 pub const SEG_X: u32 = 1;

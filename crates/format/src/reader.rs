@@ -214,6 +214,9 @@ pub enum Record<'a> {
     Limit(LimitInfo),
     /// HISTORY (since 1.2): peak and totals since the program started.
     History(History),
+    /// ALLOCATOR (since 1.4): the allocator whose heap the dump read, and
+    /// its version (`jemalloc 5.3.0`).
+    Allocator(&'a [u8]),
     /// The verified trailer.
     End(Trailer),
     /// A record this reader does not know (from a newer minor version).
@@ -432,6 +435,12 @@ impl<'a> Records<'a> {
                 Record::Alloc(a)
             }
             tag::SIGNAL => Record::Signal(signal(p)?),
+            tag::ALLOCATOR => {
+                if payload.is_empty() || payload.len() > raw::ALLOCATOR_MAX {
+                    return Err(Error::Malformed { offset, what: "ALLOCATOR record of the wrong length" });
+                }
+                Record::Allocator(payload)
+            }
             tag::LIMIT => Record::Limit(limit(p)?),
             tag::HISTORY => {
                 let mut p = p;

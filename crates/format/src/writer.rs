@@ -239,6 +239,15 @@ impl<'b, S: Sink> Writer<'b, S> {
         self.end()
     }
 
+    /// Writes the ALLOCATOR record: the allocator whose heap the dump read
+    /// (`jemalloc 5.3.0`), cut to its longest length.
+    pub fn allocator(&mut self, name: &[u8]) -> Result<(), WriteError> {
+        let name = &name[..name.len().min(raw::ALLOCATOR_MAX)];
+        self.begin(tag::ALLOCATOR, name.len() as u64)?;
+        self.put(name)?;
+        self.end()
+    }
+
     /// Writes the LIMIT record: the memory limit of a near-limit dump.
     pub fn limit(&mut self, l: &LimitInfo) -> Result<(), WriteError> {
         self.begin(tag::LIMIT, raw::LIMIT_SIZE as u64)?;
