@@ -672,18 +672,22 @@ fn demo() -> Result<ExitCode> {
     let program = sibling("heapdump-demo")?;
     let out = PathBuf::from(format!("heapdump-demo.{}.hdump", std::process::id()));
     println!("== running the bundled example: {} {}", program.display(), out.display());
-    let status = std::process::Command::new(&program)
+    // Its output is passed on by this process, so that a reader going
+    // away ends the demo as it ends any command.
+    let ran = std::process::Command::new(&program)
         .arg(&out)
         .env("HEAPDUMP_BACKTRACE", "all")
         .env("HEAPDUMP_SIGNAL", "0")
         .env_remove("HEAPDUMP_OUTPUT")
         .env_remove("HEAPDUMP_AT_EXIT")
-        .status()
+        .stderr(std::process::Stdio::inherit())
+        .output()
         .with_context(|| format!("cannot run {}", program.display()))?;
-    if !status.success() {
-        anyhow::bail!("the example program failed ({status})");
+    if !ran.status.success() {
+        anyhow::bail!("the example program failed ({})", ran.status);
     }
     let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&ran.stdout)?;
     writeln!(stdout, "\n== summary")?;
     print_summary(&mut stdout, &out, &heapdump_analyze::summary(&out)?)?;
     let loaded = views::load(&out)?;

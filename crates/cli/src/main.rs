@@ -22,6 +22,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    quiet_end_on_closed_stdout();
     let cli = match cmd::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -44,6 +45,20 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A reader that went away (`| head -1`) ends every command quietly (exit
+/// 0, nothing on stderr), also where the write that found it gone panics
+/// (`println!`, clap_complete's generators): a panic while standard
+/// output's reader is gone is that write's, and is not reported.
+fn quiet_end_on_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if output::stdout_reader_gone() {
+            std::process::exit(0);
+        }
+        report(info)
+    }));
 }
 
 /// A reader that went away (`| head`): every command exits quietly, as

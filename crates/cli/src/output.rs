@@ -23,6 +23,22 @@ pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether standard output is a pipe or socket whose reader has gone
+/// (`| head -1` done): the kernel says so on the writer's end (POLLERR,
+/// POLLHUP) without a write.
+pub fn stdout_reader_gone() -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    use std::os::fd::AsFd;
+    let out = std::io::stdout();
+    let fd = out.as_fd();
+    let mut fds = [PollFd::new(&fd, PollFlags::OUT)];
+    let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+    match poll(&mut fds, Some(&zero)) {
+        Ok(_) => fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP),
+        Err(_) => false,
+    }
+}
+
 /// Bytes as a short human figure: `512 B`, `1.5 KiB`, `3.2 MiB`.
 pub fn bytes(n: u64) -> String {
     heapdump_export::human_bytes(n)

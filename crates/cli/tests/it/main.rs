@@ -8,6 +8,7 @@ mod attach_in_containers_and_crafted_cores;
 mod check_gate;
 mod cli_contract;
 mod common;
+mod closed_pipes_and_usage;
 mod cxx_classes_in_stripped_programs;
 mod damaged_dumps;
 mod exports;

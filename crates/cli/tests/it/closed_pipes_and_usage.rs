@@ -1,0 +1,90 @@
+//! A reader that goes away (`| head -1`) ends every command quietly, and
+//! arguments that do not parse are bad usage (exit 2, one line) in every
+//! command.
+
+use crate::common::*;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+/// Every command that writes on standard output, with its arguments.
+fn stdout_commands(d: &Scratch, dump: &std::path::Path) -> Vec<Vec<OsString>> {
+    let r = json(&["retained".as_ref(), "--json".as_ref(), "-n".as_ref(), "1".as_ref(), dump.as_os_str()]);
+    let address = r[0]["address"].as_str().unwrap().to_string();
+    let with_dump = |args: &[&str]| -> Vec<OsString> {
+        let mut v: Vec<OsString> = vec![args[0].into(), dump.into()];
+        v.extend(args[1..].iter().map(OsString::from));
+        v
+    };
+    let mut all: Vec<Vec<OsString>> = ["bash", "zsh", "fish"].iter().map(|s| vec!["completions".into(), (*s).into()]).collect();
+    all.push(vec!["man".into()]);
+    all.push(vec!["--help".into()]);
+    for args in [
+        &["top"][..],
+        &["top", "--json"],
+        &["top", "--tree"],
+        &["leaks"],
+        &["leaks", "--json"],
+        &["summary"],
+        &["summary", "--json"],
+        &["retained"],
+        &["retained", "--by", "site", "--json"],
+        &["path", &address],
+        &["path", &address, "--all", "--json"],
+        &["export", "--format", "folded", "-o", "-"],
+        &["export", "--format", "pprof", "-o", "-"],
+        &["export", "--format", "json", "-o", "-"],
+    ] {
+        all.push(with_dump(args));
+    }
+    all.push(vec!["diff".into(), dump.into(), dump.into()]);
+    all.push(vec!["demo".into()]);
+    let _ = d;
+    all
+}
+
+/// Runs `heapdump args` with standard output a pipe whose reader reads
+/// `lines` lines and goes away; the exit status and standard error.
+fn with_reader_gone(d: &Scratch, args: &[OsString], lines: usize) -> (Option<i32>, String) {
+    let mut child = heapdump()
+        .args(args)
+        .current_dir(&d.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    if lines > 0 {
+        let mut r = BufReader::new(out);
+        for _ in 0..lines {
+            let mut l = String::new();
+            let _ = r.read_line(&mut l);
+        }
+    }
+    // Dropped: the reader is gone.
+    let o = child.wait_with_output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn every_command_ends_quietly_when_its_reader_goes_away() {
+    let d = Scratch::new("pipes");
+    let dump = demo_dump(&d);
+    let mut failures = vec![];
+    for args in stdout_commands(&d, &dump) {
+        // It is a race (what fits in the pipe before the reader goes is
+        // written without error): gone at once, and after one line, a few
+        // times each.
+        for round in 0..6 {
+            let (code, err) = with_reader_gone(&d, &args, round % 2);
+            // demo writes its own lines on stderr: only a panic counts there.
+            let quiet = if args[0] == "demo" { !err.contains("panicked") && !err.contains("Broken pipe") } else { err.is_empty() };
+            if code == Some(101) || code.is_none() || !quiet {
+                failures.push(format!("heapdump {:?}: exit {code:?}, stderr {:?}", args, &err[..err.len().min(400)]));
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
