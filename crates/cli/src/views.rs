@@ -417,7 +417,8 @@ pub fn parse_address(s: &str) -> Result<u64> {
         Some(h) => u64::from_str_radix(h, 16),
         None => t.parse::<u64>(),
     };
-    r.with_context(|| format!("invalid address {s:?}: expected hexadecimal (0x...) or decimal"))
+    // Bad usage (exit 2), as any argument that does not parse.
+    r.map_err(|e| output::Usage(format!("invalid address {s:?}: expected hexadecimal (0x...) or decimal ({e})")).into())
 }
 
 // --- diff ------------------------------------------------------------------------

@@ -88,3 +88,42 @@ fn every_command_ends_quietly_when_its_reader_goes_away() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn arguments_that_do_not_parse_are_bad_usage() {
+    let d = Scratch::new("usage");
+    let dump = demo_dump(&d);
+    let dump = dump.to_str().unwrap();
+    for args in [
+        &["path", dump, "xyz"][..],
+        &["path", dump, "0xzz", "--all"],
+        &["path", dump, "xyz", "--json"],
+        &["path", "/nonexistent.hdump", "xyz"],
+        &["export", dump, "--format", "dot", "--address", "nowhere", "-o", "-"],
+        &["top", dump, "-n", "many"],
+        &["top", dump, "--depth", "0"],
+        &["top", dump, "--depth", "deep"],
+        &["leaks", dump, "-n", "-3"],
+        &["retained", dump, "-n", "1.5"],
+        &["path", dump, "0x10", "--all", "-n", "x"],
+        &["export", dump, "--format", "dot", "--depth", "x", "-o", "-"],
+        &["export", dump, "--format", "dot", "--max-nodes", "-1", "-o", "-"],
+        &["serve", dump, "--port", "70000"],
+        &["attach", "not-a-pid"],
+    ] {
+        let o = heapdump().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "heapdump {args:?}: {err}");
+        assert!(o.stdout.is_empty(), "heapdump {args:?} wrote on stdout");
+        assert!(err.lines().next().is_some_and(|l| l.contains("error")), "heapdump {args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // Our own usage errors are one line that names the argument.
+    let o = heapdump().args(["path", dump, "xyz"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("\"xyz\"") && err.contains("address"), "{err}");
+    // An address that parses but holds nothing is a question about the
+    // input (1), not bad usage.
+    assert_eq!(heapdump().args(["path", dump, "0x10"]).output().unwrap().status.code(), Some(1));
+}
