@@ -3,7 +3,7 @@
 //! Nothing here decides anything about the heap.
 
 use crate::output::{self, Table};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use heapdump_analyze::group::GroupBy;
 use heapdump_analyze::leaks::{self, LeakKind};
 use heapdump_analyze::suppress::Suppressions;
