@@ -272,6 +272,10 @@ const TREE: &str = "hdtree";
 const NAMES: &str = "hdnames";
 /// The cache part holding the breadth-first tree from the roots.
 const REACH: &str = "hdreach";
+/// Which pointers the kept breadth-first tree took (its part's first
+/// word): start pointers before interior ones (`paths::Reach::of`). A
+/// tree kept by a build that took the first pointer found is rebuilt.
+const REACH_RULE: u64 = u64::from_le_bytes(*b"start1st");
 
 /// The `k` blocks retaining the most (ties: the lower index), in no
 /// order: one pass over the retained sizes, keeping the best in a heap of
@@ -579,6 +583,9 @@ impl<'h> Analysis<'h> {
         self.reach.get_or_init(|| {
             if let Some(c) = &self.cache {
                 let read = self.read_part(c, REACH, |r, map| {
+                    if r.u64()? != REACH_RULE {
+                        return Err(CacheProblem::Stale("paths chosen by another rule"));
+                    }
                     let pred: Slab<u32> = r.slab(map)?;
                     let via: Slab<u32> = r.slab(map)?;
                     crate::cache::check_reach(self.heap, &self.leaks().kind, &pred, &via)?;
@@ -591,6 +598,7 @@ impl<'h> Analysis<'h> {
             let reach = Reach::of(self.heap);
             let (pred, via) = reach.parts();
             self.keep_part(REACH, self.heap.len() * 8, |b| {
+                b.u64(REACH_RULE);
                 b.slab(pred);
                 b.slab(via);
             });

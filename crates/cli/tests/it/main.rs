@@ -5,6 +5,7 @@
 mod analysis_cache;
 mod attach_and_core;
 mod attach_in_containers_and_crafted_cores;
+mod chains_as_structures;
 mod check_gate;
 mod cli_contract;
 mod common;
