@@ -16,6 +16,7 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v g++ >/dev/null || need+=(g++)
 command -v go >/dev/null || need+=(golang-go)
 command -v dot >/dev/null || need+=(graphviz)
+command -v groff >/dev/null || need+=(groff-base)   # renders the manual pages (manual_pages)
 command -v chromium >/dev/null || need+=(chromium)
 command -v node >/dev/null || need+=(nodejs npm)
 # The real programs the tests trace and compare with valgrind.

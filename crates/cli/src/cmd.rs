@@ -335,8 +335,17 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Prints the manual page (roff) on standard output: `heapdump man > heapdump.1`.
-    Man,
+    /// Prints a manual page (roff) on standard output: heapdump's own
+    /// (`heapdump man > heapdump.1`) or a command's (`heapdump man top >
+    /// heapdump-top.1`); with --dir, writes every page into a directory.
+    Man {
+        /// The command whose page to print (default: heapdump's own page).
+        command: Option<String>,
+        /// Writes every page (heapdump.1, heapdump-run.1, heapdump-top.1, …)
+        /// into this directory instead, such as ~/.local/share/man/man1.
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Runs the parsed command line.
@@ -448,12 +457,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => {
-            let mut out = std::io::stdout().lock();
-            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut out)?;
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Man { command, dir } => man(command.as_deref(), dir.as_deref()),
     }
 }
 
@@ -709,5 +713,40 @@ fn demo() -> Result<ExitCode> {
         writeln!(stdout, "  heapdump path {} {}", out.display(), r.address)?;
     }
     writeln!(stdout, "  heapdump serve {}    # the same in your browser: the dominator tree, blocks, a flamegraph", out.display())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `man`: heapdump's page, a command's (`heapdump-top(1)`, as the top
+/// page's SEE ALSO names them), or all of them into a directory.
+fn man(command: Option<&str>, dir: Option<&Path>) -> Result<ExitCode> {
+    let mut cli = <Cli as clap::CommandFactory>::command().disable_help_subcommand(true);
+    // Names the commands `heapdump-top` and their synopses `heapdump top`.
+    cli.build();
+    let page = |c: &clap::Command| clap_mangen::Man::new(c.clone()).source(format!("heapdump {}", env!("CARGO_PKG_VERSION")));
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let pages = std::iter::once(&cli).chain(cli.get_subcommands().filter(|c| !c.is_hide_set()));
+        for c in pages {
+            let p = page(c);
+            write_atomically(&dir.join(p.get_filename()), |w| p.render(w))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let p = match command {
+        None => page(&cli),
+        Some(name) => match cli.find_subcommand(name) {
+            Some(c) => page(c),
+            None => {
+                let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+                return Err(output::Usage(format!("no command {name:?} to show the manual of: one of {}", names.join(", "))).into());
+            }
+        },
+    };
+    // Whole, then written: a reader that goes away ends it quietly.
+    let mut roff = Vec::new();
+    p.render(&mut roff)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&roff)?;
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

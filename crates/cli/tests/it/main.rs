@@ -18,6 +18,7 @@ mod figures_in_views;
 mod glibc_heap_walk;
 mod growth_across_dumps;
 mod install;
+mod manual_pages;
 mod near_limit_dumps;
 mod preload_tracing;
 mod real_programs_match_valgrind;
