@@ -4,10 +4,13 @@
 // `Diamond`s (a virtual base shared by two bases), and 200 blocks copied
 // from a sprite's second subobject: their first word points into a
 // secondary vtable, so they are the interior of some sprite, not objects
-// of a class of their own (nor `Drawable`s, nor `Sprite`s).
+// of a class of their own (nor `Drawable`s, nor `Sprite`s). And 150 blocks
+// whose first word only looks like a vtable pointer: into a vtable past
+// its address point, at a type_info object, at a string in .rodata.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <typeinfo>
 struct Named {
     virtual ~Named();
     virtual const char *name() const { return "named"; }
@@ -47,7 +50,7 @@ struct Diamond : Left, Right {
 };
 Diamond::~Diamond() {}
 
-void *held[850];
+void *held[1000];
 
 int main() {
     int n = 0;
@@ -64,6 +67,12 @@ int main() {
         void *copy = malloc(sizeof(Drawable));
         memcpy(copy, (const void *)inner, sizeof(Drawable));
         held[n++] = copy;
+    }
+    void *const *vptr = *(void *const *const *)(const Named *)first;
+    for (int i = 0; i < 150; i++) {
+        void **b = (void **)calloc(2, sizeof(void *));
+        b[0] = i < 50 ? (void *)(vptr + 1) : i < 100 ? (void *)&typeid(Sprite) : (void *)"a string in .rodata";
+        held[n++] = b;
     }
     printf("held %d\n", n);
     return 0;
