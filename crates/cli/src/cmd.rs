@@ -73,6 +73,34 @@ enum Format {
     Json,
 }
 
+/// `--format`'s values; a name one reaches for that is not one of them
+/// (flamegraph, html) is refused with the format or command that makes it.
+#[derive(Clone)]
+struct FormatParser;
+
+impl clap::builder::TypedValueParser for FormatParser {
+    type Value = Format;
+
+    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &std::ffi::OsStr) -> Result<Format, clap::Error> {
+        let instead = match value.to_string_lossy().to_ascii_lowercase().as_str() {
+            "flamegraph" | "flamegraphs" | "flame" | "flamechart" => {
+                "a flamegraph is --format svg (--format folded writes its stacks as text, for flamegraph.pl or speedscope)"
+            }
+            "html" | "report" => "the HTML report is a command of its own: heapdump report DUMP -o report.html",
+            "pb" | "proto" | "protobuf" | "go" => "pprof's profile.proto is --format pprof",
+            "v8" | "chrome" | "devtools" | "snapshot" => "Chrome DevTools' and memlab's heap snapshot is --format heapsnapshot",
+            "graphviz" | "gv" => "graphviz's input is --format dot",
+            _ => return clap::builder::EnumValueParser::<Format>::new().parse_ref(cmd, arg, value),
+        };
+        let msg = format!("there is no --format {}: {instead}\n", value.to_string_lossy());
+        Err(clap::Error::raw(clap::error::ErrorKind::InvalidValue, msg).with_cmd(cmd))
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(Format::value_variants().iter().filter_map(ValueEnum::to_possible_value)))
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Runs a program with the tracker preloaded; dumps at exit, on a signal, on a threshold.
@@ -291,7 +319,7 @@ enum Command {
         /// The dump file.
         dump: PathBuf,
         /// Output format.
-        #[arg(long, value_enum)]
+        #[arg(long, value_parser = FormatParser)]
         format: Format,
         /// Output file.
         #[arg(short = 'o', long = "output")]
@@ -628,8 +656,8 @@ fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>
     let name = target.file_name().with_context(|| format!("{}: not a file name", path.display()))?;
     let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
     // Never through whatever is at the temporary name (O_EXCL).
-    let file =
-        std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    // Errors name the user's path (the temporary one is ours).
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).with_context(|| format!("cannot write {}", path.display()))?;
     let mut w = std::io::BufWriter::new(file);
     let r = f(&mut w).and_then(|_| w.flush()).and_then(|_| w.get_ref().sync_all());
     if let Err(e) = r {
@@ -639,7 +667,7 @@ fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>
     drop(w);
     if let Err(e) = std::fs::rename(&tmp, &target) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(anyhow::Error::new(e).context(format!("cannot rename {} to {}", tmp.display(), target.display())));
+        return Err(anyhow::Error::new(e).context(format!("cannot write {}", path.display())));
     }
     Ok(())
 }

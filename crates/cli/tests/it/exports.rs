@@ -291,3 +291,36 @@ fn html_report_renders_in_headless_chromium() {
     assert!(dom.contains("id=\"histogram\"") && dom.contains("data:image/svg+xml;base64,"));
     assert!(dom.contains("build_catalogue"));
 }
+
+#[test]
+fn a_format_by_another_name_and_an_unwritable_output_are_said_plainly() {
+    let d = Scratch::new("export-errors");
+    let dump = demo_dump(&d);
+    // The names one reaches for: the error names the format or the command.
+    for (asked, named) in [("flamegraph", "--format svg"), ("html", "heapdump report"), ("report", "heapdump report")] {
+        let o = heapdump().arg("export").arg(&dump).args(["--format", asked, "-o"]).arg(d.path("out")).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--format {asked}: {err}");
+        assert!(err.lines().next().is_some_and(|l| l.contains(asked) && l.contains(named)), "--format {asked}: {err}");
+    }
+    let o = heapdump().arg("export").arg(&dump).args(["--format", "bogus", "-o", "-"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("svg"), "the formats are listed");
+    // An output where none can be written: the user's path and why, exit
+    // 1, no temporary file named or left.
+    let file = d.path("a-file");
+    std::fs::write(&file, "x").unwrap();
+    for (out, why) in [(d.path("missing/dir/x.folded"), "No such file or directory"), (file.join("x.folded"), "Not a directory")] {
+        for (cmd, extra) in [("export", &["--format", "folded"][..]), ("report", &[][..])] {
+            let o = heapdump().arg(cmd).arg(&dump).args(extra).arg("-o").arg(&out).output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{cmd} -o {}: {err}", out.display());
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains(&format!("cannot write {}: {why}", out.display())), "{cmd}: {err}");
+            assert!(!err.contains(".tmp"), "an internal name: {err}");
+        }
+    }
+    let mut left: Vec<String> = std::fs::read_dir(&d.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["a-file", "demo.hdump"], "nothing left behind");
+}
