@@ -155,7 +155,9 @@ pub fn heuristic(heap: &Heap, c: &dyn Contents, b: BlockId, offset: u64) -> Opti
     }
     // hashbrown: [buckets × T, padded to 16][buckets + 16 control bytes],
     // proven on the contents when the dump has them, else by the writer
-    // (the ALLOC flags' hashbrown bits); never from the sizes alone.
+    // (the ALLOC flags' hashbrown bits, trusted only from a writer that
+    // also proved the table has room, as hashbrown keeps it: an older
+    // writer took zeroed C structs for tables); never from the sizes alone.
     let tail_len = size.checked_sub(offset)?;
     let buckets = tail_len.checked_sub(16)?;
     if !buckets.is_power_of_two() {
@@ -167,7 +169,10 @@ pub fn heuristic(heap: &Heap, c: &dyn Contents, b: BlockId, offset: u64) -> Opti
     }
     let proven = match c.tail(b, offset) {
         Some(ctrl) => hashbrown::ctrl_ok(ctrl, buckets as usize),
-        None => (heap.block(b).flags & raw::ALLOC_HASHBROWN_MASK) >> raw::ALLOC_HASHBROWN_SHIFT == log2,
+        None => {
+            let flags = heap.block(b).flags;
+            flags & raw::ALLOC_HASHBROWN_ROOM != 0 && (flags & raw::ALLOC_HASHBROWN_MASK) >> raw::ALLOC_HASHBROWN_SHIFT == log2
+        }
     };
     proven.then_some(Heuristic::Hashbrown)
 }

@@ -51,6 +51,7 @@ mod summary;
 pub mod suppress;
 pub mod symbols;
 pub mod types;
+mod wrappers;
 
 pub use address::Address;
 pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, NoVerdict, PathReport, PathStep, Retainer, SiteTotal};

@@ -57,6 +57,9 @@ struct ModuleSyms {
     debug: Option<crate::dwarf::ModuleDebug>,
     /// Why symbols are missing, when they are.
     problem: Option<String>,
+    /// Its machine code, once a frame in it was asked whether it wraps
+    /// the allocator (`None` inside: not readable).
+    code: Option<Option<crate::wrappers::ModuleCode>>,
 }
 
 /// Symbolizes addresses of one dump, with caches.
@@ -145,7 +148,7 @@ impl<'h> Symbolizer<'h> {
             None => {
                 let path = &m.path;
                 let syms = if path.is_empty() || path.starts_with("linux-vdso") || path.starts_with("linux-gate") {
-                    ModuleSyms { debug: None, problem: None }
+                    ModuleSyms { debug: None, problem: None, code: None }
                 } else {
                     // The tracker's own preload library: every frame in it is
                     // the tracker's (seen through) but the allocation function
@@ -154,8 +157,8 @@ impl<'h> Symbolizer<'h> {
                     // analysis of a preload dump 36 MiB and its parse time.
                     let runtime = path.rsplit('/').next().is_some_and(|f| f.starts_with(PRELOAD_LIBRARY));
                     match crate::dwarf::ModuleDebug::load(path, &m.build_id, runtime) {
-                        Ok(d) => ModuleSyms { debug: Some(d), problem: None },
-                        Err(e) => ModuleSyms { debug: None, problem: Some(e.to_string()) },
+                        Ok(d) => ModuleSyms { debug: Some(d), problem: None, code: None },
+                        Err(e) => ModuleSyms { debug: None, problem: Some(e.to_string()), code: None },
                     }
                 };
                 self.loaded.push(syms);
@@ -372,7 +375,7 @@ impl<'h> Symbolizer<'h> {
     /// program's frames of a leak): the callers `top --tree` shows.
     pub fn naming_frames(&mut self, site: SiteId) -> Vec<Frame> {
         let frames = self.site_frames(site);
-        let first = frames.iter().position(|f| !self.seen_through(f)).unwrap_or(0);
+        let first = self.naming_start(&frames).unwrap_or(0);
         let mut out = Vec::new();
         for (i, f) in frames.into_iter().enumerate().skip(first) {
             if i > first && is_machinery(&f) {
@@ -393,6 +396,58 @@ impl<'h> Symbolizer<'h> {
         is_machinery(f) || is_wrapper(f) || self.skip.as_ref().is_some_and(|r| f.function.as_deref().is_some_and(|n| r.is_match(n)))
     }
 
+    /// The index of the frame that names a site (innermost first), `None`
+    /// when every frame is seen through. Seen through: the allocator
+    /// machinery, the [`ALLOCATION_WRAPPERS`] and `--skip`'s functions
+    /// (by name); a function whose callee was seen through and that
+    /// returns what it got (by its code: [`crate::wrappers`], named or
+    /// not, stripped or not); and a listed wrapper's own functions between
+    /// it and the allocator, in its module (glib's slab allocator under
+    /// `g_slice_alloc`, Tcl's block cache under `TclpAlloc`).
+    fn naming_start(&mut self, frames: &[Frame]) -> Option<usize> {
+        /// Return addresses a listed wrapper's own functions may span.
+        const INTERNAL: usize = 3;
+        let mut i = 0;
+        'more: loop {
+            while i < frames.len() && (self.seen_through(&frames[i]) || self.wraps(frames[i].address)) {
+                i += 1;
+            }
+            if i >= frames.len() {
+                break;
+            }
+            let mut addresses = 1;
+            for j in i + 1..frames.len() {
+                if frames[j].address != frames[j - 1].address {
+                    addresses += 1;
+                }
+                if addresses > INTERNAL || frames[j].module != frames[i].module {
+                    break;
+                }
+                if is_wrapper(&frames[j]) {
+                    i = j + 1;
+                    continue 'more;
+                }
+            }
+            break;
+        }
+        (i < frames.len()).then_some(i)
+    }
+
+    /// Whether the function at return address `addr` returns the result
+    /// of the call before `addr` (see [`crate::wrappers`]).
+    fn wraps(&mut self, addr: u64) -> bool {
+        let Some(mi) = self.module_of(addr) else { return false };
+        let m = &self.heap.modules[mi];
+        let (path, build_id, bias) = (m.path.clone(), m.build_id.clone(), m.bias);
+        let syms = self.open(mi);
+        // Only a file whose symbols were read (its build id matched).
+        if syms.debug.is_none() {
+            return false;
+        }
+        let code = syms.code.get_or_insert_with(|| crate::wrappers::ModuleCode::load(&path, &build_id));
+        code.as_mut().is_some_and(|c| c.returns_call_result(addr.wrapping_sub(bias)))
+    }
+
     /// A one-line name for a site: the first frame outside the allocator
     /// machinery (heapdump itself, `alloc::`, `core::`, `std::`, hashbrown,
     /// malloc and `operator new`).
@@ -403,12 +458,22 @@ impl<'h> Symbolizer<'h> {
         if let Some(s) = self.site_cache.get(&site) {
             return s.clone();
         }
-        // The site's frames up to the label's last.
+        // The site's frames up to the label's last (and the few after it a
+        // listed wrapper's own functions may span).
         let depth = self.depth;
-        let frames = self.site_frames_until(site, |sym, frames| {
-            frames.iter().position(|f| !sym.seen_through(f)).is_some_and(|i| frames.len() >= i + depth)
-        });
-        let first = frames.iter().position(|f| !self.seen_through(f)).unwrap_or(0);
+        let mut frames: Vec<Frame> = Vec::new();
+        for a in self.site_addresses(site) {
+            frames.extend(self.program_frames(a));
+            let enough = self.naming_start(&frames).is_some_and(|i| {
+                let mut after: Vec<u64> = frames[i..].iter().map(|f| f.address).collect();
+                after.dedup();
+                frames.len() >= i + depth && after.len() > 3
+            });
+            if enough {
+                break;
+            }
+        }
+        let first = self.naming_start(&frames).unwrap_or(0);
         let label = if frames.is_empty() {
             format!("site {site}")
         } else {
@@ -587,11 +652,58 @@ pub const ALLOCATION_WRAPPERS: &[&str] = &[
     "xmlRealloc",
     "Tcl_Alloc",
     "TclpAlloc",
+    // Found by their code too (`crate::wrappers`); named for a module
+    // whose code cannot be read. graphviz, Redis, Tcl
+    "gmalloc",
+    "gcalloc",
+    "grealloc",
+    "agalloc",
+    "agrealloc",
+    "gv_alloc",
+    "gv_calloc",
+    "gv_recalloc",
+    "zmalloc_usable",
+    "zcalloc_usable",
+    "zcalloc_num",
+    "zrealloc_usable",
+    "ztrycalloc_usable",
+    "ztryrealloc_usable",
+    "zstrdup",
+    "Tcl_AttemptAlloc",
+    "Tcl_Realloc",
+    "Tcl_AttemptRealloc",
+    "TclpRealloc",
 ];
 
 /// Whether a frame is one of the [`ALLOCATION_WRAPPERS`].
 pub fn is_wrapper(f: &Frame) -> bool {
     f.function.as_deref().is_some_and(|n| ALLOCATION_WRAPPERS.contains(&n))
+}
+
+/// Whether `name` is glibc's internal name (`__GI_`, with debug symbols)
+/// of one of its allocation functions (`__GI___libc_malloc`,
+/// `__GI___strdup`). Its other functions are the C library's own work,
+/// shown as valgrind shows them (`__GI___tsearch` under `setenv`).
+fn is_glibc_allocator(name: &str) -> bool {
+    const ALLOCATING: [&str; 13] = [
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "free",
+        "memalign",
+        "posix_memalign",
+        "aligned_alloc",
+        "valloc",
+        "pvalloc",
+        "strdup",
+        "strndup",
+        "malloc_usable_size",
+    ];
+    let Some(rest) = name.strip_prefix("__GI_") else { return false };
+    let rest = rest.trim_start_matches('_');
+    let rest = rest.strip_prefix("libc_").unwrap_or(rest);
+    ALLOCATING.contains(&rest)
 }
 
 /// Whether a frame belongs to allocation machinery rather than the program.
@@ -630,7 +742,7 @@ pub fn is_machinery(f: &Frame) -> bool {
         "aligned_alloc",
         "memalign",
     ];
-    if PREFIXES.iter().any(|p| name.starts_with(p) || full.starts_with(p)) || name.starts_with("strdup") || name.starts_with("__GI_") {
+    if PREFIXES.iter().any(|p| name.starts_with(p) || full.starts_with(p)) || name.starts_with("strdup") || is_glibc_allocator(name) {
         return true;
     }
     // Inlined frames carry short names (`alloc_impl`, `record`): judge them
@@ -674,6 +786,16 @@ mod tests {
             assert!(is_machinery(&named(n)), "{n}");
         }
         for n in ["main", "Point make_point(int)", "app::Cache<std::string>::insert(int)", "types::main"] {
+            assert!(!is_machinery(&named(n)), "{n}");
+        }
+    }
+
+    #[test]
+    fn only_glibc_allocator_internals_are_machinery() {
+        for n in ["__GI___libc_malloc", "__GI___libc_realloc", "__GI___strdup", "__GI___libc_free"] {
+            assert!(is_machinery(&named(n)), "{n}");
+        }
+        for n in ["__GI___tsearch", "__GI___qsort_r", "__GI___getdelim", "__GI__IO_file_doallocate"] {
             assert!(!is_machinery(&named(n)), "{n}");
         }
     }

@@ -9,6 +9,10 @@
 //! holds a pointer to the first control byte. Each control byte is EMPTY
 //! (0xFF), DELETED (0x80) or a 7-bit hash (below 0x80), and the last 16
 //! mirror the first ones (see [`ctrl_ok`] for tables smaller than 16).
+//! A table never fills: at most [`capacity`] of its control bytes are FULL
+//! or DELETED, so at least one in eight is EMPTY. That is what tells a
+//! table from a C struct of small bytes or zeros (Tcl's pool of `Tcl_Obj`,
+//! zeroed, passed the layout alone).
 
 /// Offset of the control bytes of a table of `2^log2` buckets in a block of
 /// `size` bytes, when the layout allows it.
@@ -21,15 +25,30 @@ pub fn ctrl_offset(size: u64, log2: u8) -> Option<u64> {
     (offset % 16 == 0 && offset >= buckets).then_some(offset)
 }
 
+/// How many buckets of a table of `buckets` may be FULL or DELETED
+/// before it grows (hashbrown's `bucket_mask_to_capacity`): all but one
+/// up to 8 buckets, 7 in 8 from 16.
+pub fn capacity(buckets: usize) -> usize {
+    if buckets <= 8 {
+        buckets.saturating_sub(1)
+    } else {
+        buckets / 8 * 7
+    }
+}
+
 /// Whether `ctrl` (the block's bytes from the control offset to its end)
-/// are the control bytes of a table of `buckets` buckets.
+/// are the control bytes of a table of `buckets` buckets: each EMPTY,
+/// DELETED or a hash, the last 16 mirroring the first, and at most
+/// [`capacity`] of them not EMPTY.
 pub fn ctrl_ok(ctrl: &[u8], buckets: usize) -> bool {
     if ctrl.len() != buckets.wrapping_add(16) {
         return false;
     }
     // The mirrored group first: it rejects most blocks in 16 comparisons.
     let mirror = (buckets..buckets + 16).all(|j| ctrl[j] == mirrored(ctrl, buckets, j));
-    mirror && ctrl.iter().all(|&b| b == 0xFF || b <= 0x80)
+    mirror
+        && ctrl.iter().all(|&b| b == 0xFF || b <= 0x80)
+        && ctrl[..buckets].iter().filter(|&&b| b != 0xFF).count() <= capacity(buckets)
 }
 
 /// What byte `j` (from `buckets` to `buckets + 16`) of a table's control
@@ -121,5 +140,20 @@ mod tests {
         b[offset as usize + 5] = 0x90;
         b[offset as usize + 16 + 5] = 0x90;
         assert_eq!(proven_log2(size as u64, |o| &b[o as usize..size]), 0);
+    }
+
+    #[test]
+    fn a_table_never_full_is_one_full_is_not() {
+        // Zeros pass every byte's test and the mirror: 48 zero bytes at the
+        // end of a block (the last of Tcl's zeroed Tcl_Obj) read as a
+        // table of 32 buckets, all FULL, which hashbrown never leaves.
+        let z = [0u8; 96];
+        assert_eq!(proven_log2(96, |o| &z[o as usize..]), 0);
+        // 14 of 16 full: at capacity, a table; 15: not.
+        for (full, log2) in [(14usize, 4u32), (15, 0)] {
+            let (b, size, _) = table(16, 8, |i| if i < full { 0x21 } else { 0xFF });
+            assert_eq!(proven_log2(size as u64, |o| &b[o as usize..size]) as u32, log2, "{full} of 16");
+        }
+        assert_eq!((capacity(4), capacity(8), capacity(16), capacity(64)), (3, 7, 14, 56));
     }
 }

@@ -161,7 +161,12 @@ fn heuristics_explain_normal_interior_pointers() {
     let c = heapdump_analyze::DumpContents::build(&file, &h);
     let l = leaks::analyze(&h, &c);
     assert_eq!(kind(&h, &l, B), LeakKind::PossiblyLost, "sizes alone prove no table");
+    // Bits from a writer that did not prove the table's room: no proof
+    // (such writers took zeroed C structs for tables).
     s.flags.push((B, 3 << raw::ALLOC_HASHBROWN_SHIFT));
+    let (_f, h) = s.load();
+    assert_eq!(kind(&h, &leaks::analyze(&h, &NoContents), B), LeakKind::PossiblyLost, "layout bits without the room bit");
+    s.flags[0].1 = 3 << raw::ALLOC_HASHBROWN_SHIFT | raw::ALLOC_HASHBROWN_ROOM;
     let (f, h) = s.load();
     let file = heapdump_analyze::DumpFile::open(&f.0).unwrap();
     let c = heapdump_analyze::DumpContents::build(&file, &h);
@@ -170,7 +175,7 @@ fn heuristics_explain_normal_interior_pointers() {
     let names: Vec<&str> = l.via_heuristic.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, ["length64", "hashbrown"]);
     // A proof for another bucket count is no proof for this offset.
-    s.flags[0].1 = 2 << raw::ALLOC_HASHBROWN_SHIFT;
+    s.flags[0].1 = 2 << raw::ALLOC_HASHBROWN_SHIFT | raw::ALLOC_HASHBROWN_ROOM;
     let (_f, h) = s.load();
     let l = leaks::analyze(&h, &NoContents);
     assert_eq!(kind(&h, &l, B), LeakKind::PossiblyLost);

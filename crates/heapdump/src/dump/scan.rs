@@ -277,5 +277,8 @@ pub(crate) fn hashbrown_flags(e: &Entry) -> u8 {
         // is stopped (or in the forked writer's copy).
         unsafe { core::slice::from_raw_parts((e.addr + offset) as *const u8, (end - e.addr - offset) as usize) }
     });
-    log2 << raw::ALLOC_HASHBROWN_SHIFT
+    if log2 == 0 {
+        return 0;
+    }
+    log2 << raw::ALLOC_HASHBROWN_SHIFT | raw::ALLOC_HASHBROWN_ROOM
 }
