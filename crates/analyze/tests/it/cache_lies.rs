@@ -258,6 +258,9 @@ fn fields(ext: &str, b: &[u8]) -> Vec<Field> {
             f.slab32("children", |_, _| None);
         }
         "hdreach" => {
+            // Which rule chose the paths (start pointers first): another
+            // word is a tree another build kept.
+            f.field(8, "paths' rule", None);
             f.slab32("pred", |_, _| None);
             f.slab32("via", |_, _| None);
         }
