@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Options of `run`, as DESIGN.md fixes them.
+#[derive(Default)]
 pub struct RunOptions {
     pub mode: String,
     pub output: Option<PathBuf>,
@@ -62,7 +63,37 @@ pub fn preload_library() -> Result<crate::preload::Library> {
     crate::preload::embedded()
 }
 
+/// `heapdump run`: the program's run, one line per dump on stderr, its
+/// exit status.
 pub fn run(o: RunOptions) -> Result<ExitCode> {
+    let ran = launch(o)?;
+    let mut err = std::io::stderr().lock();
+    for d in &ran.dumps {
+        let _ = writeln!(err, "{}", d.line());
+    }
+    if ran.dumps.is_empty() && ran.started {
+        let _ = writeln!(err, "heapdump: no dump was written");
+    }
+    Ok(ExitCode::from(ran.code))
+}
+
+/// What a traced run came to: the program's exit status (as a shell gives
+/// it) and the dumps its process tree started, in the order they were.
+pub struct Ran {
+    /// The exit status: the program's own, 128 + the signal that ended it,
+    /// or 127/126 when it could not be started (said on stderr).
+    pub code: u8,
+    /// Whether the program was started at all.
+    pub started: bool,
+    /// The dumps, complete or not.
+    pub dumps: Vec<Dump>,
+}
+
+/// Runs the program as `run` does (the preload library, the report
+/// channel, the signals forwarded, every dump of its process tree waited
+/// for) and says what came of it, printing nothing about its dumps: `run`
+/// and `check` say it each their way.
+pub fn launch(o: RunOptions) -> Result<Ran> {
     if o.program.is_empty() {
         return Err(Usage("run needs a program: heapdump run [OPTIONS] -- PROGRAM [ARGS...]".into()).into());
     }
@@ -188,7 +219,7 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
             // cannot be run.
             let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
             eprintln!("heapdump: cannot run {}: {e}", o.program[0].to_string_lossy());
-            return Ok(ExitCode::from(code));
+            return Ok(Ran { code, started: false, dumps: vec![] });
         }
     };
     let pid = rustix::process::Pid::from_raw(child.id() as i32);
@@ -225,19 +256,12 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     handle.close();
     let _ = forwarder.join();
     drop(channel);
-    let mut err = std::io::stderr().lock();
-    for d in &dumps {
-        let _ = writeln!(err, "{}", d.line());
-    }
-    if dumps.is_empty() {
-        let _ = writeln!(err, "heapdump: no dump was written");
-    }
     let code = match (status.code(), status.signal()) {
         (Some(c), _) => c,
         (None, Some(s)) => 128 + s,
         _ => 1,
     };
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    Ok(Ran { code: code.clamp(0, 255) as u8, started: true, dumps })
 }
 
 /// A complete dump, as its `wrote` line says.
@@ -251,7 +275,7 @@ struct Wrote {
 
 /// One dump a process of the traced tree started, as its report lines say.
 #[derive(Debug, Default)]
-struct Dump {
+pub struct Dump {
     pid: u32,
     exe: String,
     path: String,
@@ -262,12 +286,28 @@ struct Dump {
 }
 
 impl Dump {
-    fn program(&self) -> String {
+    /// Where it was written.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether the file is whole: its writer said so, or it ends with the
+    /// trailer although its process ended before saying it.
+    pub fn complete(&self) -> bool {
+        match &self.done {
+            Some(done) => done.is_ok(),
+            None => ends_with_trailer(&self.path),
+        }
+    }
+
+    /// The process that wrote it, as `name[pid]`.
+    pub fn program(&self) -> String {
         let name = self.exe.rsplit('/').next().unwrap_or(&self.exe);
         format!("{name}[{}]", self.pid)
     }
 
-    fn line(&self) -> String {
+    /// What `run` says of it: one line.
+    pub fn line(&self) -> String {
         match &self.done {
             Some(Ok(w)) => format!(
                 "heapdump: wrote {} ({}, by {}, {} allocations, {} bytes, file {} bytes)",
