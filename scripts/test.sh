@@ -26,6 +26,7 @@ command -v node >/dev/null || need+=(nodejs npm)
 [ -x /usr/bin/sqlite3 ] || need+=(sqlite3)
 [ -x /usr/bin/git ] || need+=(git)
 dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)   # the venv DuckDB is installed into (parquet_tables)
+dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)   # the venv DuckDB is installed into (parquet_tables)
 [ -x /usr/bin/cppcheck ] || need+=(cppcheck)   # a stripped Debian C++ program (cxx_classes_in_stripped_programs)
 # Production shapes: a pre-fork server, and musl programs.
 [ -x /usr/sbin/nginx ] || need+=(nginx)
@@ -43,6 +44,13 @@ fi
 if [ ! -d target/node/node_modules/@memlab/heap-analysis ]; then
   mkdir -p target/node
   PUPPETEER_SKIP_DOWNLOAD=1 npm install --prefix target/node --no-audit --no-fund --loglevel=error @memlab/heap-analysis@2.0.5 >/dev/null
+fi
+
+# DuckDB reads the Parquet exports (parquet_tables.rs): from PyPI, into a
+# venv under target/ (Debian's python3 refuses a pip install outside one).
+if ! target/py/bin/python -c 'import duckdb' 2>/dev/null; then
+  /usr/bin/python3 -m venv target/py
+  target/py/bin/pip install -q --disable-pip-version-check duckdb
 fi
 
 # DuckDB reads the Parquet exports (parquet_tables.rs): from PyPI, into a

@@ -71,6 +71,8 @@ enum Format {
     Dot,
     Mermaid,
     Json,
+    /// Tables for SQL engines: -o names a directory.
+    Parquet,
 }
 
 /// `--format`'s values; a name one reaches for that is not one of them
@@ -321,7 +323,7 @@ enum Command {
         /// Output format.
         #[arg(long, value_parser = FormatParser)]
         format: Format,
-        /// Output file.
+        /// Output file (`-`: standard output); for parquet, a directory.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
         /// dot, mermaid: the subgraph around this address (default: the top retainers).
@@ -676,6 +678,9 @@ fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, dep
     let address = address.map(views::parse_address).transpose()?;
     let loaded = views::load(dump)?;
     let ex = views::session(&loaded);
+    if let Format::Parquet = format {
+        return export_parquet(&ex, output);
+    }
     let opts = heapdump_export::GraphOptions { address, depth, max_nodes };
     write_atomically(output, |w| match format {
         Format::Pprof => heapdump_export::write_pprof(&ex, w),
@@ -685,7 +690,24 @@ fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, dep
         Format::Dot => heapdump_export::write_dot(&ex, &opts, w),
         Format::Mermaid => heapdump_export::write_mermaid(&ex, &opts, w),
         Format::Json => heapdump_export::write_json(&ex, w),
+        Format::Parquet => unreachable!("written above"),
     })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `export --format parquet -o DIR`: the five tables into DIR, each file
+/// renamed into place when whole; said on stderr, as the other exports.
+fn export_parquet(ex: &heapdump_analyze::Analysis<'_>, dir: &Path) -> Result<ExitCode> {
+    if dir.as_os_str() == "-" {
+        return Err(output::Usage("--format parquet writes a directory of tables: -o DIR, not standard output".into()).into());
+    }
+    if dir.exists() && !dir.is_dir() {
+        return Err(output::Usage(format!("--format parquet writes a directory of tables: {} is not a directory", dir.display())).into());
+    }
+    let files = heapdump_export::write_parquet(ex, dir).with_context(|| format!("writing the parquet tables into {}", dir.display()))?;
+    let bytes: u64 = files.iter().map(|f| f.bytes).sum();
+    let rows: Vec<String> = files.iter().map(|f| format!("{} {}", f.path.file_stem().unwrap_or_default().to_string_lossy(), f.rows)).collect();
+    eprintln!("heapdump: wrote {} (dump {}: {} rows; {})", dir.display(), heapdump_export::dump_id(ex), rows.join(", "), output::bytes(bytes));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -20,6 +20,7 @@ mod growth_across_dumps;
 mod install;
 mod manual_pages;
 mod near_limit_dumps;
+mod parquet_tables;
 mod preload_tracing;
 mod real_programs_match_valgrind;
 mod report_channel;
