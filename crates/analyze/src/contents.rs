@@ -87,7 +87,7 @@ impl<'a> DumpContents<'a> {
                     let w1 = bytes.get(8..16).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
                     words.insert(b.0, (a.first_word, w1, Some(bytes)));
                 }
-                heapdump_format::ContentsRef::Compact(_) => {
+                heapdump_format::ContentsRef::Compact { .. } => {
                     words.insert(b.0, (a.first_word, None, None));
                 }
             }

@@ -201,7 +201,7 @@ impl Analysis<'_> {
                 Ok((_, Record::Alloc(a))) if a.address == addr => {
                     return match a.contents {
                         ContentsRef::Full(bytes) => Some(bytes),
-                        ContentsRef::Compact(_) => None,
+                        ContentsRef::Compact { .. } => None,
                     };
                 }
                 Ok((_, Record::Allocs(_))) => return None,

@@ -422,7 +422,7 @@ impl<'a> Pass1<'a> {
                         self.sorted &= last.addr < a.address;
                         self.apart &= !overlap(&last, &block);
                     }
-                    if let heapdump_format::ContentsRef::Compact(p) = a.contents {
+                    if let heapdump_format::ContentsRef::Compact { pointers: p, .. } = a.contents {
                         self.pointers[usize::from(self.split.is_some())] += p.len();
                     }
                     let first = crate::heap::first_word(&a);
@@ -883,7 +883,7 @@ fn to_block_order(
 fn words(c: &heapdump_format::ContentsRef<'_>) -> usize {
     match c {
         heapdump_format::ContentsRef::Full(b) => b.len() / 8,
-        heapdump_format::ContentsRef::Compact(p) => p.len(),
+        heapdump_format::ContentsRef::Compact { pointers: p, .. } => p.len(),
     }
 }
 

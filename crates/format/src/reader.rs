@@ -261,14 +261,9 @@ impl<'a> Site<'a> {
     }
 }
 
-/// A region's contents as the dump's mode stores them.
-#[derive(Clone, Copy, Debug)]
-pub enum Contents<'a> {
-    /// Raw bytes.
-    Full(&'a [u8]),
-    /// (offset, value) pairs of the words pointing into a live allocation.
-    Compact(Pointers<'a>),
-}
+/// A region's contents as a dump read holds them: the writer's
+/// [`Contents`](crate::Contents), its compact pairs read in place.
+pub type Contents<'a> = crate::writer::Contents<'a, Pointers<'a>>;
 
 impl<'a> Contents<'a> {
     /// Every candidate pointer word: in compact mode the recorded pairs, in
@@ -276,7 +271,7 @@ impl<'a> Contents<'a> {
     /// region's address, used to find the alignment).
     pub fn words(&self, base: u64) -> Words<'a> {
         match *self {
-            Contents::Compact(p) => Words::Compact(p),
+            Contents::Compact { pointers, .. } => Words::Compact(pointers),
             Contents::Full(bytes) => {
                 let skip = ((8 - (base % 8)) % 8) as usize;
                 let bytes = bytes.get(skip..).unwrap_or(&[]);
@@ -429,7 +424,7 @@ impl<'a> Records<'a> {
                 let a = alloc(p, self.mode)?;
                 self.counted.allocations += 1;
                 self.counted.alloc_bytes = self.counted.alloc_bytes.wrapping_add(a.size);
-                if let Contents::Compact(ptrs) = a.contents {
+                if let Contents::Compact { pointers: ptrs, .. } = a.contents {
                     self.counted.pointers += ptrs.len() as u64;
                 }
                 Record::Alloc(a)
@@ -604,7 +599,8 @@ fn contents<'a>(p: &mut Cur<'a>, mode: Mode, size: u64) -> Result<Contents<'a>, 
             }
             p.pos = p.data.len();
             let _ = p.offset();
-            Ok(Contents::Compact(Pointers { entries }))
+            let pointers = Pointers { entries };
+            Ok(Contents::Compact { count: pointers.len() as u64, pointers })
         }
     }
 }

@@ -83,13 +83,15 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     }
 }
 
-/// The contents of a root region or an allocation, as the dump's mode wants.
-#[derive(Debug)]
+/// The contents of a root region or an allocation, as the dump's mode
+/// stores them: one type for the writer (`I` any iterator of pairs) and the
+/// reader (`I` = [`crate::Pointers`], named [`crate::ContentsRef`]).
+#[derive(Clone, Copy, Debug)]
 pub enum Contents<'a, I> {
     /// Full mode: the raw bytes, exactly the region's size.
     Full(&'a [u8]),
     /// Compact mode: `count` (offset, value) pairs for the words that point
-    /// into a live allocation; `pointers` must yield exactly `count` pairs.
+    /// into a live allocation; `pointers` yields exactly `count` pairs.
     Compact {
         /// Number of pairs `pointers` yields.
         count: u64,

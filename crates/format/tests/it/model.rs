@@ -332,7 +332,7 @@ pub fn write(d: &MDump) -> Vec<u8> {
 fn mregion(c: ContentsRef<'_>) -> MRegion {
     match c {
         ContentsRef::Full(b) => MRegion { bytes: b.to_vec(), pointers: vec![] },
-        ContentsRef::Compact(p) => MRegion { bytes: vec![], pointers: p.collect() },
+        ContentsRef::Compact { pointers: p, .. } => MRegion { bytes: vec![], pointers: p.collect() },
     }
 }
 

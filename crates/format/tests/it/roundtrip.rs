@@ -54,7 +54,7 @@ fn large_contents_bypass_the_staging_buffer_intact() {
         if let Record::Alloc(a) = r.unwrap().1 {
             match a.contents {
                 ContentsRef::Full(b) => assert_eq!(b, &big[..]),
-                ContentsRef::Compact(_) => panic!("full dump yielded compact contents"),
+                ContentsRef::Compact { .. } => panic!("full dump yielded compact contents"),
             }
             n += 1;
         }
