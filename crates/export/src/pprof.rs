@@ -201,7 +201,9 @@ pub fn profile(ex: &Analysis<'_>) -> Profile {
             ValueType { r#type: s.id("inuse_objects"), unit: s.id("count") },
             ValueType { r#type: s.id("inuse_space"), unit: s.id("bytes") },
         ],
-        default_sample_type: 1,
+        // A string index: the type pprof opens on, bytes (as Go's heap
+        // profiles, whose last type, the default, is inuse_space).
+        default_sample_type: 0,
         time_nanos: heap.header.time_ns as i64,
         ..Default::default()
     };
@@ -209,6 +211,7 @@ pub fn profile(ex: &Analysis<'_>) -> Profile {
         p.period_type = Some(ValueType { r#type: s.id("space"), unit: s.id("bytes") });
         p.period = heap.sample_mean as i64;
     }
+    p.default_sample_type = s.id("inuse_space");
     p.comment.push(s.id(&format!("heapdump of pid {} ({})", heap.header.pid, heap.exe)));
     // Mappings: one per module with an executable segment.
     let mut mapping_of_module: HashMap<usize, u64> = HashMap::new();

@@ -324,3 +324,33 @@ fn a_format_by_another_name_and_an_unwritable_output_are_said_plainly() {
     left.sort();
     assert_eq!(left, ["a-file", "demo.hdump"], "nothing left behind");
 }
+
+/// `go tool pprof -top [extra] PROFILE`: the header, and each row's flat
+/// figure and function.
+fn pprof_top(d: &Scratch, profile: &Path, extra: &[&str]) -> (String, Vec<(String, String)>) {
+    let o = tool("go").args(["tool", "pprof", "-top"]).args(extra).arg(profile).env("HOME", &d.0).output().unwrap();
+    let text = ok(&o);
+    let rows = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 6).then(|| (f[0].to_string(), f[5..].join(" ")))
+        })
+        .collect();
+    (text, rows)
+}
+
+#[test]
+fn pprof_opens_on_in_use_bytes_as_go_heap_profiles_do() {
+    let (d, dump) = traced("pprof-bytes", "malloc_and_strdup.c", &["-O0", "-g"]);
+    let pb = d.path("heap.pb.gz");
+    export(&dump, "pprof", &pb, &[]);
+    let (text, rows) = pprof_top(&d, &pb, &[]);
+    assert!(text.contains("Type: inuse_space"), "{text}");
+    assert!(rows[0].0.ends_with("kB") || rows[0].0.ends_with("MB"), "bytes, not counts:\n{text}");
+    let (text, _) = pprof_top(&d, &pb, &["-unit=B"]);
+    let bytes = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()])["bytes"].as_u64().unwrap();
+    assert!(text.contains(&format!("100% of {bytes}B total")), "the live bytes:\n{text}");
+}
