@@ -657,6 +657,16 @@ impl<'h> Analysis<'h> {
         out
     }
 
+    /// The stack every export draws for a site (pprof, folded, the
+    /// flamegraphs), innermost first: from the frame `top` names the site
+    /// by (the first outside the allocator, its wrappers and `--skip`)
+    /// outward up to `main`, the standard library's frames between left
+    /// out; no frame of the allocator or the runtime. The callers `top
+    /// --tree` shows, in the same order.
+    pub fn stack(&self, site: SiteId) -> Vec<Frame> {
+        self.sym.borrow_mut().naming_frames(site)
+    }
+
     /// The frames at one return address (inlined first), without the
     /// tracker's own.
     pub fn frames_at(&self, addr: u64) -> Vec<Frame> {
@@ -722,7 +732,7 @@ impl<'h> Analysis<'h> {
         }
         let mut roots: Vec<(String, Acc)> = Vec::new();
         for t in self.live_by_site(false) {
-            let frames = self.sym.borrow_mut().naming_frames(t.site);
+            let frames = self.stack(t.site);
             let mut labels: Vec<String> = frames.iter().take(depth.max(1)).map(Frame::label).collect();
             if labels.is_empty() {
                 labels.push(self.site_label(t.site));

@@ -11,9 +11,10 @@ pub fn folded_lines(ex: &Analysis<'_>) -> Vec<String> {
     let mut acc: HashMap<String, f64> = HashMap::new();
     for t in ex.live_by_site(false) {
         let (site, bytes) = (t.site, t.bytes);
-        // The program's own frames (`Analysis::program_frames`).
+        // The stack `top` names the site by (`Analysis::stack`), as
+        // pprof's: from the program's frame out to `main`.
         let mut names: Vec<String> = ex
-            .program_frames(site)
+            .stack(site)
             .iter()
             .map(|f| f.function.clone().unwrap_or_else(|| format!("{:#x}", f.address)).replace(';', ":"))
             .collect();

@@ -234,7 +234,8 @@ pub fn profile(ex: &Analysis<'_>) -> Profile {
         mapping_of_module.insert(mi, id);
     }
     let mut functions: HashMap<(String, String), u64> = HashMap::new();
-    let mut locations: HashMap<u64, u64> = HashMap::new();
+    // By return address and lines (function, line).
+    let mut locations: HashMap<(u64, Vec<(u64, i64)>), u64> = HashMap::new();
     // Aggregate blocks by site, and by type where blocks of one site have
     // types of their own (trait objects named by their vtables).
     let sites = ex.live_by_site(ex.has_block_types());
@@ -245,11 +246,13 @@ pub fn profile(ex: &Analysis<'_>) -> Profile {
     for (t, (count, bytes)) in sites.into_iter().zip(counts.into_iter().zip(byte_counts)) {
         let (site, ty) = (t.site, t.ty);
         let mut loc_ids = Vec::new();
-        let addrs: Vec<u64> = ex.site_addresses(site);
-        if addrs.is_empty() {
+        // The stack `top` names the site by (`Analysis::stack`): it starts
+        // at the program's frame, so that the program's function, not
+        // malloc, is the leaf.
+        let stack = ex.stack(site);
+        if stack.is_empty() {
             // A location standing for "no site recorded".
-            let key = u64::MAX;
-            let id = *locations.entry(key).or_insert_with(|| {
+            let id = *locations.entry((u64::MAX, vec![])).or_insert_with(|| {
                 let fid = p.function.len() as u64 + 1;
                 p.function.push(Function { id: fid, name: s.id("(no site recorded)"), system_name: 0, filename: 0, start_line: 0 });
                 let id = p.location.len() as u64 + 1;
@@ -258,32 +261,31 @@ pub fn profile(ex: &Analysis<'_>) -> Profile {
             });
             loc_ids.push(id);
         }
-        for a in addrs {
-            let id = match locations.get(&a) {
+        // One location per return address, its frames (inlined first) as
+        // its lines; an address whose inner frames the stack leaves out is
+        // a location of its own.
+        for frames in stack.chunk_by(|a, b| a.address == b.address) {
+            let a = frames[0].address;
+            let mut lines = Vec::new();
+            for f in frames {
+                let name = f.function.clone().unwrap_or_else(|| format!("{a:#x}"));
+                let file = f.file.clone().unwrap_or_default();
+                let fid = *functions.entry((name.clone(), file.clone())).or_insert_with(|| {
+                    let fid = p.function.len() as u64 + 1;
+                    p.function.push(Function { id: fid, name: s.id(&name), system_name: s.id(&name), filename: s.id(&file), start_line: 0 });
+                    fid
+                });
+                lines.push(Line { function_id: fid, line: i64::from(f.line.unwrap_or(0)) });
+            }
+            let key = (a, lines.iter().map(|l| (l.function_id, l.line)).collect::<Vec<_>>());
+            let id = match locations.get(&key) {
                 Some(&id) => id,
                 None => {
-                    let mut lines = Vec::new();
-                    for f in ex.frames_at(a) {
-                        let name = f.function.clone().unwrap_or_else(|| format!("{a:#x}"));
-                        let file = f.file.clone().unwrap_or_default();
-                        let fid = *functions.entry((name.clone(), file.clone())).or_insert_with(|| {
-                            let fid = p.function.len() as u64 + 1;
-                            p.function.push(Function {
-                                id: fid,
-                                name: s.id(&name),
-                                system_name: s.id(&name),
-                                filename: s.id(&file),
-                                start_line: 0,
-                            });
-                            fid
-                        });
-                        lines.push(Line { function_id: fid, line: i64::from(f.line.unwrap_or(0)) });
-                    }
                     let id = p.location.len() as u64 + 1;
                     let mapping_id = heap.code_module(a).and_then(|mi| mapping_of_module.get(&mi).copied()).unwrap_or(0);
                     // pprof's addresses are the call instruction: return address - 1.
                     p.location.push(Location { id, mapping_id, address: a.saturating_sub(1), line: lines });
-                    locations.insert(a, id);
+                    locations.insert(key, id);
                     id
                 }
             };

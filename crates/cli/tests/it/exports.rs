@@ -354,3 +354,35 @@ fn pprof_opens_on_in_use_bytes_as_go_heap_profiles_do() {
     let bytes = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()])["bytes"].as_u64().unwrap();
     assert!(text.contains(&format!("100% of {bytes}B total")), "the live bytes:\n{text}");
 }
+
+#[test]
+fn exports_stacks_start_at_the_programs_own_frame() {
+    let (d, dump) = traced("own-frames", "malloc_and_strdup.c", &["-O0", "-g"]);
+    let machinery = |f: &str| f.contains("malloc") || f.contains("strdup") || f.starts_with("__") || f.contains("libc");
+    // pprof's leader is the program's function, with the bytes `top`
+    // gives its site; no frame of the allocator anywhere.
+    let pb = d.path("heap.pb.gz");
+    export(&dump, "pprof", &pb, &[]);
+    let (_, rows) = pprof_top(&d, &pb, &["-unit=B", "-sample_index=inuse_space"]);
+    assert_eq!(rows[0].1, "make_buffers", "{rows:?}");
+    let top = json(&["top".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    let site = top.as_array().unwrap().iter().find(|r| r["key"].as_str().unwrap().starts_with("make_buffers")).expect("make_buffers in top");
+    assert_eq!(rows[0].0, format!("{}B", site["bytes"]), "{rows:?}");
+    assert!(rows.iter().any(|r| r.1 == "remember_names" && r.0 != "0"), "strdup's caller holds its bytes: {rows:?}");
+    assert!(!rows.iter().any(|r| machinery(&r.1)), "allocator frames in pprof: {rows:?}");
+    // Folded stacks and the flamegraph: the same stacks, from main to the
+    // program's function.
+    let folded = d.path("heap.folded");
+    export(&dump, "folded", &folded, &[]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    for l in text.lines() {
+        let stack = l.rsplit_once(' ').unwrap().0;
+        assert!(!stack.split(';').any(machinery), "allocator frames in folded stacks: {l}");
+        assert!(["main;make_buffers", "main;remember_names"].contains(&stack), "{text}");
+    }
+    let svg = d.path("heap.svg");
+    export(&dump, "svg", &svg, &[]);
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.contains("make_buffers") && s.contains("remember_names"));
+    assert!(!s.contains("malloc") && !s.contains("strdup"), "allocator frames in the flamegraph");
+}
