@@ -183,7 +183,7 @@ impl Image {
     fn bytes(&self, at: u64, len: u64) -> Option<&[u8]> {
         let &(vaddr, _, offset) =
             self.loads.iter().find(|l| at >= l.0 && at.checked_add(len).is_some_and(|end| end <= l.0.saturating_add(l.1)))?;
-        let start = usize::try_from(at - vaddr + offset).ok()?;
+        let start = usize::try_from((at - vaddr).checked_add(offset)?).ok()?;
         self.map.get(start..start.checked_add(usize::try_from(len).ok()?)?)
     }
 
@@ -309,6 +309,35 @@ mod tests {
         assert_eq!(type_name(b"hello world"), None);
         assert_eq!(type_name(b""), None);
         assert_eq!(type_name(b"N3geo6Cir"), None);
+    }
+
+    /// A file that is no ELF, or an ELF cut short, is no image and no panic.
+    #[test]
+    fn damaged_files_are_no_image() {
+        let dir = std::env::temp_dir().join(format!("hd-rtti-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        for (name, bytes) in [("text", &b"not an ELF file at all"[..]), ("cut", &exe[..4096]), ("header", &exe[..64])] {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let map = crate::input::map_regular(&path).unwrap().unwrap();
+            match Image::of(Rc::new(map)) {
+                None => {}
+                Some(i) => {
+                    assert_eq!(name, "cut", "only a file with its headers is an image");
+                    for at in [0, 8, 0x1000, u64::MAX - 4] {
+                        let _ = (i.word(at, 0x1000), i.c_string(at));
+                    }
+                }
+            }
+        }
+        // The whole file parses, and its read-only data reads.
+        let path = dir.join("whole");
+        std::fs::write(&path, &exe).unwrap();
+        let image = Image::of(Rc::new(crate::input::map_regular(&path).unwrap().unwrap())).expect("an x86-64 ELF file");
+        let &(start, _) = image.ro.first().unwrap();
+        assert!(image.is_ro(start, 8) && image.word(start, 0x1000).is_some());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
