@@ -50,6 +50,26 @@
 //! - it never panics or unwinds into the host program;
 //! - its locks are taken by `pthread_atfork` handlers around `fork`, and a
 //!   thread never stops (for a dump) while holding one.
+//!
+//! Where `unsafe` is, and why it cannot be fewer places: every block has a
+//! `// SAFETY:` comment naming its invariant (clippy's
+//! `undocumented_unsafe_blocks` denies one without), and each kind lives in
+//! the room that owns its invariant:
+//! - calls into the kernel and the C library: `sys/` alone (clippy's
+//!   `disallowed_methods` keeps `libc` out of every other room);
+//! - memory mapped from the kernel and read or written as tables (there is
+//!   no heap to put a `Vec` on): the room that mapped it and knows its
+//!   layout (`table/`'s slots and shards, `sites/`' arenas, `dump/`'s index
+//!   and directory, `stop/guard`'s deferred queue), never handed to another
+//!   room as a raw pointer;
+//! - other threads' stacks and registers, and the program's own memory read
+//!   while the world is stopped: `stop/stw` (the registers a signal
+//!   handler saves), `dump/` (scanning, which is what a dump is),
+//!   `sites/unwind` (the frames it walks);
+//! - signal handlers' context (`ucontext_t`) and the host's handlers:
+//!   `trigger/` (`fatal`, the dump signal);
+//! - the `GlobalAlloc` contract: `tracker`, the one place that calls the
+//!   wrapped allocator, and `hooks`, the preload library's C entry points.
 #![deny(missing_docs)]
 
 mod config;
