@@ -711,32 +711,60 @@ fn export_parquet(ex: &heapdump_analyze::Analysis<'_>, dir: &Path) -> Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-/// Finds a program shipped next to this executable.
-pub fn sibling(name: &str) -> Result<PathBuf> {
+/// Finds a program shipped next to this executable: `name`, of the
+/// workspace's `package` (the error says how to get it there).
+pub fn sibling(name: &str, package: &str) -> Result<PathBuf> {
     let me = std::env::current_exe().context("cannot locate the heapdump executable")?;
     let dir = me.parent().context("the heapdump executable has no directory")?;
     let p = dir.join(name);
     if p.exists() {
         return Ok(p);
     }
-    anyhow::bail!("{name} not found next to {}: build it with `cargo build --release -p heapdump-cli`", me.display())
+    anyhow::bail!(
+        "{name} not found next to {}: it is the {package} package's; from heapdump's source tree, `cargo install --path crates/demo --bin {name}` puts it beside an installed heapdump, `cargo build --release -p {package}` beside target/release/heapdump",
+        me.display()
+    )
+}
+
+/// How to run this heapdump from a shell: `heapdump` when that is what
+/// PATH finds, else the executable's own path (after a build, say).
+fn invocation() -> String {
+    let Ok(me) = std::env::current_exe() else { return "heapdump".into() };
+    let same = |p: &Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(&me).ok();
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        use std::os::unix::fs::PermissionsExt;
+        std::env::split_paths(&paths)
+            .map(|d| d.join("heapdump"))
+            .find(|c| std::fs::metadata(c).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+    });
+    if found.is_some_and(|f| same(&f)) {
+        return "heapdump".into();
+    }
+    let s = me.to_string_lossy().into_owned();
+    if s.chars().all(|c| c.is_ascii_alphanumeric() || "/._+-".contains(c)) {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 fn demo() -> Result<ExitCode> {
-    let program = sibling("heapdump-demo")?;
-    let out = PathBuf::from(format!("heapdump-demo.{}.hdump", std::process::id()));
-    println!("== running the bundled example: {} {}", program.display(), out.display());
+    let program = sibling("heapdump-demo", "heapdump-demo")?;
+    println!("== running the bundled example: {}", program.display());
     // Its output is passed on by this process, so that a reader going
-    // away ends the demo as it ends any command.
-    let ran = std::process::Command::new(&program)
-        .arg(&out)
+    // away ends the demo as it ends any command. It names its dump after
+    // its own pid (heapdump-demo.<pid>.hdump), as `run` names a program's.
+    let child = std::process::Command::new(&program)
         .env("HEAPDUMP_BACKTRACE", "all")
         .env("HEAPDUMP_SIGNAL", "0")
         .env_remove("HEAPDUMP_OUTPUT")
         .env_remove("HEAPDUMP_AT_EXIT")
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
-        .output()
+        .spawn()
         .with_context(|| format!("cannot run {}", program.display()))?;
+    let out = PathBuf::from(format!("heapdump-demo.{}.hdump", child.id()));
+    let ran = child.wait_with_output().with_context(|| format!("cannot run {}", program.display()))?;
     if !ran.status.success() {
         anyhow::bail!("the example program failed ({})", ran.status);
     }
@@ -756,13 +784,14 @@ fn demo() -> Result<ExitCode> {
     views::print_retainers(&mut stdout, &rows, heap.total_bytes())?;
     let abs = std::fs::canonicalize(&out).unwrap_or(out.clone());
     writeln!(stdout, "\nThe dump is {}. Go on with:", abs.display())?;
+    let heapdump = invocation();
     for sub in ["top --by site", "top --by type", "leaks --json", "retained -n 30", "summary --json"] {
-        writeln!(stdout, "  heapdump {sub} {}", out.display())?;
+        writeln!(stdout, "  {heapdump} {sub} {}", out.display())?;
     }
     if let Some(r) = rows.first() {
-        writeln!(stdout, "  heapdump path {} {}", out.display(), r.address)?;
+        writeln!(stdout, "  {heapdump} path {} {}", out.display(), r.address)?;
     }
-    writeln!(stdout, "  heapdump serve {}    # the same in your browser: the dominator tree, blocks, a flamegraph", out.display())?;
+    writeln!(stdout, "  {heapdump} serve {}    # the same in your browser: the dominator tree, blocks, a flamegraph", out.display())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -85,7 +85,9 @@ fn handle_request(raw: &str) -> Option<usize> {
 }
 
 fn main() {
-    let out = std::env::args().nth(1).unwrap_or_else(|| "heapdump-demo.hdump".to_string());
+    // Named after this process, as `heapdump run` names a program's dumps
+    // (`heapdump demo` finds it by the pid it started).
+    let out = std::env::args().nth(1).unwrap_or_else(|| format!("heapdump-demo.{}.hdump", std::process::id()));
     let catalogue = build_catalogue(5000);
     let mut served = 0;
     for i in 0..500u64 {

@@ -13,6 +13,7 @@ mod closed_pipes_and_usage;
 mod cxx_classes_in_stripped_programs;
 mod damaged_dumps;
 mod exports;
+mod demo_from_anywhere;
 mod fatal_signal_dumps;
 mod figures_in_views;
 mod glibc_heap_walk;
