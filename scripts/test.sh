@@ -32,6 +32,10 @@ dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)   # the venv DuckDB
 [ -x /usr/sbin/nginx ] || need+=(nginx)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v musl-gcc >/dev/null || need+=(musl-tools)
+# jemalloc, preloaded and linked in statically, and Redis, which loads it (jemalloc_heap_walk).
+[ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need+=(libjemalloc2)
+[ -e /usr/lib/x86_64-linux-gnu/libjemalloc.a ] || need+=(libjemalloc-dev)
+[ -x /usr/bin/redis-server ] || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

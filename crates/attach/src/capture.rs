@@ -442,7 +442,16 @@ pub struct Snapshot {
 pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]) -> Result<Snapshot> {
     // The allocator whose heap is walked.
     let mut heap = match crate::jemalloc::find(mem)? {
-        Some(je) => crate::jemalloc::walk_heap(mem, &je)?,
+        Some(je) => {
+            let mut h = crate::jemalloc::walk_heap(mem, &je)?;
+            // A static copy beside glibc's malloc: both heaps.
+            if je.in_exe {
+                if let Ok(g) = walk_heap(mem) {
+                    crate::jemalloc::add_glibc(&mut h, g);
+                }
+            }
+            h
+        }
         None => walk_heap(mem)?,
     };
     // In address order, for the allocations' contents (found by search).

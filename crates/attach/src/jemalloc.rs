@@ -166,6 +166,9 @@ pub struct Found {
     pub module: String,
     /// Its version string's release (`5.3.0`).
     pub version: String,
+    /// Linked into the executable (a static copy, `je_`- or
+    /// `_rjem_`-prefixed beside glibc's malloc, or the only malloc).
+    pub in_exe: bool,
     /// The module's writable memory: its data and, after it, its bss.
     rw: Vec<(u64, u64)>,
 }
@@ -222,7 +225,7 @@ fn version_in_bytes(b: &[u8]) -> Option<String> {
 }
 
 fn memfind(h: &[u8], n: &[u8]) -> Option<usize> {
-    h.windows(n.len()).position(|w| w == n)
+    memchr::memmem::find(h, n)
 }
 
 /// The jemalloc the process allocates with: a module named for it
@@ -231,9 +234,16 @@ fn memfind(h: &[u8], n: &[u8]) -> Option<usize> {
 pub fn find(mem: &dyn Memory) -> Result<Option<Found>> {
     let maps = mem.maps();
     let name = |m: &Map| m.file().and_then(|p| p.rsplit('/').next()).unwrap_or("").to_string();
-    let Some(first) = maps.iter().find(|m| name(m).contains("jemalloc")) else { return Ok(None) };
+    let named = maps.iter().find(|m| name(m).contains("jemalloc"));
+    // Else the executable (the first module mapped), when its read-only
+    // data holds jemalloc's version and its messages' prefix.
+    let in_exe = named.is_none();
+    let Some(first) = named.or_else(|| maps.iter().find(|m| m.offset == 0 && m.file().is_some())) else { return Ok(None) };
     let path = first.file().unwrap_or_default().to_string();
     let own: Vec<&Map> = maps.iter().filter(|m| m.file() == Some(path.as_str())).collect();
+    if in_exe {
+        return Ok(static_copy(mem, &own, &path).filter(|f| READ.iter().any(|r| f.version.starts_with(r))));
+    }
     // A core leaves read-only data out: the module's file on this
     // machine then (its first 64 MiB).
     let version = version_in(mem, &own, false).or_else(|| {
@@ -247,7 +257,25 @@ pub fn find(mem: &dyn Memory) -> Result<Option<Found>> {
     if !READ.iter().any(|r| version.starts_with(r)) {
         return Err(bad(first.start, Problem::Unsupported { version, module: path }));
     }
-    // Its data, and the bss the kernel maps anonymous right after it.
+    Ok(Some(Found { module: path, version, in_exe: false, rw: writable(maps, &own) }))
+}
+
+/// A static copy of jemalloc in the executable's mappings `own`.
+fn static_copy(mem: &dyn Memory, own: &[&Map], path: &str) -> Option<Found> {
+    let version = version_in(mem, own, true).or_else(|| {
+        // A core leaves read-only data out: the file on this machine.
+        use std::io::Read;
+        let f = mem.host_file(path)?.ok()?;
+        let mut b = Vec::new();
+        f.take(256 << 20).read_to_end(&mut b).ok()?;
+        memfind(&b, b"<jemalloc>: ")?;
+        version_in_bytes(&b)
+    })?;
+    Some(Found { module: path.to_string(), version, in_exe: true, rw: writable(mem.maps(), own) })
+}
+
+/// A module's data, and the bss the kernel maps anonymous right after it.
+fn writable(maps: &[Map], own: &[&Map]) -> Vec<(u64, u64)> {
     let mut rw: Vec<(u64, u64)> = Vec::new();
     for m in own.iter().filter(|m| m.write) {
         rw.push((m.start, m.end));
@@ -256,7 +284,22 @@ pub fn find(mem: &dyn Memory) -> Result<Option<Found>> {
             rw.push((b.start, b.end));
         }
     }
-    Ok(Some(Found { module: path, version, rw }))
+    rw
+}
+
+/// Adds glibc's heap `g` (the malloc a static jemalloc's program also
+/// uses, through its C libraries) to jemalloc's `h`.
+pub fn add_glibc(h: &mut GlibcHeap, g: GlibcHeap) {
+    h.live.extend(g.live);
+    h.live.sort_unstable();
+    h.heap_ranges.extend(g.heap_ranges);
+    h.heap_ranges.sort_unstable();
+    h.mmapped.extend(g.mmapped);
+    h.regions.extend(g.regions);
+    h.cached_free += g.cached_free;
+    h.warnings.extend(g.warnings);
+    h.static_arena = g.static_arena;
+    h.allocator = format!("{} and {}", h.allocator, g.allocator);
 }
 
 /// jemalloc's usable size of size class `i` (`sz_index2size`): 8, then
@@ -349,13 +392,30 @@ fn read_edata(mem: &dyn Memory, e: u64) -> Option<Edata> {
     Some(Edata { bits: word(&b, 0), addr: word(&b, 8), size: word(&b, 16) & !(PAGE - 1), bitmap })
 }
 
+/// The parts of anonymous mappings the process touched, asked once per
+/// mapping.
+#[derive(Default)]
+struct Touched(HashMap<u64, Vec<(u64, u64)>>);
+
+impl Touched {
+    /// The touched parts of `[a, b)`, which lies in one mapping.
+    fn of(&mut self, mem: &dyn Memory, a: u64, b: u64) -> Vec<(u64, u64)> {
+        let Some(m) = mem.map_of(a) else { return Vec::new() };
+        let all = self.0.entry(m.start).or_insert_with(|| mem.present(m.start, m.end));
+        all.iter().filter(|r| r.1 > a && r.0 < b).map(|r| (r.0.max(a), r.1.min(b))).collect()
+    }
+}
+
 /// The root slot a leaf must be in: from the first slot it fills, whose
 /// extent says which page that slot maps. `None`: not a leaf.
-fn root_slot_of(mem: &dyn Memory, leaf: u64) -> Option<u64> {
-    if leaf % 64 != 0 || !anon(mem, leaf, SLOTS * 8) {
+fn root_slot_of(mem: &dyn Memory, leaf: u64, t: &mut Touched) -> Option<u64> {
+    if leaf % 64 != 0 || !anon(mem, leaf, SLOTS * 8) || mem.map_of(leaf).is_none_or(|m| m.end < leaf + SLOTS * 8) {
         return None;
     }
-    for (a, bytes) in touched(mem, leaf, leaf + SLOTS * 8) {
+    // Read a page at a time up to the first slot filled: what is not a
+    // leaf stops at its first word.
+    let pieces = t.of(mem, leaf, leaf + SLOTS * 8).into_iter().flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))));
+    for (a, bytes) in pieces.filter_map(|(p, e)| Some((p, mem.bytes(p, e - p).ok()?))) {
         for (i, w) in bytes.chunks_exact(8).enumerate() {
             let bits = u64::from_le_bytes(w.try_into().ok()?);
             if bits == 0 {
@@ -390,6 +450,7 @@ fn root_slot_of(mem: &dyn Memory, leaf: u64) -> Option<u64> {
 fn find_root(mem: &dyn Memory, f: &Found) -> Result<u64> {
     let mut found: Vec<u64> = Vec::new();
     let mut tried: HashSet<u64> = HashSet::new();
+    let mut t = Touched::default();
     for &(s, e) in &f.rw {
         for (a, bytes) in touched(mem, s, e) {
             for (i, w) in bytes.chunks_exact(8).enumerate() {
@@ -398,7 +459,7 @@ fn find_root(mem: &dyn Memory, f: &Found) -> Result<u64> {
                     continue;
                 }
                 let at = a + 8 * i as u64;
-                let Some(j) = root_slot_of(mem, v) else { continue };
+                let Some(j) = root_slot_of(mem, v, &mut t) else { continue };
                 let Some(root) = at.checked_sub(8 * j) else { continue };
                 // The whole array lies in the module's writable memory.
                 if f.rw.iter().any(|&(x, y)| root >= x && root + 8 * SLOTS <= y) && !found.contains(&root) {
@@ -523,7 +584,12 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
     }
     // The regions the threads' caches hold: free.
     let live: HashSet<u64> = h.live.iter().map(|c| c.mem).collect();
-    let (cached, internal) = tcaches(mem, f, root, &live, &mut h.warnings)?;
+    let base: HashSet<u64> = meta.iter().filter_map(|&(a, _)| mem.map_of(a).map(|m| m.start)).collect();
+    all.sort_unstable();
+    let extents_at = merge(all.clone());
+    let in_extent = |v: u64| extents_at.partition_point(|r| r.0 <= v).checked_sub(1).is_some_and(|i| v < extents_at[i].1);
+    let (cached, internal) =
+        tcaches(mem, f, root, &|v| !in_extent(v) && mem.map_of(v).is_some_and(|m| base.contains(&m.start)), &live, &mut h.warnings)?;
     h.cached_free = cached.len() as u64;
     h.live.retain(|c| !cached.contains(&c.mem) && !internal.contains(&c.mem));
     h.live.sort_unstable();
@@ -578,13 +644,15 @@ fn tcaches(
     mem: &dyn Memory,
     f: &Found,
     root: u64,
+    metadata: &dyn Fn(u64) -> bool,
     live: &HashSet<u64>,
     warnings: &mut Vec<String>,
 ) -> Result<(HashSet<u64>, HashSet<u64>)> {
     let mut cached: HashSet<u64> = HashSet::new();
     let mut internal: HashSet<u64> = HashSet::new();
     // Candidate arenas: 64-aligned words of the module's data (not the
-    // rtree's root array) into anonymous memory.
+    // rtree's root array) into jemalloc's metadata (an arena lies in the
+    // mappings of its base, beside its extents' descriptors, in no extent).
     let mut arenas: Vec<u64> = Vec::new();
     for &(s, e) in &f.rw {
         for (a, bytes) in touched(mem, s, e) {
@@ -594,7 +662,7 @@ fn tcaches(
                 if (root..root + 8 * SLOTS).contains(&at) || v == 0 || v % 64 != 0 || arenas.contains(&v) || arenas.len() > 4096 {
                     continue;
                 }
-                if anon(mem, v, 4096) {
+                if metadata(v) && anon(mem, v, 4096) {
                     arenas.push(v);
                 }
             }

@@ -74,6 +74,17 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
     if ran.dumps.is_empty() && ran.started {
         let _ = writeln!(err, "heapdump: no dump was written");
     }
+    // A program that links its own allocator allocates past malloc: its
+    // dumps show little of its heap, and say so (#40).
+    let mut seen: Vec<&str> = Vec::new();
+    for d in &ran.dumps {
+        if !seen.contains(&d.exe.as_str()) {
+            seen.push(&d.exe);
+            if let Some(a) = heapdump_analyze::own_allocator(std::path::Path::new(&d.exe)) {
+                let _ = writeln!(err, "heapdump: warning: {}: {}", d.program(), heapdump_analyze::static_allocator_warning(a));
+            }
+        }
+    }
     Ok(ExitCode::from(ran.code))
 }
 

@@ -17,6 +17,7 @@ mod demo_from_anywhere;
 mod fatal_signal_dumps;
 mod figures_in_views;
 mod glibc_heap_walk;
+mod jemalloc_heap_walk;
 mod growth_across_dumps;
 mod install;
 mod manual_pages;
