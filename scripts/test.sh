@@ -26,6 +26,9 @@ command -v node >/dev/null || need+=(nodejs npm)
 [ -x /usr/bin/sqlite3 ] || need+=(sqlite3)
 [ -x /usr/bin/git ] || need+=(git)
 dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)   # the venv DuckDB is installed into (parquet_tables)
+[ -x /usr/bin/tclsh ] || need+=(tcl)   # a Tcl dict in a compact dump (allocation_wrappers_and_names)
+# glibc's own names (__GI___tsearch) in the stacks, as valgrind shows them.
+dpkg -s libc6-dbg >/dev/null 2>&1 || need+=(libc6-dbg)
 dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)   # the venv DuckDB is installed into (parquet_tables)
 [ -x /usr/bin/cppcheck ] || need+=(cppcheck)   # a stripped Debian C++ program (cxx_classes_in_stripped_programs)
 # Production shapes: a pre-fork server, and musl programs.

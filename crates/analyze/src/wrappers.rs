@@ -17,9 +17,10 @@
 //!   failure path); any other `ret` makes the function a user of the block,
 //!   not a wrapper;
 //! - the block may be filled whole (`memset`, `memcpy`: `zmalloc`,
-//!   `xstrdup`) or given a header before the returned address, but a store
-//!   into what is returned (a constructor setting its fields), or the block
-//!   handed to any other function, makes it a user too;
+//!   `xstrdup`, or zeros stored inline, as calloc would leave it) or given
+//!   a header before the returned address, but any other store into what
+//!   is returned (a constructor setting its fields), or the block handed
+//!   to any other function, makes it a user too;
 //! - the function must be small ([`MAX_FUNCTION`] bytes) and the walk is
 //!   bounded ([`MAX_STEPS`] instructions): past that, no wrapper.
 //!
@@ -519,9 +520,18 @@ impl<'m> Walk<'m> {
                 return true;
             }
             Mnemonic::Mov if k0 == OpKind::Memory => {
-                let v = if k1 == OpKind::Register && i.op1_register().size() == 8 { st.reg(i.op1_register()) } else { Value::Unknown };
+                let v = match k1 {
+                    OpKind::Register if i.op1_register().size() == 8 => st.reg(i.op1_register()),
+                    OpKind::Register if st.reg(i.op1_register().full_register()) == Value::Zero => Value::Zero,
+                    k if is_immediate(k) && i.immediate(1) == 0 => Value::Zero,
+                    _ => Value::Unknown,
+                };
                 if let Some(s) = st.slot_of(i.memory_base(), i.memory_index(), disp) {
                     st.set_slot(s, v);
+                    return true;
+                }
+                // Zeros clear the block (an inlined memset), as calloc would.
+                if v == Value::Zero {
                     return true;
                 }
                 return store(st, i.memory_base(), i.memory_index(), disp, i.memory_size().size() as i64);
@@ -568,7 +578,14 @@ impl<'m> Walk<'m> {
                 };
                 return true;
             }
-            Mnemonic::Stosb | Mnemonic::Stosw | Mnemonic::Stosd | Mnemonic::Stosq | Mnemonic::Movsb | Mnemonic::Movsw | Mnemonic::Movsd | Mnemonic::Movsq
+            Mnemonic::Stosb
+            | Mnemonic::Stosw
+            | Mnemonic::Stosd
+            | Mnemonic::Stosq
+            | Mnemonic::Movsb
+            | Mnemonic::Movsw
+            | Mnemonic::Movsd
+            | Mnemonic::Movsq
                 if i.op_count() == 2 && (k0 == OpKind::MemoryESRDI || k0 == OpKind::MemoryESEDI) =>
             {
                 // Filling the block (an inlined memset or memcpy).
@@ -608,7 +625,16 @@ impl<'m> Walk<'m> {
 }
 
 fn is_immediate(k: OpKind) -> bool {
-    matches!(k, OpKind::Immediate8 | OpKind::Immediate16 | OpKind::Immediate32 | OpKind::Immediate64 | OpKind::Immediate8to32 | OpKind::Immediate8to64 | OpKind::Immediate32to64)
+    matches!(
+        k,
+        OpKind::Immediate8
+            | OpKind::Immediate16
+            | OpKind::Immediate32
+            | OpKind::Immediate64
+            | OpKind::Immediate8to32
+            | OpKind::Immediate8to64
+            | OpKind::Immediate32to64
+    )
 }
 
 /// Records a store through `base + index + disp` of `size` bytes: into the

@@ -46,9 +46,7 @@ pub fn ctrl_ok(ctrl: &[u8], buckets: usize) -> bool {
     }
     // The mirrored group first: it rejects most blocks in 16 comparisons.
     let mirror = (buckets..buckets + 16).all(|j| ctrl[j] == mirrored(ctrl, buckets, j));
-    mirror
-        && ctrl.iter().all(|&b| b == 0xFF || b <= 0x80)
-        && ctrl[..buckets].iter().filter(|&&b| b != 0xFF).count() <= capacity(buckets)
+    mirror && ctrl.iter().all(|&b| b == 0xFF || b <= 0x80) && ctrl[..buckets].iter().filter(|&&b| b != 0xFF).count() <= capacity(buckets)
 }
 
 /// What byte `j` (from `buckets` to `buckets + 16`) of a table's control

@@ -2,6 +2,7 @@
 //! through the preload library, leak reports checked against valgrind, and
 //! the command line's contract (JSON keys, exit codes, damaged input).
 
+mod allocation_wrappers_and_names;
 mod analysis_cache;
 mod attach_and_core;
 mod attach_in_containers_and_crafted_cores;
