@@ -7,11 +7,12 @@
 use crate::error::{AnalyzeError, Result};
 use crate::file::DumpFile;
 use crate::heap::{
-    holder, Block, BlockId, Blocks, Heap, ModuleInfo, ModuleRanges, OffsetCursor, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo,
+    Block, BlockId, Blocks, Heap, ModuleInfo, ModuleRanges, OffsetCursor, Offsets, Root, RootKind, RootRegion, SiteId, ThreadInfo,
     WideOffset, INTERIOR, MAX_BLOCKS,
 };
 use crate::prefetch::prefetch;
 use crate::slab::Slab;
+use heapdump_format::lookup::{self, Line, Located, Run, Shape};
 use heapdump_format::{raw, Record};
 use std::collections::HashMap;
 
@@ -167,7 +168,7 @@ impl Heap {
         // two passes over the blocks took 0.05 s at 10 M): a compact dump
         // of ALLOCS records looks up only its roots, each by a binary
         // search then.
-        let dir = if lookups > n / 32 { Directory::new(&heap.blocks) } else { Directory::searching(&heap.blocks) };
+        let dir = directory(&heap.blocks, lookups > n / 32);
         let libc_modules: Vec<bool> = heap.modules.iter().map(|m| is_libc(&m.path)).collect();
         let mut thread_names: HashMap<u32, String> = HashMap::new();
         for t in &heap.threads {
@@ -647,7 +648,7 @@ impl Pass2<'_> {
     ) -> Result<Part<'a>> {
         let too_many = || AnalyzeError::TooLarge { path: self.path.to_path_buf(), what: "more than 2^31 pointers".into() };
         let blocks = self.blocks;
-        let find = |v: u64| self.dir.find(blocks, v);
+        let find = |v: u64| found(self.dir.find(&Addrs(blocks), v));
         let mut pipe = Pipeline::new(self.dir, blocks);
         let mut records_seen = 0usize;
         for r in records {
@@ -663,7 +664,7 @@ impl Pass2<'_> {
                     records_seen += 1;
                     pipe.push(Pending::Start, &mut p).map_err(|_| too_many())?;
                     for (o, v) in a.contents.words(a.address) {
-                        if let Some(located) = self.dir.in_range(v).then(|| self.dir.locate(v)).flatten() {
+                        if let Some(located) = self.dir.locate(v) {
                             pipe.push(Pending::Word { v, o, located }, &mut p).map_err(|_| too_many())?;
                         }
                     }
@@ -768,7 +769,7 @@ enum Pending {
     /// The start of an ALLOC record's edges.
     Start,
     /// A word (offset, value) that may point into a block, located.
-    Word { v: u64, o: u64, located: (u32, Option<usize>) },
+    Word { v: u64, o: u64, located: Located },
     /// A pointer whose block is known (ALLOCS): at offset `o`, `into` bytes
     /// into block `b`.
     Resolved { b: u32, o: u64, into: u64 },
@@ -787,14 +788,18 @@ impl<'a> Pipeline<'a> {
         if self.ring.is_empty() && !matches!(step, Pending::Word { .. }) {
             return self.finish(step, p);
         }
-        if let Pending::Word { located: (_, Some(e)), .. } = step {
-            prefetch(self.dir.table(), e);
+        if let Pending::Word { located, .. } = step {
+            self.dir.prefetch(located);
         }
         self.ring.push_back(step);
         let n = self.ring.len();
         if n > LAG {
             if let Pending::Word { located, .. } = self.ring[n - 1 - LAG] {
-                prefetch(&self.blocks.packed, self.dir.first_block(located));
+                // The first block starting in the bucket (the window
+                // starts one before it).
+                if let Some((before, _)) = self.dir.window(located) {
+                    prefetch(&self.blocks.packed, before + 1);
+                }
             }
         }
         if n > 2 * LAG {
@@ -834,7 +839,7 @@ impl<'a> Pipeline<'a> {
                 p.push_offset(o);
             }
             Pending::Word { v, o, located } => {
-                if let Some((b, interior)) = self.dir.finish(self.blocks, v, located) {
+                if let Some((b, interior)) = found(self.dir.finish(&Addrs(self.blocks), v, located)) {
                     if interior {
                         p.interior_into.insert(p.target.len() as u32, v - self.blocks.addr(b.index()));
                     }
@@ -898,165 +903,56 @@ fn is_libc(path: &str) -> bool {
     name.starts_with("libc.so") || name.starts_with("libc-2.")
 }
 
-/// An index over the sorted blocks for "which block holds this address"
-/// during loading. The blocks are cut into regions wherever two
-/// consecutive blocks start more than [`REGION_GAP`] bytes apart (a heap
-/// arena, a thread's arena, a large mapped block); each region has a dense
-/// table with, for every granule of its address range, the first block
-/// starting at or after the granule. A lookup is a binary search over the
-/// few regions, one read of that table (a few bytes per granule: small
-/// enough to stay in cache), and a search among the blocks starting in the
-/// granule. The granule grows from 512 bytes until the tables hold at most
-/// a few entries per block, whatever the layout.
-struct Directory {
-    /// No table: each lookup a binary search of the blocks (when only a
-    /// few words are looked up).
-    search: bool,
-    regions: Vec<Region>,
-    /// Every region's table, one after the other.
-    firsts: Vec<u32>,
-    /// log2 of the granule size.
-    shift: u32,
-    lo: u64,
-    hi: u64,
-}
+/// Which block holds an address, during loading: the format's lookup
+/// ([`heapdump_format::lookup`]) over the sorted blocks, or a binary search
+/// of them for a few lookups.
+type Directory = lookup::Directory<Vec<Run>, Vec<u32>, Vec<Line>>;
 
-/// Blocks starting further apart than this begin a new region.
-const REGION_GAP: u64 = 1 << 20;
+/// Runs of blocks cut where a block starts 1 MiB or more past the end of
+/// every block before it (a heap arena, a thread's arena, a large mapped
+/// block); in each, buckets of 512 bytes or more, at most four to a block
+/// (a few bytes per bucket: small enough to stay in cache).
+const SHAPE: Shape = Shape { gap: 1 << 20, min_shift: 9, buckets: 4, per_blocks: 1, line_budget: 0 };
 
-#[derive(Clone, Copy)]
-struct Region {
-    /// Address of the region's first block.
-    start: u64,
-    /// One past its last block.
-    end: u32,
-    /// Its table: `firsts[table..table + granules]`, granule 0 being the
-    /// one `start` is in.
-    table: usize,
-    granules: usize,
-}
+/// The blocks as the directory sees them.
+struct Addrs<'a>(&'a Blocks);
 
-impl Directory {
-    fn new(blocks: &Blocks) -> Directory {
-        let mut shift = 9;
-        loop {
-            // Table entries this granule needs; a coarser one when too many.
-            let mut total = 0u64;
-            for_each_region(blocks, |first, last| {
-                total += ((blocks.addr(last) >> shift) - (blocks.addr(first) >> shift)) + 1;
-            });
-            if total <= 4 * blocks.len() as u64 + 4096 || shift >= 40 {
-                break;
-            }
-            shift += 1;
-        }
-        let mut d = Directory { search: false, regions: Vec::new(), firsts: Vec::new(), shift, lo: u64::MAX, hi: 0 };
-        for_each_region(blocks, |first, last| {
-            let g0 = blocks.addr(first) >> shift;
-            let granules = ((blocks.addr(last) >> shift) - g0 + 1) as usize;
-            let table = d.firsts.len();
-            let mut i = first;
-            for g in 0..granules as u64 {
-                // First block at or after the granule's start.
-                while i <= last && blocks.addr(i) >> shift < g0 + g {
-                    i += 1;
-                }
-                d.firsts.push(i as u32);
-            }
-            d.regions.push(Region { start: blocks.addr(first), end: last as u32 + 1, table, granules });
-        });
-        d.bound(blocks);
-        d
-    }
-
-    /// A directory without a table, for a few lookups.
-    fn searching(blocks: &Blocks) -> Directory {
-        let mut d = Directory { search: true, regions: Vec::new(), firsts: Vec::new(), shift: 0, lo: u64::MAX, hi: 0 };
-        d.bound(blocks);
-        d
-    }
-
-    fn bound(&mut self, blocks: &Blocks) {
-        self.lo = blocks.packed.first().map_or(u64::MAX, |b| b.addr);
-        // The blocks do not overlap (the load checks): the last one ends
-        // highest.
-        self.hi = blocks.len().checked_sub(1).map_or(0, |i| blocks.addr(i).saturating_add(blocks.size(i).max(1)));
-    }
-
-    /// Whether `v` may point into a block at all (a quick filter).
+impl lookup::Blocks for Addrs<'_> {
     #[inline]
-    fn in_range(&self, v: u64) -> bool {
-        v >= self.lo && v < self.hi
+    fn len(&self) -> usize {
+        self.0.len()
     }
-
-    /// First step of a lookup: the region holding `v` and the entry of its
-    /// granule (`None`: past the region's last block start).
     #[inline]
-    fn locate(&self, v: u64) -> Option<(u32, Option<usize>)> {
-        let r = self.regions.partition_point(|r| r.start <= v).checked_sub(1)?;
-        let reg = &self.regions[r];
-        let g = (v >> self.shift) - (reg.start >> self.shift);
-        Some((r as u32, (g < reg.granules as u64).then(|| reg.table + g as usize)))
+    fn start(&self, i: usize) -> u64 {
+        self.0.addr(i)
     }
-
-    /// Where [`Directory::finish`] will read the table, for prefetching.
     #[inline]
-    fn table(&self) -> &[u32] {
-        &self.firsts
+    fn size(&self, i: usize) -> u64 {
+        self.0.size(i)
     }
-
-    /// The first block a lookup of `v` reads, once located.
     #[inline]
-    fn first_block(&self, located: (u32, Option<usize>)) -> usize {
-        let reg = &self.regions[located.0 as usize];
-        match located.1 {
-            Some(e) => self.firsts[e] as usize,
-            None => reg.end as usize - 1,
-        }
-    }
-
-    /// Second step: the block holding `v`, and whether `v` is interior.
-    #[inline]
-    fn finish(&self, blocks: &Blocks, v: u64, located: (u32, Option<usize>)) -> Option<(BlockId, bool)> {
-        let lo = self.first_block(located);
-        let cand = match located.1 {
-            Some(e) => {
-                // Blocks starting in v's granule: lo..hi; the holder is the
-                // last block starting at or before v (maybe before lo).
-                let reg = &self.regions[located.0 as usize];
-                let hi = if e + 1 < reg.table + reg.granules { self.firsts[e + 1] as usize } else { reg.end as usize };
-                blocks.partition(lo, hi, v) - 1
-            }
-            None => lo,
-        };
-        holder(blocks, cand, v)
-    }
-
-    /// The block holding `v`, in one go.
-    #[inline]
-    fn find(&self, blocks: &Blocks, v: u64) -> Option<(BlockId, bool)> {
-        if !self.in_range(v) {
-            return None;
-        }
-        if self.search {
-            return holder(blocks, blocks.partition(0, blocks.len(), v).checked_sub(1)?, v);
-        }
-        self.finish(blocks, v, self.locate(v)?)
+    fn first_after(&self, from: usize, to: usize, v: u64) -> usize {
+        self.0.partition(from, to, v)
     }
 }
 
-/// Calls `f(first, last)` for each region of `blocks` (indices of its
-/// first and last block), in order.
-fn for_each_region(blocks: &Blocks, mut f: impl FnMut(usize, usize)) {
-    let mut first = 0;
-    for i in 1..=blocks.len() {
-        if i == blocks.len() || blocks.addr(i) - blocks.addr(i - 1) > REGION_GAP {
-            if i > first {
-                f(first, i - 1);
-            }
-            first = i;
-        }
+/// The directory of `blocks`: a table when `table`, else one that
+/// searches (the table costs two passes over the blocks).
+fn directory(blocks: &Blocks, table: bool) -> Directory {
+    let search = || Directory::searching(Vec::new(), Vec::new(), Vec::new());
+    if !table {
+        return search();
     }
+    let s = SHAPE.sizes(&Addrs(blocks));
+    // Refused only past 2^32 blocks, more than a heap holds.
+    Directory::build(&SHAPE, &Addrs(blocks), vec![Run::default(); s.runs], vec![0u32; s.words], vec![Line::default(); s.lines])
+        .unwrap_or_else(search)
+}
+
+/// The block holding `v`, and whether `v` is inside it (not its start).
+#[inline]
+fn found(at: Option<(usize, u64)>) -> Option<(BlockId, bool)> {
+    at.map(|(i, off)| (BlockId(i as u32), off != 0))
 }
 
 #[cfg(test)]
@@ -1201,30 +1097,6 @@ mod tests {
             check(&d, &format!("byte {at} damaged"));
         }
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    /// A directory without a table (a binary search per lookup) finds
-    /// what the table finds: block starts, interiors, the gaps between
-    /// blocks, past the last, an empty block, across regions.
-    #[test]
-    fn a_searching_directory_finds_what_the_table_finds() {
-        let mut list = Vec::new();
-        let mut at = 0x10_0000u64;
-        for i in 0..500u64 {
-            let size = [48, 0, 8, 4096, 24][(i % 5) as usize];
-            list.push(Block { addr: at, size, site: SiteId(1), flags: 0 });
-            // Mostly packed, now and then past a region's gap.
-            at += size.max(1) + [16, 0, 8][(i % 3) as usize] + if i % 97 == 0 { 2 * REGION_GAP } else { 0 };
-        }
-        let blocks = Blocks::from_sorted(&[&list]);
-        let (table, search) = (Directory::new(&blocks), Directory::searching(&blocks));
-        let mut found = 0;
-        for v in (0x10_0000 - 64..at + 64).step_by(4).chain([0, u64::MAX]) {
-            let want = table.find(&blocks, v);
-            found += usize::from(want.is_some());
-            assert_eq!(search.find(&blocks, v), want, "{v:#x}");
-        }
-        assert!(found > 1000, "{found}");
     }
 
     /// Two threads' shares of a table, each filling its window and maybe
