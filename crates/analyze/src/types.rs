@@ -145,6 +145,19 @@ fn cxx_frame_type(name: &str) -> Option<String> {
     Some(format!("{shown}<{}>", args[..*arity].iter().map(|a| pretty_cxx(a)).collect::<Vec<_>>().join(", ")))
 }
 
+/// A polymorphic C++ class as a vtable names it: `make_shared<T>`'s block
+/// (`std::_Sp_counted_ptr_inplace<T, …>`, whose vtable its control block
+/// needs) is a `std::shared_ptr<T>`, as the frames name it; any other
+/// class as people write it.
+fn cxx_class(t: &str) -> String {
+    if let Some(args) = t.strip_prefix("std::_Sp_counted_ptr_inplace<").and_then(generic_args) {
+        if let Some(a) = args.first() {
+            return format!("std::shared_ptr<{}>", pretty_cxx(a));
+        }
+    }
+    pretty_cxx(t)
+}
+
 /// A C++ type as people write it: `std::__cxx11::basic_string<char, …>`
 /// is `std::string`, `> >` is `>>`.
 fn pretty_cxx(t: &str) -> String {
@@ -418,7 +431,7 @@ fn scan_vptrs(file: &DumpFile, heap: &Heap, sym: &mut Symbolizer<'_>) -> HashMap
         if !ranges.contains(first) {
             return;
         }
-        let name = names.entry(first).or_insert_with(|| sym.class_of_vtable(first, &memory).map(|t| pretty(&t))).clone();
+        let name = names.entry(first).or_insert_with(|| sym.class_of_vtable(first, &memory).map(|t| cxx_class(&t))).clone();
         if let (Some(t), Some(b)) = (name, heap.find_start(addr)) {
             found.insert(b.0, t);
         }
@@ -647,5 +660,22 @@ mod tests {
         assert_eq!(self_type("<alloc::vec::Vec<T,A> as core::clone::Clone>::clone"), "alloc::vec::Vec<T,A>");
         assert_eq!(generic_args("a::B<C, D>, e::F>::x"), Some(vec!["a::B<C, D>".to_string(), "e::F".to_string()]));
         assert_eq!(tuple_items("(a::K, b::V)"), Some(vec!["a::K".to_string(), "b::V".to_string()]));
+    }
+
+    #[test]
+    fn vtable_classes_read_as_people_write_them() {
+        assert_eq!(cxx_class("geo::Circle"), "geo::Circle");
+        assert_eq!(
+            cxx_class("std::_Sp_counted_ptr_inplace<cmListFileFunction::Implementation, std::allocator<void>, (__gnu_cxx::_Lock_policy)2>"),
+            "std::shared_ptr<cmListFileFunction::Implementation>"
+        );
+        assert_eq!(
+            cxx_class("std::_Sp_counted_ptr_inplace<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >, std::allocator<void>, (__gnu_cxx::_Lock_policy)2>"),
+            "std::shared_ptr<std::string>"
+        );
+        assert_eq!(
+            cxx_class("std::__cxx11::basic_stringbuf<char, std::char_traits<char>, std::allocator<char> >"),
+            "std::basic_stringbuf<char, std::char_traits<char>, std::allocator<char>>"
+        );
     }
 }
