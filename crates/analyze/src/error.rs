@@ -47,6 +47,12 @@ pub enum AnalyzeError {
         /// The allocation's leak class.
         class: &'static str,
     },
+    /// A group of a node's children asked for by its index is not there.
+    #[error("the node has no group {group} among its children")]
+    NoSuchGroup {
+        /// The index asked for.
+        group: usize,
+    },
     /// Dumps that are not a series of one process, oldest first.
     #[error("{what}")]
     Series {

@@ -7,11 +7,12 @@
 use crate::address::Address;
 use crate::analysis::{hex, Analysis, Holder, PathStep};
 use crate::error::{AnalyzeError, Result};
-use crate::heap::BlockId;
+use crate::heap::{BlockId, RootSource};
 use crate::leaks::LeakKind;
 use crate::symbols::Frame;
 use heapdump_format::{ContentsRef, Record};
 use serde::Serialize;
+use std::collections::HashMap;
 
 /// A block as a node of the dominator tree.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -210,5 +211,533 @@ impl Analysis<'_> {
             }
         }
         None
+    }
+}
+
+// --- the tree as a person reads it: groups, chains, named roots -------------
+
+/// What a row of the grouped tree stands for.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RowKind {
+    /// One block.
+    Node,
+    /// Siblings of one site and type (MAT's "group by class"): the
+    /// members one level down.
+    Group,
+    /// A chain: blocks of one site each dominating the next (a linked
+    /// list), with what each holds besides; its members one level down.
+    Chain,
+}
+
+/// A row of the grouped dominator tree.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TreeRow {
+    /// What it stands for.
+    pub kind: RowKind,
+    /// The block (a node), the chain's head, or the group's largest member.
+    pub address: Address,
+    /// What it is, in words: the type (or site) of a node, `400 × entry`
+    /// for a group, `list of 40000 cached_response nodes` for a chain.
+    pub name: String,
+    /// For a child of the root: the root that holds it (`static
+    /// cache_head`, `thread main, frame handle_request`), or that nothing
+    /// does (`lost`).
+    pub held_by: Option<String>,
+    /// The site.
+    pub site: String,
+    /// The type, where known.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// The leak class (of the group's largest member).
+    pub class: LeakKind,
+    /// Blocks it stands for: 1, the group's members, the chain's nodes.
+    pub count: u64,
+    /// Their own bytes.
+    pub bytes: u64,
+    /// What it retains, each byte once.
+    pub retained: u64,
+    /// Blocks it dominates, itself included.
+    pub dominated: u64,
+    /// Rows one level down: a node's children, a group's members, a
+    /// chain's nodes.
+    pub children: usize,
+    /// For a group: its index among the parent's rows in retained order,
+    /// to ask for its members (`TreeRows` with `group`).
+    pub group: Option<usize>,
+    /// For a chain's member: the next node, left out of its children.
+    pub next: Option<Address>,
+}
+
+/// A page of rows below a node, a group or a chain.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TreeRows {
+    /// The node (`root` or `0x…`) the rows are below.
+    pub parent: String,
+    /// How many rows there are in all.
+    pub total: usize,
+    /// Where this page starts.
+    pub offset: usize,
+    /// The rows of the page, in the order asked for.
+    pub rows: Vec<TreeRow>,
+}
+
+/// The order of a page of rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOrder {
+    /// Retained bytes, largest first.
+    Retained,
+    /// Own bytes, largest first.
+    Bytes,
+    /// Blocks, most first.
+    Count,
+    /// Name, A to Z.
+    Name,
+}
+
+impl RowOrder {
+    /// The order a column's name asks for.
+    pub fn parse(s: &str) -> Option<RowOrder> {
+        Some(match s {
+            "retained" => RowOrder::Retained,
+            "bytes" | "size" => RowOrder::Bytes,
+            "count" => RowOrder::Count,
+            "name" => RowOrder::Name,
+            _ => return None,
+        })
+    }
+}
+
+/// Which rows below a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowsOf {
+    /// A node's children (`None`: the root's), grouped, chains collapsed.
+    Children(Option<u64>),
+    /// The members of one group of a node's children (the group's index
+    /// among them in retained order).
+    Group(Option<u64>, usize),
+    /// A node's children without the next node of its chain (a chain's
+    /// member opened: what it holds besides).
+    Payload(u64),
+    /// The nodes of the chain `head` heads.
+    Chain(u64),
+}
+
+/// The shortest list collapsed into one row.
+pub const CHAIN_MIN: usize = 3;
+
+/// The members of one group of siblings, largest retained first.
+struct Grouped {
+    members: Vec<u32>,
+    retained: u64,
+    bytes: u64,
+}
+
+impl Analysis<'_> {
+    /// The next node of `b`'s list (the lists of [`crate::chains`]).
+    fn chain_next(&self, b: BlockId) -> Option<BlockId> {
+        self.list_next(b).map(|(n, _)| n)
+    }
+
+    /// The children of `p` grouped by site and type, the groups (of one
+    /// block or more) largest retained first.
+    fn grouped(&self, p: Option<BlockId>) -> Vec<Grouped> {
+        let heap = self.heap();
+        let d = self.dominators();
+        let mut index: HashMap<(u32, bool, String), usize> = HashMap::new();
+        let mut groups: Vec<Grouped> = Vec::new();
+        for &c in self.dominated_by(p) {
+            let b = heap.block(BlockId(c));
+            // Lost blocks apart from reachable ones: two structures.
+            let lost = matches!(self.leaks().kind[c as usize], LeakKind::DefinitelyLost | LeakKind::IndirectlyLost);
+            let key = (b.site.0, lost, self.type_of_block(BlockId(c)));
+            let i = *index.entry(key).or_insert_with(|| {
+                groups.push(Grouped { members: Vec::new(), retained: 0, bytes: 0 });
+                groups.len() - 1
+            });
+            let g = &mut groups[i];
+            g.members.push(c);
+            g.retained += d.retained[c as usize];
+            g.bytes += b.size;
+        }
+        // Children come largest first: so do each group's members.
+        groups.sort_by(|a, b| b.retained.cmp(&a.retained).then(a.members[0].cmp(&b.members[0])));
+        groups
+    }
+
+    /// The root that holds `b` (a static first, then a stack, then a
+    /// register), named as a person says it.
+    pub fn root_name(&self, b: BlockId) -> Option<String> {
+        let heap = self.heap();
+        let rank = |r: &crate::Root| match heap.root_regions[r.region as usize].kind {
+            crate::RootKind::Static => 0,
+            crate::RootKind::Stack => 1,
+            crate::RootKind::Registers => 2,
+        };
+        // Of a thread's words, the outermost frame's: a pointer passed
+        // down has copies in the callees' frames (and in a signal's
+        // saved registers) below the frame that owns it.
+        let r = heap.roots.iter().filter(|r| r.target == b).min_by_key(|r| (rank(r), r.interior, std::cmp::Reverse(r.offset)))?;
+        Some(self.short_root_name(r))
+    }
+
+    /// `static cache_head`, `thread main, frame handle_request`, `thread
+    /// main, register rbx`.
+    pub fn short_root_name(&self, r: &crate::Root) -> String {
+        match self.heap().root_source(r) {
+            RootSource::Static { module, name, address } => match self.data_symbol_at(address) {
+                Some((s, 0)) => format!("static {s}"),
+                Some((s, off)) => format!("static {s}+{off:#x}"),
+                None => format!("static data {name} of {}", module.rsplit('/').next().unwrap_or(&module)),
+            },
+            RootSource::Stack { tid, thread, address } => match self.stack_frame(tid, address) {
+                Some(f) => format!("thread {thread}, frame {f}"),
+                None => format!("thread {thread}, stack"),
+            },
+            RootSource::Register { thread, register, .. } => format!("thread {thread}, register {register}"),
+        }
+    }
+
+    /// The function whose frame holds stack word `addr` of thread `tid`:
+    /// the function of the nearest return address below it (the call that
+    /// function was making when the dump was taken). Full dumps only.
+    fn stack_frame(&self, tid: u32, addr: u64) -> Option<String> {
+        let heap = self.heap();
+        let dump = self.file().dump().ok()?;
+        for r in dump.records() {
+            let t = match r {
+                Ok((_, Record::Thread(t))) if t.tid == tid => t,
+                Ok((_, Record::Alloc(_) | Record::Allocs(_))) | Err(_) => return None,
+                _ => continue,
+            };
+            let ContentsRef::Full(bytes) = t.contents else { return None };
+            let start = t.stack_start;
+            let end = (addr.checked_sub(start)? as usize).min(bytes.len()) & !7;
+            // At most 64 KiB below the word: a frame is not larger.
+            let low = end.saturating_sub(64 * 1024);
+            let mut at = end;
+            while at >= low + 8 {
+                at -= 8;
+                let w = u64::from_le_bytes(bytes[at..at + 8].try_into().ok()?);
+                if heap.code_module(w).is_some() {
+                    // The runtime's own frames (a dump signal's handler) are
+                    // passed over: a program's frame is wanted.
+                    let f = self.frames_at(w.wrapping_sub(1)).into_iter().next();
+                    if let Some(name) = f.filter(|f| !crate::symbols::is_runtime(f)).and_then(|f| f.function) {
+                        return Some(name);
+                    }
+                }
+            }
+            return None;
+        }
+        None
+    }
+
+    /// One block as a row (a chain's head collapsed when `chains`).
+    fn node_row(&self, b: BlockId, chains: bool, named: bool) -> TreeRow {
+        let heap = self.heap();
+        let d = self.dominators();
+        let blk = heap.block(b);
+        let list = if chains { self.list_from(b).filter(|c| c.nodes as usize >= CHAIN_MIN) } else { None };
+        let ty = self.type_of_block(b);
+        let site = self.site_label(blk.site);
+        let what = if ty != crate::types::UNKNOWN { ty.clone() } else { site.clone() };
+        let held_by = if named {
+            Some(self.root_name(b).unwrap_or_else(|| match self.leaks().kind[b.index()] {
+                LeakKind::DefinitelyLost | LeakKind::IndirectlyLost => "lost: nothing points to it".to_string(),
+                _ => "no root: lost, possibly".to_string(),
+            }))
+        } else {
+            None
+        };
+        if let Some(c) = list {
+            // Named as `retained` names it, the holder included.
+            let summary = self.list_summary(&c);
+            return TreeRow {
+                kind: RowKind::Chain,
+                address: Address(blk.addr),
+                name: summary.to_string(),
+                held_by: None,
+                site,
+                ty,
+                class: self.leaks().kind[b.index()],
+                count: u64::from(c.nodes),
+                bytes: summary.node_bytes,
+                retained: d.retained[b.index()],
+                dominated: d.dominated[b.index()] as u64,
+                children: c.nodes as usize,
+                group: None,
+                next: None,
+            };
+        }
+        TreeRow {
+            kind: RowKind::Node,
+            address: Address(blk.addr),
+            name: what,
+            held_by,
+            site,
+            ty,
+            class: self.leaks().kind[b.index()],
+            count: 1,
+            bytes: blk.size,
+            retained: d.retained[b.index()],
+            dominated: d.dominated[b.index()] as u64,
+            children: self.dominated_by(Some(b)).len(),
+            group: None,
+            next: None,
+        }
+    }
+
+    /// Rows below a node, a group or a chain, `n` from `offset` in `order`:
+    /// siblings of one site and type grouped, chains collapsed, the
+    /// root's children named by the roots holding them.
+    pub fn tree_rows(&self, of: RowsOf, order: RowOrder, offset: usize, n: usize) -> Result<TreeRows> {
+        let heap = self.heap();
+        let d = self.dominators();
+        let parent_name = |p: Option<BlockId>| p.map_or_else(|| "root".to_string(), |b| hex(heap.block(b).addr));
+        let (parent, mut rows): (String, Vec<TreeRow>) = match of {
+            RowsOf::Children(p) => {
+                let p = p.map(|a| self.block_at(a)).transpose()?;
+                let named = p.is_none();
+                let groups = self.grouped(p);
+                // Rows are made for the page only, but the order needs
+                // each row's figures: groups have theirs; a single block
+                // is made a row (cheap) to know whether it heads a chain.
+                let mut rows = Vec::with_capacity(groups.len());
+                for (i, g) in groups.iter().enumerate() {
+                    if g.members.len() == 1 {
+                        rows.push(self.node_row(BlockId(g.members[0]), true, named));
+                        continue;
+                    }
+                    let first = BlockId(g.members[0]);
+                    let blk = heap.block(first);
+                    let ty = self.type_of_block(first);
+                    let site = self.site_label(blk.site);
+                    let what = if ty != crate::types::UNKNOWN { ty.clone() } else { site.clone() };
+                    let held_by = named.then(|| self.group_holder(&g.members));
+                    rows.push(TreeRow {
+                        kind: RowKind::Group,
+                        address: Address(blk.addr),
+                        name: format!("{} × {what}", g.members.len()),
+                        held_by,
+                        site,
+                        ty,
+                        class: self.leaks().kind[first.index()],
+                        count: g.members.len() as u64,
+                        bytes: g.bytes,
+                        retained: g.retained,
+                        dominated: g.members.iter().map(|&m| d.dominated[m as usize] as u64).sum(),
+                        children: g.members.len(),
+                        group: Some(i),
+                        next: None,
+                    });
+                }
+                (parent_name(p), rows)
+            }
+            RowsOf::Group(p, k) => {
+                let p = p.map(|a| self.block_at(a)).transpose()?;
+                let groups = self.grouped(p);
+                let g = groups.get(k).ok_or(AnalyzeError::NoSuchGroup { group: k })?;
+                let named = p.is_none();
+                // Only the page is made into rows unless another order
+                // than the members' (retained) is asked for.
+                if order == RowOrder::Retained {
+                    let rows = g.members.iter().skip(offset).take(n).map(|&m| self.node_row(BlockId(m), true, named)).collect();
+                    return Ok(TreeRows { parent: parent_name(p), total: g.members.len(), offset, rows });
+                }
+                (parent_name(p), g.members.iter().map(|&m| self.node_row(BlockId(m), true, named)).collect())
+            }
+            RowsOf::Payload(a) => {
+                let b = self.block_at(a)?;
+                let next = self.chain_next(b);
+                let kids: Vec<u32> = self.dominated_by(Some(b)).iter().copied().filter(|&c| Some(BlockId(c)) != next).collect();
+                (hex(heap.block(b).addr), kids.iter().map(|&c| self.node_row(BlockId(c), true, false)).collect())
+            }
+            RowsOf::Chain(a) => {
+                let head = self.block_at(a)?;
+                let Some(c) = self.list_from(head) else {
+                    return Ok(TreeRows { parent: hex(heap.block(head).addr), total: 0, offset, rows: Vec::new() });
+                };
+                // Walked to the page's end only: a list is in its own order.
+                let rows = self
+                    .list_nodes(&c)
+                    .skip(offset)
+                    .take(n)
+                    .map(|m| {
+                        let next = self.chain_next(m);
+                        let mut r = self.node_row(m, false, false);
+                        // A node retains the rest of its list: shown is
+                        // what it adds (itself and its payload).
+                        r.retained -= next.map_or(0, |x| d.retained[x.index()]);
+                        r.children -= usize::from(next.is_some());
+                        r.next = next.map(|x| Address(heap.block(x).addr));
+                        r
+                    })
+                    .collect();
+                return Ok(TreeRows { parent: hex(heap.block(head).addr), total: c.nodes as usize, offset, rows });
+            }
+        };
+        match order {
+            RowOrder::Retained => rows.sort_by(|a, b| b.retained.cmp(&a.retained).then(a.address.cmp(&b.address))),
+            RowOrder::Bytes => rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.retained.cmp(&a.retained))),
+            RowOrder::Count => rows.sort_by(|a, b| b.count.cmp(&a.count).then(b.retained.cmp(&a.retained))),
+            RowOrder::Name => rows.sort_by(|a, b| a.name.cmp(&b.name).then(b.retained.cmp(&a.retained))),
+        }
+        let total = rows.len();
+        let rows = rows.into_iter().skip(offset).take(n).collect();
+        Ok(TreeRows { parent, total, offset, rows })
+    }
+
+    /// What holds a group of the root's children: one root's name when
+    /// they all share its symbol (`static slots`), else how many roots.
+    fn group_holder(&self, members: &[u32]) -> String {
+        let mut names: Vec<String> = members
+            .iter()
+            .take(1000)
+            .map(|&m| {
+                let n = self.root_name(BlockId(m)).unwrap_or_else(|| "lost".into());
+                // `static slots+0x18` is held by `static slots`.
+                n.split('+').next().unwrap_or(&n).to_string()
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        match names.as_slice() {
+            [one] => one.clone(),
+            [a, b] => format!("{a}; {b}"),
+            _ => format!("{} roots", names.len()),
+        }
+    }
+}
+
+// --- search, and pages of what a list cuts --------------------------------------
+
+/// A group of blocks a search found: a site or a type, with its figures.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Found {
+    /// `site` or `type`.
+    pub by: &'static str,
+    /// The site or type.
+    pub key: String,
+    /// Its live blocks.
+    pub blocks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// What a search found: blocks (by address or by the root holding
+/// them) and groups (by site or type).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SearchResult {
+    /// The text searched for.
+    pub query: String,
+    /// Blocks: the one holding the address, or those roots of that name
+    /// hold.
+    pub blocks: Vec<TreeRow>,
+    /// Sites and types whose name holds the text, largest first.
+    pub groups: Vec<Found>,
+}
+
+/// A page of the pointers a block holds.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PointerPage {
+    /// The block.
+    pub address: Address,
+    /// How many pointers it holds.
+    pub total: usize,
+    /// Where this page starts.
+    pub offset: usize,
+    /// The page's pointers, in the block's order.
+    pub pointers: Vec<Pointer>,
+}
+
+/// The most roots a search names (each a symbol lookup).
+const SEARCH_ROOTS: usize = 20_000;
+
+impl Analysis<'_> {
+    /// Finds `query` (case-insensitive) as an address (`0x…`: the block
+    /// holding it), a root's name (`cache_head`, `handle_request`), a site
+    /// or a type: at most `n` of each.
+    pub fn search(&self, query: &str, n: usize) -> SearchResult {
+        let heap = self.heap();
+        let q = query.trim().to_lowercase();
+        let mut out = SearchResult { query: query.to_string(), blocks: Vec::new(), groups: Vec::new() };
+        if q.is_empty() {
+            return out;
+        }
+        if let Some(a) = q.strip_prefix("0x").and_then(|h| u64::from_str_radix(h, 16).ok()) {
+            if let Some((b, _)) = heap.find(a) {
+                let mut row = self.node_row(b, false, false);
+                row.held_by = self.root_name(b);
+                out.blocks.push(row);
+            }
+        }
+        // The blocks roots hold, by the roots' names.
+        let mut seen = std::collections::HashSet::new();
+        for r in heap.roots.iter().take(SEARCH_ROOTS) {
+            if out.blocks.len() >= n {
+                break;
+            }
+            if seen.contains(&r.target) {
+                continue;
+            }
+            let name = self.short_root_name(r);
+            if name.to_lowercase().contains(&q) {
+                seen.insert(r.target);
+                let mut row = self.node_row(r.target, true, false);
+                row.held_by = Some(name);
+                out.blocks.push(row);
+            }
+        }
+        for (by, rows) in [("site", self.top(crate::group::GroupBy::Site)), ("type", self.top(crate::group::GroupBy::Type))] {
+            for r in rows.into_iter().filter(|r| r.key.to_lowercase().contains(&q)).take(n) {
+                out.groups.push(Found { by, key: r.key, blocks: r.allocations, bytes: r.bytes });
+            }
+        }
+        out.groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.by.cmp(b.by)));
+        out.groups.truncate(n);
+        out
+    }
+
+    /// The live blocks of one site or type (`by`: `site` or `type`),
+    /// largest retained first, `n` from `offset`.
+    pub fn blocks_of(&self, by: &str, key: &str, offset: usize, n: usize) -> TreeRows {
+        let heap = self.heap();
+        let d = self.dominators();
+        let mut labels: HashMap<crate::SiteId, bool> = HashMap::new();
+        let mut ids: Vec<u32> = Vec::new();
+        for (i, b) in heap.blocks().enumerate() {
+            let hit = match by {
+                "type" => self.type_of_block(BlockId(i as u32)) == key,
+                _ => *labels.entry(b.site).or_insert_with(|| self.site_label(b.site) == key),
+            };
+            if hit {
+                ids.push(i as u32);
+            }
+        }
+        ids.sort_by(|&a, &b| d.retained[b as usize].cmp(&d.retained[a as usize]).then(a.cmp(&b)));
+        let rows = ids.iter().skip(offset).take(n).map(|&i| {
+            let mut r = self.node_row(BlockId(i), false, false);
+            r.held_by = self.root_name(BlockId(i));
+            r
+        });
+        TreeRows { parent: format!("{by} {key}"), total: ids.len(), offset, rows: rows.collect() }
+    }
+
+    /// The pointers the block holding `addr` holds, `n` from `offset`.
+    pub fn pointer_page(&self, addr: u64, offset: usize, n: usize) -> Result<PointerPage> {
+        let b = self.block_at(addr)?;
+        let heap = self.heap();
+        let total = heap.edges(b).len();
+        let pointers = heap
+            .edges(b)
+            .skip(offset)
+            .take(n)
+            .map(|e| {
+                let t = heap.block(e.target);
+                Pointer { offset: e.offset, to: Address(t.addr), into: e.into, size: t.size, site: self.site_label(t.site) }
+            })
+            .collect();
+        Ok(PointerPage { address: Address(heap.block(b).addr), total, offset, pointers })
     }
 }

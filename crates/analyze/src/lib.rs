@@ -49,6 +49,7 @@ pub mod private_dir;
 pub mod slab;
 mod summary;
 pub mod suppress;
+pub mod suspects;
 pub mod symbols;
 pub mod types;
 mod wrappers;

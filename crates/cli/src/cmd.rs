@@ -545,6 +545,9 @@ fn summary(path: &Path, json: bool) -> Result<ExitCode> {
     }
     let mut out = std::io::stdout().lock();
     print_summary(&mut out, path, &s)?;
+    if s.truncated.is_none() {
+        views::summary_suspects(&mut out, path)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -22,7 +22,9 @@
 use crate::request::{Parse, Request, MAX_BODY, MAX_HEAD};
 use crate::views;
 use anyhow::{anyhow, Result};
+use heapdump_analyze::explore::{RowOrder, RowsOf};
 use heapdump_analyze::group::{Diff, GroupBy};
+use heapdump_analyze::suspects::Suspect;
 use heapdump_analyze::{Analysis, AnalyzeError, DumpFile, Summary};
 use rustix::event::{PollFd, PollFlags};
 use std::io::{ErrorKind, Read, Write};
@@ -71,7 +73,15 @@ pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::pro
     listener.set_nonblocking(true).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     let port = listener.local_addr().map_or(port, |s| s.port());
     let token = token()?;
-    let site = Site { a: &a, file, diff: diff.as_ref(), token: &token, port, name: dump.display().to_string() };
+    let site = Site {
+        a: &a,
+        file,
+        diff: diff.as_ref(),
+        token: &token,
+        port,
+        name: dump.display().to_string(),
+        suspects: std::cell::OnceCell::new(),
+    };
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "heapdump: serving {} at http://127.0.0.1:{port}/?token={token}", dump.display())?;
@@ -321,6 +331,8 @@ struct Site<'a, 'h> {
     token: &'a str,
     port: u16,
     name: String,
+    /// The first screen's suspects, worked out once.
+    suspects: std::cell::OnceCell<Vec<Suspect>>,
 }
 
 /// An answer, before it becomes HTTP.
@@ -400,7 +412,7 @@ impl Site<'_, '_> {
             Ok(r) => r,
             Err(e) => {
                 let status = match e.downcast_ref::<AnalyzeError>() {
-                    Some(AnalyzeError::NoSuchAllocation { .. } | AnalyzeError::NoPath { .. }) => 404,
+                    Some(AnalyzeError::NoSuchAllocation { .. } | AnalyzeError::NoPath { .. } | AnalyzeError::NoSuchGroup { .. }) => 404,
                     _ if e.downcast_ref::<BadRequest>().is_some() => 400,
                     _ => 500,
                 };
@@ -444,6 +456,40 @@ impl Site<'_, '_> {
                 Reply::json(&a.tree_children(parent, q.number("offset", 0)?, n)?)
             }
             "/api/block" => Reply::json(&a.block_page(address(q.require("address")?)?, n)?),
+            // The tree as the page shows it: siblings grouped by site and
+            // type, lists collapsed, roots named; each list paged.
+            "/api/rows" => {
+                let order = match q.get("sort") {
+                    None => RowOrder::Retained,
+                    Some(s) => RowOrder::parse(s).ok_or_else(|| BadRequest(format!("parameter sort: unknown column {s:?}")))?,
+                };
+                let parent = || -> Result<Option<u64>> {
+                    match q.get("parent").unwrap_or("root") {
+                        "root" => Ok(None),
+                        s => address(s).map(Some),
+                    }
+                };
+                let of = if let Some(c) = q.get("chain") {
+                    RowsOf::Chain(address(c)?)
+                } else if let Some(p) = q.get("payload") {
+                    RowsOf::Payload(address(p)?)
+                } else if q.get("group").is_some() {
+                    RowsOf::Group(parent()?, q.number("group", 0)?)
+                } else {
+                    RowsOf::Children(parent()?)
+                };
+                Reply::json(&a.tree_rows(of, order, q.number("offset", 0)?, n)?)
+            }
+            "/api/search" => Reply::json(&a.search(q.require("q")?, n)),
+            "/api/blocks" => {
+                let by = match q.require("by")? {
+                    b @ ("site" | "type") => b,
+                    b => return Err(BadRequest(format!("parameter by: expected site or type, got {b:?}")).into()),
+                };
+                Reply::json(&a.blocks_of(by, q.require("key")?, q.number("offset", 0)?, n))
+            }
+            "/api/pointers" => Reply::json(&a.pointer_page(address(q.require("address")?)?, q.number("offset", 0)?, n)?),
+            "/api/suspects" => Reply::json(self.suspects.get_or_init(|| a.suspects(self.diff))),
             "/api/path" => Reply::json(&a.path(address(q.require("address")?)?)?.steps),
             "/api/holders" => Reply::json(&a.holders(address(q.require("address")?)?, n)?.1),
             "/api/diff" => match self.diff {

@@ -534,3 +534,52 @@ pub fn diff(old: &Path, new: &Path, json: bool) -> Result<()> {
     }
     Ok(())
 }
+
+// --- suspects --------------------------------------------------------------------
+
+/// `summary`'s last lines: what to look at first (the suspects of
+/// `heapdump_analyze::suspects`). Said only of a whole dump (a cut one's
+/// summary already says what is missing).
+pub fn summary_suspects(out: &mut impl Write, path: &Path) -> Result<()> {
+    let loaded = load(path)?;
+    let a = session(&loaded);
+    write_suspects(out, &a, &a.suspects(None))?;
+    Ok(())
+}
+
+/// The suspects as text: a headline each (what it holds, why it is
+/// suspected), the path to it and the sites adding the most bytes.
+pub fn write_suspects(out: &mut impl Write, a: &Analysis<'_>, list: &[heapdump_analyze::suspects::Suspect]) -> std::io::Result<()> {
+    use heapdump_analyze::suspects::SuspectKind;
+    writeln!(out)?;
+    if list.is_empty() {
+        return writeln!(out, "suspects: none (nothing retains 10% of the heap, nothing is lost)");
+    }
+    writeln!(out, "suspects (what to look at first):")?;
+    for (i, s) in list.iter().enumerate() {
+        let (verb, of) = match s.kind {
+            SuspectKind::Retains => ("retains", "of the heap"),
+            SuspectKind::Lost => ("lost", "of the heap"),
+            SuspectKind::Grew => ("grew by", "of the growth"),
+        };
+        let held = s.held_by.as_deref().map(|h| format!(", held by {h}")).unwrap_or_default();
+        writeln!(out, "  {}. {verb} {} ({:.1}% {of}): {}{held}", i + 1, output::bytes(s.bytes), s.share, s.what)?;
+        if let Some(first) = s.path.first() {
+            write!(out, "     path: {}", first.from)?;
+            for line in a.path_lines(&s.path) {
+                match line {
+                    PathLine::Step(st) => write!(out, " -> {}", st.to)?,
+                    hops => write!(out, " {hops}")?,
+                }
+            }
+            writeln!(out)?;
+        } else if let Some(addr) = s.address {
+            writeln!(out, "     block: {addr} (nothing points to it)")?;
+        }
+        let sites: Vec<String> = s.sites.iter().map(|x| format!("{} ({} in {} blocks)", x.site, output::bytes(x.bytes), x.blocks)).collect();
+        if !sites.is_empty() {
+            writeln!(out, "     sites: {}", sites.join("; "))?;
+        }
+    }
+    Ok(())
+}

@@ -99,13 +99,6 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
 <tr><th>pointers</th><td>{edges}</td></tr>
 <tr><th>roots</th><td>{roots}</td></tr>
 </table>
-<h2 id="leaks">Leaks (valgrind memcheck's meanings)</h2>
-<table id="leak-summary">
-<tr><th>definitely lost</th><td class="n">{dl_b} bytes</td><td class="n">{dl_n} blocks</td></tr>
-<tr><th>indirectly lost</th><td class="n">{il_b} bytes</td><td class="n">{il_n} blocks</td></tr>
-<tr><th>possibly lost</th><td class="n">{pl_b} bytes</td><td class="n">{pl_n} blocks</td></tr>
-<tr><th>still reachable</th><td class="n">{sr_b} bytes</td><td class="n">{sr_n} blocks</td></tr>
-</table>
 "#,
         pid = heap.header.pid,
         exe = esc(&if heap.cmdline.is_empty() { heap.exe.clone() } else { heap.cmdline.join(" ") }),
@@ -115,6 +108,18 @@ img.flame {{ width: 100%; border: 1px solid #ddd; }} #filter {{ margin: 0.5em 0;
         total_h = human(total),
         edges = heap.edge_count(),
         roots = ex.roots(),
+    )?;
+    write_suspects(ex, &ex.suspects(diff), out)?;
+    write!(
+        out,
+        r#"<h2 id="leaks">Leaks (valgrind memcheck's meanings)</h2>
+<table id="leak-summary">
+<tr><th>definitely lost</th><td class="n">{dl_b} bytes</td><td class="n">{dl_n} blocks</td></tr>
+<tr><th>indirectly lost</th><td class="n">{il_b} bytes</td><td class="n">{il_n} blocks</td></tr>
+<tr><th>possibly lost</th><td class="n">{pl_b} bytes</td><td class="n">{pl_n} blocks</td></tr>
+<tr><th>still reachable</th><td class="n">{sr_b} bytes</td><td class="n">{sr_n} blocks</td></tr>
+</table>
+"#,
         dl_b = l.definitely_lost.bytes,
         dl_n = l.definitely_lost.blocks,
         il_b = l.indirectly_lost.bytes,
@@ -223,6 +228,44 @@ document.body.setAttribute("data-ready", "1");
 "##
     )?;
     Ok(())
+}
+
+/// The suspects (see `heapdump_analyze::suspects`): what to look at first,
+/// each with its path and sites.
+fn write_suspects(ex: &Analysis<'_>, list: &[heapdump_analyze::suspects::Suspect], out: &mut dyn Write) -> std::io::Result<()> {
+    use heapdump_analyze::suspects::SuspectKind;
+    writeln!(out, "<h2 id=\"suspects\">What to look at first</h2>")?;
+    if list.is_empty() {
+        return writeln!(out, "<p>Nothing stands out: nothing retains 10% of the heap, nothing is lost.</p>");
+    }
+    writeln!(out, "<ol class=\"suspects\">")?;
+    for s in list {
+        let (verb, of, cls) = match s.kind {
+            SuspectKind::Retains => ("retains", "of the heap", "retains"),
+            SuspectKind::Lost => ("lost", "of the heap", "lost"),
+            SuspectKind::Grew => ("grew by", "of the growth", "grew"),
+        };
+        let held = s.held_by.as_deref().map(|h| format!(", held by {}", esc(h))).unwrap_or_default();
+        writeln!(out, "<li class=\"suspect {cls}\"><b>{verb} {}</b> ({:.1}% {of}): {}{held}", human(s.bytes), s.share, esc(&s.what))?;
+        if let Some(first) = s.path.first() {
+            let mut line = esc(&first.from);
+            for l in ex.path_lines(&s.path) {
+                match l {
+                    heapdump_analyze::PathLine::Step(st) => line.push_str(&format!(" → <code>{}</code>", st.to)),
+                    hops => line.push_str(&format!(" {}", esc(&hops.to_string()))),
+                }
+            }
+            writeln!(out, "<div class=\"site\">path: {line}</div>")?;
+        } else if let Some(a) = s.address {
+            writeln!(out, "<div class=\"site\">block <code>{a}</code>: nothing points to it</div>")?;
+        }
+        let sites: Vec<String> = s.sites.iter().map(|x| format!("{} ({} in {} blocks)", esc(&x.site), human(x.bytes), x.blocks)).collect();
+        if !sites.is_empty() {
+            writeln!(out, "<div class=\"site\">sites: {}</div>", sites.join("; "))?;
+        }
+        writeln!(out, "</li>")?;
+    }
+    writeln!(out, "</ol>")
 }
 
 /// Standard base64 (for the inlined flamegraph).

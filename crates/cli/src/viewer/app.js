@@ -6,6 +6,7 @@
 const TOKEN = document.querySelector('meta[name=heapdump-token]').content;
 const HAS_BASELINE = document.querySelector('meta[name=heapdump-baseline]').content === '1';
 const PAGE = 50;
+const POINTER_PAGE = 1000;
 let TOTAL_BYTES = 1;
 
 async function api(path, params = {}) {
@@ -43,18 +44,45 @@ function blockLink(addr) {
   return el('a', { href: `#block=${addr}`, class: 'addr', text: addr });
 }
 
+// A table whose columns sort on a click (numbers by their value, largest
+// first; text A to Z). A cell is text, a node, or [shown, value to sort by].
 function table(headers, rows, cls) {
-  const t = el('table', { class: cls || '' });
-  t.append(el('thead', {}, el('tr', {}, ...headers.map(h => el('th', { text: h })))));
+  const t = el('table', { class: `sortable ${cls || ''}` });
   const tb = el('tbody');
-  for (const r of rows) tb.append(el('tr', {}, ...r.map(c => el('td', {}, c instanceof Node ? c : String(c)))));
+  const cell = c => Array.isArray(c) ? c : [c, c instanceof Node ? c.textContent : c];
+  const data = rows.map(r => r.map(cell));
+  const tr = el('tr');
+  headers.forEach((h, i) => {
+    const th = el('th', { text: h, title: `sort by ${h}` });
+    th.addEventListener('click', () => {
+      const num = data.every(r => typeof r[i][1] === 'number');
+      data.sort((a, b) => num ? b[i][1] - a[i][1] : String(a[i][1]).localeCompare(String(b[i][1])));
+      for (const x of t.querySelectorAll('th')) x.classList.remove('sorted');
+      th.classList.add('sorted');
+      fill();
+    });
+    tr.append(th);
+  });
+  t.append(el('thead', {}, tr));
+  const fill = () => {
+    tb.replaceChildren();
+    for (const r of data) tb.append(el('tr', {}, ...r.map(([c]) => el('td', {}, c instanceof Node ? c : String(c)))));
+  };
+  fill();
   t.append(tb);
   return t;
 }
 
+// Bytes shown readable, sorted by their value.
+const B = n => [human(n), n];
+const N = n => [n.toLocaleString('en-US'), n];
+const signed = (n, f) => (n >= 0 ? '+' : '−') + f(Math.abs(n));
+
 function facts(dl, pairs) {
   dl.replaceChildren();
-  for (const [k, v, key] of pairs) dl.append(el('div', { class: 'fact' }, el('dt', { text: k }), el('dd', { text: v, 'data-key': key || k })));
+  for (const [k, v, key, exact] of pairs) {
+    dl.append(el('div', { class: 'fact' }, el('dt', { text: k }), el('dd', { text: v, 'data-key': key || k, 'data-value': exact != null ? String(exact) : '' })));
+  }
 }
 
 async function header() {
@@ -65,85 +93,212 @@ async function header() {
     ['pid', String(s.pid), 'pid'],
     ['reason', s.reason, 'reason'],
     ['mode', s.mode, 'mode'],
-    ['live bytes', `${human(s.bytes)} (${s.bytes})`, 'bytes'],
-    ['allocations', String(s.allocations), 'allocations'],
+    ['live bytes', human(s.bytes), 'bytes', s.bytes],
+    ['allocations', s.allocations.toLocaleString('en-US'), 'allocations', s.allocations],
     ['threads', String(s.threads), 'threads'],
   ];
   if (s.peak_bytes != null) pairs.push(['peak', human(s.peak_bytes), 'peak_bytes']);
   if (s.pause_us != null) pairs.push(['pause', `${(s.pause_us / 1000).toFixed(1)} ms`, 'pause_us']);
   facts(document.getElementById('summary'), pairs);
   const l = await api('/api/leaks');
-  const c = k => `${l[k].bytes} bytes in ${l[k].blocks} blocks`;
+  const c = k => `${human(l[k].bytes)} in ${l[k].blocks.toLocaleString('en-US')} blocks`;
+  const exact = k => `${l[k].bytes} bytes in ${l[k].blocks} blocks`;
   facts(document.getElementById('leak-summary'), [
-    ['definitely lost', c('definitely_lost'), 'definitely_lost'],
-    ['indirectly lost', c('indirectly_lost'), 'indirectly_lost'],
-    ['possibly lost', c('possibly_lost'), 'possibly_lost'],
-    ['still reachable', c('still_reachable'), 'still_reachable'],
+    ['definitely lost', c('definitely_lost'), 'definitely_lost', exact('definitely_lost')],
+    ['indirectly lost', c('indirectly_lost'), 'indirectly_lost', exact('indirectly_lost')],
+    ['possibly lost', c('possibly_lost'), 'possibly_lost', exact('possibly_lost')],
+    ['still reachable', c('still_reachable'), 'still_reachable', exact('still_reachable')],
   ]);
 }
 
 // --- the dominator tree --------------------------------------------------------
+// Rows come from /api/rows: a node's children grouped by site and type (a
+// group's members one level down), lists collapsed into one row (their
+// nodes one level down, each node's own payload below it), the root's
+// children named by the roots holding them. Every list pages.
 
-function nodeRow(n, depth) {
-  const li = el('li', { class: 'node', 'data-address': n.address, 'data-retained': String(n.retained) });
-  const toggle = el('button', { class: 'toggle', type: 'button', 'aria-expanded': 'false', text: n.children > 0 ? '▸' : '·' });
-  if (n.children === 0) toggle.disabled = true;
-  const bar = el('span', { class: 'bar' });
-  bar.style.width = `${Math.max(1, Math.round(100 * n.retained / Math.max(1, TOTAL_BYTES)))}px`;
-  const label = n.type !== 'unknown' ? n.type : n.site;
-  const line = el('div', { class: 'line' }, toggle,
-    el('span', { class: 'num retained', text: human(n.retained) }), el('span', { class: 'num', text: pct(n.retained) }), bar,
-    el('span', { class: 'num', text: `${n.size} B` }), blockLink(n.address),
-    el('span', { class: `class ${n.class}`, text: n.class.replace(/_/g, ' ') }),
-    el('span', { class: 'what', text: label, title: n.site }),
-    n.dominated > 1 ? el('span', { class: 'muted', text: `${n.dominated} blocks, ${n.children} children` }) : null);
-  li.append(line);
+let SORT = 'retained';
+const KIND_LABEL = { node: '', group: 'group', chain: 'list' };
+
+function rowLine(r, toggle) {
+  const fill = el('span', { class: 'fill' });
+  fill.style.width = `${Math.max(1, Math.round(100 * r.retained / Math.max(1, TOTAL_BYTES)))}px`;
+  const bar = el('span', { class: 'bar' }, fill);
+  const what = el('span', { class: 'what', title: `${r.site}${r.type !== 'unknown' ? ' · ' + r.type : ''}` });
+  if (KIND_LABEL[r.kind]) what.append(el('span', { class: `kind ${r.kind}`, text: KIND_LABEL[r.kind] }), ' ');
+  what.append(r.name);
+  const addr = r.kind === 'group' ? el('span', { class: 'addr muted', text: 'e.g. ' }, blockLink(r.address)) : blockLink(r.address);
+  return el('div', { class: 'line' }, toggle,
+    el('span', { class: 'num retained', text: human(r.retained) }), el('span', { class: 'num pct', text: pct(r.retained) }), bar,
+    el('span', { class: 'num bytes', text: human(r.bytes) }), el('span', { class: 'num count', text: r.count.toLocaleString('en-US') }),
+    what,
+    r.class !== 'still_reachable' ? el('span', { class: `class ${r.class}`, text: r.class.replace(/_/g, ' ') }) : null,
+    r.held_by ? el('span', { class: 'held', text: `held by ${r.held_by}` }) : null,
+    addr);
+}
+
+// What opening a row asks for.
+function below(r, parent) {
+  if (r.kind === 'group') return { parent, group: r.group };
+  if (r.kind === 'chain') return { chain: r.address };
+  if (r.next) return { payload: r.address };
+  return { parent: r.address };
+}
+
+function treeRow(r, parent) {
+  const li = el('li', { class: `node ${r.kind}`, 'data-address': r.address, 'data-kind': r.kind, 'data-retained': String(r.retained), 'data-count': String(r.count) });
+  const toggle = el('button', { class: 'toggle', type: 'button', 'aria-expanded': 'false', text: r.children > 0 ? '▸' : '·', title: r.children > 0 ? `${r.children.toLocaleString('en-US')} below` : '' });
+  if (r.children === 0) toggle.disabled = true;
+  li.append(rowLine(r, toggle));
   const kids = el('ul', { class: 'children' });
   li.append(kids);
   let loaded = false;
   toggle.addEventListener('click', async () => {
     const open = toggle.getAttribute('aria-expanded') === 'true';
-    if (open) {
-      kids.hidden = true;
-      toggle.setAttribute('aria-expanded', 'false');
-      toggle.textContent = '▸';
-      return;
-    }
-    toggle.setAttribute('aria-expanded', 'true');
-    toggle.textContent = '▾';
-    kids.hidden = false;
-    if (!loaded) {
+    toggle.setAttribute('aria-expanded', String(!open));
+    toggle.textContent = open ? '▸' : '▾';
+    kids.hidden = open;
+    if (!open && !loaded) {
       loaded = true;
-      await loadChildren(kids, n.address, 0, depth + 1);
+      await loadRows(kids, below(r, parent), 0);
     }
   });
   return li;
 }
 
-async function loadChildren(ul, parent, offset, depth) {
-  const busy = el('li', { class: 'muted', text: 'loading…' });
+// A "show more" button at the end of a cut list.
+function moreButton(shown, total, page, load) {
+  const left = total - shown;
+  const li = el('li', { class: 'more' }, el('button', { type: 'button', text: `show ${Math.min(page, left).toLocaleString('en-US')} more of ${left.toLocaleString('en-US')}` }));
+  li.querySelector('button').addEventListener('click', async () => { li.remove(); await load(shown); });
+  return li;
+}
+
+async function loadRows(ul, params, offset) {
+  const busy = el('li', { class: 'muted busy', text: 'loading…' });
   ul.append(busy);
   try {
-    const page = await api('/api/tree', { parent, offset, n: PAGE });
+    const page = await api('/api/rows', { ...params, sort: SORT, offset, n: PAGE });
     busy.remove();
-    for (const n of page.nodes) ul.append(nodeRow(n, depth));
-    const shown = page.offset + page.nodes.length;
-    if (shown < page.total) {
-      const more = el('li', { class: 'more' }, el('button', { type: 'button', text: `show ${Math.min(PAGE, page.total - shown)} more of ${page.total - shown}` }));
-      more.querySelector('button').addEventListener('click', async () => { more.remove(); await loadChildren(ul, parent, shown, depth); });
-      ul.append(more);
-    }
+    // Members of a group or a list are children of the group's parent.
+    const parent = params.group != null ? params.parent : page.parent;
+    for (const r of page.rows) ul.append(treeRow(r, parent));
+    const shown = page.offset + page.rows.length;
+    if (shown < page.total) ul.append(moreButton(shown, page.total, PAGE, o => loadRows(ul, params, o)));
     ul.dataset.loaded = 'true';
   } catch (e) {
     busy.textContent = `error: ${e.message}`;
   }
 }
 
+function columnHeads(onSort) {
+  const head = el('div', { class: 'line heads' }, el('span', { class: 'toggle' }));
+  const col = (key, text, cls) => {
+    const b = el('button', { type: 'button', class: `sort ${cls}${SORT === key ? ' active' : ''}`, 'data-sort': key, text: text + (SORT === key ? (key === 'name' ? ' ▴' : ' ▾') : '') });
+    b.addEventListener('click', () => onSort(key));
+    return b;
+  };
+  head.append(col('retained', 'retained', 'num retained'), el('span', { class: 'num pct', text: '%' }), el('span', { class: 'bar' }),
+    col('bytes', 'own bytes', 'num bytes'), col('count', 'blocks', 'num count'), col('name', 'what', 'what'));
+  return head;
+}
+
 async function showTree(view) {
-  view.append(el('p', { class: 'note', text: 'Each block retains what it dominates: the bytes freed if it alone were freed. Roots and the heads of lost structures hang below the top; children load as you open a node, largest first.' }));
+  view.append(el('p', { class: 'note', text: 'Each row retains what it dominates: the bytes freed if it alone were freed. Siblings of one site and type are one group, a linked list is one row; open a row to see what is below it.' }));
+  const heads = el('div', { class: 'heads-wrap' });
   const ul = el('ul', { class: 'tree', id: 'tree' });
+  const draw = async () => {
+    delete ul.dataset.loaded;
+    heads.replaceChildren(columnHeads(async key => { SORT = key; ul.replaceChildren(); await draw(); }));
+    await loadRows(ul, { parent: 'root' }, 0);
+  };
+  view.append(heads, ul);
+  await draw();
+}
+
+// --- the first screen: suspects --------------------------------------------------
+
+const SUSPECT_VERB = { retains: 'retains', lost: 'lost', grew: 'grew by' };
+
+function pathList(steps) {
+  const ol = el('ol', { class: 'path' });
+  if (steps.length === 0) return ol;
+  const item = s => el('li', {}, `${s.offset ? `+${s.offset} ` : ''}→ `, blockLink(s.to), ` ${s.site || ''}`);
+  ol.append(el('li', { class: 'start', text: steps[0].from }));
+  // A long path keeps its two ends.
+  if (steps.length <= 6) for (const s of steps) ol.append(item(s));
+  else {
+    for (const s of steps.slice(0, 2)) ol.append(item(s));
+    ol.append(el('li', { class: 'muted', text: `… ${(steps.length - 4).toLocaleString('en-US')} more hops …` }));
+    for (const s of steps.slice(-2)) ol.append(item(s));
+  }
+  return ol;
+}
+
+async function showSuspects(view) {
+  const list = await api('/api/suspects');
+  view.append(el('h2', { text: 'What to look at first' }));
+  if (list.length === 0) {
+    view.append(el('p', { class: 'note', text: 'Nothing stands out: no structure retains 10% of the heap, no block is lost.' }));
+    return;
+  }
+  const box = el('div', { id: 'suspects' });
+  list.forEach((s, i) => {
+    const share = s.kind === 'grew' ? `${s.share.toFixed(1)}% of the growth` : `${s.share.toFixed(1)}% of the heap`;
+    const head = el('h3', {}, el('span', { class: `badge ${s.kind}`, text: s.kind }), ' ',
+      el('span', { class: 'big', text: `${SUSPECT_VERB[s.kind]} ${human(s.bytes)}` }), ` (${share}) `, el('span', { class: 'what', text: s.what }));
+    const card = el('section', { class: `suspect ${s.kind}`, 'data-kind': s.kind, 'data-bytes': String(s.bytes) }, head);
+    const facts = el('p', { class: 'facts-line' });
+    if (s.held_by) facts.append(`held by ${s.held_by} · `);
+    facts.append(`${s.blocks.toLocaleString('en-US')} blocks`);
+    if (s.address) facts.append(' · open ', blockLink(s.address));
+    card.append(facts);
+    if (s.path.length) card.append(el('div', { class: 'sub', text: 'How it is reached' }), pathList(s.path));
+    if (s.sites.length) {
+      card.append(el('div', { class: 'sub', text: 'Allocated at' }),
+        table(['bytes', 'blocks', 'site'], s.sites.map(x => [human(x.bytes), x.blocks.toLocaleString('en-US'), x.site]), 'sites'));
+    }
+    box.append(card);
+    if (i === 0) card.classList.add('first');
+  });
+  view.append(box);
+}
+
+// --- search ----------------------------------------------------------------------
+
+async function showSearch(view, q) {
+  const r = await api('/api/search', { q, n: 50 });
+  document.getElementById('search').value = q;
+  view.append(el('h2', { text: `Search: ${q}` }));
+  if (r.blocks.length === 0 && r.groups.length === 0) {
+    view.append(el('p', { class: 'note', text: 'Nothing found. Search by address (0x…), a root\'s name (a static, a function\'s frame), a site or a type.' }));
+    return;
+  }
+  if (r.blocks.length) {
+    view.append(el('h3', { text: 'Blocks' }), table(['retained', 'size', 'block', 'what', 'held by'],
+      r.blocks.map(b => [human(b.retained), human(b.bytes), blockLink(b.address), b.name, b.held_by || '']), 'found-blocks'));
+  }
+  if (r.groups.length) {
+    view.append(el('h3', { text: 'Sites and types' }), table(['bytes', 'blocks', 'by', 'name'],
+      r.groups.map(g => [human(g.bytes), g.blocks.toLocaleString('en-US'), g.by,
+        el('a', { href: `#blocks=${g.by}:${encodeURIComponent(g.key)}`, class: 'group-link', text: g.key })]), 'found-groups'));
+  }
+}
+
+// The blocks of one site or type, largest retained first.
+async function showBlocksOf(view, arg) {
+  const i = arg.indexOf(':');
+  const by = arg.slice(0, i), key = decodeURIComponent(arg.slice(i + 1));
+  view.append(el('h2', { text: `Blocks of ${by} ${key}` }));
+  const ul = el('ul', { class: 'tree', id: 'blocks-of' });
   view.append(ul);
-  await loadChildren(ul, 'root', 0, 0);
+  const load = async offset => {
+    const page = await api('/api/blocks', { by, key, offset, n: PAGE });
+    for (const r of page.rows) ul.append(treeRow(r, null));
+    const shown = page.offset + page.rows.length;
+    if (shown < page.total) ul.append(moreButton(shown, page.total, PAGE, load));
+  };
+  await load(0);
 }
 
 // --- groups ----------------------------------------------------------------------
@@ -152,9 +307,13 @@ async function showGroups(view, by) {
   const [retained, top] = await Promise.all([api('/api/retained', { by, n: 100 }), api('/api/top', { by, n: 100 })]);
   view.append(el('h2', { text: `Retained by ${by}` }),
     el('p', { class: 'note', text: `What the ${by}'s blocks hold that no block of another ${by} dominates: each byte counted once.` }),
-    table(['retained', '%', 'bytes', 'blocks', by], retained.map(r => [human(r.retained), pct(r.retained), human(r.bytes), r.blocks, r.key]), `retained-by-${by}`),
+    table(['retained', '%', 'bytes', 'blocks', by], retained.map(r => [B(r.retained), [pct(r.retained), r.retained], B(r.bytes), N(r.blocks), groupLink(by, r.key)]), `retained-by-${by}`),
     el('h2', { text: `Live bytes by ${by}` }),
-    table(['bytes', '%', 'allocations', by], top.map(r => [human(r.bytes), pct(r.bytes), r.allocations, r.key]), `top-by-${by}`));
+    table(['bytes', '%', 'allocations', by], top.map(r => [B(r.bytes), [pct(r.bytes), r.bytes], N(r.allocations), groupLink(by, r.key)]), `top-by-${by}`));
+}
+
+function groupLink(by, key) {
+  return [el('a', { href: `#blocks=${by}:${encodeURIComponent(key)}`, text: key }), key];
 }
 
 // --- leaks -----------------------------------------------------------------------
@@ -164,8 +323,8 @@ async function showLeaks(view) {
   if (l.groups.length === 0) { view.append(el('p', { text: 'No lost blocks.' })); return; }
   view.append(el('h2', { text: 'Lost and possibly lost blocks by allocation site' }));
   for (const g of l.groups) {
-    const head = `${g.bytes} bytes in ${g.blocks} blocks ${g.kind.replace(/_/g, ' ')}` +
-      (g.indirect_blocks > 0 ? ` (+${g.indirect_bytes} bytes in ${g.indirect_blocks} blocks indirectly lost)` : '') +
+    const head = `${human(g.bytes)} in ${g.blocks} blocks ${g.kind.replace(/_/g, ' ')}` +
+      (g.indirect_blocks > 0 ? ` (+${human(g.indirect_bytes)} in ${g.indirect_blocks} blocks indirectly lost)` : '') +
       (g.type !== 'unknown' ? `, ${g.type}` : '');
     view.append(el('section', { class: 'leak' }, el('h3', { text: head }),
       el('p', {}, 'e.g. ', blockLink(g.example)),
@@ -185,10 +344,10 @@ async function showFlame(view) {
 async function showGrowth(view) {
   if (!HAS_BASELINE) { view.append(el('p', { text: 'No baseline: start the viewer with --baseline OLD.DUMP to see the growth.' })); return; }
   const d = await api('/api/diff');
-  view.append(el('p', { text: `live bytes: ${human(d.old_bytes)} → ${human(d.new_bytes)} (${d.new_bytes - d.old_bytes >= 0 ? '+' : ''}${d.new_bytes - d.old_bytes}); ${d.new.blocks} new blocks, ${d.gone.blocks} gone` }));
-  for (const [title, rows] of [['Growth by site', d.by_site], ['Growth by type', d.by_type]]) {
-    view.append(el('h2', { text: title }), table(['Δ bytes', 'Δ blocks', 'old bytes', 'new bytes', 'key'],
-      rows.slice(0, 100).map(r => [(r.delta_bytes >= 0 ? '+' : '') + r.delta_bytes, (r.delta_allocations >= 0 ? '+' : '') + r.delta_allocations, r.old_bytes, r.new_bytes, r.key])));
+  view.append(el('p', { text: `live bytes: ${human(d.old_bytes)} → ${human(d.new_bytes)} (${signed(d.new_bytes - d.old_bytes, human)}); ${d.new.blocks.toLocaleString('en-US')} new blocks (${human(d.new.bytes)}), ${d.gone.blocks.toLocaleString('en-US')} gone (${human(d.gone.bytes)})` }));
+  for (const [title, rows, cls] of [['Growth by site', d.by_site, 'growth-by-site'], ['Growth by type', d.by_type, 'growth-by-type']]) {
+    view.append(el('h2', { text: title }), table(['Δ bytes', 'Δ blocks', 'before', 'after', 'key'],
+      rows.slice(0, 100).map(r => [[signed(r.delta_bytes, human), r.delta_bytes], [signed(r.delta_allocations, n => n.toLocaleString('en-US')), r.delta_allocations], B(r.old_bytes), B(r.new_bytes), r.key]), cls));
   }
 }
 
@@ -210,7 +369,7 @@ async function showBlock(view, addr) {
   view.append(el('h2', { text: `Block ${b.address}` }));
   const dl = el('dl', { class: 'facts', id: 'block-facts' });
   facts(dl, [
-    ['size', `${b.size} B`, 'size'], ['retained', `${human(b.retained)} (${b.retained})`, 'retained'],
+    ['size', human(b.size), 'size', b.size], ['retained', human(b.retained), 'retained', b.retained],
     ['dominates', `${b.dominated} blocks`, 'dominated'], ['class', b.class.replace(/_/g, ' '), 'class'],
     ['type', b.type, 'type'], ['site', b.site, 'site'],
   ]);
@@ -220,8 +379,30 @@ async function showBlock(view, addr) {
   view.append(el('h3', { text: 'Contents' }));
   if (b.contents == null) view.append(el('p', { class: 'muted', text: 'A compact dump keeps only the pointers (below), not the bytes.' }));
   else view.append(el('pre', { class: 'hex', id: 'contents', text: hexdump(b.contents) + (b.contents_truncated ? `\n… (first ${b.contents.length / 2} of ${b.size} bytes)` : '') }));
-  view.append(el('h3', { text: `Points to (${b.pointers_total})` }),
-    table(['offset', 'block', 'into', 'size', 'site'], b.pointers.map(p => [p.offset, blockLink(p.to), p.into, p.size, p.site]), 'pointers'));
+  view.append(el('h3', { text: `Points to (${b.pointers_total.toLocaleString('en-US')})` }));
+  const pointers = table(['offset', 'block', 'into', 'size', 'site'], [], 'pointers');
+  const pointerRow = p => el('tr', {}, el('td', { text: String(p.offset) }), el('td', {}, blockLink(p.to)), el('td', { text: String(p.into) }),
+    el('td', { text: human(p.size) }), el('td', { text: p.site }));
+  for (const p of b.pointers) pointers.tBodies[0].append(pointerRow(p));
+  view.append(pointers);
+  // The rest a page at a time.
+  if (b.pointers.length < b.pointers_total) {
+    const more = el('button', { type: 'button', class: 'more-pointers' });
+    let shown = b.pointers.length;
+    const label = () => { more.textContent = `show ${Math.min(POINTER_PAGE, b.pointers_total - shown).toLocaleString('en-US')} more of ${(b.pointers_total - shown).toLocaleString('en-US')}`; };
+    label();
+    more.addEventListener('click', async () => {
+      more.disabled = true;
+      const page = await api('/api/pointers', { address: b.address, offset: shown, n: POINTER_PAGE });
+      for (const p of page.pointers) pointers.tBodies[0].append(pointerRow(p));
+      shown += page.pointers.length;
+      more.disabled = false;
+      if (shown >= page.total) more.remove(); else label();
+      pointers.dataset.shown = String(shown);
+    });
+    view.append(el('p', { class: 'more' }, more));
+  }
+  pointers.dataset.shown = String(b.pointers.length);
   view.append(el('h3', { text: `Held by (${b.holders_total})` }),
     table(['from', 'offset', 'how it is reached'], b.holders.map(h => [
       h.size != null ? blockLink(h.from) : h.from, h.offset + (h.interior ? ' (interior)' : ''),
@@ -239,7 +420,10 @@ async function showBlock(view, addr) {
 // --- routing ---------------------------------------------------------------------
 
 const VIEWS = {
+  suspects: v => showSuspects(v),
   tree: v => showTree(v),
+  search: (v, arg) => showSearch(v, decodeURIComponent(arg || '')),
+  blocks: (v, arg) => showBlocksOf(v, arg),
   sites: v => showGroups(v, 'site'),
   types: v => showGroups(v, 'type'),
   leaks: v => showLeaks(v),
@@ -249,8 +433,10 @@ const VIEWS = {
 };
 
 async function route() {
-  const [name, arg] = (location.hash.slice(1) || 'tree').split('=');
-  const show = VIEWS[name] || VIEWS.tree;
+  const hash = location.hash.slice(1) || 'suspects';
+  const eq = hash.indexOf('=');
+  const [name, arg] = eq < 0 ? [hash, undefined] : [hash.slice(0, eq), hash.slice(eq + 1)];
+  const show = VIEWS[name] || VIEWS.suspects;
   for (const a of document.querySelectorAll('#tabs a')) a.classList.toggle('active', a.dataset.view === name);
   const view = document.getElementById('view');
   view.replaceChildren();
@@ -265,6 +451,11 @@ async function route() {
 }
 
 document.getElementById('growth-tab').hidden = !HAS_BASELINE;
+document.getElementById('search-form').addEventListener('submit', e => {
+  e.preventDefault();
+  const q = document.getElementById('search').value.trim();
+  if (q) location.hash = `search=${encodeURIComponent(q)}`;
+});
 window.addEventListener('hashchange', route);
 header().then(route, e => {
   document.getElementById('view').replaceChildren(el('p', { class: 'error', text: `error: ${e.message}` }));

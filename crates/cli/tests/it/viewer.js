@@ -20,37 +20,46 @@ const puppeteer = require('puppeteer-core');
     page.on('requestfailed', r => out.errors.push(`request failed: ${r.url()}`));
     page.setDefaultTimeout(60000);
     await page.setViewport({ width: 1400, height: 900 });
-    await page.goto(url, { waitUntil: 'load' });
+    await page.goto(`${url}#tree`, { waitUntil: 'load' });
     await page.waitForSelector('#view[data-ready=true] #tree > li.node');
+    await page.waitForFunction(() => !document.querySelector('#tree li.busy'));
     await page.waitForSelector('#leak-summary dd');
     out.header = await page.evaluate(() =>
-      Object.fromEntries([...document.querySelectorAll('header dd[data-key]')].map(d => [d.dataset.key, d.textContent])));
+      Object.fromEntries([...document.querySelectorAll('header dd[data-key]')].map(d => [d.dataset.key, { text: d.textContent, value: d.dataset.value }])));
     const rows = sel => page.evaluate(sel => [...document.querySelectorAll(sel)]
-      .map(li => ({ address: li.dataset.address, retained: Number(li.dataset.retained) })), sel);
+      .map(li => ({ address: li.dataset.address, retained: Number(li.dataset.retained), kind: li.dataset.kind })), sel);
     out.top = await rows('#tree > li.node');
 
-    // Three levels opened below the roots: a chain of three nodes, each
-    // with children, from `start` (the head of a lost structure of the
-    // demo: a session, its orders, an order), found through the viewer's
-    // own routes, then opened by clicking as a person would.
+    // Three levels opened below the roots: three rows, each with rows
+    // below it (a lost structure's first: `start`, the head of one),
+    // found through the viewer's own routes, then opened by clicking as
+    // a person would. Lists are left to viewer_shapes.js (their nodes
+    // come in list order, not largest first).
     const chain = await page.evaluate(async start => {
       const token = document.querySelector('meta[name=heapdump-token]').content;
-      const kids = async p => (await (await fetch(`/api/tree?parent=${p}&n=100&token=${token}`)).json()).nodes;
-      const find = async (parent, depth) => {
-        if (depth === 0) return [];
-        for (const n of (await kids(parent)).filter(n => n.children > 0)) {
-          const rest = await find(n.address, depth - 1);
-          if (rest) return [n.address, ...rest];
+      // The rows the page shows (siblings of one site and type grouped,
+      // lists as one row), and what opening one asks for.
+      const rows = async q => (await (await fetch(`/api/rows?${new URLSearchParams({ ...q, n: 100, token })}`)).json());
+      const below = (r, parent) => r.kind === 'group' ? { parent, group: r.group } : r.kind === 'chain' ? { chain: r.address } : r.next ? { payload: r.address } : { parent: r.address };
+      const find = async (q, depth) => {
+        const page = await rows(q);
+        // The deepest level shows a single block to open.
+        if (depth === 0) return page.rows.some(r => r.kind === 'node') ? [] : null;
+        const parent = q.group != null ? q.parent : page.parent;
+        // The lost structure first, when it is among them.
+        const open = page.rows.filter(r => r.children > 0 && r.kind !== 'chain').sort((a, b) => (b.address === start) - (a.address === start));
+        for (const r of open) {
+          const rest = await find(below(r, parent), depth - 1);
+          if (rest) return [{ address: r.address, kind: r.kind }, ...rest];
         }
         return null;
       };
-      const rest = await find(start, 2);
-      return rest ? [start, ...rest] : null;
+      return find({ parent: 'root' }, 3);
     }, start);
     out.levels = [];
     let scope = '#tree';
-    for (const addr of chain || []) {
-      const node = `${scope} > li.node[data-address="${addr}"]`;
+    for (const { address: addr, kind } of chain || []) {
+      const node = `${scope} > li.node[data-address="${addr}"][data-kind="${kind}"]`;
       // Not among the first children shown: "show more" until it is.
       while (!(await page.$(node))) {
         const more = await page.$(`${scope} > li.more > button`);
@@ -67,12 +76,12 @@ const puppeteer = require('puppeteer-core');
 
     // Open the deepest level's first block.
     const last = out.levels[out.levels.length - 1];
-    const target = last.children[0].address;
-    await page.click(`${scope} > li.node[data-address="${target}"] > .line > a.addr`);
+    const target = last.children.find(c => c.kind === 'node').address;
+    await page.click(`${scope} > li.node[data-address="${target}"][data-kind=node] > .line > a.addr`);
     await page.waitForFunction(() => document.querySelector('#view').dataset.view === 'block' && document.querySelector('#view').dataset.ready === 'true');
     const blockPage = () => page.evaluate(() => ({
       address: document.querySelector('#view h2').textContent.replace('Block ', ''),
-      facts: Object.fromEntries([...document.querySelectorAll('#block-facts dd')].map(d => [d.dataset.key, d.textContent])),
+      facts: Object.fromEntries([...document.querySelectorAll('#block-facts dd')].map(d => [d.dataset.key, d.dataset.value || d.textContent])),
       contents: !!document.querySelector('#contents'),
       holders: [...document.querySelectorAll('table.holders tbody tr td:first-child a.addr')].map(a => a.textContent),
       pointsTo: [...document.querySelectorAll('table.pointers a.addr')].map(a => a.textContent),

@@ -231,11 +231,13 @@ fn the_viewer_works_in_headless_chromium() {
     // The header: the summary's and the leak summary's figures.
     let s = cli(&["summary"], &dump);
     let header = &r["header"];
-    assert!(header["bytes"].as_str().unwrap().contains(&format!("({})", s["bytes"])), "{header}");
-    assert_eq!(header["allocations"].as_str().unwrap(), s["allocations"].to_string());
+    // Shown in KiB and MiB, the exact figures kept beside them.
+    assert_eq!(header["bytes"]["value"].as_str().unwrap(), s["bytes"].to_string(), "{header}");
+    assert!(header["bytes"]["text"].as_str().unwrap().ends_with("iB"), "{header}");
+    assert_eq!(header["allocations"]["value"].as_str().unwrap(), s["allocations"].to_string());
     let l = cli(&["leaks"], &dump);
     for k in ["definitely_lost", "indirectly_lost", "possibly_lost", "still_reachable"] {
-        assert_eq!(header[k].as_str().unwrap(), format!("{} bytes in {} blocks", l[k]["bytes"], l[k]["blocks"]), "{k}");
+        assert_eq!(header[k]["value"].as_str().unwrap(), format!("{} bytes in {} blocks", l[k]["bytes"], l[k]["blocks"]), "{k}");
     }
 
     // The tree: its first node is `retained`'s first row; three levels
@@ -262,9 +264,9 @@ fn the_viewer_works_in_headless_chromium() {
         holders.as_array().unwrap().iter().filter(|h| !h["size"].is_null()).map(|h| h["from"].as_str().unwrap()).collect();
     let shown: Vec<&str> = block["holders"].as_array().unwrap().iter().map(|h| h.as_str().unwrap()).collect();
     assert_eq!(shown, want_holders, "the retainers shown are path --all's");
-    let kid = &levels[2]["children"][0];
+    let kid = levels[2]["children"].as_array().unwrap().iter().find(|c| c["kind"] == "node").unwrap();
     assert_eq!(block["address"], kid["address"]);
-    assert!(block["facts"]["retained"].as_str().unwrap().contains(&format!("({})", kid["retained"])), "{block}");
+    assert_eq!(block["facts"]["retained"].as_str().unwrap(), kid["retained"].to_string(), "{block}");
     assert!(block["contents"].as_bool().unwrap(), "a full dump's block shows its bytes");
     // The retainer followed points to the block.
     if !want_holders.is_empty() {
@@ -281,4 +283,159 @@ fn the_viewer_works_in_headless_chromium() {
     for name in ["tree", "block", "flame"] {
         assert!(shots.join(format!("{name}.png")).exists(), "screenshot {name}");
     }
+}
+
+/// tests/c/viewer_shapes.c's dump (full, so the stack names its frames),
+/// taken while `handle_request` is on the stack.
+fn shapes_dump(d: &Scratch) -> std::path::PathBuf {
+    let prog = compile(d, "viewer_shapes.c", &["-O0", "-g"]);
+    let (o, dumps) = run_traced(&d.path("shapes.hdump"), &prog, &[], &["--mode", "full", "--no-at-exit"]);
+    ok(&o);
+    dumps.into_iter().next().expect("the program dumped on its signal")
+}
+
+/// The first screen and the structures of issue #39: a list of 40000
+/// nodes is one row, 400 siblings of one site one group, roots are named,
+/// a search finds by static, frame and site, columns sort, and a block of
+/// 100,000 pointers pages to its end. In headless Chromium, with the JSON
+/// routes behind it checked against the command line.
+#[test]
+fn the_viewer_groups_collapses_names_finds_and_pages() {
+    let d = Scratch::new("viewer-shapes");
+    let dump = shapes_dump(&d);
+    let v = Viewer::start(&dump, &[]);
+
+    // The routes. The root: the list as one row, the 400 entries as one
+    // group, the frame's buffer named by its frame.
+    let root = v.json("/api/rows", "parent=root&n=1000");
+    let rows = root["rows"].as_array().unwrap();
+    let list = rows.iter().find(|r| r["kind"] == "chain").expect("the list is one row");
+    assert_eq!(list["count"], 40000);
+    assert!(list["name"].as_str().unwrap().contains("40000") && list["name"].as_str().unwrap().contains("static `cache_head`"), "{list}");
+    let group = rows.iter().find(|r| r["kind"] == "group" && r["count"] == 400).expect("the 400 entries are one group");
+    assert_eq!(group["held_by"], "static slots");
+    assert_eq!((group["bytes"].as_u64(), group["retained"].as_u64()), (Some(400 * 96), Some(400 * 96)));
+    assert!(rows.iter().any(|r| r["held_by"] == "thread viewer_shapes, frame handle_request" && r["bytes"] == 3000), "{root}");
+    assert!(rows.iter().any(|r| r["held_by"] == "static fanout"), "{root}");
+    // The rows still add up to the heap: nothing is counted twice.
+    let total = cli(&["summary"], &dump)["bytes"].as_u64().unwrap();
+    assert_eq!(rows.iter().map(|r| r["retained"].as_u64().unwrap()).sum::<u64>(), total);
+    // A group's members, a list's nodes and a node's payload, each paged
+    // and bounded.
+    let k = group["group"].as_u64().unwrap();
+    let mut members = 0;
+    loop {
+        let page = v.json("/api/rows", &format!("parent=root&group={k}&offset={members}&n=150"));
+        let got = page["rows"].as_array().unwrap();
+        assert!(got.iter().all(|m| m["kind"] == "node" && m["bytes"] == 96));
+        if got.is_empty() {
+            break;
+        }
+        members += got.len();
+    }
+    assert_eq!(members, 400);
+    let head = list["address"].as_str().unwrap();
+    let nodes = v.json("/api/rows", &format!("chain={head}&n=100000"));
+    assert_eq!((nodes["total"].as_u64(), nodes["rows"].as_array().unwrap().len()), (Some(40000), 1000), "pages are bounded");
+    let first = &nodes["rows"][0];
+    assert_eq!(first["address"], list["address"]);
+    let payload = v.json("/api/rows", &format!("payload={head}"));
+    assert_eq!(payload["total"], 1, "a node holds its string besides the next node: {payload}");
+    assert_eq!(first["retained"].as_u64().unwrap(), 32 + payload["rows"][0]["bytes"].as_u64().unwrap());
+    // The block of 100,000 pointers, a page at a time to its end.
+    let fan = rows.iter().find(|r| r["held_by"] == "static fanout").unwrap()["address"].as_str().unwrap().to_string();
+    let last = v.json("/api/pointers", &format!("address={fan}&offset=99990&n=1000"));
+    assert_eq!((last["total"].as_u64(), last["pointers"].as_array().unwrap().len()), (Some(100000), 10));
+    assert_eq!(last["pointers"][9]["offset"], 8 * 99999);
+    assert_eq!(v.get("/api/rows", "parent=root&group=99").0, 404);
+    assert_eq!(v.get("/api/rows", "sort=colour").0, 400);
+    assert_eq!(v.get("/api/blocks", "by=colour&key=x").0, 400);
+
+    // The page.
+    let chromium = std::process::Command::new("sh").arg("-c").arg("command -v chromium").output().unwrap();
+    let chromium = ok(&chromium).trim().to_string();
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
+    let profile = d.path("profile");
+    let r = node_json(
+        &d,
+        "puppeteer-core",
+        include_str!("viewer_shapes.js"),
+        &[chromium.as_ref(), v.url().as_ref(), profile.as_os_str(), shots.as_os_str()],
+    );
+    assert_eq!(r["errors"], serde_json::json!([]), "the page ran without errors");
+    // The first screen: the suspects, the list first, then the fan, then
+    // the lost buffers, each with its path or its sites.
+    assert_eq!(r["view"], "suspects");
+    let s = r["suspects"].as_array().unwrap();
+    assert!(s.len() >= 3, "{s:?}");
+    assert_eq!(s[0]["kind"], "retains");
+    assert!(s[0]["text"].as_str().unwrap().contains("a list of 40000"), "{}", s[0]);
+    assert_eq!(s[0]["bytes"], list["retained"]);
+    assert!(s[0]["path"].as_u64().unwrap() >= 2 && s[0]["sites"].as_u64().unwrap() >= 2, "{}", s[0]);
+    let lost = s.iter().find(|x| x["kind"] == "lost").expect("the lost buffers are a suspect");
+    assert!(lost["text"].as_str().unwrap().contains("handle_bad_request"), "{lost}");
+    // Bytes in KiB and MiB, the exact figure kept beside.
+    assert_eq!(r["header"]["bytes"]["value"].as_str().unwrap(), total.to_string());
+    assert!(r["header"]["bytes"]["text"].as_str().unwrap().ends_with(" MiB"), "{}", r["header"]);
+    // The tree as the routes gave it, the group opened and paged.
+    let shown = r["root"].as_array().unwrap();
+    assert_eq!(shown.len(), rows.len());
+    assert!(shown.iter().any(|x| x["kind"] == "chain" && x["what"].as_str().unwrap().contains("a list of 40000")));
+    assert!(shown.iter().any(|x| x["held"] == "held by thread viewer_shapes, frame handle_request"));
+    assert_eq!(r["groupFirst"].as_array().unwrap().len(), 50);
+    assert_eq!(r["groupMore"].as_array().unwrap().len(), 100);
+    assert!(r["groupFirst"].as_array().unwrap().iter().all(|x| x["held"].as_str().unwrap().starts_with("held by static slots")));
+    assert_eq!(r["listNodes"].as_array().unwrap().len(), 50);
+    assert_eq!(r["listMore"], "show 50 more of 39,950");
+    assert_eq!(r["payload"].as_array().unwrap().len(), 1);
+    let counts: Vec<u64> = r["byCount"].as_array().unwrap().iter().map(|x| x["count"].as_u64().unwrap()).collect();
+    assert!(counts.windows(2).all(|w| w[0] >= w[1]) && counts[0] == 40000, "sorted by blocks: {counts:?}");
+    // Searches: by a static's name, a frame's function, a site.
+    let found = |k: &str| r[k]["blocks"].as_array().unwrap().iter().map(|row| row[2].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(found("searchStatic"), vec![head.to_string()]);
+    assert!(!found("searchFrame").is_empty());
+    assert!(
+        r["searchSite"]["groups"].as_array().unwrap().iter().any(|g| g[3].as_str().unwrap().starts_with("table_put")),
+        "{}",
+        r["searchSite"]
+    );
+    assert_eq!(r["blocksOf"], 50);
+    // "Show more" on the block of 100,000 pointers.
+    let p = r["pointers"].as_array().unwrap();
+    assert_eq!(p[0]["title"], "Points to (100,000)");
+    let shown: Vec<u64> = p.iter().map(|x| x["rows"].as_u64().unwrap()).collect();
+    assert_eq!(shown, vec![100, 1100, 2100]);
+    assert_eq!(p[2]["last"], (8 * 2099).to_string());
+    assert_eq!(p[2]["more"], "show 1,000 more of 97,900");
+    for name in ["first-screen", "grouped-node", "list-opened"] {
+        assert!(shots.join(format!("{name}.png")).exists(), "screenshot {name}");
+    }
+}
+
+/// `summary`'s last lines and the report open on the suspects the viewer
+/// shows: one computation, three views.
+#[test]
+fn summary_and_report_name_the_suspects() {
+    let d = Scratch::new("suspects-views");
+    let dump = shapes_dump(&d);
+    let text = ok(&heapdump().arg("summary").arg(&dump).output().unwrap());
+    let tail: Vec<&str> = text.lines().rev().take(9).collect::<Vec<_>>().into_iter().rev().collect();
+    let tail = tail.join("\n");
+    assert!(text.contains("suspects (what to look at first):"), "{text}");
+    assert!(tail.contains("1. retains") && tail.contains("a list of 40000") && tail.contains("held by static `cache_head`"), "{tail}");
+    assert!(tail.contains("path: static cache_head"), "{tail}");
+    assert!(tail.contains(". lost ") && tail.contains("blocks of 512 B lost") && tail.contains("handle_bad_request"), "{tail}");
+    // `summary --json` keeps its keys.
+    let j = cli(&["summary"], &dump);
+    for k in ["allocations", "bytes", "mode", "pid", "threads", "roots", "reason"] {
+        assert!(j.get(k).is_some(), "{k}");
+    }
+    let report = d.path("r.html");
+    ok(&heapdump().arg("report").arg(&dump).arg("-o").arg(&report).output().unwrap());
+    let html = std::fs::read_to_string(&report).unwrap();
+    let at = html.find("id=\"suspects\"").expect("the report has the suspects");
+    assert!(at < html.find("id=\"leaks\"").unwrap(), "before the details");
+    let section = &html[at..html.find("id=\"leaks\"").unwrap()];
+    assert!(section.contains("retains 2.4 MiB") && section.contains("a list of 40000"), "{section}");
+    assert!(section.contains("handle_bad_request"), "{section}");
 }
