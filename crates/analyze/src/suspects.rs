@@ -116,7 +116,13 @@ impl Analysis<'_> {
                     _ => break,
                 }
             }
-            let what = at.name.clone();
+            // A single block says what it holds.
+            let what = match at.kind {
+                RowKind::Node if at.dominated > 1 => {
+                    format!("{}: one block holding {} more", at.name, crate::chains::thousands(at.dominated - 1))
+                }
+                _ => at.name.clone(),
+            };
             let path = self.path(at.address.0).map(|p| p.steps).unwrap_or_default();
             out.push(Suspect {
                 kind: SuspectKind::Retains,

@@ -491,7 +491,12 @@ impl Site<'_, '_> {
             "/api/pointers" => Reply::json(&a.pointer_page(address(q.require("address")?)?, q.number("offset", 0)?, n)?),
             "/api/suspects" => Reply::json(self.suspects.get_or_init(|| a.suspects(self.diff))),
             "/api/path" => Reply::json(&a.path(address(q.require("address")?)?)?.steps),
-            "/api/holders" => Reply::json(&a.holders(address(q.require("address")?)?, n)?.1),
+            // `path --all`'s answer; with `offset`, its rows from there on.
+            "/api/holders" => {
+                let offset = q.number("offset", 0)?;
+                let mut rows = a.holders(address(q.require("address")?)?, offset.saturating_add(n))?.1;
+                Reply::json(&rows.split_off(offset.min(rows.len())))
+            }
             "/api/diff" => match self.diff {
                 Some(d) => Reply::json(d),
                 None => Reply::error(404, "no baseline: start the viewer with --baseline OLD"),

@@ -124,9 +124,9 @@ function rowLine(r, toggle) {
   const fill = el('span', { class: 'fill' });
   fill.style.width = `${Math.max(1, Math.round(100 * r.retained / Math.max(1, TOTAL_BYTES)))}px`;
   const bar = el('span', { class: 'bar' }, fill);
-  const what = el('span', { class: 'what', title: `${r.site}${r.type !== 'unknown' ? ' · ' + r.type : ''}` });
+  const what = el('span', { class: 'what', title: `${r.name.replace(/`/g, '')}\nsite: ${r.site}${r.type !== 'unknown' ? '\ntype: ' + r.type : ''}` });
   if (KIND_LABEL[r.kind]) what.append(el('span', { class: `kind ${r.kind}`, text: KIND_LABEL[r.kind] }), ' ');
-  what.append(r.name);
+  what.append(...named(r.name));
   const addr = r.kind === 'group' ? el('span', { class: 'addr muted', text: 'e.g. ' }, blockLink(r.address)) : blockLink(r.address);
   return el('div', { class: 'line' }, toggle,
     el('span', { class: 'num retained', text: human(r.retained) }), el('span', { class: 'num pct', text: pct(r.retained) }), bar,
@@ -135,6 +135,11 @@ function rowLine(r, toggle) {
     r.class !== 'still_reachable' ? el('span', { class: `class ${r.class}`, text: r.class.replace(/_/g, ' ') }) : null,
     r.held_by ? el('span', { class: 'held', text: `held by ${r.held_by}` }) : null,
     addr);
+}
+
+// A name whose `quoted` parts (a type, a site, a symbol) show as code.
+function named(text) {
+  return text.split('`').map((part, i) => i % 2 ? el('code', { text: part }) : part);
 }
 
 // What opening a row asks for.
@@ -246,7 +251,7 @@ async function showSuspects(view) {
   list.forEach((s, i) => {
     const share = s.kind === 'grew' ? `${s.share.toFixed(1)}% of the growth` : `${s.share.toFixed(1)}% of the heap`;
     const head = el('h3', {}, el('span', { class: `badge ${s.kind}`, text: s.kind }), ' ',
-      el('span', { class: 'big', text: `${SUSPECT_VERB[s.kind]} ${human(s.bytes)}` }), ` (${share}) `, el('span', { class: 'what', text: s.what }));
+      el('span', { class: 'big', text: `${SUSPECT_VERB[s.kind]} ${human(s.bytes)}` }), ` (${share}) `, el('span', { class: 'what' }, ...named(s.what)));
     const card = el('section', { class: `suspect ${s.kind}`, 'data-kind': s.kind, 'data-bytes': String(s.bytes) }, head);
     const facts = el('p', { class: 'facts-line' });
     if (s.held_by) facts.append(`held by ${s.held_by} · `);
@@ -403,11 +408,27 @@ async function showBlock(view, addr) {
     view.append(el('p', { class: 'more' }, more));
   }
   pointers.dataset.shown = String(b.pointers.length);
-  view.append(el('h3', { text: `Held by (${b.holders_total})` }),
-    table(['from', 'offset', 'how it is reached'], b.holders.map(h => [
-      h.size != null ? blockLink(h.from) : h.from, h.offset + (h.interior ? ' (interior)' : ''),
-      h.size == null ? 'a root' : (h.path.length ? h.path.map(s => s.from).concat([h.from]).join(' → ') : 'nothing: it heads a lost structure'),
-    ]), 'holders'));
+  view.append(el('h3', { text: `Held by (${b.holders_total.toLocaleString('en-US')})` }));
+  const holders = table(['from', 'offset', 'how it is reached'], [], 'holders');
+  const holderRow = h => el('tr', {}, el('td', {}, h.size != null ? blockLink(h.from) : h.from), el('td', { text: h.offset + (h.interior ? ' (interior)' : '') }),
+    el('td', { text: h.size == null ? 'a root' : (h.path.length ? h.path.map(s => s.from).concat([h.from]).join(' → ') : 'nothing: it heads a lost structure') }));
+  for (const h of b.holders) holders.tBodies[0].append(holderRow(h));
+  view.append(holders);
+  if (b.holders.length < b.holders_total) {
+    const more = el('button', { type: 'button', class: 'more-holders' });
+    let shown = b.holders.length;
+    const label = () => { more.textContent = `show ${Math.min(POINTER_PAGE, b.holders_total - shown).toLocaleString('en-US')} more of ${(b.holders_total - shown).toLocaleString('en-US')}`; };
+    label();
+    more.addEventListener('click', async () => {
+      more.disabled = true;
+      const page = await api('/api/holders', { address: b.address, offset: shown, n: POINTER_PAGE });
+      for (const h of page) holders.tBodies[0].append(holderRow(h));
+      shown += page.length;
+      more.disabled = false;
+      if (shown >= b.holders_total || page.length === 0) more.remove(); else label();
+    });
+    view.append(el('p', { class: 'more' }, more));
+  }
   view.append(el('h3', { text: 'Path from a root' }));
   if (b.path_start == null) view.append(el('p', { text: 'Nothing points to it: it heads a lost structure.' }));
   else {

@@ -5,6 +5,8 @@
      collapsed chain, not 40000 nested rows);
    - 400 `struct entry` blocks from `table_put`, each held by its own slot
      of the static `slots` (400 identical rows at the root: one group);
+   - a block held by each of those 400 entries and the static `owner`
+     ("Held by (401)": paged too);
    - a block of 100000 pointers to 100000 small blocks, held by the static
      `fanout` ("Points to (100000)": paged to the end);
    - a request buffer held only by `handle_request`'s frame;
@@ -25,11 +27,13 @@ struct cached_response {
 struct entry {
     unsigned long key;
     unsigned long value;
-    char name[79];
+    void *owner;
+    char name[71];
 };
 
 struct cached_response *cache_head;
 struct entry *slots[400];
+void *owner;
 void **fanout;
 
 static void cache_put(unsigned long key) {
@@ -47,6 +51,7 @@ static void table_put(unsigned long i) {
     struct entry *e = calloc(1, sizeof *e);
     e->key = i;
     e->value = i * 7;
+    e->owner = owner;
     snprintf(e->name, sizeof e->name, "entry %lu", i);
     slots[i] = e;
 }
@@ -79,6 +84,7 @@ __attribute__((noinline)) static int handle_request(void) {
 }
 
 int main(void) {
+    owner = malloc(64);
     for (unsigned long i = 0; i < 400; i++) table_put(i);
     for (unsigned long i = 0; i < 40000; i++) cache_put(i);
     fill_fanout();

@@ -347,6 +347,12 @@ fn the_viewer_groups_collapses_names_finds_and_pages() {
     let last = v.json("/api/pointers", &format!("address={fan}&offset=99990&n=1000"));
     assert_eq!((last["total"].as_u64(), last["pointers"].as_array().unwrap().len()), (Some(100000), 10));
     assert_eq!(last["pointers"][9]["offset"], 8 * 99999);
+    // The block the 400 entries share: `path --all`'s rows, paged.
+    let owner = rows.iter().find(|r| r["held_by"] == "static owner").unwrap()["address"].as_str().unwrap().to_string();
+    let all = cli(&["path", "--all", "-n", "1000", &owner], &dump);
+    assert_eq!(all.as_array().unwrap().len(), 401);
+    let rest = v.json("/api/holders", &format!("address={owner}&offset=300&n=1000"));
+    assert_eq!(rest.as_array().unwrap()[..], all.as_array().unwrap()[300..]);
     assert_eq!(v.get("/api/rows", "parent=root&group=99").0, 404);
     assert_eq!(v.get("/api/rows", "sort=colour").0, 400);
     assert_eq!(v.get("/api/blocks", "by=colour&key=x").0, 400);
@@ -407,6 +413,7 @@ fn the_viewer_groups_collapses_names_finds_and_pages() {
     assert_eq!(shown, vec![100, 1100, 2100]);
     assert_eq!(p[2]["last"], (8 * 2099).to_string());
     assert_eq!(p[2]["more"], "show 1,000 more of 97,900");
+    assert_eq!(r["holders"], serde_json::json!([100, 401]), "Held by (401): show more");
     for name in ["first-screen", "grouped-node", "list-opened"] {
         assert!(shots.join(format!("{name}.png")).exists(), "screenshot {name}");
     }

@@ -113,6 +113,16 @@ const puppeteer = require('puppeteer-core');
       await page.waitForFunction(n => document.querySelectorAll('table.pointers tbody tr').length > n, {}, before);
       out.pointers.push(await pointers());
     }
+
+    // The block the 400 entries share: 100 of its holders, then the rest.
+    const shared = out.root.find(r => r.kind === 'node' && r.held === 'held by static owner');
+    await page.goto(`${url}#block=${shared.address}`, { waitUntil: 'load' });
+    await ready();
+    const holders = () => page.evaluate(() => document.querySelectorAll('table.holders tbody tr').length);
+    out.holders = [await holders()];
+    await page.click('button.more-holders');
+    await page.waitForFunction(() => !document.querySelector('button.more-holders'));
+    out.holders.push(await holders());
   } finally {
     await browser.close();
   }
