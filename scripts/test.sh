@@ -25,11 +25,11 @@ command -v node >/dev/null || need+=(nodejs npm)
 [ -x /usr/bin/gawk ] || need+=(gawk)
 [ -x /usr/bin/sqlite3 ] || need+=(sqlite3)
 [ -x /usr/bin/git ] || need+=(git)
-dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)   # the venv DuckDB is installed into (parquet_tables)
 [ -x /usr/bin/tclsh ] || need+=(tcl)   # a Tcl dict in a compact dump (allocation_wrappers_and_names)
 # glibc's own names (__GI___tsearch) in the stacks, as valgrind shows them.
 dpkg -s libc6-dbg >/dev/null 2>&1 || need+=(libc6-dbg)
 dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)   # the venv DuckDB is installed into (parquet_tables)
+command -v java >/dev/null || need+=(default-jre-headless)   # Spark's (parquet_tables)
 [ -x /usr/bin/cppcheck ] || need+=(cppcheck)   # a stripped Debian C++ program (cxx_classes_in_stripped_programs)
 # Production shapes: a pre-fork server, and musl programs.
 [ -x /usr/sbin/nginx ] || need+=(nginx)
@@ -59,12 +59,9 @@ if ! target/py/bin/python -c 'import duckdb' 2>/dev/null; then
   /usr/bin/python3 -m venv target/py
   target/py/bin/pip install -q --disable-pip-version-check duckdb
 fi
-
-# DuckDB reads the Parquet exports (parquet_tables.rs): from PyPI, into a
-# venv under target/ (Debian's python3 refuses a pip install outside one).
-if ! target/py/bin/python -c 'import duckdb' 2>/dev/null; then
-  /usr/bin/python3 -m venv target/py
-  target/py/bin/pip install -q --disable-pip-version-check duckdb
+# pyspark (about 2 minutes to install: one Spark job in parquet_tables).
+if ! target/py/bin/python -c 'import pyspark' 2>/dev/null; then
+  target/py/bin/pip install -q --disable-pip-version-check pyspark
 fi
 
 # The preload library and the demo program are used by the CLI's tests.

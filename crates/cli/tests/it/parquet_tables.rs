@@ -233,3 +233,30 @@ fn parquet_needs_a_directory() {
     }
     assert_eq!(std::fs::read_to_string(d.path("a-file")).unwrap(), "x", "the file is left as it was");
 }
+
+#[test]
+fn spark_agrees_with_diff_on_growth_by_site_over_three_dumps() {
+    // pyspark (PyPI) in local mode, Java from Debian: scripts/test.sh
+    // installs both.
+    let python = duckdb_python();
+    let has = std::process::Command::new(&python).args(["-c", "import pyspark"]).status().unwrap().success();
+    assert!(has, "pyspark missing: scripts/test.sh installs it into the venv target/py");
+    let d = Scratch::new("parquet-spark");
+    let prog = compile(&d, "grows_in_phases.c", &["-O0", "-g"]);
+    let (o, dumps) = run_traced(&d.path("ph.hdump"), &prog, &[], &["--threshold", "1M"]);
+    ok(&o);
+    assert_eq!(dumps.len(), 4, "three threshold dumps and the exit dump: {dumps:?}");
+    let fleet = d.path("fleet");
+    for (i, dump) in dumps.iter().take(3).enumerate() {
+        export(dump, &fleet.join(format!("d{i}")));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/spark_growth.py");
+    let o = std::process::Command::new(&python).arg(&script).arg(&fleet).output().unwrap();
+    let spark: Value = serde_json::from_str(ok(&o).lines().last().unwrap_or_default()).unwrap();
+    let v = json(&["diff".as_ref(), dumps[0].as_os_str(), dumps[2].as_os_str(), "--json".as_ref()]);
+    let cli: Vec<Value> =
+        v["by_site"].as_array().unwrap().iter().map(|r| serde_json::json!({"site": r["key"], "growth": r["delta_bytes"]})).collect();
+    assert_eq!(spark, Value::Array(cli), "Spark's growth by site over the three exports vs diff of the oldest and newest");
+    let sites: Vec<&str> = spark.as_array().unwrap().iter().map(|r| r["site"].as_str().unwrap()).collect();
+    assert!(sites.iter().any(|s| s.starts_with("phase_b")) && sites.iter().any(|s| s.starts_with("phase_c")), "{sites:?}");
+}
