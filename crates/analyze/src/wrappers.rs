@@ -19,8 +19,9 @@
 //! - the block may be filled whole (`memset`, `memcpy`: `zmalloc`,
 //!   `xstrdup`, or zeros stored inline, as calloc would leave it) or given
 //!   a header before the returned address, but any other store into what
-//!   is returned (a constructor setting its fields), or the block handed
-//!   to any other function, makes it a user too;
+//!   is returned (a constructor setting its fields), the block's address
+//!   stored anywhere but the stack (kept in a global or a list), or the
+//!   block handed to any other function, makes it a user too;
 //! - the function must be small ([`MAX_FUNCTION`] bytes) and the walk is
 //!   bounded ([`MAX_STEPS`] instructions): past that, no wrapper.
 //!
@@ -534,6 +535,11 @@ impl<'m> Walk<'m> {
                 if v == Value::Zero {
                     return true;
                 }
+                // The block's address kept anywhere but the stack: the
+                // function keeps the block (a global, a list), a user.
+                if matches!(v, Value::Result(_)) {
+                    return false;
+                }
                 return store(st, i.memory_base(), i.memory_index(), disp, i.memory_size().size() as i64);
             }
             Mnemonic::Lea if k0 == OpKind::Register => {
@@ -730,15 +736,26 @@ mod tests {
         ];
         let (_b, mut m) = module(&code, &[(0x2000, "malloc")]);
         assert!(!m.returns_call_result(0x1005));
+        // call malloc; mov [rip+0x100], rax; ret: it keeps the block in a
+        // global and returns it too.
+        #[rustfmt::skip]
+        let code = [
+            0xe8, 0xfb, 0x0f, 0x00, 0x00,               // 1000 call 2000
+            0x48, 0x89, 0x05, 0x00, 0x01, 0x00, 0x00,   // 1005 mov [rip+0x100], rax
+            0xc3,                                       // 100c ret
+        ];
+        let (_b, mut m) = module(&code, &[(0x2000, "malloc")]);
+        assert!(!m.returns_call_result(0x1005));
     }
 
     #[test]
     fn a_constructor_setting_fields_is_not_but_a_header_is() {
-        // call malloc; mov qword [rax+8], 0; ret: a field of what it returns.
+        // call malloc; mov qword [rax+8], 1; ret: a field of what it returns
+        // (zeros would only clear the block, as calloc does).
         #[rustfmt::skip]
         let code = [
             0xe8, 0xfb, 0x0f, 0x00, 0x00,                   // 1000 call 2000
-            0x48, 0xc7, 0x40, 0x08, 0x00, 0x00, 0x00, 0x00, // 1005 mov qword [rax+8], 0
+            0x48, 0xc7, 0x40, 0x08, 0x01, 0x00, 0x00, 0x00, // 1005 mov qword [rax+8], 1
             0xc3,                                           // 100d ret
         ];
         let (_b, mut m) = module(&code, &[(0x2000, "malloc")]);
