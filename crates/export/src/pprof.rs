@@ -40,7 +40,8 @@ pub struct Profile {
     /// Comments.
     #[prost(int64, repeated, tag = "13")]
     pub comment: Vec<i64>,
-    /// Index of the default sample type.
+    /// The default sample type's name, as a string index (pprof's
+    /// `default_sample_type`; unset, the last type).
     #[prost(int64, tag = "14")]
     pub default_sample_type: i64,
 }
