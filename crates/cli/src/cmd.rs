@@ -662,7 +662,8 @@ fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>
     let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
     // Never through whatever is at the temporary name (O_EXCL).
     // Errors name the user's path (the temporary one is ours).
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).with_context(|| format!("cannot write {}", path.display()))?;
+    let file =
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).with_context(|| format!("cannot write {}", path.display()))?;
     let mut w = std::io::BufWriter::new(file);
     let r = f(&mut w).and_then(|_| w.flush()).and_then(|_| w.get_ref().sync_all());
     if let Err(e) = r {

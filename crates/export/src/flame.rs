@@ -13,11 +13,8 @@ pub fn folded_lines(ex: &Analysis<'_>) -> Vec<String> {
         let (site, bytes) = (t.site, t.bytes);
         // The stack `top` names the site by (`Analysis::stack`), as
         // pprof's: from the program's frame out to `main`.
-        let mut names: Vec<String> = ex
-            .stack(site)
-            .iter()
-            .map(|f| f.function.clone().unwrap_or_else(|| format!("{:#x}", f.address)).replace(';', ":"))
-            .collect();
+        let mut names: Vec<String> =
+            ex.stack(site).iter().map(|f| f.function.clone().unwrap_or_else(|| format!("{:#x}", f.address)).replace(';', ":")).collect();
         if names.is_empty() {
             names.push(if site == SiteId::NONE { "(no site recorded)".into() } else { format!("site {site}") });
         }

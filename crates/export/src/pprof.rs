@@ -273,7 +273,13 @@ pub fn profile(ex: &Analysis<'_>) -> Profile {
                 let file = f.file.clone().unwrap_or_default();
                 let fid = *functions.entry((name.clone(), file.clone())).or_insert_with(|| {
                     let fid = p.function.len() as u64 + 1;
-                    p.function.push(Function { id: fid, name: s.id(&name), system_name: s.id(&name), filename: s.id(&file), start_line: 0 });
+                    p.function.push(Function {
+                        id: fid,
+                        name: s.id(&name),
+                        system_name: s.id(&name),
+                        filename: s.id(&file),
+                        start_line: 0,
+                    });
                     fid
                 });
                 lines.push(Line { function_id: fid, line: i64::from(f.line.unwrap_or(0)) });

@@ -44,14 +44,8 @@ fn stdout_commands(d: &Scratch, dump: &std::path::Path) -> Vec<Vec<OsString>> {
 /// Runs `heapdump args` with standard output a pipe whose reader reads
 /// `lines` lines and goes away; the exit status and standard error.
 fn with_reader_gone(d: &Scratch, args: &[OsString], lines: usize) -> (Option<i32>, String) {
-    let mut child = heapdump()
-        .args(args)
-        .current_dir(&d.0)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        heapdump().args(args).current_dir(&d.0).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
     let out = child.stdout.take().unwrap();
     if lines > 0 {
         let mut r = BufReader::new(out);

@@ -76,7 +76,10 @@ fn the_demo_says_how_to_get_its_program_and_prints_commands_that_run() {
     let pid: u64 = dumps[0].strip_prefix("heapdump-demo.").and_then(|n| n.strip_suffix(".hdump")).unwrap().parse().unwrap();
     let s = json(&["summary".as_ref(), "--json".as_ref(), work.join(&dumps[0]).as_os_str()]);
     assert_eq!(s["pid"].as_u64(), Some(pid), "the dump's name and its summary's pid");
-    assert!(out.contains(&format!("pid               {pid}")) || out.lines().any(|l| l.starts_with("pid") && l.ends_with(&pid.to_string())), "{out}");
+    assert!(
+        out.contains(&format!("pid               {pid}")) || out.lines().any(|l| l.starts_with("pid") && l.ends_with(&pid.to_string())),
+        "{out}"
+    );
 
     // On PATH: the commands say plain `heapdump`.
     let o = demo(&exe, &work, Some(&bin));

@@ -366,7 +366,8 @@ fn exports_stacks_start_at_the_programs_own_frame() {
     let (_, rows) = pprof_top(&d, &pb, &["-unit=B", "-sample_index=inuse_space"]);
     assert_eq!(rows[0].1, "make_buffers", "{rows:?}");
     let top = json(&["top".as_ref(), "--json".as_ref(), dump.as_os_str()]);
-    let site = top.as_array().unwrap().iter().find(|r| r["key"].as_str().unwrap().starts_with("make_buffers")).expect("make_buffers in top");
+    let site =
+        top.as_array().unwrap().iter().find(|r| r["key"].as_str().unwrap().starts_with("make_buffers")).expect("make_buffers in top");
     assert_eq!(rows[0].0, format!("{}B", site["bytes"]), "{rows:?}");
     assert!(rows.iter().any(|r| r.1 == "remember_names" && r.0 != "0"), "strdup's caller holds its bytes: {rows:?}");
     assert!(!rows.iter().any(|r| machinery(&r.1)), "allocator frames in pprof: {rows:?}");
