@@ -924,6 +924,7 @@ impl<'h> Analysis<'h> {
         // chains swallow the rows (a parent comes before its only child:
         // it retains more).
         let mut k = (n * 4).max(64);
+        let mut next: HashMap<u32, Option<BlockId>> = HashMap::new();
         loop {
             let mut ids = largest_retained(&d.retained, k);
             ids.sort_by(order);
@@ -933,7 +934,11 @@ impl<'h> Analysis<'h> {
             let mut rows: Vec<usize> = Vec::new();
             let mut listed = std::collections::HashSet::new();
             for &i in &ids {
-                let head = d.idom(BlockId(i as u32)).filter(|p| self.list_next(*p).is_some_and(|(n, _)| n.index() == i)).and_then(|p| {
+                // Asked once per dominator: the candidates often share one
+                // (an array holding a million blocks, whose children the
+                // question scans).
+                let mut next_of = |p: BlockId| *next.entry(p.0).or_insert_with(|| self.list_next(p).map(|(n, _)| n));
+                let head = d.idom(BlockId(i as u32)).filter(|p| next_of(*p).is_some_and(|n| n.index() == i)).and_then(|p| {
                     let p = p.index();
                     if listed.contains(&p) {
                         Some(p)
