@@ -273,13 +273,7 @@ impl<'h> Analysis<'h> {
                     .heap()
                     .find_start(steps[i].to.0)
                     .map_or_else(|| steps[i].site.clone(), |b| self.block_name(b, &mut HashMap::new()));
-                out.push(PathLine::Hops {
-                    hops: j - i - 1,
-                    through,
-                    offset: steps[i].offset,
-                    first: steps[i].to,
-                    last: steps[j - 2].to,
-                });
+                out.push(PathLine::Hops { hops: j - i - 1, through, offset: steps[i].offset, first: steps[i].to, last: steps[j - 2].to });
                 out.push(PathLine::Step(&steps[j - 1]));
                 i = j;
             } else {

@@ -311,7 +311,10 @@ fn around(ex: &Analysis<'_>, addr: u64, o: &GraphOptions, p: &mut Picture) -> st
                     prev = Some(tid);
                 }
                 PathLine::Hops { hops, through, offset, .. } => {
-                    let gid = p.summary(vec![format!("… {} hops through `{through}`", thousands(hops as u64)), format!("the pointer at +{offset}")]);
+                    let gid = p.summary(vec![
+                        format!("… {} hops through `{through}`", thousands(hops as u64)),
+                        format!("the pointer at +{offset}"),
+                    ]);
                     if let Some(f) = prev.take() {
                         p.edge(&f, &gid, format!("+{offset}"), false);
                     }

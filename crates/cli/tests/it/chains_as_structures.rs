@@ -33,7 +33,11 @@ fn a_list_whose_nodes_own_strings_is_one_structure_in_retained_and_path() {
     let head = &rows[0];
     let list = &head["list"];
     assert_eq!(head["chain"].as_u64(), Some(NODES), "{head}");
-    assert_eq!((list["nodes"].as_u64(), list["payload_blocks"].as_u64(), list["payload_named"].as_u64()), (Some(NODES), Some(NODES), Some(NODES)), "{head}");
+    assert_eq!(
+        (list["nodes"].as_u64(), list["payload_blocks"].as_u64(), list["payload_named"].as_u64()),
+        (Some(NODES), Some(NODES), Some(NODES)),
+        "{head}"
+    );
     assert_eq!(head["dominated"].as_u64(), Some(2 * NODES), "{head}");
     assert_eq!(list["node_bytes"].as_u64(), Some(NODES * 32), "{head}");
     assert_eq!(list["payload_bytes"].as_u64().unwrap() + list["node_bytes"].as_u64().unwrap(), head["retained"].as_u64().unwrap());
@@ -80,7 +84,8 @@ fn a_list_whose_nodes_own_strings_is_one_structure_in_retained_and_path() {
     // The pictures: the top retainers, the list one node, the table's fan
     // a few entries and one "+ N more" node; graphviz draws them readably.
     let d = Scratch::new("cached-list-dot");
-    let table = rows.iter().find(|r| r["size"] == 80_000).unwrap_or_else(|| panic!("the table: {rows:?}"))["address"].as_str().unwrap().to_string();
+    let table =
+        rows.iter().find(|r| r["size"] == 80_000).unwrap_or_else(|| panic!("the table: {rows:?}"))["address"].as_str().unwrap().to_string();
     for (name, extra) in [("top", vec![]), ("last", vec!["--address", last]), ("table", vec!["--address", table.as_str()])] {
         let out = d.path(&format!("{name}.dot"));
         let o = heapdump().args(["export", "--format", "dot"]).args(&extra).arg("-o").arg(&out).arg(&dump).output().unwrap();
@@ -95,7 +100,10 @@ fn a_list_whose_nodes_own_strings_is_one_structure_in_retained_and_path() {
                 assert!(dot.contains("static `cache_head`") && dot.contains("static `table`"), "the roots: {dot}");
                 assert!(dot.contains("+ 9,996 more `table_put"), "the table's fan: {dot}");
             }
-            "last" => assert!(dot.contains("39,997 hops through") && dot.contains("static cache_head"), "the route up, one node for the list: {dot}"),
+            "last" => assert!(
+                dot.contains("39,997 hops through") && dot.contains("static cache_head"),
+                "the route up, one node for the list: {dot}"
+            ),
             _ => assert!(dot.contains("+ 9,996 more `table_put"), "{dot}"),
         }
     }
