@@ -400,7 +400,11 @@ impl Analysis<'_> {
 
     /// The function whose frame holds stack word `addr` of thread `tid`:
     /// the function of the nearest return address below it (the call that
-    /// function was making when the dump was taken). Full dumps only.
+    /// function was making when the dump was taken). A heuristic: the
+    /// word taken for that return address is the nearest one below that
+    /// points into a program's named function (a stale code pointer in a
+    /// callee's frame can be taken for it). Full dumps only: a compact
+    /// dump keeps no stack words but pointers to blocks.
     fn stack_frame(&self, tid: u32, addr: u64) -> Option<String> {
         let heap = self.heap();
         let dump = self.file().dump().ok()?;
@@ -420,10 +424,16 @@ impl Analysis<'_> {
                 at -= 8;
                 let w = u64::from_le_bytes(bytes[at..at + 8].try_into().ok()?);
                 if heap.code_module(w).is_some() {
-                    // The runtime's own frames (a dump signal's handler) are
-                    // passed over: a program's frame is wanted.
+                    // The runtime's own frames (a dump signal's handler), the
+                    // C library's and unnamed code are passed over: a
+                    // program's frame is wanted.
                     let f = self.frames_at(w.wrapping_sub(1)).into_iter().next();
-                    if let Some(name) = f.filter(|f| !crate::symbols::is_runtime(f)).and_then(|f| f.function) {
+                    let named = |f: &crate::symbols::Frame| {
+                        !crate::symbols::is_runtime(f)
+                            && !crate::symbols::is_machinery(f)
+                            && f.function.as_deref().is_some_and(|n| !n.contains("+0x") && !n.starts_with("__"))
+                    };
+                    if let Some(name) = f.filter(named).and_then(|f| f.function) {
                         return Some(name);
                     }
                 }
@@ -595,7 +605,7 @@ impl Analysis<'_> {
             .iter()
             .take(1000)
             .map(|&m| {
-                let n = self.root_name(BlockId(m)).unwrap_or_else(|| "lost".into());
+                let n = self.root_name(BlockId(m)).unwrap_or_else(|| "nothing (lost)".into());
                 // `static slots+0x18` is held by `static slots`.
                 n.split('+').next().unwrap_or(&n).to_string()
             })

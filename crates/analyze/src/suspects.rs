@@ -28,6 +28,9 @@ pub const RETAINS_SHARE: f64 = 10.0;
 /// Below a suspect, a row holding at least this share of it is where the
 /// bytes accumulate, in percent.
 const ACCUMULATES: f64 = 80.0;
+/// A lost group after the largest is a suspect from this share of the
+/// heap, in percent.
+const LOST_SHARE: f64 = 0.1;
 /// The most suspects of each kind.
 const EACH: usize = 3;
 /// The most blocks walked below one suspect for its sites.
@@ -105,6 +108,7 @@ impl Analysis<'_> {
             let held_by = row.held_by.clone();
             let (bytes, blocks) = (row.retained, row.dominated);
             // Down to where the bytes accumulate.
+            let top_name = row.name.clone();
             let mut at = row;
             for _ in 0..16 {
                 if at.kind != RowKind::Node || at.children == 0 {
@@ -123,6 +127,8 @@ impl Analysis<'_> {
                 }
                 _ => at.name.clone(),
             };
+            // Said with what it is in, when it lies below the top row.
+            let what = if at.name == top_name { what } else { format!("{what}, in {top_name}") };
             let path = self.path(at.address.0).map(|p| p.steps).unwrap_or_default();
             out.push(Suspect {
                 kind: SuspectKind::Retains,
@@ -145,6 +151,10 @@ impl Analysis<'_> {
             .groups
             .into_iter()
             .take(EACH)
+            .enumerate()
+            // The largest always; the next ones when they are more than crumbs.
+            .filter(|(i, g)| *i == 0 || (g.bytes + g.indirect_bytes) as f64 * 100.0 >= LOST_SHARE * total as f64)
+            .map(|(_, g)| g)
             .map(|g| {
                 let bytes = g.bytes + g.indirect_bytes;
                 let kind = if g.kind == LeakKind::PossiblyLost { "possibly lost" } else { "lost" };
@@ -153,7 +163,12 @@ impl Analysis<'_> {
                 let name = if g.ty != crate::types::UNKNOWN { format!("{} ", g.ty) } else { String::new() };
                 let mut sites = vec![SuspectSite { site: g.site.clone(), blocks: g.blocks, bytes: g.bytes }];
                 if let Some(b) = self.heap().find_start(g.example.0) {
-                    for s in self.sites_of(&[b.0], false) {
+                    // Every lost block of the group, and what each holds.
+                    let (site, kinds) = (self.heap().block(b).site, &self.leaks().kind);
+                    let tops: Vec<u32> = (0..self.heap().len() as u32)
+                        .filter(|&i| kinds[i as usize] == g.kind && self.heap().block(BlockId(i)).site == site)
+                        .collect();
+                    for s in self.sites_of(&tops, true) {
                         if s.site != g.site {
                             sites.push(s);
                         }
