@@ -384,14 +384,14 @@ fn write_blocks(ex: &Analysis<'_>, id: &str, w: &mut Writer) -> crate::Result<u6
         let mut cls = StringBuilder::with_capacity(len, len * 15);
         let mut retained = UInt64Builder::with_capacity(len);
         let mut dominator = UInt64Builder::with_capacity(len);
-        for i in start..end {
+        for (i, &kind) in kinds.iter().enumerate().take(end).skip(start) {
             let b = BlockId(i as u32);
             let blk = heap.block(b);
             address.append_value(blk.addr);
             size.append_value(blk.size);
             site.append_option((blk.site != SiteId::NONE).then_some(blk.site.0));
             ty.append_value(ex.type_of_block(b));
-            cls.append_value(class(kinds[i]));
+            cls.append_value(class(kind));
             retained.append_value(d.retained[i]);
             dominator.append_option(d.idom(b).map(|p| heap.block(p).addr));
         }

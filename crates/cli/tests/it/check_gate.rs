@@ -113,7 +113,7 @@ fn a_runner_forking_per_test_gets_one_verdict_per_process() {
     let tests = ["clean", "leak_list", "clean", "leak_buffer"];
     let mut args: Vec<&std::ffi::OsStr> =
         vec!["--junit".as_ref(), junit.as_os_str(), "-o".as_ref(), out.as_os_str(), "--".as_ref(), prog.as_os_str(), "0".as_ref()];
-    args.extend(tests.iter().map(|t| std::ffi::OsStr::new(t)));
+    args.extend(tests.iter().map(std::ffi::OsStr::new));
     let o = check(&args);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(23), "{err}");
@@ -145,7 +145,7 @@ fn suppressions_silence_what_they_match_and_nothing_else() {
             args.push("--suppressions".as_ref());
             args.push(s.as_os_str());
         }
-        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(a)));
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
         args.extend(["--".as_ref(), prog.as_os_str(), "0".as_ref(), "leak_list".as_ref(), "leak_buffer".as_ref(), "possible".as_ref()]);
         check(&args)
     };

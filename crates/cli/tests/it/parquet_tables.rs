@@ -152,13 +152,16 @@ fn two_dumps_side_by_side_read_as_one_table_and_give_diffs_growth_by_site() {
     assert_eq!(ids[0], serde_json::json!({"blocks": 2, "sites": 2, "roots": 2, "orphans": 0}));
 }
 
+/// A table's columns: name, DuckDB's type, whether it may be null.
+type Columns = &'static [(&'static str, &'static str, bool)];
+
 #[test]
 fn the_columns_have_designs_types_and_nullability() {
     let (d, dump) = traced("parquet-schema", "leaks.c", &["-O0", "-g"]);
     let dir = d.path("t");
     export(&dump, &dir);
     // (column, DuckDB's type, may be null), per DESIGN.md.
-    let want: &[(&str, &[(&str, &str, bool)])] = &[
+    let want: &[(&str, Columns)] = &[
         (
             "blocks",
             &[
