@@ -62,6 +62,9 @@ impl CaptureInfo {
             let (a, b) = self.glibc;
             return format!("{} arenas of glibc {a}.{b}{later}, {} freed chunks in its caches left out", self.arenas, self.cached_free);
         }
+        if self.allocator.starts_with("musl") {
+            return format!("{} groups of {}, {} free slots left out", self.arenas, self.allocator, self.cached_free);
+        }
         format!("{} extents of {}, {} freed regions in its thread caches left out", self.arenas, self.allocator, self.cached_free)
     }
 }
@@ -452,7 +455,10 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
             }
             h
         }
-        None => walk_heap(mem)?,
+        None => match crate::musl::find(mem)? {
+            Some(m) => crate::musl::walk_heap(mem, &m)?,
+            None => walk_heap(mem)?,
+        },
     };
     // In address order, for the allocations' contents (found by search).
     heap.regions.sort_unstable_by_key(|r| r.start);
@@ -506,11 +512,26 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
                     static_ranges.push((a, b));
                     // A static program's segment less glibc's main arena
                     // (the allocator's state): the parts before and after.
-                    let cut = heap.static_arena.filter(|&(x, y)| a <= x && y <= b);
-                    let parts = match cut {
-                        Some((x, y)) => vec![(a, x), (y, b)],
-                        None => vec![(a, b)],
-                    };
+                    // And less the heap's own memory inside it: the
+                    // groups musl's dynamic linker donated to malloc (the
+                    // unused ends of modules' data pages).
+                    let mut cuts: Vec<(u64, u64)> = heap
+                        .static_arena
+                        .iter()
+                        .chain(&heap.heap_ranges)
+                        .map(|&(x, y)| (x.max(a), y.min(b)))
+                        .filter(|(x, y)| x < y)
+                        .collect();
+                    cuts.sort_unstable();
+                    let mut parts = Vec::new();
+                    let mut cur = a;
+                    for (x, y) in cuts {
+                        if x > cur {
+                            parts.push((cur, x));
+                        }
+                        cur = cur.max(y);
+                    }
+                    parts.push((cur, b));
                     for (x, y) in parts.into_iter().filter(|(x, y)| x < y) {
                         let piece = bytes[(x - a) as usize..(y - a) as usize].to_vec();
                         statics.push((i as u32, x, piece));

@@ -147,6 +147,14 @@ pub enum Error {
         /// What.
         what: crate::jemalloc::Problem,
     },
+    /// musl's heap (mallocng) does not add up at `at`, or its state is
+    /// not found (a refusal).
+    Mallocng {
+        /// Where it stops making sense (a meta area, a group, a slot).
+        at: u64,
+        /// What.
+        what: crate::musl::Problem,
+    },
     /// glibc's heap does not add up at `at`.
     DamagedHeap {
         /// Where it stops making sense (an arena, a heap, a chunk).
@@ -415,6 +423,7 @@ impl Error {
                 | Error::UnreadableBanner { .. }
                 | Error::UnsupportedGlibc { .. }
                 | Error::Jemalloc { what: crate::jemalloc::Problem::Unsupported { .. }, .. }
+                | Error::Mallocng { what: crate::musl::Problem::NoContext { .. } | crate::musl::Problem::ContextUncertain { .. }, .. }
         )
     }
 
@@ -423,6 +432,7 @@ impl Error {
         match *self {
             Error::DamagedHeap { at, .. } => Some(at),
             Error::Jemalloc { at, .. } => Some(at),
+            Error::Mallocng { at, .. } => Some(at),
             _ => None,
         }
     }
@@ -472,11 +482,11 @@ impl fmt::Display for Error {
                 write!(f, "the process allocates with {module}, not glibc's malloc: attach and core read glibc's heap only")
             }
             Error::Musl { module } => {
-                write!(f, "the process runs on musl ({module} is mapped), not glibc: attach and core read glibc's heap only, for now")
+                write!(f, "the process runs on musl ({module} is mapped) but its malloc state is not mallocng's: attach and core read musl 1.2.1 or later")
             }
             Error::NoGlibc { exe } => write!(
                 f,
-                "{exe} is statically linked without glibc (no libc.so.6 mapped, no glibc banner or tunables in it): musl's heap or another C library's, and attach and core read glibc's heap only, for now"
+                "{exe} is statically linked without glibc (no libc.so.6 mapped, no glibc banner or tunables in it) and without musl's mallocng state: musl's bump allocator (a static musl program that never calls free: its blocks carry no headers) or another C library's heap, which attach and core cannot read"
             ),
             Error::StaticGlibcUnknown { path, why } => {
                 let unguessed = "glibc's heap layout depends on its version, which is not guessed";
@@ -527,6 +537,8 @@ impl fmt::Display for Error {
             Error::DamagedHeap { at, what } => damage(f, *at, what),
             Error::Jemalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not jemalloc's layout"),
             Error::Jemalloc { what, .. } => write!(f, "{what}"),
+            Error::Mallocng { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not mallocng's layout"),
+            Error::Mallocng { what, .. } => write!(f, "{what}"),
             Error::Unreadable { addr, len, why } => write!(f, "cannot read {len} bytes at {addr:#x} ({why})"),
             Error::File { op, path, cause } => write!(f, "{op} {}: {cause}", path.display()),
             Error::ListThreads { pid, cause } => write!(f, "cannot list the threads of process {pid}: {cause}"),

@@ -1070,11 +1070,11 @@ mod tests {
         );
         // Neither banner nor glibc: a static musl program.
         let e = refused(&static_program(b"\0No error information\0", None));
-        assert!(e.contains("statically linked without glibc") && e.contains("musl") && e.contains("for now"), "{e}");
+        assert!(e.contains("statically linked without glibc") && e.contains("musl") && e.contains("cannot read"), "{e}");
         // musl's loader, by either name it is mapped under.
         for l in ["/lib/ld-musl-x86_64.so.1", "/usr/lib/x86_64-linux-musl/libc.so"] {
             let e = refused(&static_program(b"", Some(l)));
-            assert_eq!(e, format!("the process runs on musl ({l} is mapped), not glibc: attach and core read glibc's heap only, for now"));
+            assert_eq!(e, format!("the process runs on musl ({l} is mapped) but its malloc state is not mallocng's: attach and core read musl 1.2.1 or later"));
         }
         // A banner that names no version is refused, not guessed at.
         let e = refused(&static_program(b"release version x.y", None));
