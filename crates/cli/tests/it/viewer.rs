@@ -446,3 +446,29 @@ fn summary_and_report_name_the_suspects() {
     assert!(section.contains("retains 2.4 MiB") && section.contains("a list of 40000"), "{section}");
     assert!(section.contains("handle_bad_request"), "{section}");
 }
+
+/// Against a baseline, what grew is a suspect: the site that added the
+/// bytes, with a block of it to open and its path (tests/c/grows.c: 300
+/// blocks of 256 bytes from `growing` after the first dump).
+#[test]
+fn what_grew_since_the_baseline_is_a_suspect() {
+    let d = Scratch::new("suspects-grew");
+    let prog = compile(&d, "grows.c", &["-O1", "-g"]);
+    let first = d.path("g.hdump");
+    let (o, dumps) = run_traced(&first, &prog, &[first.to_str().unwrap()], &[]);
+    ok(&o);
+    assert_eq!(dumps.len(), 2, "{dumps:?}");
+    let v = Viewer::start(&dumps[1], &["--baseline", dumps[0].to_str().unwrap()]);
+    let s = v.json("/api/suspects", "");
+    let grew = s.as_array().unwrap().iter().find(|x| x["kind"] == "grew").expect("a growth suspect");
+    assert_eq!((grew["bytes"].as_u64(), grew["blocks"].as_u64()), (Some(300 * 256), Some(300)), "{grew}");
+    assert!(grew["what"].as_str().unwrap().contains("growing"), "{grew}");
+    assert_eq!(grew["share"], 100.0);
+    let at = grew["address"].as_str().unwrap();
+    assert_eq!(v.json("/api/block", &format!("address={at}"))["size"], 256);
+    assert_eq!(grew["path"], v.json("/api/path", &format!("address={at}")), "its path, as `path` gives it");
+    let html = d.path("r.html");
+    ok(&heapdump().arg("report").arg(&dumps[1]).arg("--baseline").arg(&dumps[0]).arg("-o").arg(&html).output().unwrap());
+    let h = std::fs::read_to_string(&html).unwrap();
+    assert!(h.contains("<b>grew by 75.0 KiB</b> (100.0% of the growth)"), "the report's suspects");
+}
