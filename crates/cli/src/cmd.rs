@@ -524,7 +524,7 @@ fn outside(what: Outside, mode: DumpMode, output: Option<PathBuf>) -> Result<Exi
         Outside::Core(..) => String::new(),
     };
     println!(
-        "heapdump: wrote {} ({from}: {} allocations, {} usable bytes, {} threads, {} arenas of glibc {}.{}{}, {} freed chunks in its caches left out{held})",
+        "heapdump: wrote {} ({from}: {} allocations, {} usable bytes, {} threads, {}{held})",
         out.display(),
         info.allocations,
         info.bytes,
