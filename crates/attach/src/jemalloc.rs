@@ -583,7 +583,10 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
         active.push(Extent { edata: d, base: e.base(), size: e.size });
     }
     // The regions the threads' caches hold: free.
-    let live: HashSet<u64> = h.live.iter().map(|c| c.mem).collect();
+    // In address order: the caches' entries are looked up by search (a
+    // hash set of ten million blocks cost a second of the hold).
+    h.live.sort_unstable();
+    let live = Live(&h.live);
     let base: HashSet<u64> = meta.iter().filter_map(|&(a, _)| mem.map_of(a).map(|m| m.start)).collect();
     all.sort_unstable();
     let extents_at = merge(all.clone());
@@ -591,8 +594,17 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
     let (cached, internal) =
         tcaches(mem, f, root, &|v| !in_extent(v) && mem.map_of(v).is_some_and(|m| base.contains(&m.start)), &live, &mut h.warnings)?;
     h.cached_free = cached.len() as u64;
-    h.live.retain(|c| !cached.contains(&c.mem) && !internal.contains(&c.mem));
-    h.live.sort_unstable();
+    let mut gone: Vec<u64> = cached.iter().chain(&internal).copied().collect();
+    gone.sort_unstable();
+    if !gone.is_empty() {
+        let mut k = 0;
+        h.live.retain(|c| {
+            while k < gone.len() && gone[k] < c.mem {
+                k += 1;
+            }
+            gone.get(k) != Some(&c.mem)
+        });
+    }
     // The extents' memory, read in runs of adjacent extents.
     active.sort_unstable_by_key(|x| x.base);
     let mut i = 0;
@@ -645,7 +657,7 @@ fn tcaches(
     f: &Found,
     root: u64,
     metadata: &dyn Fn(u64) -> bool,
-    live: &HashSet<u64>,
+    live: &Live<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<(HashSet<u64>, HashSet<u64>)> {
     let mut cached: HashSet<u64> = HashSet::new();
@@ -717,6 +729,15 @@ fn tcaches(
     Ok((cached, internal))
 }
 
+/// The live regions, in address order.
+struct Live<'a>(&'a [Chunk]);
+
+impl Live<'_> {
+    fn contains(&self, p: &u64) -> bool {
+        self.0.binary_search_by_key(p, |c| c.mem).is_ok()
+    }
+}
+
 /// Whether `x` is a thread cache (`tcache_slow_t`) of arena `ar`: it names
 /// the arena, its descriptor names its bins, its `tcache` names it back.
 fn tcache_of(mem: &dyn Memory, x: u64, ar: u64) -> bool {
@@ -730,7 +751,7 @@ fn tcache_of(mem: &dyn Memory, x: u64, ar: u64) -> bool {
 fn bins(
     mem: &dyn Memory,
     x: u64,
-    live: &HashSet<u64>,
+    live: &Live<'_>,
     cached: &mut HashSet<u64>,
     internal: &mut HashSet<u64>,
     warnings: &mut Vec<String>,
