@@ -136,8 +136,7 @@ impl ModuleCode {
 
     /// The bytes of `[start, end)`, inside one executable section.
     fn code(&self, start: u64, end: u64) -> Option<&[u8]> {
-        let &(addr, size, off) = self.text.iter().find(|t| start >= t.0 && end <= t.0.saturating_add(t.1))?;
-        let _ = size;
+        let &(addr, _, off) = self.text.iter().find(|t| start >= t.0 && end <= t.0.saturating_add(t.1))?;
         let from = usize::try_from(off + (start - addr)).ok()?;
         let to = usize::try_from(off + (end - addr)).ok()?;
         self.bytes.get(from..to)
@@ -292,7 +291,7 @@ impl State {
             return None;
         }
         match gpr(base) {
-            Some(RSP) => self.rsp.map(|r| Slot::Rsp(r + disp)),
+            Some(RSP) => self.rsp.map(|r| Slot::Rsp(r.wrapping_add(disp))),
             Some(RBP) if self.regs[RBP] == Value::Unknown => Some(Slot::Rbp(disp)),
             _ => None,
         }
