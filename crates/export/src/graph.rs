@@ -5,6 +5,7 @@
 //! or pointers a few of them and one node per kind of the rest ("+ 9,997
 //! more `entry` blocks").
 
+use crate::html::human;
 use heapdump_analyze::chains::thousands;
 use heapdump_analyze::{Analysis, BlockId, Chain, PathLine, SiteId};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -114,7 +115,7 @@ impl Picture {
             None if s.payload_blocks > 0 => label.push(format!("with {} blocks they hold", thousands(s.payload_blocks))),
             None => {}
         }
-        label.push(format!("retains {retained} B, first node {}", s.head));
+        label.push(format!("retains {}, first node {}", human(retained), s.head));
         let kind = ex.leaks().kind[c.head.index()].as_str();
         label.push(kind.to_string());
         let id = format!("n{}", c.head.0);
@@ -164,12 +165,16 @@ impl Picture {
         kinds.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| a.0.cmp(&b.0)));
         let others = kinds.split_off(kinds.len().min(KINDS));
         for (name, n, bytes, retained) in kinds {
-            let id = self.summary(vec![format!("+ {} more `{name}` blocks", thousands(n)), format!("{bytes} B, retaining {retained} B")]);
+            let blocks = if n == 1 { "block" } else { "blocks" };
+            let id = self.summary(vec![
+                format!("+ {} more `{name}` {blocks}", thousands(n)),
+                format!("{}, retaining {}", human(bytes), human(retained)),
+            ]);
             self.edge(from, &id, String::new(), true);
         }
         if !others.is_empty() {
             let (n, retained) = others.iter().fold((0, 0), |a, k| (a.0 + k.1, a.1 + k.3));
-            let id = self.summary(vec![format!("+ {} other blocks", thousands(n)), format!("retaining {retained} B")]);
+            let id = self.summary(vec![format!("+ {} other blocks", thousands(n)), format!("retaining {}", human(retained))]);
             self.edge(from, &id, String::new(), true);
         }
     }
