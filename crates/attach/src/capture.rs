@@ -62,6 +62,9 @@ impl CaptureInfo {
             let (a, b) = self.glibc;
             return format!("{} arenas of glibc {a}.{b}{later}, {} freed chunks in its caches left out", self.arenas, self.cached_free);
         }
+        if self.allocator.starts_with("mimalloc") {
+            return format!("{} segments of {}, {} free blocks in its lists left out", self.arenas, self.allocator, self.cached_free);
+        }
         if self.allocator.starts_with("musl") {
             return format!("{} groups of {}, {} free slots left out", self.arenas, self.allocator, self.cached_free);
         }
@@ -455,9 +458,12 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
             }
             h
         }
-        None => match crate::musl::find(mem)? {
-            Some(m) => crate::musl::walk_heap(mem, &m)?,
-            None => walk_heap(mem)?,
+        None => match crate::mimalloc::find(mem)? {
+            Some(mi) => crate::mimalloc::walk_heap(mem, &mi)?,
+            None => match crate::musl::find(mem)? {
+                Some(m) => crate::musl::walk_heap(mem, &m)?,
+                None => walk_heap(mem)?,
+            },
         },
     };
     // In address order, for the allocations' contents (found by search).

@@ -155,6 +155,14 @@ pub enum Error {
         /// What.
         what: crate::musl::Problem,
     },
+    /// mimalloc's heap does not add up at `at`, or its version or main
+    /// heap is not read (a refusal).
+    Mimalloc {
+        /// Where it stops making sense (a segment, a page, a heap).
+        at: u64,
+        /// What.
+        what: crate::mimalloc::Problem,
+    },
     /// glibc's heap does not add up at `at`.
     DamagedHeap {
         /// Where it stops making sense (an arena, a heap, a chunk).
@@ -424,6 +432,12 @@ impl Error {
                 | Error::UnsupportedGlibc { .. }
                 | Error::Jemalloc { what: crate::jemalloc::Problem::Unsupported { .. }, .. }
                 | Error::Mallocng { what: crate::musl::Problem::NoContext { .. } | crate::musl::Problem::ContextUncertain { .. }, .. }
+                | Error::Mimalloc {
+                    what: crate::mimalloc::Problem::Unsupported { .. }
+                        | crate::mimalloc::Problem::NoHeap { .. }
+                        | crate::mimalloc::Problem::HeapUncertain { .. },
+                    ..
+                }
         )
     }
 
@@ -433,6 +447,7 @@ impl Error {
             Error::DamagedHeap { at, .. } => Some(at),
             Error::Jemalloc { at, .. } => Some(at),
             Error::Mallocng { at, .. } => Some(at),
+            Error::Mimalloc { at, .. } => Some(at),
             _ => None,
         }
     }
@@ -539,6 +554,8 @@ impl fmt::Display for Error {
             Error::Jemalloc { what, .. } => write!(f, "{what}"),
             Error::Mallocng { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not mallocng's layout"),
             Error::Mallocng { what, .. } => write!(f, "{what}"),
+            Error::Mimalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not mimalloc 2.0's layout"),
+            Error::Mimalloc { what, .. } => write!(f, "{what}"),
             Error::Unreadable { addr, len, why } => write!(f, "cannot read {len} bytes at {addr:#x} ({why})"),
             Error::File { op, path, cause } => write!(f, "{op} {}: {cause}", path.display()),
             Error::ListThreads { pid, cause } => write!(f, "cannot list the threads of process {pid}: {cause}"),

@@ -19,6 +19,7 @@ mod glibc;
 mod jemalloc;
 mod live;
 mod memory;
+mod mimalloc;
 mod musl;
 
 pub use capture::{CaptureInfo, Identity};
@@ -46,9 +47,14 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
         let held = std::time::Instant::now();
         let p = live::Process::stop(pid)?;
         tries += 1;
-        // (jemalloc's and musl's locks are not read: their walks check
+        // (jemalloc's, mimalloc's and musl's locks are not read: their walks check
         // what they read.)
-        if tries >= 50 || jemalloc::find(&p)?.is_some() || musl::find(&p)?.is_some() || glibc::locked_arenas(&p)? == 0 {
+        if tries >= 50
+            || jemalloc::find(&p)?.is_some()
+            || mimalloc::find(&p)?.is_some()
+            || musl::find(&p)?.is_some()
+            || glibc::locked_arenas(&p)? == 0
+        {
             break (p, held);
         }
         drop(p);
