@@ -392,29 +392,16 @@ fn read_edata(mem: &dyn Memory, e: u64) -> Option<Edata> {
     Some(Edata { bits: word(&b, 0), addr: word(&b, 8), size: word(&b, 16) & !(PAGE - 1), bitmap })
 }
 
-/// The parts of anonymous mappings the process touched, asked once per
-/// mapping.
-#[derive(Default)]
-struct Touched(HashMap<u64, Vec<(u64, u64)>>);
-
-impl Touched {
-    /// The touched parts of `[a, b)`, which lies in one mapping.
-    fn of(&mut self, mem: &dyn Memory, a: u64, b: u64) -> Vec<(u64, u64)> {
-        let Some(m) = mem.map_of(a) else { return Vec::new() };
-        let all = self.0.entry(m.start).or_insert_with(|| mem.present(m.start, m.end));
-        all.iter().filter(|r| r.1 > a && r.0 < b).map(|r| (r.0.max(a), r.1.min(b))).collect()
-    }
-}
-
 /// The root slot a leaf must be in: from the first slot it fills, whose
 /// extent says which page that slot maps. `None`: not a leaf.
-fn root_slot_of(mem: &dyn Memory, leaf: u64, t: &mut Touched) -> Option<u64> {
+fn root_slot_of(mem: &dyn Memory, leaf: u64) -> Option<u64> {
     if leaf % 64 != 0 || !anon(mem, leaf, SLOTS * 8) || mem.map_of(leaf).is_none_or(|m| m.end < leaf + SLOTS * 8) {
         return None;
     }
     // Read a page at a time up to the first slot filled: what is not a
     // leaf stops at its first word.
-    let pieces = t.of(mem, leaf, leaf + SLOTS * 8).into_iter().flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))));
+    let pieces =
+        mem.present(leaf, leaf + SLOTS * 8).into_iter().flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))));
     for (a, bytes) in pieces.filter_map(|(p, e)| Some((p, mem.bytes(p, e - p).ok()?))) {
         for (i, w) in bytes.chunks_exact(8).enumerate() {
             let bits = u64::from_le_bytes(w.try_into().ok()?);
@@ -450,7 +437,6 @@ fn root_slot_of(mem: &dyn Memory, leaf: u64, t: &mut Touched) -> Option<u64> {
 fn find_root(mem: &dyn Memory, f: &Found) -> Result<u64> {
     let mut found: Vec<u64> = Vec::new();
     let mut tried: HashSet<u64> = HashSet::new();
-    let mut t = Touched::default();
     for &(s, e) in &f.rw {
         for (a, bytes) in touched(mem, s, e) {
             for (i, w) in bytes.chunks_exact(8).enumerate() {
@@ -459,7 +445,7 @@ fn find_root(mem: &dyn Memory, f: &Found) -> Result<u64> {
                     continue;
                 }
                 let at = a + 8 * i as u64;
-                let Some(j) = root_slot_of(mem, v, &mut t) else { continue };
+                let Some(j) = root_slot_of(mem, v) else { continue };
                 let Some(root) = at.checked_sub(8 * j) else { continue };
                 // The whole array lies in the module's writable memory.
                 if f.rw.iter().any(|&(x, y)| root >= x && root + 8 * SLOTS <= y) && !found.contains(&root) {
