@@ -39,6 +39,8 @@ command -v musl-gcc >/dev/null || need+=(musl-tools)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need+=(libjemalloc2)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.a ] || need+=(libjemalloc-dev)
 [ -x /usr/bin/redis-server ] || need+=(redis-server)
+# mimalloc 2.0, preloaded (mimalloc_heap_walk).
+[ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ] || need+=(libmimalloc2.0)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -161,7 +161,9 @@ pub fn find(mem: &dyn Memory) -> Result<Option<Found>> {
         return Ok(None);
     };
     let name = module.rsplit('/').next().unwrap_or(module).to_string();
-    let version = mi_version(mem, module);
+    // A core leaves the module's headers and code out: its file on this
+    // machine then.
+    let version = mi_version(mem, module).or_else(|| mi_version_in_file(mem, module));
     match version {
         Some(v) if v / 10 == 20 => {}
         _ => return Err(bad(0, Problem::Unsupported { version, module: name })),
@@ -250,11 +252,30 @@ fn mi_version(mem: &dyn Memory, module: &str) -> Option<u32> {
             continue;
         }
         let value = u64::from_le_bytes(s[8..16].try_into().ok()?);
-        let code = mem.bytes(base + value, 10).ok()?;
-        let code = if code[..4] == [0xf3, 0x0f, 0x1e, 0xfa] { &code[4..] } else { &code[..] };
-        return (code[0] == 0xb8 && code[5] == 0xc3).then(|| u32::from_le_bytes([code[1], code[2], code[3], code[4]]));
+        return code_version(&mem.bytes(base + value, 10).ok()?);
     }
     None
+}
+
+/// `mi_version()`'s number from the module's file (a core's process).
+fn mi_version_in_file(mem: &dyn Memory, module: &str) -> Option<u32> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    use std::io::Read;
+    let f = mem.host_file(module)?.ok()?;
+    let mut b = Vec::new();
+    f.take(64 << 20).read_to_end(&mut b).ok()?;
+    let elf = object::File::parse(&*b).ok()?;
+    let sym = elf.dynamic_symbols().find(|s| s.name() == Ok("mi_version"))?;
+    let text = elf.sections().find(|s| s.address() <= sym.address() && sym.address() + 10 <= s.address() + s.size())?;
+    let data = text.data().ok()?;
+    let at = usize::try_from(sym.address() - text.address()).ok()?;
+    code_version(data.get(at..at + 10)?)
+}
+
+/// `mov eax, imm32; ret` (perhaps after `endbr64`): the number.
+fn code_version(code: &[u8]) -> Option<u32> {
+    let code = if code.get(..4)? == [0xf3, 0x0f, 0x1e, 0xfa] { &code[4..] } else { code };
+    (code.len() >= 6 && code[0] == 0xb8 && code[5] == 0xc3).then(|| u32::from_le_bytes([code[1], code[2], code[3], code[4]]))
 }
 
 /// A page with blocks: its first block, block size, capacity, and which

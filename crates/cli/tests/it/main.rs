@@ -22,6 +22,7 @@ mod jemalloc_heap_walk;
 mod growth_across_dumps;
 mod install;
 mod manual_pages;
+mod mimalloc_heap_walk;
 mod musl_heap_walk;
 mod near_limit_dumps;
 mod parquet_tables;

@@ -1,0 +1,100 @@
+//! mimalloc's heap (2.0.9, Debian's `libmimalloc2.0`, preloaded) read from
+//! outside: `attach` (both modes) and `core` of the suite's leak programs
+//! give valgrind's leak classes of the same programs on glibc's malloc,
+//! with bytes within mimalloc's size classes; the program goes on and
+//! exits 0; a damaged heap (a free list that loops, a segment without its
+//! cookie) is refused in one line, nothing written.
+
+use crate::common::*;
+use crate::valgrind::{ours, valgrind_summary};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const LIB: &str = "libmimalloc.so.2";
+
+fn installed() -> bool {
+    let ok = Path::new("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2").exists();
+    assert!(ok || std::env::var_os("CI").is_none(), "libmimalloc2.0 is not installed (scripts/test.sh installs it)");
+    ok
+}
+
+fn program(d: &Scratch, source: &str) -> PathBuf {
+    let stop = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/stop_at_end.c");
+    compile(d, source, &["-O0", "-g", stop.to_str().unwrap(), "-lpthread"])
+}
+
+/// Blocks per class as valgrind's; bytes at least valgrind's and at most
+/// mimalloc's rounding above them: a block of up to 8 words is rounded to
+/// a word, a larger one to its bin (four bins per doubling: less than a
+/// quarter above).
+fn same_classes_mimalloc(ours: [(u64, u64); 4], vg: [(u64, u64); 4], what: &str) {
+    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(vg.iter()).enumerate() {
+        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
+        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {vg:?})");
+        assert!(ob >= vb && *ob <= vb + vb / 4 + 8 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
+    }
+}
+
+fn gcore(d: &Scratch, pid: i32) -> PathBuf {
+    let core = d.path("core");
+    ok(&Command::new("gcore").arg("-o").arg(&core).arg(pid.to_string()).output().expect("gcore (gdb) is installed"));
+    PathBuf::from(format!("{}.{pid}", core.display()))
+}
+
+#[test]
+fn attach_and_core_read_a_preloaded_mimalloc_as_valgrind_reads_glibc() {
+    if !installed() {
+        return;
+    }
+    for source in ["leaks.c", "leaks_tree.c", "chain.c", "threads.c"] {
+        let d = Scratch::new("mi-vg");
+        let prog = program(&d, source);
+        let expected = valgrind_summary(&prog);
+        let mut cmd = Command::new(&prog);
+        cmd.env("LD_PRELOAD", LIB);
+        let mut p = Stopped::start(cmd);
+        for mode in ["compact", "full"] {
+            let out = d.path(&format!("a-{mode}.hdump"));
+            let o = heapdump().args(["attach", &p.pid.to_string(), "--mode", mode, "-o"]).arg(&out).output().unwrap();
+            let line = ok(&o);
+            assert!(line.contains("of mimalloc 2.0.9") && line.contains("free blocks in its lists left out"), "{line}");
+            same_classes_mimalloc(ours(&out), expected, &format!("{source}, attach --mode {mode}"));
+            let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
+            assert_eq!(s["allocator"], "mimalloc 2.0.9", "{source}");
+        }
+        let core = gcore(&d, p.pid);
+        let out = d.path("c.hdump");
+        ok(&heapdump().arg("core").arg(&core).arg("-o").arg(&out).output().unwrap());
+        same_classes_mimalloc(ours(&out), expected, &format!("{source}, gcore then core"));
+        assert_eq!(blocks(&d.path("a-compact.hdump")), blocks(&out), "{source}: attach and core see the same blocks");
+        let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
+        let status = p.child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{source}");
+    }
+}
+
+#[test]
+fn a_damaged_mimalloc_heap_is_refused_in_one_line() {
+    if !installed() {
+        return;
+    }
+    let d = Scratch::new("mi-damaged");
+    let prog = program(&d, "mimalloc_damage.c");
+    for (how, says) in [("loop", "free list loops"), ("cookie", "does not carry its cookie")] {
+        let mut cmd = Command::new(&prog);
+        cmd.arg(how).env("LD_PRELOAD", LIB);
+        let p = Stopped::start(cmd);
+        let out = d.path(&format!("{how}.hdump"));
+        let started = std::time::Instant::now();
+        let o = heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap();
+        let took = started.elapsed();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{how}: {err}");
+        assert_eq!(err.lines().count(), 1, "{how}: {err}");
+        assert!(err.contains("mimalloc") && err.contains(says) && err.contains("at 0x"), "{how}: {err}");
+        assert!(took < std::time::Duration::from_secs(5), "{how}: refused at once ({took:?})");
+        assert!(!out.exists(), "{how}: nothing written");
+        // (Not resumed: its heap is damaged. Dropping it kills it.)
+        let _ = Command::new("kill").args(["-KILL", &p.pid.to_string()]).status();
+    }
+}
