@@ -108,7 +108,10 @@ fn bad_input_gets_one_line_and_exit_1() {
     // Usage errors exit 2.
     assert_eq!(heapdump().args(["top", "--by", "colour"]).arg(&p).output().unwrap().status.code(), Some(2));
     assert_eq!(heapdump().args(["frobnicate"]).output().unwrap().status.code(), Some(2));
-    assert_eq!(heapdump().args(["path"]).arg(&p).arg("0xnothex").output().unwrap().status.code(), Some(1));
+    // An address that does not parse is bad usage too; one that parses but
+    // holds no block is the input's answer (1).
+    assert_eq!(heapdump().args(["path"]).arg(&p).arg("0xnothex").output().unwrap().status.code(), Some(2));
+    assert_eq!(heapdump().args(["path"]).arg(&p).arg("0x10").output().unwrap().status.code(), Some(1));
 }
 
 #[test]
