@@ -4,24 +4,22 @@
 //! The compact scan asks that of every word of every block and root. A
 //! binary search of the whole index (10 M entries: some twenty dependent
 //! cache misses) made a compact dump of a dense heap 46 times slower than a
-//! full one. The directory (`directory`, the format's lookup in memory
-//! mapped from the kernel) cuts the address range into runs of blocks with
-//! no gap of 16 MiB or more (the brk heap, each arena, the mapped blocks):
-//! a dense run gets a granule map, any other buckets of a power-of-two
-//! size holding a few blocks on average, so a lookup is a search of the
-//! few runs and one cache line, or one bucket read and a search of a
-//! handful of entries.
+//! full one. The directory cuts the address range into clusters (runs of
+//! blocks with no gap of 16 MiB or more: the brk heap, each arena, the
+//! mapped blocks) and each cluster into buckets of a power-of-two size
+//! holding a few blocks on average; a bucket holds the index of the first
+//! block starting in it, so a lookup is a search of the few clusters, one
+//! bucket read and a search of a handful of entries.
 //!
-//! Built and used with the world stopped, inside the traced process, from
-//! memory mapped from the kernel.
+//! Written by hand: it is built and used with the world stopped, inside
+//! the traced process, from memory mapped from the kernel.
 
 use crate::dump::outcome::DumpError;
 
-use crate::dump::directory::Directory;
+use crate::dump::directory::{prefetch, Directory, NO_LINES};
 use crate::entry::Entry;
 use crate::sys;
 use crate::table::Table;
-use heapdump_format::lookup::prefetch;
 
 /// The live allocations sorted by address: the lookup index of the compact
 /// scan, and the order allocations are written in (so their contents are
@@ -31,6 +29,8 @@ pub(crate) struct Index {
     ptr: *mut Entry,
     len: usize,
     map_len: usize,
+    lo: u64,
+    hi: u64,
     dir: Directory,
     /// The largest blocks of [`HUGE`] bytes or more.
     huge: Huge,
@@ -101,15 +101,44 @@ impl Index {
     /// order) and the offset of `v` in it.
     #[inline]
     pub(crate) fn find(&self, v: u64) -> Option<(usize, u64)> {
-        self.dir.find(self.as_slice(), v)
+        if v < self.lo || v >= self.hi {
+            return None;
+        }
+        let s = self.as_slice();
+        let c = self.dir.cluster_of(v)?;
+        if c.lines != NO_LINES {
+            if self.dir.popcnt {
+                // SAFETY: the processor has POPCNT (checked when built).
+                return unsafe { self.dir.granule_find_popcnt(&c, v, s) };
+            }
+            return self.dir.granule_find(&c, v, s);
+        }
+        let k = ((v - c.lo) >> c.shift) as usize;
+        // SAFETY: k + 1 < the cluster's bucket count ((hi - lo) >> shift
+        // + 2), since v - lo < hi - lo.
+        let (from, to) = unsafe { (*self.dir.buckets.add(c.buckets + k) as usize, *self.dir.buckets.add(c.buckets + k + 1) as usize) };
+        // The last entry starting at or before v lies in [from - 1, to):
+        // every entry before `from` starts before v's bucket, every entry
+        // from `to` on after it.
+        let i = from + s[from..to].partition_point(|e| e.addr <= v);
+        let e = s.get(i.checked_sub(1)?)?;
+        (v < e.addr + e.size || v == e.addr).then_some((i - 1, v - e.addr))
     }
 
     /// Starts the memory reads that a lookup of `v` will make (the
     /// granule map's line, or the directory's bucket). Only a hint.
     #[inline]
     pub(crate) fn prefetch_value(&self, v: u64) {
-        if let Some(l) = self.dir.dir.locate(v) {
-            self.dir.dir.prefetch(l);
+        if v < self.lo || v >= self.hi {
+            return;
+        }
+        let Some(c) = self.dir.cluster_of(v) else { return };
+        if c.lines != NO_LINES {
+            let li = c.line_of(v);
+            prefetch(self.dir.lines.wrapping_add(li) as usize);
+            prefetch(self.dir.ranks.wrapping_add(li) as usize);
+        } else {
+            prefetch(self.dir.buckets.wrapping_add(c.buckets + ((v - c.lo) >> c.shift) as usize) as usize);
         }
     }
 
@@ -121,7 +150,7 @@ impl Index {
     pub(crate) fn prefetch(&self, addr: u64, size: u64, entries: bool) {
         // A granule map's line answers alone: with no bucket cluster
         // there are no entries to prefetch.
-        if addr % 8 != 0 || (entries && !self.dir.dir.has_buckets()) {
+        if addr % 8 != 0 || (entries && self.dir.nbuckets == 0) {
             return;
         }
         let words = (size / 8).min(64);
@@ -134,15 +163,21 @@ impl Index {
                 self.prefetch_value(v);
                 continue;
             }
+            if v < self.lo || v >= self.hi {
+                continue;
+            }
             // A granule map's line answers alone: no entries to prefetch.
-            let Some((from, to)) = self.dir.dir.locate(v).and_then(|l| self.dir.dir.window(l)) else { continue };
+            let Some(c) = self.dir.cluster_of(v).filter(|c| c.lines == NO_LINES) else { continue };
+            let k = ((v - c.lo) >> c.shift) as usize;
             // Every line of the window the lookup searches, from the entry
             // before it (at most 8 lines).
-            let first = self.ptr.wrapping_add(from) as usize & !63;
-            let last = self.ptr.wrapping_add(to) as usize;
+            // SAFETY: as in `find`: buckets k and k + 1 exist.
+            let (from, to) = unsafe { (*self.dir.buckets.add(c.buckets + k), *self.dir.buckets.add(c.buckets + k + 1)) };
+            let first = self.ptr.wrapping_add((from as usize).saturating_sub(1)) as usize & !63;
+            let last = self.ptr.wrapping_add(to as usize) as usize;
             let mut line = first;
             while line < last && line < first + 8 * 64 {
-                prefetch(line as *const u8);
+                prefetch(line);
                 line += 64;
             }
         }
@@ -339,7 +374,7 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
     let n = n - dropped;
     // SAFETY: our mapping, no longer referenced.
     unsafe { sys::munmap(tmp.cast(), tmp_len) };
-    let mut index = Index { ptr, len: n, map_len, dir: Directory::empty(), huge };
+    let mut index = Index { ptr, len: n, map_len, lo: 0, hi: 0, dir: Directory::EMPTY, huge };
     match Directory::build(index.as_slice()) {
         Ok(d) => index.dir = d,
         Err(errno) => {
@@ -347,6 +382,9 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
             return Err(map_err(errno));
         }
     }
+    // The clusters' bounds, found while building them: no second pass
+    // over the entries with the world stopped.
+    (index.lo, index.hi) = index.dir.bounds();
     Ok(index)
 }
 
@@ -457,14 +495,8 @@ mod tests {
         }
     }
 
-    /// The index's own use of the format's lookup (whose tests check its
-    /// answers on every layout): its directory in a mapping of its own,
-    /// the population count of the processor or the portable one, a dense
-    /// heap's granule map beside the buckets of the mapped blocks and an
-    /// 8-byte-aligned heap's; and the prefetch of a word's lookup, which
-    /// changes nothing.
     #[test]
-    fn the_index_finds_what_a_search_of_every_block_finds() {
+    fn the_directory_answers_as_a_search_of_every_block() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut rnd = move || {
             x ^= x << 13;
@@ -473,45 +505,55 @@ mod tests {
             x
         };
         let (mut with_lines, mut with_buckets) = (0, 0);
-        for layout in 0..8 {
-            let align = if layout % 4 == 1 { 8 } else { 16 };
+        for layout in 0..60 {
+            // Clusters far apart (a brk heap, arenas, mapped blocks), blocks
+            // of 0 bytes to 1 MiB, packed or with gaps; every third layout
+            // dense and small-blocked (granule maps), some 8-byte aligned
+            // (buckets only).
+            let dense = layout % 3 == 0;
+            let align = if layout % 5 == 1 { 8 } else { 16 };
             let mut entries = Vec::new();
             let mut addr = 0x5555_0000_0000u64 + (rnd() % 4096) * 16;
-            for _ in 0..(500 + rnd() % 1500) {
+            for _ in 0..(1 + rnd() % 3000) {
                 let size = match rnd() % 10 {
                     0 => 0,
-                    1 => 16 * (1 + rnd() % 64),
-                    _ => 16 + rnd() % 64,
+                    1 if dense => 16 * (1 + rnd() % 2000),
+                    1 => 1 << 20,
+                    2..=4 => 16 + rnd() % 64,
+                    _ => 8 * (1 + rnd() % 8),
                 };
                 entries.push(Entry::new(addr as *mut u8, size as usize, 16, 0, false));
-                addr += (size.max(1)).next_multiple_of(align) + 16 * (rnd() % 2);
+                addr += (size.max(1)).next_multiple_of(align) + if dense { 16 * (rnd() % 2) } else { 0 };
+                match rnd() % if dense { 1000 } else { 50 } {
+                    0 => addr += 1 << (24 + rnd() % 20),
+                    1..=5 if !dense => addr += 16 * (rnd() % 100_000),
+                    _ => {}
+                }
             }
-            // The mapped blocks, far above.
-            let mut addr = 0x7f00_0000_0000u64;
-            for _ in 0..20 {
-                entries.push(Entry::new(addr as *mut u8, 1 << 20, 16, 0, false));
-                addr += (2 << 20) + (rnd() % 64) * 4096;
-            }
+            let lo = entries[0].addr;
+            let hi = entries.iter().map(|e| (e.addr + e.size).max(e.addr + 1)).max().unwrap();
             let dir = Directory::build(&entries).unwrap();
-            with_lines += dir.dir.runs().iter().filter(|r| r.has_lines()).count();
-            with_buckets += dir.dir.runs().iter().filter(|r| !r.has_lines()).count();
-            let mut index = Index { ptr: entries.as_mut_ptr(), len: entries.len(), map_len: 0, dir, huge: Huge::NONE };
-            let (lo, hi) = index.dir.dir.bounds();
+            assert_eq!(dir.bounds(), (lo, hi), "layout {layout}: the clusters' bounds are the index's");
+            // SAFETY: the directory's clusters.
+            let cl = unsafe { core::slice::from_raw_parts(dir.clusters, dir.nclusters) };
+            with_lines += cl.iter().filter(|c| c.lines != NO_LINES).count();
+            with_buckets += cl.iter().filter(|c| c.lines == NO_LINES).count();
+            let index = Index { ptr: entries.as_mut_ptr(), len: entries.len(), map_len: 0, lo, hi, dir, huge: Huge::NONE };
             let mut probes: Vec<u64> = entries
                 .iter()
                 .flat_map(|e| [e.addr, e.addr + e.size / 2, e.addr + e.size, e.addr + e.size.saturating_sub(1), e.addr.wrapping_sub(1)])
                 .collect();
-            probes.extend((0..1000).map(|_| lo.wrapping_sub(1 << 20) + rnd() % (hi - lo + (2 << 20))));
-            for popcnt in [index.dir.popcnt, false] {
-                index.dir.popcnt = popcnt;
-                for &v in &probes {
-                    assert_eq!(index.find(v), brute(&entries, v), "layout {layout}: {v:#x}");
-                    assert_eq!(index.hits(v), brute(&entries, v).is_some(), "layout {layout}: {v:#x}");
-                    index.prefetch_value(v);
-                }
+            probes.extend((0..3000).map(|_| lo.wrapping_sub(1 << 20) + rnd() % (hi - lo + (2 << 20))));
+            for v in probes {
+                assert_eq!(index.find(v), brute(&entries, v), "layout {layout}: {v:#x}");
+                assert_eq!(index.hits(v), brute(&entries, v).is_some(), "layout {layout}: {v:#x}");
             }
+            let mut index = index;
             index.dir.release();
         }
-        assert!(with_lines >= 4 && with_buckets >= 8, "both kinds of run: {with_lines} granule maps, {with_buckets} bucket arrays");
+        assert!(
+            with_lines >= 10 && with_buckets >= 10,
+            "both kinds of cluster tested: {with_lines} granule maps, {with_buckets} bucket arrays"
+        );
     }
 }
