@@ -41,6 +41,8 @@ command -v musl-gcc >/dev/null || need+=(musl-tools)
 [ -x /usr/bin/redis-server ] || need+=(redis-server)
 # mimalloc 2.0, preloaded (mimalloc_heap_walk).
 [ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ] || need+=(libmimalloc2.0)
+# tcmalloc (gperftools 2.10), preloaded (tcmalloc_heap_walk).
+dpkg -s libtcmalloc-minimal4 >/dev/null 2>&1 || need+=(libtcmalloc-minimal4)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

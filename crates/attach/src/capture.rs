@@ -65,6 +65,12 @@ impl CaptureInfo {
         if self.allocator.starts_with("mimalloc") {
             return format!("{} segments of {}, {} free blocks in its lists left out", self.arenas, self.allocator, self.cached_free);
         }
+        if self.allocator.starts_with("tcmalloc") {
+            return format!(
+                "{} spans of {}, {} free objects in its lists and caches left out",
+                self.arenas, self.allocator, self.cached_free
+            );
+        }
         if self.allocator.starts_with("musl") {
             return format!("{} groups of {}, {} free slots left out", self.arenas, self.allocator, self.cached_free);
         }
@@ -447,7 +453,9 @@ pub struct Snapshot {
 /// stacks are kept as roots, not as the program's threads.
 pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]) -> Result<Snapshot> {
     // The allocator whose heap is walked.
+    let tc = crate::tcmalloc::find(mem)?;
     let mut heap = match crate::jemalloc::find(mem)? {
+        _ if tc.is_some() => crate::tcmalloc::walk_found(mem, tc.as_ref())?,
         Some(je) => {
             let mut h = crate::jemalloc::walk_heap(mem, &je)?;
             // A static copy beside glibc's malloc: both heaps.

@@ -155,6 +155,14 @@ pub enum Error {
         /// What.
         what: crate::musl::Problem,
     },
+    /// tcmalloc's heap (gperftools) does not add up at `at`, or its
+    /// structures are not found (a refusal).
+    Tcmalloc {
+        /// Where it stops making sense (a span, a free list).
+        at: u64,
+        /// What.
+        what: crate::tcmalloc::Problem,
+    },
     /// mimalloc's heap does not add up at `at`, or its version or main
     /// heap is not read (a refusal).
     Mimalloc {
@@ -432,6 +440,12 @@ impl Error {
                 | Error::UnsupportedGlibc { .. }
                 | Error::Jemalloc { what: crate::jemalloc::Problem::Unsupported { .. }, .. }
                 | Error::Mallocng { what: crate::musl::Problem::NoContext { .. } | crate::musl::Problem::ContextUncertain { .. }, .. }
+                | Error::Tcmalloc {
+                    what: crate::tcmalloc::Problem::Unsupported { .. }
+                        | crate::tcmalloc::Problem::NotFound { .. }
+                        | crate::tcmalloc::Problem::Uncertain { .. },
+                    ..
+                }
                 | Error::Mimalloc {
                     what: crate::mimalloc::Problem::Unsupported { .. }
                         | crate::mimalloc::Problem::NoHeap { .. }
@@ -447,6 +461,7 @@ impl Error {
             Error::DamagedHeap { at, .. } => Some(at),
             Error::Jemalloc { at, .. } => Some(at),
             Error::Mallocng { at, .. } => Some(at),
+            Error::Tcmalloc { at, .. } => Some(at),
             Error::Mimalloc { at, .. } => Some(at),
             _ => None,
         }
@@ -554,6 +569,8 @@ impl fmt::Display for Error {
             Error::Jemalloc { what, .. } => write!(f, "{what}"),
             Error::Mallocng { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not mallocng's layout"),
             Error::Mallocng { what, .. } => write!(f, "{what}"),
+            Error::Tcmalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not tcmalloc's layout"),
+            Error::Tcmalloc { what, .. } => write!(f, "{what}"),
             Error::Mimalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not mimalloc 2.0's layout"),
             Error::Mimalloc { what, .. } => write!(f, "{what}"),
             Error::Unreadable { addr, len, why } => write!(f, "cannot read {len} bytes at {addr:#x} ({why})"),

@@ -21,6 +21,7 @@ mod live;
 mod memory;
 mod mimalloc;
 mod musl;
+mod tcmalloc;
 
 pub use capture::{CaptureInfo, Identity};
 pub use error::{BadSize, CoreDefect, Damage, Error, FileOp, Result, StaticGlibc, Unread};
@@ -47,6 +48,15 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
         let held = std::time::Instant::now();
         let p = live::Process::stop(pid)?;
         tries += 1;
+        // tcmalloc: held when no central free list is locked.
+        if let Some(t) = tcmalloc::find(&p)? {
+            if tries >= 50 || tcmalloc::settled(&t) {
+                break (p, held);
+            }
+            drop(p);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
+        }
         // (jemalloc's, mimalloc's and musl's locks are not read: their walks check
         // what they read.)
         if tries >= 50

@@ -1,0 +1,123 @@
+//! tcmalloc's heap (gperftools 2.10, Debian's libtcmalloc-minimal4)
+//! read from outside: `attach` (both modes) and `core` of the suite's
+//! programs run with libtcmalloc_minimal preloaded give valgrind's leak
+//! classes of the same program with glibc's malloc (libstdc++ loaded as
+//! the library loads it), with bytes within tcmalloc's size classes; the
+//! program goes on and exits 0; a damaged heap is refused in one line.
+
+use crate::common::*;
+use crate::valgrind::ours;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+
+fn installed() -> bool {
+    let ok = Path::new(LIB).exists();
+    assert!(ok || std::env::var_os("CI").is_none(), "libtcmalloc-minimal4 is not installed (scripts/test.sh installs it)");
+    ok
+}
+
+/// A test program with `stop_at_end.c` linked in.
+fn program(d: &Scratch, source: &str) -> PathBuf {
+    let stop = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/stop_at_end.c");
+    compile(d, source, &["-O0", "-g", stop.to_str().unwrap(), "-lpthread"])
+}
+
+/// valgrind's classes for `prog` with glibc's malloc, libstdc++ loaded as
+/// libtcmalloc_minimal loads it (its emergency exception pool is a live
+/// block).
+fn valgrind_with_libstdcxx(prog: &Path) -> [(u64, u64); 4] {
+    let o = Command::new("valgrind")
+        .env("LD_PRELOAD", "libstdc++.so.6")
+        .args(["--leak-check=full", "--show-leak-kinds=all", "--run-libc-freeres=no", "--run-cxx-freeres=no"])
+        .arg(prog)
+        .output()
+        .expect("valgrind is installed");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let mut out = [(0, 0); 4];
+    for (i, name) in ["definitely lost:", "indirectly lost:", "possibly lost:", "still reachable:"].iter().enumerate() {
+        if let Some(line) = err.lines().filter(|l| l.contains("==")).find(|l| l.contains(name)) {
+            let n: Vec<u64> = line.split(name).nth(1).unwrap().split_whitespace().filter_map(|w| w.replace(',', "").parse().ok()).collect();
+            out[i] = (n[0], n[1]);
+        }
+    }
+    out
+}
+
+/// Blocks per class exactly; bytes between the sizes asked for and
+/// tcmalloc's classes above them: a class is at most an eighth above
+/// the size asked for, or 16 bytes for the smallest, and a large block
+/// (over 256 KiB, or a class of whole pages) at most a page (8 KiB) more.
+fn same_classes_tcmalloc(ours: [(u64, u64); 4], vg: [(u64, u64); 4], what: &str) {
+    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(vg.iter()).enumerate() {
+        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
+        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {vg:?})");
+        assert!(ob >= vb && *ob <= vb + vb / 8 + 8192 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
+    }
+}
+
+fn preloaded(prog: &Path) -> Command {
+    let mut c = Command::new(prog);
+    c.env("LD_PRELOAD", LIB);
+    c
+}
+
+#[test]
+fn attach_and_core_read_a_preloaded_tcmalloc_as_valgrind_reads_glibc() {
+    if !installed() {
+        return;
+    }
+    for source in ["leaks.c", "leaks_tree.c", "chain.c", "threads.c"] {
+        let d = Scratch::new("tcmalloc");
+        let prog = program(&d, source);
+        let expected = valgrind_with_libstdcxx(&prog);
+        let mut p = Stopped::start(preloaded(&prog));
+        for mode in ["compact", "full"] {
+            let out = d.path(&format!("{mode}.hdump"));
+            let o = heapdump().args(["attach", &p.pid.to_string(), "--mode", mode, "-o"]).arg(&out).output().unwrap();
+            let line = ok(&o);
+            assert!(line.contains("spans of tcmalloc 2.10"), "{source}: {line}");
+            same_classes_tcmalloc(ours(&out), expected, &format!("{source}, attach --mode {mode}"));
+            let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
+            assert_eq!(s["allocator"].as_str(), Some("tcmalloc 2.10"), "{source}");
+        }
+        let core = d.path("tc.core");
+        let o = Command::new("gcore").arg("-o").arg(&core).arg(p.pid.to_string()).output().expect("gcore (gdb) is installed");
+        ok(&o);
+        let core = PathBuf::from(format!("{}.{}", core.display(), p.pid));
+        let out = d.path("core.hdump");
+        let o = heapdump().arg("core").arg(&core).arg("--exe").arg(&prog).arg("-o").arg(&out).output().unwrap();
+        ok(&o);
+        same_classes_tcmalloc(ours(&out), expected, &format!("{source}, gcore then core"));
+        // The program goes on and ends well.
+        let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
+        let status = p.child.wait().unwrap();
+        assert!(status.success(), "{source} exited {status:?}");
+    }
+}
+
+#[test]
+fn a_damaged_tcmalloc_heap_is_refused_in_one_line() {
+    if !installed() {
+        return;
+    }
+    let d = Scratch::new("tcmalloc-damaged");
+    let prog = program(&d, "tcmalloc_damage.c");
+    for how in ["loop", "middle"] {
+        let p = Stopped::start({
+            let mut c = preloaded(&prog);
+            c.arg(how);
+            c
+        });
+        let out = d.path(&format!("{how}.hdump"));
+        let started = std::time::Instant::now();
+        let o = heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{how}: {err}");
+        assert_eq!(err.lines().count(), 1, "{how}: {err}");
+        assert!(err.contains("tcmalloc's free list") && err.contains("at 0x"), "{how}: {err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{how}: refused at once");
+        assert!(!out.exists(), "nothing written");
+    }
+}
