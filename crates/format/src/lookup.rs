@@ -1,7 +1,9 @@
-//! Which block a word points into: the one directory the runtime's compact
-//! dump (inside the traced process, with the world stopped), attach's
-//! compact scan and the analysis load ask it of, over blocks sorted by
-//! address.
+//! Which block a word points into, over blocks sorted by address: what
+//! attach's compact scan and the analysis load ask, made to serve the
+//! runtime's compact dump too (inside the traced process, with the world
+//! stopped: no allocation, the caller's storage), whose index still has
+//! its own directory until the switch is measured neutral (BENCHMARKS.md,
+//! "One address lookup").
 //!
 //! The blocks are cut into runs wherever the next block starts a gap or
 //! more past the end of every block before it (the brk heap, each arena,
