@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 /// The version line: the tool's, and the dump format it writes and reads
 /// (a test checks the numbers against `heapdump_format::raw`).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.3; reads 1.0 to 1.3)");
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.4; reads 1.0 to 1.4)");
 
 /// Heap dumps of native programs, and what they mean.
 #[derive(Parser, Debug)]
