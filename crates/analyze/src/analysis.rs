@@ -167,13 +167,151 @@ pub struct Retainer {
     pub list: Option<crate::chains::ListSummary>,
 }
 
+/// What holds a pointer of a path or a holder: a root or a block, kept
+/// typed (the address a `u64`) so that a view asks which it is rather than
+/// reading a string. Written (its `Display`, and its JSON string) as
+/// `path` shows it: the root's long name (`static cache_head in /app at
+/// 0x4010`), the block's `0x…`, or the lost block heading the structure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A root (a thread's stack or registers, a static), named in the long
+    /// form ([`RootName::long`]).
+    Root {
+        /// Its name.
+        name: String,
+    },
+    /// A block.
+    Block(Address),
+    /// The lost block heading the target's structure, when nothing else
+    /// holds the target: nothing points to it.
+    LostHead {
+        /// Its address.
+        address: Address,
+        /// Its site.
+        site: String,
+    },
+    /// A block of a lost structure, the first step of a path from the
+    /// structure's head (`block` is `head` itself where the path starts
+    /// there).
+    LostBlock {
+        /// The block holding the pointer.
+        block: Address,
+        /// The lost block heading the structure.
+        head: Address,
+        /// The head's site.
+        site: String,
+    },
+}
+
+impl Origin {
+    /// Whether it is a root.
+    pub fn is_root(&self) -> bool {
+        matches!(self, Origin::Root { .. })
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Root { name } => f.write_str(name),
+            Origin::Block(a) => write!(f, "{a}"),
+            Origin::LostHead { address, site } => write!(f, "lost block {address} (definitely lost, {site})"),
+            Origin::LostBlock { block, head, site } => write!(f, "{block} <- lost block {head} (definitely lost, {site})"),
+        }
+    }
+}
+
+impl Serialize for Origin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A root, named: the one place the words for a root are chosen, in the
+/// forms the views need (see [`Analysis::name_root`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RootName {
+    /// Where the root's word lies.
+    pub source: RootSource,
+    /// For a static: the data symbol holding the word, and the word's
+    /// offset in it.
+    pub symbol: Option<(String, u64)>,
+}
+
+impl RootName {
+    /// The long form (`path`, `path --all`, growth, the Parquet export):
+    /// `static cache_head in /app at 0x4010`, `stack of thread 7 (main)
+    /// at 0x7ff…`, `register rbx of thread 7 (main)`.
+    pub fn long(&self) -> String {
+        match (&self.source, &self.symbol) {
+            (RootSource::Static { module, address, .. }, Some((s, off))) => format!("static {s} in {module} at {:#x}", address - off),
+            (RootSource::Static { module, name, address }, None) => format!("static {name} of {module} at {address:#x}"),
+            (other, _) => other.to_string(),
+        }
+    }
+
+    /// The offset of the word in what [`RootName::long`] names: in the
+    /// symbol (0 in a region without one); `None` for a thread's root.
+    pub fn offset(&self) -> Option<u64> {
+        match (&self.source, &self.symbol) {
+            (RootSource::Static { .. }, Some((_, off))) => Some(*off),
+            (RootSource::Static { .. }, None) => Some(0),
+            _ => None,
+        }
+    }
+
+    /// In a few words, the symbol quoted (what holds a list, in
+    /// `retained` and the graph exports): static `cache_head` (`+8`
+    /// inside it), `stack of thread 7 (main)`, `register rbx of thread 7
+    /// (main)`.
+    pub fn words(&self) -> String {
+        match (&self.source, &self.symbol) {
+            (RootSource::Static { .. }, Some((s, 0))) => format!("static `{s}`"),
+            (RootSource::Static { .. }, Some((s, off))) => format!("static `{s}`+{off}"),
+            (RootSource::Static { module, name, address }, None) => {
+                format!("static data {name} of {} at {address:#x}", module.rsplit('/').next().unwrap_or(module))
+            }
+            (RootSource::Stack { tid, thread, .. }, _) => format!("stack of thread {tid} ({thread})"),
+            (other, _) => other.to_string(),
+        }
+    }
+
+    /// The short form, as a person says it (the viewer, suspects): `static
+    /// cache_head`, `thread main, frame handle_request` (`frame`: the
+    /// function whose frame holds a stack word, where known), `thread
+    /// main, register rbx`.
+    pub fn short(&self, frame: Option<&str>) -> String {
+        match (&self.source, &self.symbol) {
+            (RootSource::Static { .. }, Some((s, 0))) => format!("static {s}"),
+            (RootSource::Static { .. }, Some((s, off))) => format!("static {s}+{off:#x}"),
+            (RootSource::Static { module, name, .. }, None) => {
+                format!("static data {name} of {}", module.rsplit('/').next().unwrap_or(module))
+            }
+            (RootSource::Stack { thread, .. }, _) => match frame {
+                Some(f) => format!("thread {thread}, frame {f}"),
+                None => format!("thread {thread}, stack"),
+            },
+            (RootSource::Register { thread, register, .. }, _) => format!("thread {thread}, register {register}"),
+        }
+    }
+
+    /// What owns the word: a static's symbol (`static cache_head`, the
+    /// offset left out), else the long form.
+    pub fn owner(&self) -> String {
+        match &self.symbol {
+            Some((s, _)) => format!("static {s}"),
+            None => self.long(),
+        }
+    }
+}
+
 /// One step of a path. `from`, `to` and `offset` are the `path --json`
 /// keys; the rest is for the text.
 #[derive(Clone, Debug, Serialize)]
 pub struct PathStep {
-    /// What holds the pointer: the root named for the first step, else a
-    /// block's address.
-    pub from: String,
+    /// What holds the pointer: the root for the first step of a path from
+    /// a root, else a block (see [`Origin`]).
+    pub from: Origin,
     /// The block pointed to.
     pub to: Address,
     /// Offset of the pointer in what `from` names (the symbol, the block).
@@ -187,10 +325,6 @@ pub struct PathStep {
     /// `to`'s site.
     #[serde(skip)]
     pub site: String,
-    /// Whether `from` names a root (a thread's stack or registers, a
-    /// static), not a block.
-    #[serde(skip)]
-    pub from_root: bool,
 }
 
 /// A pointer to a block (`path --all`): from a root or from another
@@ -198,8 +332,8 @@ pub struct PathStep {
 /// `path --all --json` keys.
 #[derive(Clone, Debug, Serialize)]
 pub struct Holder {
-    /// What holds the pointer: the root, named, or a block's address.
-    pub from: String,
+    /// What holds the pointer: a root, named, or a block.
+    pub from: Origin,
     /// Offset of the pointer in what `from` names.
     pub offset: u64,
     /// Whether it points inside the block rather than at its start.
@@ -1024,22 +1158,25 @@ impl<'h> Analysis<'h> {
         // Every step's offset is relative to what its `from` names: the
         // first step from a static root to the symbol it names (or the
         // region).
-        let mut first_offset = None;
-        let start = match &p.start {
+        let (start, first_offset) = match &p.start {
             PathStart::Root(r) => {
-                let (text, off) = self.describe_root(r);
-                first_offset = off;
-                text
+                let n = self.name_root(r);
+                (Origin::Root { name: n.long() }, n.offset())
             }
             PathStart::LostBlock(b) => {
-                format!("lost block {} (definitely lost, {})", hex(heap.block(*b).addr), self.site_label(heap.block(*b).site))
+                let h = heap.block(*b);
+                (Origin::LostHead { address: Address(h.addr), site: self.site_label(h.site) }, None)
             }
         };
         for (i, s) in p.steps.iter().enumerate() {
-            let from = match s.from {
-                Some(b) => hex(heap.block(b).addr),
-                None if i == 0 => start.clone(),
-                None => String::new(),
+            let from = match (s.from, &start) {
+                // A path from a lost head: its first step says so.
+                (Some(b), Origin::LostHead { address, site }) if i == 0 => {
+                    Origin::LostBlock { block: Address(heap.block(b).addr), head: *address, site: site.clone() }
+                }
+                (Some(b), _) => Origin::Block(Address(heap.block(b).addr)),
+                // Only a path's first step comes from a root.
+                (None, _) => start.clone(),
             };
             let offset = if i == 0 && s.from.is_none() { first_offset.unwrap_or(s.offset) } else { s.offset };
             let to = heap.block(s.to);
@@ -1050,7 +1187,6 @@ impl<'h> Analysis<'h> {
                 interior: s.interior,
                 size: to.size,
                 site: self.site_label(to.site),
-                from_root: i == 0 && s.from.is_none() && matches!(p.start, PathStart::Root(_)),
             });
         }
         if let PathStart::LostBlock(b) = p.start {
@@ -1063,12 +1199,10 @@ impl<'h> Analysis<'h> {
                     interior: false,
                     size: to.size,
                     site: self.site_label(to.site),
-                    from_root: false,
                 });
-            } else {
-                report.steps[0].from = format!("{} <- {start}", report.steps[0].from);
             }
         }
+        let start = start.to_string();
         report.start = Some(start);
         Ok(report)
     }
@@ -1085,10 +1219,10 @@ impl<'h> Analysis<'h> {
         for r in heap.roots.iter().filter(|r| r.target == target) {
             total += 1;
             if out.len() < n {
-                let (from, off) = self.describe_root(r);
+                let name = self.name_root(r);
                 out.push(Holder {
-                    from,
-                    offset: off.unwrap_or(r.offset),
+                    from: Origin::Root { name: name.long() },
+                    offset: name.offset().unwrap_or(r.offset),
                     interior: r.interior,
                     size: None,
                     site: None,
@@ -1116,7 +1250,7 @@ impl<'h> Analysis<'h> {
             let b = heap.block(BlockId(i as u32));
             let path = self.path(b.addr).map(|p| p.steps).unwrap_or_default();
             out.push(Holder {
-                from: hex(b.addr),
+                from: Origin::Block(Address(b.addr)),
                 offset: e.offset,
                 interior: e.interior,
                 size: Some(b.size),
@@ -1129,16 +1263,16 @@ impl<'h> Analysis<'h> {
         Ok((report, out, total))
     }
 
-    /// A root, named; for a static, by the symbol holding the word, with
-    /// the word's offset in that symbol.
-    pub fn describe_root(&self, r: &crate::Root) -> (String, Option<u64>) {
-        match self.heap.root_source(r) {
-            RootSource::Static { module, name, address } => match self.data_symbol_at(address) {
-                Some((s, off)) => (format!("static {s} in {module} at {:#x}", address - off), Some(off)),
-                None => (format!("static {name} of {module} at {address:#x}"), Some(0)),
-            },
-            other => (other.to_string(), None),
-        }
+    /// A root, named (every view's words for a root come from here, in
+    /// the form it needs): for a static, by the data symbol holding the
+    /// word, with the word's offset in that symbol.
+    pub fn name_root(&self, r: &crate::Root) -> RootName {
+        let source = self.heap.root_source(r);
+        let symbol = match &source {
+            RootSource::Static { address, .. } => self.data_symbol_at(*address),
+            _ => None,
+        };
+        RootName { source, symbol }
     }
 }
 

@@ -25,7 +25,7 @@
 
 use crate::address::Address;
 use crate::analysis::{hex, Analysis, PathStep};
-use crate::heap::{BlockId, Root, RootSource, SiteId};
+use crate::heap::{BlockId, SiteId};
 use crate::leaks::LeakKind;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -217,7 +217,7 @@ impl<'h> Analysis<'h> {
             other => other,
         };
         if let Some(r) = root {
-            return self.root_words(r);
+            return self.name_root(r).words();
         }
         if let Some(p) = self.dominators().idom(b) {
             return format!("`{}` {}", self.block_name(p, &mut HashMap::new()), hex(heap.block(p).addr));
@@ -225,23 +225,6 @@ impl<'h> Analysis<'h> {
         match self.leaks().kind[b.index()] {
             LeakKind::DefinitelyLost => "nothing (definitely lost)".into(),
             _ => "several blocks".into(),
-        }
-    }
-
-    /// A root named in a few words: `static cache_head` (`+8` inside it),
-    /// `stack of thread 7 (main)`, `register rbx of thread 7 (main)`.
-    fn root_words(&self, r: &Root) -> String {
-        match self.heap().root_source(r) {
-            RootSource::Static { module, name, address } => match self.data_symbol_at(address) {
-                Some((s, 0)) => format!("static `{s}`"),
-                Some((s, off)) => format!("static `{s}`+{off}"),
-                None => {
-                    let m = module.rsplit('/').next().unwrap_or(&module).to_string();
-                    format!("static data {name} of {m} at {address:#x}")
-                }
-            },
-            RootSource::Stack { tid, thread, .. } => format!("stack of thread {tid} ({thread})"),
-            other => other.to_string(),
         }
     }
 
@@ -258,7 +241,7 @@ impl<'h> Analysis<'h> {
             // A run: steps i..j, each from a node like its target.
             let hop = |k: usize| {
                 k >= 1
-                    && !steps[k].from_root
+                    && !steps[k].from.is_root()
                     && steps[k].site == steps[k - 1].site
                     && steps[k].size == steps[k - 1].size
                     && steps[k].offset == steps[i].offset

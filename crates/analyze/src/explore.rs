@@ -334,11 +334,6 @@ struct Grouped {
 }
 
 impl Analysis<'_> {
-    /// The next node of `b`'s list (the lists of [`crate::chains`]).
-    fn chain_next(&self, b: BlockId) -> Option<BlockId> {
-        self.list_next(b).map(|(n, _)| n)
-    }
-
     /// The children of `p` grouped by site and type, the groups (of one
     /// block or more) largest retained first.
     fn grouped(&self, p: Option<BlockId>) -> Vec<Grouped> {
@@ -381,21 +376,16 @@ impl Analysis<'_> {
         Some(self.short_root_name(r))
     }
 
-    /// `static cache_head`, `thread main, frame handle_request`, `thread
-    /// main, register rbx`.
+    /// `r` in the short form ([`crate::RootName::short`]): `static
+    /// cache_head`, `thread main, frame handle_request`, `thread main,
+    /// register rbx`.
     pub fn short_root_name(&self, r: &crate::Root) -> String {
-        match self.heap().root_source(r) {
-            RootSource::Static { module, name, address } => match self.data_symbol_at(address) {
-                Some((s, 0)) => format!("static {s}"),
-                Some((s, off)) => format!("static {s}+{off:#x}"),
-                None => format!("static data {name} of {}", module.rsplit('/').next().unwrap_or(&module)),
-            },
-            RootSource::Stack { tid, thread, address } => match self.stack_frame(tid, address) {
-                Some(f) => format!("thread {thread}, frame {f}"),
-                None => format!("thread {thread}, stack"),
-            },
-            RootSource::Register { thread, register, .. } => format!("thread {thread}, register {register}"),
-        }
+        let name = self.name_root(r);
+        let frame = match &name.source {
+            RootSource::Stack { tid, address, .. } => self.stack_frame(*tid, *address),
+            _ => None,
+        };
+        name.short(frame.as_deref())
     }
 
     /// The function whose frame holds stack word `addr` of thread `tid`:
@@ -559,7 +549,7 @@ impl Analysis<'_> {
             }
             RowsOf::Payload(a) => {
                 let b = self.block_at(a)?;
-                let next = self.chain_next(b);
+                let next = self.list_next(b).map(|(n, _)| n);
                 let kids: Vec<u32> = self.dominated_by(Some(b)).iter().copied().filter(|&c| Some(BlockId(c)) != next).collect();
                 (hex(heap.block(b).addr), kids.iter().map(|&c| self.node_row(BlockId(c), true, false)).collect())
             }
@@ -574,7 +564,7 @@ impl Analysis<'_> {
                     .skip(offset)
                     .take(n)
                     .map(|m| {
-                        let next = self.chain_next(m);
+                        let next = self.list_next(m).map(|(n, _)| n);
                         let mut r = self.node_row(m, false, false);
                         // A node retains the rest of its list: shown is
                         // what it adds (itself and its payload).

@@ -23,7 +23,7 @@
 //! a list each hold the rest of it): an inner owner is kept only when it
 //! is a distinct part of the outer one's growth.
 
-use crate::analysis::{Analysis, PathStep};
+use crate::analysis::{Analysis, Origin, PathStep};
 use crate::error::{AnalyzeError, Result};
 use crate::heap::{BlockId, RootSource};
 use crate::open::Dump;
@@ -200,7 +200,10 @@ pub fn growth(dumps: &[&Dump], n: usize) -> Result<Growth> {
             let path = heads.first().and_then(|b| newest.path(last.heap().block(*b).addr).ok()).map(|p| p.steps).unwrap_or_default();
             let root = match &owners[k] {
                 Owner::Root(name) => name.clone(),
-                Owner::Block(..) => path.first().filter(|p| p.from_root).map(|p| p.from.clone()).unwrap_or_default(),
+                Owner::Block(..) => match path.first().map(|p| &p.from) {
+                    Some(Origin::Root { name }) => name.clone(),
+                    _ => String::new(),
+                },
             };
             GrowthRow {
                 key,
@@ -269,13 +272,7 @@ fn static_owners(a: &Analysis<'_>) -> Vec<(String, Vec<BlockId>)> {
         }
         // One name per symbol; a word outside every symbol is named by its
         // address (stable across the dumps of one process).
-        let name = names
-            .entry(address)
-            .or_insert_with(|| match a.data_symbol_at(address) {
-                Some((s, _)) => Some(format!("static {s}")),
-                None => Some(a.describe_root(r).0),
-            })
-            .clone();
+        let name = names.entry(address).or_insert_with(|| Some(a.name_root(r).owner())).clone();
         by_target
             .entry(r.target.0)
             .and_modify(|held| {

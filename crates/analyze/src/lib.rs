@@ -55,7 +55,7 @@ pub mod types;
 mod wrappers;
 
 pub use address::Address;
-pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, NoVerdict, PathReport, PathStep, Retainer, SiteTotal};
+pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, NoVerdict, Origin, PathReport, PathStep, Retainer, RootName, SiteTotal};
 pub use chains::{Chain, ListSummary, PathLine};
 pub use contents::DumpContents;
 pub use error::{AnalyzeError, Result};

@@ -7,7 +7,7 @@
 
 use crate::html::human;
 use heapdump_analyze::chains::thousands;
-use heapdump_analyze::{Analysis, BlockId, Chain, PathLine, SiteId};
+use heapdump_analyze::{Analysis, BlockId, Chain, Origin, PathLine, SiteId};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 
@@ -292,11 +292,12 @@ fn around(ex: &Analysis<'_>, addr: u64, o: &GraphOptions, p: &mut Picture) -> st
         p.truncated = true;
     }
     for h in holders {
-        let Some(hb) = h.block else {
-            let r = p.root(&h.from);
+        if let Origin::Root { name } = &h.from {
+            let r = p.root(name);
             p.edge(&r, &cid, format!("+{}", h.offset), false);
             continue;
-        };
+        }
+        let Some(hb) = h.block else { continue };
         let hid = p.block(ex, hb.0, false);
         p.edge(&hid, &cid, format!("+{}", h.offset), false);
         // The holder's path, from its start to the holder.
@@ -308,7 +309,12 @@ fn around(ex: &Analysis<'_>, addr: u64, o: &GraphOptions, p: &mut Picture) -> st
                     let tid = p.block(ex, to.0, false);
                     let from = match prev.take() {
                         Some(f) => f,
-                        None => p.root(&st.from),
+                        // The path's start: a root, or the lost block
+                        // heading the structure, drawn as a root.
+                        None => match &st.from {
+                            Origin::Root { name } => p.root(name),
+                            lost => p.root(&lost.to_string()),
+                        },
                     };
                     if !p.edges.iter().any(|e| e.0 == from && e.1 == tid) {
                         p.edge(&from, &tid, format!("+{}", st.offset), false);

@@ -248,7 +248,7 @@ fn write_suspects(ex: &Analysis<'_>, list: &[heapdump_analyze::suspects::Suspect
         let held = s.held_by.as_deref().map(|h| format!(", held by {}", esc(h))).unwrap_or_default();
         writeln!(out, "<li class=\"suspect {cls}\"><b>{verb} {}</b> ({:.1}% {of}): {}{held}", human(s.bytes), s.share, esc(&s.what))?;
         if let Some(first) = s.path.first() {
-            let mut line = esc(&first.from);
+            let mut line = esc(&first.from.to_string());
             for l in ex.path_lines(&s.path) {
                 match l {
                     heapdump_analyze::PathLine::Step(st) => line.push_str(&format!(" → <code>{}</code>", st.to)),

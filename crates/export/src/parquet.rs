@@ -341,10 +341,10 @@ fn write_roots(ex: &Analysis<'_>, id: &str, w: &mut Writer) -> crate::Result<u64
                 RootKind::Registers => "registers",
                 RootKind::Static => "static",
             });
-            let (n, off) = ex.describe_root(r);
-            name.append_value(n);
+            let n = ex.name_root(r);
+            name.append_value(n.long());
             to.append_value(heap.block(r.target).addr);
-            offset.append_value(off.unwrap_or(r.offset));
+            offset.append_value(n.offset().unwrap_or(r.offset));
         }
         let b = RecordBatch::try_new(
             schema.clone(),
