@@ -68,6 +68,8 @@ pub struct GrowthSite {
     pub site: String,
     /// Bytes of the structure allocated there: newest less oldest.
     pub bytes: i64,
+    /// Its blocks allocated there: newest less oldest.
+    pub blocks: i64,
 }
 
 /// What `growth` answers.
@@ -335,20 +337,25 @@ fn block_owners(analyses: &[Analysis<'_>]) -> Vec<(u64, String, Vec<BlockId>)> {
 /// The sites whose bytes in the structure grew most: its subtrees in the
 /// oldest dump (`old_heads`) against the newest.
 fn sites_adding<'h>(old: &Analysis<'h>, old_heads: &[BlockId], new: &Analysis<'h>, new_heads: &[BlockId]) -> Vec<GrowthSite> {
-    let mut delta: HashMap<String, i64> = HashMap::new();
+    let mut delta: HashMap<String, (i64, i64)> = HashMap::new();
     for (a, heads, sign) in [(old, old_heads, -1i64), (new, new_heads, 1)] {
-        let mut by_site: HashMap<crate::heap::SiteId, u64> = HashMap::new();
+        let mut by_site: HashMap<crate::heap::SiteId, (u64, u64)> = HashMap::new();
         let mut stack: Vec<BlockId> = heads.to_vec();
         while let Some(b) = stack.pop() {
             let blk = a.heap().block(b);
-            *by_site.entry(blk.site).or_default() += blk.size;
+            let e = by_site.entry(blk.site).or_default();
+            e.0 += blk.size;
+            e.1 += 1;
             stack.extend(a.dominated_by(Some(b)).iter().map(|&c| BlockId(c)));
         }
-        for (site, bytes) in by_site {
-            *delta.entry(a.site_label(site)).or_default() += sign * bytes as i64;
+        for (site, (bytes, blocks)) in by_site {
+            let e = delta.entry(a.site_label(site)).or_default();
+            e.0 += sign * bytes as i64;
+            e.1 += sign * blocks as i64;
         }
     }
-    let mut out: Vec<GrowthSite> = delta.into_iter().filter(|(_, b)| *b > 0).map(|(site, bytes)| GrowthSite { site, bytes }).collect();
+    let mut out: Vec<GrowthSite> =
+        delta.into_iter().filter(|(_, b)| b.0 > 0).map(|(site, (bytes, blocks))| GrowthSite { site, bytes, blocks }).collect();
     out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
     out.truncate(SITES);
     out

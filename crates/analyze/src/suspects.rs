@@ -9,7 +9,8 @@
 //!   row below holds most of it (MAT's accumulation point: the table
 //!   rather than the struct holding it);
 //! - the lost groups: the largest definitely (or possibly) lost groups;
-//! - what grew since a baseline: the sites adding the most bytes.
+//! - what grew since a baseline: the sites adding the most bytes; or,
+//!   across a series of dumps, the structure growing most steadily.
 //!
 //! Each comes with the block to open, its path from a root and the sites
 //! adding the most bytes under it.
@@ -18,6 +19,7 @@ use crate::address::Address;
 use crate::analysis::{Analysis, PathStep};
 use crate::explore::{RowKind, RowOrder, RowsOf, TreeRow};
 use crate::group::Diff;
+use crate::growth::Growth;
 use crate::heap::{BlockId, SiteId};
 use crate::leaks::LeakKind;
 use serde::Serialize;
@@ -98,6 +100,35 @@ impl Analysis<'_> {
             out.extend(self.grown(d));
         }
         out
+    }
+
+    /// The structure that grows most steadily across a series of dumps
+    /// (`growth`'s first row; this analysis is of the newest dump), as a
+    /// suspect of kind `grew`: the bytes it gained from the first dump to
+    /// the last, as a share of what the whole heap gained (at most 100),
+    /// its head to open and the sites adding to it.
+    pub fn grows(&self, g: &Growth) -> Option<Suspect> {
+        let r = g.rows.first()?;
+        let (first, last) = (r.bytes.first().copied().unwrap_or(0), r.bytes.last().copied().unwrap_or(0));
+        let net = last.saturating_sub(first);
+        let heap_net = g.live.last().copied().unwrap_or(0).saturating_sub(g.live.first().copied().unwrap_or(0));
+        let blocks = r.blocks.last().copied().unwrap_or(0).saturating_sub(r.blocks.first().copied().unwrap_or(0));
+        Some(Suspect {
+            kind: SuspectKind::Grew,
+            what: format!("{}, growing at {} of {} steps over {} dumps", r.key, r.steps_grown, r.steps, r.bytes.len()),
+            held_by: (!r.root.is_empty()).then(|| r.root.clone()),
+            bytes: net,
+            share: net as f64 * 100.0 / heap_net.max(net).max(1) as f64,
+            blocks,
+            address: r.path.last().map(|s| s.to),
+            path: r.path.clone(),
+            sites: r
+                .sites
+                .iter()
+                .take(EACH)
+                .map(|s| SuspectSite { site: s.site.clone(), blocks: s.blocks.max(0) as u64, bytes: s.bytes.max(0) as u64 })
+                .collect(),
+        })
     }
 
     fn retaining(&self, total: u64) -> Vec<Suspect> {

@@ -354,6 +354,9 @@ enum Command {
         /// An older dump of the same program: the viewer adds the growth since then.
         #[arg(long)]
         baseline: Option<PathBuf>,
+        /// Older dumps of the same process, oldest first: the Growth tab shows the structures that grow across them and DUMP, the last point.
+        #[arg(long, num_args = 1.., value_name = "DUMP", conflicts_with = "baseline")]
+        series: Vec<PathBuf>,
         /// Port to listen on (0: any free one; the address is printed).
         #[arg(long, default_value_t = 0)]
         port: u16,
@@ -479,7 +482,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             write_atomically(&output, |w| heapdump_export::write_html(&ex, diff.as_ref(), w))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { dump, baseline, port } => crate::serve::serve(&dump, baseline.as_deref(), port),
+        Command::Serve { dump, baseline, series, port } => crate::serve::serve(&dump, baseline.as_deref(), &series, port),
         Command::Demo => demo(),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();

@@ -56,10 +56,33 @@ const SEND: Duration = Duration::from_secs(10);
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 256 * 1024;
 
-/// Serves `dump` until the process is stopped.
-pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::process::ExitCode> {
+/// The most structures of a series the Growth tab can show (worked out
+/// once, at the start).
+const SERIES_ROWS: usize = 100;
+
+/// Serves `dump` until the process is stopped; with `series` (older dumps
+/// of the same process, oldest first), the growth across them and `dump`,
+/// the last point (a series ending with `dump` itself takes it once).
+pub fn serve(dump: &Path, baseline: Option<&Path>, series: &[std::path::PathBuf], port: u16) -> Result<std::process::ExitCode> {
     let loaded = views::load(dump)?;
     let base = baseline.map(views::load).transpose()?;
+    let growth = if series.is_empty() {
+        None
+    } else {
+        let same = |p: &Path| p == dump || std::fs::canonicalize(p).ok().zip(std::fs::canonicalize(dump).ok()).is_some_and(|(a, b)| a == b);
+        let older = match series.split_last() {
+            Some((last, rest)) if same(last) => rest,
+            _ => series,
+        };
+        // The older dumps are needed only for this, and let go after it.
+        let older = older.iter().map(|p| views::load(p)).collect::<Result<Vec<_>>>()?;
+        let mut dumps: Vec<&heapdump_analyze::Dump> = older.iter().map(|l| &**l).collect();
+        dumps.push(&loaded);
+        let g = heapdump_analyze::growth(&dumps, SERIES_ROWS)?;
+        let mut names: Vec<String> = older.iter().map(|l| l.path().display().to_string()).collect();
+        names.push(dump.display().to_string());
+        Some(Series { dumps: names, growth: g })
+    };
     // Kept at once, and waited for: the viewer runs on (no writer left
     // unreaped).
     loaded.settle();
@@ -77,6 +100,7 @@ pub fn serve(dump: &Path, baseline: Option<&Path>, port: u16) -> Result<std::pro
         a: &a,
         file,
         diff: diff.as_ref(),
+        series: growth.as_ref(),
         token: &token,
         port,
         name: dump.display().to_string(),
@@ -328,11 +352,22 @@ struct Site<'a, 'h> {
     a: &'a Analysis<'h>,
     file: &'a DumpFile,
     diff: Option<&'a Diff>,
+    /// The growth across a series of dumps (`--series`).
+    series: Option<&'a Series>,
     token: &'a str,
     port: u16,
     name: String,
     /// The first screen's suspects, worked out once.
     suspects: std::cell::OnceCell<Vec<Suspect>>,
+}
+
+/// `/api/growth`'s answer: `growth --json`'s rows and what the command's
+/// text says above them, with the dumps' names, oldest first.
+#[derive(serde::Serialize)]
+struct Series {
+    dumps: Vec<String>,
+    #[serde(flatten)]
+    growth: heapdump_analyze::Growth,
 }
 
 /// An answer, before it becomes HTTP.
@@ -489,7 +524,12 @@ impl Site<'_, '_> {
                 Reply::json(&a.blocks_of(by, q.require("key")?, q.number("offset", 0)?, n))
             }
             "/api/pointers" => Reply::json(&a.pointer_page(address(q.require("address")?)?, q.number("offset", 0)?, n)?),
-            "/api/suspects" => Reply::json(self.suspects.get_or_init(|| a.suspects(self.diff))),
+            "/api/suspects" => Reply::json(self.suspects.get_or_init(|| {
+                // Across a series, the growing structure comes first: it is
+                // what the series was given for.
+                let grows = self.series.and_then(|s| a.grows(&s.growth));
+                grows.into_iter().chain(a.suspects(self.diff)).collect()
+            })),
             "/api/path" => Reply::json(&a.path(address(q.require("address")?)?)?.steps),
             // `path --all`'s answer; with `offset`, its rows from there on.
             "/api/holders" => {
@@ -497,6 +537,24 @@ impl Site<'_, '_> {
                 let mut rows = a.holders(address(q.require("address")?)?, offset.saturating_add(n))?.1;
                 Reply::json(&rows.split_off(offset.min(rows.len())))
             }
+            // The rows from `offset`, at most `n` of them.
+            "/api/growth" => match self.series {
+                Some(s) => {
+                    let offset = q.number("offset", 0)?.min(s.growth.rows.len());
+                    let rows = &s.growth.rows[offset..(offset + n).min(s.growth.rows.len())];
+                    let g = &s.growth;
+                    let g = heapdump_analyze::Growth {
+                        pid: g.pid,
+                        exe: g.exe.clone(),
+                        span_ns: g.span_ns,
+                        live: g.live.clone(),
+                        rows: rows.to_vec(),
+                        growing: g.growing,
+                    };
+                    Reply::json(&Series { dumps: s.dumps.clone(), growth: g })
+                }
+                None => Reply::error(404, "no series: start the viewer with --series OLDER.DUMP..."),
+            },
             "/api/diff" => match self.diff {
                 Some(d) => Reply::json(d),
                 None => Reply::error(404, "no baseline: start the viewer with --baseline OLD"),
@@ -511,6 +569,7 @@ impl Site<'_, '_> {
             .replace("{{TOKEN}}", self.token)
             .replace("{{DUMP}}", &html_escape(&self.name))
             .replace("{{BASELINE}}", if self.diff.is_some() { "1" } else { "0" })
+            .replace("{{SERIES}}", if self.series.is_some() { "1" } else { "0" })
     }
 }
 

@@ -5,6 +5,7 @@
 
 const TOKEN = document.querySelector('meta[name=heapdump-token]').content;
 const HAS_BASELINE = document.querySelector('meta[name=heapdump-baseline]').content === '1';
+const HAS_SERIES = document.querySelector('meta[name=heapdump-series]').content === '1';
 const PAGE = 50;
 const POINTER_PAGE = 1000;
 let TOTAL_BYTES = 1;
@@ -346,8 +347,79 @@ async function showFlame(view) {
 
 // --- growth ----------------------------------------------------------------------
 
+// A small chart of a structure's bytes in each dump, oldest first: one
+// point a dump, heights from zero to the largest, each point titled with
+// its dump and bytes.
+const SVG = 'http://www.w3.org/2000/svg';
+function sparkline(bytes, names) {
+  const w = 160, h = 40, pad = 4;
+  const max = Math.max(1, ...bytes);
+  const x = i => pad + (bytes.length < 2 ? 0 : i * (w - 2 * pad) / (bytes.length - 1));
+  const y = b => h - pad - b * (h - 2 * pad) / max;
+  const svg = document.createElementNS(SVG, 'svg');
+  for (const [k, v] of [['class', 'spark'], ['width', w], ['height', h], ['viewBox', `0 0 ${w} ${h}`], ['role', 'img']]) svg.setAttribute(k, v);
+  svg.setAttribute('aria-label', `bytes in each dump: ${bytes.map(human).join(', ')}`);
+  const base = document.createElementNS(SVG, 'line');
+  for (const [k, v] of [['x1', pad], ['x2', w - pad], ['y1', h - pad], ['y2', h - pad], ['class', 'axis']]) base.setAttribute(k, v);
+  const line = document.createElementNS(SVG, 'polyline');
+  line.setAttribute('points', bytes.map((b, i) => `${x(i).toFixed(1)},${y(b).toFixed(1)}`).join(' '));
+  svg.append(base, line);
+  bytes.forEach((b, i) => {
+    const c = document.createElementNS(SVG, 'circle');
+    for (const [k, v] of [['cx', x(i).toFixed(1)], ['cy', y(b).toFixed(1)], ['r', 2.5], ['data-bytes', String(b)]]) c.setAttribute(k, v);
+    const t = document.createElementNS(SVG, 'title');
+    t.textContent = `${names[i] || `dump ${i + 1}`}: ${human(b)}`;
+    c.append(t);
+    svg.append(c);
+  });
+  return svg;
+}
+
+function duration(ns) {
+  const s = ns / 1e9;
+  if (s < 1) return `${(ns / 1e6).toFixed(0)} ms`;
+  if (s < 120) return `${s.toFixed(1)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+// Across a series (--series): the structures that grow, most steadily
+// first, each with its chart, root, path in the newest dump and the sites
+// adding to it.
+async function showSeries(view) {
+  const g = await api('/api/growth', { n: 100 });
+  view.append(el('p', { id: 'series-facts' },
+    `${g.dumps.length} dumps of process ${g.pid} (${g.exe}) over ${duration(g.span_ns)}; live bytes `, sparkline(g.live, g.dumps),
+    ` ${g.live.map(human).join(' → ')}`));
+  if (g.rows.length === 0) {
+    view.append(el('p', { class: 'note', text: 'Nothing grows: no structure held more at half the steps or more and kept what it gained.' }));
+    return;
+  }
+  const shown = g.growing > g.rows.length ? ` (${g.rows.length} shown)` : '';
+  view.append(el('h2', { text: `${g.growing.toLocaleString('en-US')} structure${g.growing === 1 ? ' grows' : 's grow'}${shown}` }));
+  const box = el('div', { id: 'growing' });
+  for (const r of g.rows) {
+    const first = r.bytes[0], last = r.bytes[r.bytes.length - 1];
+    const card = el('section', { class: 'growing', 'data-key': r.key, 'data-bytes': JSON.stringify(r.bytes) });
+    const perHour = g.span_ns > 0 ? ` · ${signed(r.per_hour, human)} per hour` : '';
+    card.append(el('div', { class: 'chart' }, sparkline(r.bytes, g.dumps)),
+      el('div', { class: 'body' },
+        el('h3', {}, el('span', { class: 'what' }, ...named(r.key))),
+        el('p', { class: 'facts-line', text: `${human(first)} → ${human(last)} · ${signed(r.per_step, human)} per step${perHour} · grew at ${r.steps_grown} of ${r.steps} steps · ${r.blocks[r.blocks.length - 1].toLocaleString('en-US')} blocks now` }),
+        r.root && r.root !== r.key ? el('p', { class: 'facts-line', text: `held by ${r.root}` }) : null,
+        r.path.length ? el('div', { class: 'sub', text: 'How it is reached (newest dump)' }) : null,
+        r.path.length ? pathList(r.path) : null,
+        r.sites.length ? el('div', { class: 'sub', text: 'Added at' }) : null,
+        r.sites.length ? table(['bytes added', 'blocks added', 'site'],
+          r.sites.map(x => [[signed(x.bytes, human), x.bytes], [signed(x.blocks, n => n.toLocaleString('en-US')), x.blocks], x.site]), 'sites') : null));
+    box.append(card);
+  }
+  view.append(box);
+}
+
 async function showGrowth(view) {
-  if (!HAS_BASELINE) { view.append(el('p', { text: 'No baseline: start the viewer with --baseline OLD.DUMP to see the growth.' })); return; }
+  if (HAS_SERIES) return showSeries(view);
+  if (!HAS_BASELINE) { view.append(el('p', { text: 'No baseline: start the viewer with --baseline OLD.DUMP or --series OLDER.DUMP... to see the growth.' })); return; }
   const d = await api('/api/diff');
   view.append(el('p', { text: `live bytes: ${human(d.old_bytes)} → ${human(d.new_bytes)} (${signed(d.new_bytes - d.old_bytes, human)}); ${d.new.blocks.toLocaleString('en-US')} new blocks (${human(d.new.bytes)}), ${d.gone.blocks.toLocaleString('en-US')} gone (${human(d.gone.bytes)})` }));
   for (const [title, rows, cls] of [['Growth by site', d.by_site, 'growth-by-site'], ['Growth by type', d.by_type, 'growth-by-type']]) {
@@ -471,7 +543,7 @@ async function route() {
   view.dataset.ready = 'true';
 }
 
-document.getElementById('growth-tab').hidden = !HAS_BASELINE;
+document.getElementById('growth-tab').hidden = !HAS_BASELINE && !HAS_SERIES;
 document.getElementById('search-form').addEventListener('submit', e => {
   e.preventDefault();
   const q = document.getElementById('search').value.trim();

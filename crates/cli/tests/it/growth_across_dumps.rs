@@ -6,7 +6,7 @@ use crate::common::*;
 use std::path::PathBuf;
 
 /// The service's four dumps, oldest first (run prints them in order).
-fn service_dumps(d: &Scratch) -> Vec<PathBuf> {
+pub(crate) fn service_dumps(d: &Scratch) -> Vec<PathBuf> {
     let prog = compile(d, "growing_service.c", &["-O1", "-g"]);
     let out = d.path("svc.hdump");
     let (o, dumps) = run_traced(&out, &prog, &[out.to_str().unwrap()], &["--no-at-exit"]);

@@ -472,3 +472,123 @@ fn what_grew_since_the_baseline_is_a_suspect() {
     let h = std::fs::read_to_string(&html).unwrap();
     assert!(h.contains("<b>grew by 75.0 KiB</b> (100.0% of the growth)"), "the report's suspects");
 }
+
+/// `serve DUMP --series ...` that must be refused before it serves: the
+/// exit code and stderr (killed, and the test failed, if it serves).
+fn serve_refused(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+    let mut child = heapdump().arg("serve").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve {args:?} served instead of refusing");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// Across a series (tests/c/growing_service.c's four dumps, `serve NEWEST
+/// --series OLDER...`): `/api/growth` is `growth --json`'s rows, the
+/// growing cache is the first suspect, and in headless Chromium the
+/// Growth tab shows `static cache_head` first with a chart of its four
+/// dumps rising, never the stable table, and its path opens its block.
+/// A series of another process, out of order, or with `--baseline` is
+/// refused in one line.
+#[test]
+fn the_viewer_shows_the_structures_growing_across_a_series() {
+    let d = Scratch::new("viewer-series");
+    let dumps = crate::growth_across_dumps::service_dumps(&d);
+    let os = |p: &std::path::PathBuf| p.to_str().unwrap().to_string();
+    let older: Vec<String> = dumps[..3].iter().map(os).collect();
+    let mut args: Vec<&str> = vec!["--series"];
+    args.extend(older.iter().map(String::as_str));
+    let v = Viewer::start(&dumps[3], &args);
+
+    // The route: growth's rows over the three older dumps and the newest.
+    let mut cmd: Vec<&std::ffi::OsStr> = vec!["growth".as_ref(), "--json".as_ref(), "-n".as_ref(), "100".as_ref()];
+    cmd.extend(dumps.iter().map(|p| p.as_os_str()));
+    let want = json(&cmd);
+    let g = v.json("/api/growth", "n=100");
+    assert_eq!(g["rows"], want, "the viewer's rows are growth's");
+    assert_eq!(g["dumps"].as_array().unwrap().len(), 4, "the newest dump is the last point: {}", g["dumps"]);
+    assert_eq!(g["rows"][0]["key"], "static cache_head");
+    assert_eq!(v.json("/api/growth", "n=1")["rows"], serde_json::json!([want[0]]), "paged by n");
+    assert_eq!(v.get("/api/diff", "").0, 404, "a series is not a baseline");
+    // The first suspect: the growing cache, with its head to open.
+    let s = v.json("/api/suspects", "");
+    let first = &s[0];
+    assert_eq!(first["kind"], "grew", "{first}");
+    assert!(first["what"].as_str().unwrap().starts_with("static cache_head, growing at 3 of 3 steps"), "{first}");
+    let cache = &want[0];
+    let gained = cache["bytes"][3].as_u64().unwrap() - cache["bytes"][0].as_u64().unwrap();
+    assert_eq!(first["bytes"].as_u64(), Some(gained), "{first}");
+    assert!(first["sites"].as_array().unwrap().iter().all(|x| x["site"].as_str().unwrap().starts_with("cache_put")), "{first}");
+    let head = first["address"].as_str().unwrap();
+    assert_eq!(v.json("/api/block", &format!("address={head}"))["site"].as_str().map(|x| x.starts_with("cache_put")), Some(true));
+
+    // A series ending with the served dump itself takes it once.
+    {
+        let mut args = args.clone();
+        let newest = os(&dumps[3]);
+        args.push(&newest);
+        let v2 = Viewer::start(&dumps[3], &args);
+        assert_eq!(v2.json("/api/growth", "n=100")["rows"], want);
+    }
+
+    // In headless Chromium.
+    let chromium = std::process::Command::new("sh").arg("-c").arg("command -v chromium").output().unwrap();
+    let chromium = ok(&chromium).trim().to_string();
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
+    let profile = d.path("profile");
+    let r = node_json(
+        &d,
+        "puppeteer-core",
+        include_str!("viewer_series.js"),
+        &[chromium.as_ref(), v.url().as_ref(), profile.as_os_str(), shots.as_os_str()],
+    );
+    assert_eq!(r["errors"], serde_json::json!([]), "the page ran without errors");
+    assert_eq!(r["growthTabHidden"], false);
+    assert_eq!(r["suspects"][0]["kind"], "grew");
+    assert!(r["suspects"][0]["text"].as_str().unwrap().contains("cache_head"), "{}", r["suspects"][0]);
+    let rows = r["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), want.as_array().unwrap().len(), "one card a growing structure");
+    let top = &rows[0];
+    assert_eq!(top["key"], "static cache_head", "the cache first");
+    let points = top["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "a point a dump: {top}");
+    let ys: Vec<f64> = points.iter().map(|p| p["cy"].as_f64().unwrap()).collect();
+    assert!(ys.windows(2).all(|w| w[1] < w[0]), "the chart rises (y goes up the page): {ys:?}");
+    let bytes: Vec<u64> = points.iter().map(|p| p["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(serde_json::json!(bytes), cache["bytes"]);
+    assert!(points[3]["title"].as_str().unwrap().ends_with("KiB"), "{}", points[3]);
+    let text = top["text"].as_str().unwrap();
+    assert!(text.contains("grew at 3 of 3 steps") && text.contains("per hour") && text.contains("KiB"), "{text}");
+    assert!(!top["pathLinks"].as_array().unwrap().is_empty() && !top["sites"].as_array().unwrap().is_empty(), "{top}");
+    assert!(top["sites"][0][2].as_str().unwrap().starts_with("cache_put"), "{top}");
+    for row in rows {
+        let all = row.to_string();
+        assert!(!all.contains("table") && !all.contains("build_table") && !all.contains("churn"), "only growth: {row}");
+    }
+    // The path's last link: the cache's head in the newest dump.
+    let block = &r["block"];
+    assert!(block["heading"].as_str().unwrap().starts_with("Block 0x"), "{block}");
+    assert!(block["hash"].as_str().unwrap().starts_with("#block=0x"), "{block}");
+    assert!(shots.join("growth-series.png").exists());
+    drop(v);
+
+    // Refused before serving, in one line.
+    let (code, err) = serve_refused(&[dumps[1].as_os_str(), "--series".as_ref(), dumps[2].as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("oldest first") && err.trim_end().lines().count() == 1, "{err}");
+    let other = demo_dump(&d);
+    let (code, err) = serve_refused(&[dumps[3].as_os_str(), "--series".as_ref(), other.as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("one process") && err.trim_end().lines().count() == 1, "{err}");
+    let (code, err) =
+        serve_refused(&[dumps[3].as_os_str(), "--baseline".as_ref(), dumps[0].as_os_str(), "--series".as_ref(), dumps[1].as_os_str()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--series") && err.contains("--baseline"), "{err}");
+}
