@@ -46,9 +46,9 @@ mod writer;
 pub use dense::{Allocs, DenseAlloc, Entries, FirstWord, Link, Links};
 pub use error::{Error, WriteError};
 pub use items::{Fixed, Items, ItemsIter, Packed};
-pub use reader::{ends_with_trailer, Contents as ContentsRef, Dump, Pointers, Record, Records, Site, WithContents, Words};
+pub use reader::{ends_with_trailer, Contents as ContentsRef, Dump, Pointers, Record, Records, Site, SiteTotals, WithContents, Words};
 pub use types::{
-    Alloc, Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, Segment, SignalInfo, Static, Thread, Trailer,
+    Alloc, Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, Segment, SignalInfo, SiteTotal, Static, Thread, Trailer,
 };
 pub use writer::{Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, NoPointers, Sink, Writer, MIN_BUFFER};
 

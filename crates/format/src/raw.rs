@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"HDUMP\0\r\n";
 /// Major version: bumped on any change that an older reader would misread.
 pub const MAJOR: u16 = 1;
 /// Minor version: bumped when a record type is added (old readers skip it).
-pub const MINOR: u16 = 4;
+pub const MINOR: u16 = 5;
 /// PROCESS flags (byte 1, since 1.3): captured from outside the process
 /// (`heapdump attach`, `heapdump core`): no sites, and each allocation's
 /// size is the allocator's usable size, not the size asked for.
@@ -51,6 +51,9 @@ pub mod tag {
     /// The allocator whose heap the dump read, and its version (since
     /// 1.4).
     pub const ALLOCATOR: u32 = 0x0C;
+    /// Per-site totals since start and each site at the recorded peak
+    /// (since 1.5).
+    pub const SITE_TOTALS: u32 = 0x0D;
 }
 
 /// Fixed part of a PROCESS payload.
@@ -75,6 +78,10 @@ pub const LIMIT_SIZE: usize = 24;
 pub const ALLOCATOR_MAX: usize = 256;
 /// Size of the HISTORY payload.
 pub const HISTORY_SIZE: usize = 24;
+/// Fixed part of a SITE_TOTALS payload.
+pub const SITE_TOTALS_FIXED: usize = 24;
+/// Size of one SITE_TOTALS row.
+pub const SITE_TOTAL_SIZE: usize = 48;
 /// Size of the END payload.
 pub const END_SIZE: usize = 72;
 /// Size of one (offset, value) pointer entry in compact contents.

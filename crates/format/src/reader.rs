@@ -12,7 +12,9 @@ use crate::dense::{self, Allocs};
 use crate::error::Error;
 use crate::items::Packed;
 use crate::raw::{self, tag};
-use crate::types::{Alloc, Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, SignalInfo, Static, Thread, Trailer};
+use crate::types::{
+    Alloc, Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, SignalInfo, SiteTotal, Static, Thread, Trailer,
+};
 
 /// A little-endian cursor over a byte slice that knows its file offset.
 #[derive(Clone, Copy)]
@@ -217,6 +219,9 @@ pub enum Record<'a> {
     /// ALLOCATOR (since 1.4): the allocator whose heap the dump read, and
     /// its version (`jemalloc 5.3.0`).
     Allocator(&'a [u8]),
+    /// SITE_TOTALS (since 1.5): per-site totals since start and each site
+    /// at the recorded peak.
+    SiteTotals(SiteTotals<'a>),
     /// The verified trailer.
     End(Trailer),
     /// A record this reader does not know (from a newer minor version).
@@ -243,6 +248,35 @@ impl<R> core::ops::Deref for WithContents<'_, R> {
     type Target = R;
     fn deref(&self) -> &R {
         &self.record
+    }
+}
+
+/// The SITE_TOTALS record (since 1.5).
+#[derive(Clone, Copy, Debug)]
+pub struct SiteTotals<'a> {
+    /// The live bytes of the recorded peak (0: none was recorded).
+    pub peak_bytes: u64,
+    /// When it was recorded, ns since the epoch (0: none).
+    pub peak_time_ns: u64,
+    rows: &'a [u8],
+}
+
+impl<'a> SiteTotals<'a> {
+    /// The rows, in the record's order (a padding row, site `u32::MAX`,
+    /// is left out).
+    pub fn rows(&self) -> impl Iterator<Item = SiteTotal> + 'a {
+        self.rows.chunks_exact(raw::SITE_TOTAL_SIZE).filter_map(|b| {
+            let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+            let site = u32::from_le_bytes(b[0..4].try_into().unwrap_or_default());
+            (site != 0 && site != u32::MAX).then(|| SiteTotal {
+                site,
+                allocations: w(8),
+                bytes: w(16),
+                temporary: w(24),
+                peak_count: w(32),
+                peak_bytes: w(40),
+            })
+        })
     }
 }
 
@@ -437,6 +471,18 @@ impl<'a> Records<'a> {
                 Record::Allocator(payload)
             }
             tag::LIMIT => Record::Limit(limit(p)?),
+            tag::SITE_TOTALS => {
+                let fixed = raw::SITE_TOTALS_FIXED;
+                if payload.len() < fixed {
+                    return Err(Error::Malformed { offset, what: "SITE_TOTALS record too short" });
+                }
+                let word = |i: usize| u64::from_le_bytes(payload[i..i + 8].try_into().unwrap_or_default());
+                let count = u32::from_le_bytes(payload[16..20].try_into().unwrap_or_default());
+                if payload[20..24] != [0; 4] || (payload.len() - fixed) != count as usize * raw::SITE_TOTAL_SIZE {
+                    return Err(Error::Malformed { offset, what: "SITE_TOTALS record of the wrong length" });
+                }
+                Record::SiteTotals(SiteTotals { peak_bytes: word(0), peak_time_ns: word(8), rows: &payload[fixed..] })
+            }
             tag::HISTORY => {
                 let mut p = p;
                 let h = History {

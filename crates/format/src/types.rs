@@ -374,6 +374,24 @@ impl LimitInfo {
     }
 }
 
+/// One site's row of the SITE_TOTALS record (since 1.5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteTotal {
+    /// The site (not 0).
+    pub site: u32,
+    /// Allocations made there since start.
+    pub allocations: u64,
+    /// Bytes allocated there since start.
+    pub bytes: u64,
+    /// Of those allocations, the ones freed before their thread's next
+    /// allocation (heaptrack's temporaries).
+    pub temporary: u64,
+    /// Its live blocks at the recorded peak.
+    pub peak_count: u64,
+    /// Its live bytes at the recorded peak.
+    pub peak_bytes: u64,
+}
+
 /// What the HISTORY record says: the heap's history since the program
 /// started, as the tracker counted it (since 1.2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

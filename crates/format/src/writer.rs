@@ -10,7 +10,7 @@ use crate::dense::{self, Link};
 use crate::error::WriteError;
 use crate::items::Items;
 use crate::raw::{self, tag};
-use crate::types::{Alloc, Header, History, LimitInfo, Mode, Module, Process, Segment, SignalInfo, Static, Thread, Trailer};
+use crate::types::{Alloc, Header, History, LimitInfo, Mode, Module, Process, Segment, SignalInfo, SiteTotal, Static, Thread, Trailer};
 
 /// Where dump bytes go.
 ///
@@ -238,6 +238,52 @@ impl<'b, S: Sink> Writer<'b, S> {
         b[8..16].copy_from_slice(&h.total_allocations.to_le_bytes());
         b[16..24].copy_from_slice(&h.total_bytes.to_le_bytes());
         self.put(&b)?;
+        self.end()
+    }
+
+    /// Writes the SITE_TOTALS record (since 1.5): the recorded peak's live
+    /// bytes and time (0, 0: none recorded), then `count` rows, which
+    /// `rows` hands to its argument one by one (exactly `count` of them).
+    pub fn site_totals(
+        &mut self,
+        peak_bytes: u64,
+        peak_time_ns: u64,
+        count: u32,
+        rows: impl FnOnce(&mut dyn FnMut(&SiteTotal) -> Result<(), WriteError>),
+    ) -> Result<(), WriteError> {
+        self.begin(tag::SITE_TOTALS, (raw::SITE_TOTALS_FIXED + count as usize * raw::SITE_TOTAL_SIZE) as u64)?;
+        let mut h = [0u8; raw::SITE_TOTALS_FIXED];
+        h[0..8].copy_from_slice(&peak_bytes.to_le_bytes());
+        h[8..16].copy_from_slice(&peak_time_ns.to_le_bytes());
+        h[16..20].copy_from_slice(&count.to_le_bytes());
+        self.put(&h)?;
+        let mut res = Ok(());
+        let mut n = 0u32;
+        rows(&mut |r: &SiteTotal| {
+            if res.is_err() || n == count {
+                return res;
+            }
+            n += 1;
+            let mut b = [0u8; raw::SITE_TOTAL_SIZE];
+            b[0..4].copy_from_slice(&r.site.to_le_bytes());
+            b[8..16].copy_from_slice(&r.allocations.to_le_bytes());
+            b[16..24].copy_from_slice(&r.bytes.to_le_bytes());
+            b[24..32].copy_from_slice(&r.temporary.to_le_bytes());
+            b[32..40].copy_from_slice(&r.peak_count.to_le_bytes());
+            b[40..48].copy_from_slice(&r.peak_bytes.to_le_bytes());
+            res = self.put(&b);
+            res
+        });
+        res?;
+        // Fewer rows than announced (the counts moved between the two
+        // passes): padding rows of a site that cannot exist keep the length;
+        // readers leave them out.
+        while n < count {
+            let mut b = [0u8; raw::SITE_TOTAL_SIZE];
+            b[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+            self.put(&b)?;
+            n += 1;
+        }
         self.end()
     }
 
