@@ -51,6 +51,7 @@ mod summary;
 pub mod suppress;
 pub mod suspects;
 pub mod symbols;
+pub mod totals;
 pub mod types;
 mod wrappers;
 

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 /// The version line: the tool's, and the dump format it writes and reads
 /// (a test checks the numbers against `heapdump_format::raw`).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.4; reads 1.0 to 1.4)");
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.5; reads 1.0 to 1.5)");
 
 /// Heap dumps of native programs, and what they mean.
 #[derive(Parser, Debug)]
@@ -237,6 +237,14 @@ enum Command {
         /// allocation wrappers (xmalloc, g_malloc, PyMem_*, …).
         #[arg(long, value_name = "REGEX")]
         skip: Option<String>,
+        /// The sites as they stood when the live heap last set its peak
+        /// (nothing of them need be live now).
+        #[arg(long, conflicts_with_all = ["by", "tree", "allocated"])]
+        peak: bool,
+        /// Allocations and bytes since the program started, by site, with
+        /// the temporaries (blocks freed before their thread's next allocation).
+        #[arg(long, conflicts_with_all = ["by", "tree"])]
+        allocated: bool,
         /// Print one JSON document.
         #[arg(long)]
         json: bool,
@@ -421,7 +429,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Attach { pid, mode, output } => outside(Outside::Attach(pid), mode, output),
         Command::Core { core, exe, mode, output } => outside(Outside::Core(core, exe), mode, output),
         Command::Summary { dump, json } => summary(&dump, json),
-        Command::Top { dump, by, n, depth, tree, skip, json } => {
+        Command::Top { dump, by, n, depth, tree, skip, peak, allocated, json } => {
             let by = match by {
                 By::Site => GroupBy::Site,
                 By::Type => GroupBy::Type,
@@ -434,6 +442,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 ),
                 None => None,
             };
+            if peak || allocated {
+                return views::top_totals(&dump, peak, n, depth.map_or(1, |d| d as usize), skip, json);
+            }
             if tree {
                 return views::top_tree(&dump, n, depth.map_or(16, |d| d as usize), skip, json).map(|_| ExitCode::SUCCESS);
             }

@@ -156,6 +156,60 @@ pub fn top(path: &Path, by: GroupBy, n: usize, depth: usize, skip: Option<regex:
     Ok(())
 }
 
+/// `top --peak` and `top --allocated`: the sites as the runtime counted
+/// them at the recorded peak, or since the start (the SITE_TOTALS record).
+pub fn top_totals(
+    path: &Path,
+    peak: bool,
+    n: usize,
+    depth: usize,
+    skip: Option<regex::Regex>,
+    json: bool,
+) -> Result<std::process::ExitCode> {
+    use std::process::ExitCode;
+    let loaded = load(path)?;
+    let a = session(&loaded);
+    let Some(t) = heapdump_analyze::totals::totals(a.file())? else {
+        eprintln!("heapdump: {}: {}", path.display(), heapdump_analyze::totals::NO_TOTALS);
+        return Ok(ExitCode::FAILURE);
+    };
+    a.name_sites(depth, skip);
+    let mut label = |s: u32| a.site_label(heapdump_analyze::SiteId(s));
+    let out = &mut std::io::stdout().lock();
+    if peak {
+        let mut rows = heapdump_analyze::totals::at_peak(&t, &mut label);
+        rows.truncate(n);
+        if json {
+            output::json(&rows)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        let mut tb = Table::new(&[">bytes", ">%", ">allocations", "site (at the peak)"]);
+        let total = t.peak_bytes.max(1) as f64;
+        for r in &rows {
+            tb.row(vec![
+                output::bytes(r.bytes),
+                format!("{:.1}", r.bytes as f64 * 100.0 / total),
+                r.allocations.to_string(),
+                r.key.clone(),
+            ]);
+        }
+        tb.print(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows = heapdump_analyze::totals::allocated(&t, &mut label);
+    rows.truncate(n);
+    if json {
+        output::json(&rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut tb = Table::new(&[">bytes", ">allocations", ">temporary", "site (since the start)"]);
+    for r in &rows {
+        tb.row(vec![output::bytes(r.bytes), r.allocations.to_string(), r.temporary.to_string(), r.key.clone()]);
+    }
+    tb.print(out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `top --tree`: the caller tree, roots (allocating functions) largest
 /// first, callers indented below; callers under 0.5% of the heap folded.
 pub fn top_tree(path: &Path, n: usize, depth: usize, skip: Option<regex::Regex>, json: bool) -> Result<()> {
@@ -543,7 +597,24 @@ pub fn diff(old: &Path, new: &Path, json: bool) -> Result<()> {
 pub fn summary_suspects(out: &mut impl Write, path: &Path) -> Result<()> {
     let loaded = load(path)?;
     let a = session(&loaded);
-    write_suspects(out, &a, &a.suspects(None))?;
+    let list = a.suspects(None);
+    write_peak(out, &a)?;
+    write_suspects(out, &a, &list)?;
+    Ok(())
+}
+
+/// `summary`'s line on the recorded peak (when the dump has one): when,
+/// how much, and its three biggest sites.
+fn write_peak(out: &mut impl Write, a: &Analysis<'_>) -> Result<()> {
+    let Some(t) = heapdump_analyze::totals::totals(a.file())? else { return Ok(()) };
+    if t.peak_time_ns == 0 {
+        return Ok(());
+    }
+    let taken = a.file().dump()?.header().time_ns;
+    let before = taken.saturating_sub(t.peak_time_ns) as f64 / 1e9;
+    let rows = heapdump_analyze::totals::at_peak(&t, &mut |s| a.site_label(heapdump_analyze::SiteId(s)));
+    let top: Vec<String> = rows.iter().take(3).map(|r| format!("{} {}", output::bytes(r.bytes), r.key)).collect();
+    writeln!(out, "peak recorded {before:.1} s before the dump, {} live: {}", output::bytes(t.peak_bytes), top.join(", "))?;
     Ok(())
 }
 
