@@ -30,6 +30,7 @@ const puppeteer = require('puppeteer-core');
       kind: s.dataset.kind, bytes: Number(s.dataset.bytes), text: s.textContent,
     })));
     out.growthTabHidden = await page.evaluate(() => document.getElementById('growth-tab').hidden);
+    await page.screenshot({ path: `${shots}/series-suspects.png` });
 
     // The Growth tab.
     await page.click('#tabs a[data-view=growth]');
