@@ -557,8 +557,8 @@ fn spans(mem: &dyn Memory, f: &Found) -> Result<Vec<Span>> {
         return Err(problem(f.root, Problem::BadSpan { why: "the page map has more leaves than an address space" }));
     }
     let leaf_len = (1u64 << LEAF_BITS) * 8;
-    // Span address: (first page seen, last, count).
-    let mut seen: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+    // Page: the span its entry names.
+    let mut entries: HashMap<u64, u64> = HashMap::new();
     for &(i1, leaf) in &f.leaves {
         let bad = || problem(leaf, Problem::BadSpan { why: "a page-map leaf is not mapped" });
         if leaf % 8 != 0 || mem.map_of(leaf).is_none_or(|m| leaf + leaf_len > m.end) {
@@ -571,16 +571,12 @@ fn spans(mem: &dyn Memory, f: &Found) -> Result<Vec<Span>> {
                 if s == 0 {
                     continue;
                 }
-                let page = (i1 << LEAF_BITS) | ((a - leaf) / 8 + k as u64);
-                let e = seen.entry(s).or_insert((page, page, 0));
-                e.0 = e.0.min(page);
-                e.1 = e.1.max(page);
-                e.2 += 1;
+                entries.insert((i1 << LEAF_BITS) | ((a - leaf) / 8 + k as u64), s);
             }
         }
     }
     // The spans' descriptors, read by runs.
-    let mut ptrs: Vec<u64> = seen.keys().copied().collect();
+    let mut ptrs: Vec<u64> = entries.values().copied().collect::<HashSet<u64>>().into_iter().collect();
     ptrs.sort_unstable();
     let mut out = Vec::with_capacity(ptrs.len());
     let mut i = 0;
@@ -606,11 +602,14 @@ fn spans(mem: &dyn Memory, f: &Found) -> Result<Vec<Span>> {
                 class: (bits >> 16) & 0xff,
                 location: (bits >> 24) & 3,
             };
-            let (lo, hi, count) = seen[&p];
-            let end = s.start.checked_add(s.len).ok_or(bad("its length runs past the address space"))?;
-            if p % 8 != 0 || s.len == 0 || end > 1 << (48 - PAGE_SHIFT) || lo < s.start || hi >= end || count > s.len {
-                return Err(bad("the pages pointing to it are not its pages"));
-            }
+            // A descriptor is the span its first and last pages name: other
+            // entries naming it are stale (tcmalloc rewrites only a span's
+            // ends when spans merge, and reuses freed descriptors).
+            let names = |page: u64| entries.get(&page) == Some(&p);
+            let end = match s.start.checked_add(s.len) {
+                Some(e) if s.len > 0 && e <= 1 << (48 - PAGE_SHIFT) && names(s.start) && names(e - 1) => e,
+                _ => continue,
+            };
             if s.location == 3 {
                 return Err(bad("its location is none of tcmalloc's"));
             }
@@ -618,7 +617,7 @@ fn spans(mem: &dyn Memory, f: &Found) -> Result<Vec<Span>> {
                 if s.class as usize >= f.sizes.len() || s.len != f.pages[s.class as usize] {
                     return Err(bad("its size class is not one of the table's, or not its pages"));
                 }
-                if count != s.len {
+                if !(s.start..end).all(names) {
                     return Err(bad("a page of a small span does not point to it"));
                 }
             }
