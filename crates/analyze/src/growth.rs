@@ -199,7 +199,15 @@ pub fn growth(dumps: &[&Dump], n: usize) -> Result<Growth> {
                 Owner::Block(addr, label) => format!("{label} block at {addr:#x}"),
             };
             let heads = &s[steps].2;
-            let path = heads.first().and_then(|b| newest.path(last.heap().block(*b).addr).ok()).map(|p| p.steps).unwrap_or_default();
+            // A static's structure is reached from that static (the
+            // shortest path may start at a stack slot holding the same head).
+            let from_static = match (&owners[k], heads.first()) {
+                (Owner::Root(name), Some(&b)) => static_step(newest, name, b).map(|s| vec![s]),
+                _ => None,
+            };
+            let path = from_static
+                .or_else(|| heads.first().and_then(|b| newest.path(last.heap().block(*b).addr).ok()).map(|p| p.steps))
+                .unwrap_or_default();
             let root = match &owners[k] {
                 Owner::Root(name) => name.clone(),
                 Owner::Block(..) => match path.first().map(|p| &p.from) {
@@ -296,6 +304,25 @@ fn static_owners(a: &Analysis<'_>) -> Vec<(String, Vec<BlockId>)> {
     }
     out.sort();
     out
+}
+
+/// The pointer from the static named `owner` to `head`, as a path's step.
+fn static_step(a: &Analysis<'_>, owner: &str, head: BlockId) -> Option<PathStep> {
+    let heap = a.heap();
+    let r = heap
+        .roots
+        .iter()
+        .find(|r| r.target == head && matches!(heap.root_source(r), RootSource::Static { .. }) && a.name_root(r).owner() == owner)?;
+    let n = a.name_root(r);
+    let b = heap.block(head);
+    Some(PathStep {
+        from: Origin::Root { name: n.long() },
+        to: crate::Address(b.addr),
+        offset: n.offset().unwrap_or(r.offset),
+        interior: r.interior,
+        size: b.size,
+        site: a.site_label(b.site),
+    })
 }
 
 /// Blocks of the newest dump that hold the most and are in every dump at
