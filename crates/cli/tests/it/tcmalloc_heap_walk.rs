@@ -2,8 +2,10 @@
 //! read from outside: `attach` (both modes) and `core` of the suite's
 //! programs run with libtcmalloc_minimal preloaded give valgrind's leak
 //! classes of the same program with glibc's malloc (libstdc++ loaded as
-//! the library loads it), with bytes within tcmalloc's size classes; the
-//! program goes on and exits 0; a damaged heap is refused in one line.
+//! the library loads it), with bytes within tcmalloc's size classes (after
+//! churn that merges spans, the lost blocks as lost, not which class of
+//! lost: tcmalloc's metadata is read as roots); the program goes on and
+//! exits 0; a damaged heap is refused in one line.
 
 use crate::common::*;
 use crate::valgrind::ours;
@@ -68,7 +70,21 @@ fn attach_and_core_read_a_preloaded_tcmalloc_as_valgrind_reads_glibc() {
     if !installed() {
         return;
     }
-    for source in ["leaks.c", "leaks_tree.c", "chain.c", "threads.c"] {
+    for source in ["leaks.c", "leaks_tree.c", "chain.c", "threads.c", "tcmalloc_merge.c"] {
+        // After churn, freed span descriptors in tcmalloc's metadata (read
+        // as roots) still point into blocks carved from merged spans: the
+        // lost blocks are found, but as possibly lost.
+        let merged = source == "tcmalloc_merge.c";
+        let same = |ours: [(u64, u64); 4], vg: [(u64, u64); 4], what: &str| {
+            if merged {
+                let lost = |c: [(u64, u64); 4]| (c[0].0 + c[1].0 + c[2].0, c[0].1 + c[1].1 + c[2].1);
+                let o = [lost(ours), (0, 0), (0, 0), ours[3]];
+                let v = [lost(vg), (0, 0), (0, 0), vg[3]];
+                same_classes_tcmalloc(o, v, what)
+            } else {
+                same_classes_tcmalloc(ours, vg, what)
+            }
+        };
         let d = Scratch::new("tcmalloc");
         let prog = program(&d, source);
         let expected = valgrind_with_libstdcxx(&prog);
@@ -78,7 +94,7 @@ fn attach_and_core_read_a_preloaded_tcmalloc_as_valgrind_reads_glibc() {
             let o = heapdump().args(["attach", &p.pid.to_string(), "--mode", mode, "-o"]).arg(&out).output().unwrap();
             let line = ok(&o);
             assert!(line.contains("spans of tcmalloc 2.10"), "{source}: {line}");
-            same_classes_tcmalloc(ours(&out), expected, &format!("{source}, attach --mode {mode}"));
+            same(ours(&out), expected, &format!("{source}, attach --mode {mode}"));
             let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
             assert_eq!(s["allocator"].as_str(), Some("tcmalloc 2.10"), "{source}");
         }
@@ -89,7 +105,7 @@ fn attach_and_core_read_a_preloaded_tcmalloc_as_valgrind_reads_glibc() {
         let out = d.path("core.hdump");
         let o = heapdump().arg("core").arg(&core).arg("--exe").arg(&prog).arg("-o").arg(&out).output().unwrap();
         ok(&o);
-        same_classes_tcmalloc(ours(&out), expected, &format!("{source}, gcore then core"));
+        same(ours(&out), expected, &format!("{source}, gcore then core"));
         // The program goes on and ends well.
         let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
         let status = p.child.wait().unwrap();
