@@ -2,7 +2,7 @@
 """How long `heapdump attach` holds a program, per allocator (issue 40):
 benches/c/dense_mapped.c builds N dense nodes of 48 bytes (two pointers each
 to earlier nodes) with glibc's malloc, and the same program with Debian's
-libjemalloc2 preloaded, and Debian's libtcmalloc-minimal4; each round attaches to the same stopped process.
+libjemalloc2, then libmimalloc2.0, preloaded, and Debian's libtcmalloc-minimal4; each round attaches to the same stopped process.
 Prints the median hold (the report line's "held X ms"), heapdump's median
 peak resident memory (/usr/bin/time) and the blocks and bytes it read.
 
@@ -10,7 +10,7 @@ peak resident memory (/usr/bin/time) and the blocks and bytes it read.
 """
 import argparse, os, re, statistics, subprocess, sys, tempfile
 
-ALLOCATORS = [("glibc", {}), ("jemalloc", {"LD_PRELOAD": "libjemalloc.so.2"}), ("tcmalloc", {"LD_PRELOAD": "libtcmalloc_minimal.so.4"})]
+ALLOCATORS = [("glibc", {}), ("jemalloc", {"LD_PRELOAD": "libjemalloc.so.2"}), ("mimalloc", {"LD_PRELOAD": "libmimalloc.so.2"}), ("tcmalloc", {"LD_PRELOAD": "libtcmalloc_minimal.so.4"})]
 
 def attach(heapdump, pid, tmp):
     out = os.path.join(tmp, "a.hdump")

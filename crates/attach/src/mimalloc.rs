@@ -368,7 +368,7 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
             return Err(sb("its info slices do not hold its slices"));
         }
         let end = s + nslices * SLICE;
-        let sl = Region::read(mem, s + SEG_SLICE0, s + SEG_SLICE0 + entries * PAGE).map_err(|_| sb("its slices are not readable"))?;
+        let sl = Region::read(mem, s + SEG_SLICE0, s + SEG_SLICE0 + (entries + 1) * PAGE).map_err(|_| sb("its slices are not readable"))?;
         let mut used_pages = 0u64;
         let mut i = 0u64;
         while i < entries {
@@ -378,6 +378,20 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
             let count = u32_at(P_COUNT);
             if count == 0 || u32_at(P_OFFSET) != 0 || (i + count > entries && !(kind == 1 && i + count <= nslices)) {
                 return Err(bad(at, Problem::BadSegment { why: "its spans of slices do not tile it" }));
+            }
+            // A span's last slice points back to its first (mimalloc sets
+            // it on every span, free or used): the slices' stride, 80
+            // bytes, is the release build's (a secure build's pages are
+            // 96 bytes).
+            // (A huge segment's one span runs past its slices: its last
+            // slice is then the extra one after them.)
+            let last = (i + count - 1).min(entries);
+            if last > i {
+                let back =
+                    sl.slice(s + SEG_SLICE0 + last * PAGE + P_OFFSET, 4).map(|b| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+                if back != Some((last - i) * PAGE) {
+                    return Err(bad(at, Problem::BadSegment { why: "a span's last slice does not point back to its first" }));
+                }
             }
             let xbs = u32_at(P_BLOCK_SIZE);
             let capacity = u16_at(P_CAPACITY);

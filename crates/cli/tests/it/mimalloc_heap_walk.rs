@@ -80,6 +80,18 @@ fn a_damaged_mimalloc_heap_is_refused_in_one_line() {
     }
     let d = Scratch::new("mi-damaged");
     let prog = program(&d, "mimalloc_damage.c");
+    // Undamaged: the 63 small blocks and the huge one (its own segment,
+    // whose one span runs past the segment's slices).
+    let mut cmd = Command::new(&prog);
+    cmd.arg("none").env("LD_PRELOAD", LIB);
+    let mut p = Stopped::start(cmd);
+    let out = d.path("none.hdump");
+    ok(&heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap());
+    let b = blocks(&out);
+    assert_eq!(b.iter().filter(|&&(_, s)| s == 48).count(), 63, "{b:?}");
+    assert_eq!(b.iter().filter(|&&(_, s)| s >= 40 << 20).count(), 1, "{b:?}");
+    let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
+    assert_eq!(p.child.wait().unwrap().code(), Some(0));
     for (how, says) in [("loop", "free list loops"), ("cookie", "does not carry its cookie")] {
         let mut cmd = Command::new(&prog);
         cmd.arg(how).env("LD_PRELOAD", LIB);
