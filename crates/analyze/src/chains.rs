@@ -24,7 +24,7 @@
 //! ```
 
 use crate::address::Address;
-use crate::analysis::{hex, Analysis, PathStep};
+use crate::analysis::{hex, Analysis, Origin, PathStep};
 use crate::heap::{BlockId, SiteId};
 use crate::leaks::LeakKind;
 use serde::Serialize;
@@ -229,23 +229,25 @@ impl<'h> Analysis<'h> {
     }
 
     /// `steps` (a path's) as lines to show: runs of hops through the nodes
-    /// of one list (each step from a node to the next: same site, same
-    /// size, the pointer at the same offset) become one line when they are
-    /// three hops or more, keeping the run's last hop, so a path to the
-    /// 40,000th node of a list reads root, first node, "39,998 hops", last
-    /// node.
+    /// of one list (each step from a node to its next node as
+    /// [`Analysis::list_next`] says, the pointer at the same offset) become
+    /// one line when they are three hops or more, keeping the run's last
+    /// hop, so a path to the 40,000th node of a list reads root, first
+    /// node, "39,998 hops", last node.
     pub fn path_lines<'p>(&self, steps: &'p [PathStep]) -> Vec<PathLine<'p>> {
+        let heap = self.heap();
         let mut out = Vec::new();
         let mut i = 0;
         while i < steps.len() {
-            // A run: steps i..j, each from a node like its target.
+            // A run: steps i..j, each from a list's node to its next node
+            // (the one rule, `list_next`, that `retained` and the viewer
+            // ask), the pointer at the same offset.
             let hop = |k: usize| {
                 k >= 1
-                    && !steps[k].from.is_root()
-                    && steps[k].site == steps[k - 1].site
-                    && steps[k].size == steps[k - 1].size
+                    && matches!(steps[k].from, Origin::Block(_))
                     && steps[k].offset == steps[i].offset
                     && steps[k].interior == steps[i].interior
+                    && heap.find_start(steps[k - 1].to.0).and_then(|b| self.list_next(b)).map(|(n, _)| n) == heap.find_start(steps[k].to.0)
             };
             let mut j = i;
             while j < steps.len() && hop(j) {
