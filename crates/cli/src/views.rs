@@ -173,6 +173,10 @@ pub fn top_totals(
         eprintln!("heapdump: {}: {}", path.display(), heapdump_analyze::totals::NO_TOTALS);
         return Ok(ExitCode::FAILURE);
     };
+    if peak && t.peak_time_ns == 0 {
+        eprintln!("heapdump: {}: {}", path.display(), heapdump_analyze::totals::NO_PEAK);
+        return Ok(ExitCode::FAILURE);
+    }
     a.name_sites(depth, skip);
     let mut label = |s: u32| a.site_label(heapdump_analyze::SiteId(s));
     let out = &mut std::io::stdout().lock();

@@ -67,6 +67,11 @@ pub struct Config {
     /// program that cannot have its allocations wait on the kernel
     /// compacting memory).
     pub thp: bool,
+    /// Whether each site's live bytes are kept for the peak
+    /// (`HEAPDUMP_PEAK`, `0` by default; `1` with every site: a free then
+    /// reads its block's site, which costs about 6% on the Rust workload,
+    /// see BENCHMARKS.md). Totals since start are kept either way.
+    pub peak: bool,
 }
 
 impl Config {
@@ -92,6 +97,7 @@ impl Config {
             cached_unwinder: true,
             shadow: true,
             thp: true,
+            peak: false,
         }
     }
 
@@ -183,6 +189,9 @@ impl Config {
         }
         if let Some(b) = either(c"HEAPDUMP_THP", b"1", b"0", b"expected 1 or 0") {
             c.thp = b;
+        }
+        if let Some(b) = either(c"HEAPDUMP_PEAK", b"1", b"0", b"expected 1 or 0") {
+            c.peak = b;
         }
         if let Some(v) = var(c"HEAPDUMP_MAX_FRAMES") {
             match parse_u64(v) {

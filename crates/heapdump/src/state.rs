@@ -89,6 +89,9 @@ pub(crate) fn init_slow() {
             }
             if c.backtrace == crate::config::Backtrace::All {
                 STATE.table.every_block_has_a_site();
+                if c.peak {
+                    STATE.table.keep_sites_at_peak();
+                }
             }
             STATE.table.give_back_stripes();
             if let Ok(p) = crate::sys::reserve(FAILURE_ROOM) {

@@ -357,6 +357,7 @@ fn write_records(
         })
     };
     site_err?;
+    write_site_totals(&mut w, &src)?;
     // Allocations, in address order: a compact dump of many shares their
     // scan with a second thread (see `assist`), a chunk of blocks at a time.
     let all = index.as_slice();
@@ -536,6 +537,36 @@ fn write_anon_roots(w: &mut Writer<'_, PipeSink>, scanner: &mut Scanner<'_>, map
         });
     });
     anon_err
+}
+
+/// The SITE_TOTALS record: per-site totals since start and each site at
+/// the recorded peak, when every allocation had a site (sampled sites'
+/// counts would be a sample's; without sites there is nothing to count).
+fn write_site_totals(w: &mut Writer<'_, PipeSink>, src: &Sources<'_>) -> Result<(), DumpError> {
+    if src.config.backtrace != crate::config::Backtrace::All {
+        return Ok(());
+    }
+    let Some((peak, peak_ns)) = src.table.recorded_peak() else { return Ok(()) };
+    let mut count = 0u32;
+    // SAFETY: the world is stopped (or we are the forked child).
+    unsafe { src.table.for_each_site_row(|_| count = count.saturating_add(1)) };
+    w.site_totals(peak, peak_ns, count, |put| {
+        // SAFETY: as above; the second pass finds the rows of the first
+        // (the counts were already moved out of the caches).
+        unsafe {
+            src.table.for_each_site_row(|r| {
+                let _ = put(&heapdump_format::SiteTotal {
+                    site: r.site,
+                    allocations: r.allocs,
+                    bytes: r.bytes,
+                    temporary: r.temps,
+                    peak_count: r.peak_count,
+                    peak_bytes: r.peak_bytes,
+                });
+            })
+        }
+    })?;
+    Ok(())
 }
 
 /// The PROCESS record: the executable, the command line, how sites were

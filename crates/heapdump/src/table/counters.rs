@@ -5,6 +5,7 @@
 //! bytes.
 
 use crate::sys;
+use crate::table::site_totals::{SiteRow, SiteTotals};
 use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// One thread's counters, on a cache line of their own. Live bytes are
@@ -17,6 +18,12 @@ struct Stripe {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     flushed: AtomicU64,
+    /// The thread's last allocation (address, site), and the address of
+    /// the free that took it before the next allocation (0: none): a
+    /// temporary (heaptrack's definition). On the same line as the counts.
+    last_addr: AtomicU64,
+    last_site: AtomicU64,
+    last_freed: AtomicU64,
 }
 
 impl Stripe {
@@ -27,6 +34,9 @@ impl Stripe {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
+            last_addr: AtomicU64::new(0),
+            last_site: AtomicU64::new(0),
+            last_freed: AtomicU64::new(0),
         }
     }
 }
@@ -96,6 +106,8 @@ pub struct Counters {
     live: AtomicI64,
     /// Highest `live` seen.
     peak: AtomicU64,
+    /// Per-site totals and the sites at the peak.
+    sites: SiteTotals,
 }
 
 impl Counters {
@@ -107,6 +119,7 @@ impl Counters {
             free_stripes: [const { AtomicU64::new(0) }; STRIPES / 64],
             live: AtomicI64::new(0),
             peak: AtomicU64::new(0),
+            sites: SiteTotals::new(),
         }
     }
 
@@ -198,22 +211,49 @@ impl Counters {
     pub fn current_stripe(&self) -> usize {
         usize::from(self.stripe())
     }
-    /// Counts an allocation; returns the global live bytes when this
-    /// thread's share was just added to them, else 0.
+    /// Counts an allocation of `size` bytes at `addr` (and at `site`, 0
+    /// for none); returns the global live bytes when this thread's share
+    /// was just added to them, else 0.
     #[inline]
-    pub fn count_alloc(&self, size: u64) -> u64 {
+    pub fn count_alloc(&self, size: u64, site: u32, addr: u64) -> u64 {
         let k = self.stripe() as usize;
         let s = &self.stripes[k];
         bump(k, &s.allocs, 1);
         bump(k, &s.bytes_in, size);
+        if k != SHARED {
+            // The last allocation was freed before this one: a temporary.
+            // (A handler allocating between these stores and the free's
+            // makes the free's address disagree: no count, never a wrong one.)
+            let last = s.last_addr.load(Ordering::Relaxed);
+            if s.last_freed.load(Ordering::Relaxed) == last && last != 0 {
+                let ls = s.last_site.load(Ordering::Relaxed) as u32;
+                if ls != 0 {
+                    self.sites.temporary(k, SHARED, ls);
+                }
+            }
+            s.last_addr.store(addr, Ordering::Relaxed);
+            s.last_site.store(u64::from(site), Ordering::Relaxed);
+            s.last_freed.store(0, Ordering::Relaxed);
+        }
+        if site != 0 {
+            self.sites.alloc(k, k == SHARED, SHARED, site, size);
+        }
         self.maybe_flush(s)
     }
+    /// Counts a free of `size` bytes at `addr`, allocated at `site` (0:
+    /// unknown).
     #[inline]
-    pub fn count_free(&self, size: u64) {
+    pub fn count_free(&self, size: u64, site: u32, addr: u64) {
         let k = self.stripe() as usize;
         let s = &self.stripes[k];
         bump(k, &s.frees, 1);
         bump(k, &s.bytes_out, size);
+        if s.last_addr.load(Ordering::Relaxed) == addr && k != SHARED {
+            s.last_freed.store(addr, Ordering::Relaxed);
+        }
+        if site != 0 {
+            self.sites.free(k, k == SHARED, SHARED, site, size);
+        }
         self.maybe_flush(s);
     }
     #[inline]
@@ -236,8 +276,51 @@ impl Counters {
         let live = self.live.fetch_add(d, Ordering::Relaxed).wrapping_add(d).max(0) as u64;
         if live > self.peak.load(Ordering::Relaxed) {
             self.peak.fetch_max(live, Ordering::Relaxed);
+            self.sites.maybe_peak(live, self.stripes_used(), sys::realtime_ns);
         }
         live
+    }
+    /// Whether frees count per site, for the peak.
+    #[inline(always)]
+    pub fn peak_on(&self) -> bool {
+        self.sites.peak_on()
+    }
+    /// Keeps each site's live bytes for the peak.
+    pub fn keep_sites_at_peak(&self) {
+        self.sites.keep_sites_at_peak();
+    }
+    /// How many owned stripes were ever handed out (their caches are the
+    /// ones in use).
+    fn stripes_used(&self) -> usize {
+        self.next_stripe.load(Ordering::Relaxed).min(SHARED)
+    }
+    /// The recorded peak (live bytes, ns since the epoch), when sites were counted.
+    pub fn recorded_peak(&self) -> Option<(u64, u64)> {
+        self.sites.recorded_peak()
+    }
+    /// Calls `f` with each site's totals and peak row; temporaries whose
+    /// thread has not allocated since are counted first.
+    ///
+    /// # Safety
+    /// Only with the world stopped or in a forked child.
+    pub unsafe fn for_each_site_row(&self, f: impl FnMut(SiteRow)) {
+        if !self.sites.counted() {
+            return;
+        }
+        let used = self.stripes_used();
+        for (k, s) in self.stripes[..used].iter().enumerate() {
+            let last = s.last_addr.load(Ordering::Relaxed);
+            if last != 0 && s.last_freed.load(Ordering::Relaxed) == last {
+                let ls = s.last_site.load(Ordering::Relaxed) as u32;
+                if ls != 0 {
+                    self.sites.temporary(k, SHARED, ls);
+                }
+                // Counted once: the thread's next allocation finds no match.
+                s.last_freed.store(u64::MAX, Ordering::Relaxed);
+            }
+        }
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.sites.for_each_row(used, f) }
     }
     pub fn sums(&self) -> [u64; 4] {
         let mut t = [0u64; 4];

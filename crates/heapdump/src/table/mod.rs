@@ -64,6 +64,7 @@
 pub(crate) mod counters;
 pub(crate) mod overflow;
 pub(crate) mod shadow;
+pub(crate) mod site_totals;
 pub(crate) mod slots;
 
 pub use crate::entry::Entry;
@@ -139,6 +140,12 @@ impl Table {
         self.slots.every_block_has_a_site();
     }
 
+    /// Keeps each site's live bytes for the peak: a free reads its
+    /// block's site (called before the first block is recorded).
+    pub fn keep_sites_at_peak(&self) {
+        self.counters.keep_sites_at_peak();
+    }
+
     /// Keeps small blocks in buckets rather than the shadow (called before
     /// the first is recorded).
     pub fn use_buckets(&self) {
@@ -180,9 +187,9 @@ impl Table {
     fn fill(&self, p: Place, e: &Entry, in_use: bool) -> u64 {
         let old = self.slots.fill(p, e, in_use);
         if old != 0 {
-            self.counters.count_free(slot_size(old));
+            self.counters.count_free(slot_size(old), 0, e.addr);
         }
-        self.counters.count_alloc(e.size)
+        self.counters.count_alloc(e.size, counted_site(e), e.addr)
     }
 
     /// Records a new allocation. Returns the live bytes after it when they
@@ -236,10 +243,10 @@ impl Table {
         };
         match r {
             Ok(None) => {}
-            Ok(Some(old)) => self.counters.count_free(old.size),
+            Ok(Some(old)) => self.counters.count_free(old.size, counted_site(&old), old.addr),
             Err(NoRoom) => return self.untracked_one(),
         }
-        self.counters.count_alloc(e.size)
+        self.counters.count_alloc(e.size, counted_site(e), e.addr)
     }
 
     #[cold]
@@ -292,7 +299,8 @@ impl Table {
         // not wait for the slot's line to arrive. (They are equal: a Rust
         // deallocation passes the layout the block was allocated or
         // reallocated with.)
-        self.counters.count_free(layout.0);
+        let site = if self.counters.peak_on() { self.slots.site_of(p, addr, v) } else { 0 };
+        self.counters.count_free(layout.0, site, addr);
         Some((p, v))
     }
 
@@ -310,7 +318,8 @@ impl Table {
     fn take_counted(&self, p: Place, addr: u64) -> u16 {
         let v = self.slots.take(p, addr);
         if v != 0 {
-            self.counters.count_free(slot_size(v));
+            let site = if self.counters.peak_on() { self.slots.site_of(p, addr, v) } else { 0 };
+            self.counters.count_free(slot_size(v), site, addr);
         }
         v
     }
@@ -342,7 +351,7 @@ impl Table {
             let mut shard = self.overflow[shard_index(addr)].lock();
             shard.remove(addr)
         }?;
-        self.counters.count_free(e.size);
+        self.counters.count_free(e.size, counted_site(&e), addr);
         Some(e)
     }
 
@@ -401,6 +410,22 @@ impl Table {
     pub fn history(&self) -> (u64, u64, u64) {
         let [allocs, _, bytes_in, bytes_out] = self.counters.sums();
         (allocs, bytes_in, self.counters.peak().max(bytes_in.wrapping_sub(bytes_out)))
+    }
+
+    /// The recorded peak (live bytes, ns since the epoch), when sites were
+    /// counted (see [`crate::table::site_totals`]).
+    pub fn recorded_peak(&self) -> Option<(u64, u64)> {
+        self.counters.recorded_peak()
+    }
+
+    /// Calls `f` with each site's totals since start and its live blocks
+    /// and bytes at the recorded peak.
+    ///
+    /// # Safety
+    /// As for [`Table::for_each_small_unlocked`].
+    pub unsafe fn for_each_site_row(&self, f: impl FnMut(site_totals::SiteRow)) {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.counters.for_each_site_row(f) }
     }
 
     /// Visits the entries of the overflow table, in no particular order.
@@ -566,5 +591,16 @@ mod tests {
         assert_eq!(t.remove(0x1234_5670, None), None);
         assert_eq!(t.remove(0x1234_5670, Some((8, 3))), None);
         assert_eq!(t.totals().live_count, live.len() as u64);
+    }
+}
+
+/// The site an entry's counts go to: none for a sampled site (its counts
+/// would be a sample's).
+#[inline(always)]
+fn counted_site(e: &Entry) -> u32 {
+    if e.sampled {
+        0
+    } else {
+        e.site
     }
 }

@@ -404,6 +404,17 @@ impl Slots {
             Place::Bucket(k, j) => self.slot(k, j),
         }
     }
+    /// The site of the block at `p` for `addr`, whose slot held `v` (not
+    /// 0), for its counts: 0 when it has none or a sampled one.
+    #[inline(always)]
+    pub fn site_of(&self, p: Place, addr: u64, v: u16) -> u32 {
+        let e = self.decode(p, addr, v);
+        if e.sampled {
+            0
+        } else {
+            e.site
+        }
+    }
     /// The entry at `p` for `addr`, whose slot holds `v` (not 0).
     #[inline]
     pub fn decode(&self, p: Place, addr: u64, v: u16) -> Entry {
