@@ -26,6 +26,7 @@ mod mimalloc_heap_walk;
 mod musl_heap_walk;
 mod near_limit_dumps;
 mod parquet_tables;
+mod peak_and_totals;
 mod preload_tracing;
 mod real_programs_match_valgrind;
 mod report_channel;
