@@ -57,14 +57,19 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
             std::thread::sleep(std::time::Duration::from_millis(1));
             continue;
         }
-        // (jemalloc's, mimalloc's and musl's locks are not read: their walks check
+        // mimalloc takes no lock on its pages: held when no thread is
+        // stopped in its code.
+        if mimalloc::find(&p)?.is_some() {
+            if tries >= 50 || mimalloc::settled(&p, p.threads()?.iter().map(|t| t.regs[16])) {
+                break (p, held);
+            }
+            drop(p);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
+        }
+        // (jemalloc's and musl's locks are not read: their walks check
         // what they read.)
-        if tries >= 50
-            || jemalloc::find(&p)?.is_some()
-            || mimalloc::find(&p)?.is_some()
-            || musl::find(&p)?.is_some()
-            || glibc::locked_arenas(&p)? == 0
-        {
+        if tries >= 50 || jemalloc::find(&p)?.is_some() || musl::find(&p)?.is_some() || glibc::locked_arenas(&p)? == 0 {
             break (p, held);
         }
         drop(p);

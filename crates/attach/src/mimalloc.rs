@@ -197,6 +197,16 @@ pub fn find(mem: &dyn Memory) -> Result<Option<Found>> {
     }
 }
 
+/// Whether no thread is stopped inside mimalloc's code (`rips`: the
+/// threads' instruction pointers): a thread stopped in `malloc` or `free`
+/// may have a page's list and its count half updated (mimalloc takes no
+/// lock on its own pages), and the walk would refuse the heap as damaged.
+pub fn settled(mem: &dyn Memory, rips: impl IntoIterator<Item = u64>) -> bool {
+    let code: Vec<(u64, u64)> =
+        mem.maps().iter().filter(|m| m.exec && file_name(m).starts_with("libmimalloc")).map(|m| (m.start, m.end)).collect();
+    rips.into_iter().all(|ip| !code.iter().any(|&(a, b)| (a..b).contains(&ip)))
+}
+
 /// Whether `at` has a heap's shape: its page queues' block sizes are
 /// mimalloc's bins (8, 8, 16, 24, 32, …, and the huge and full queues'
 /// `MI_MEDIUM_OBJ_WSIZE_MAX + 1` and `+ 2` words).
