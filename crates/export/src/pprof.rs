@@ -197,11 +197,19 @@ impl Strings {
 pub fn profile(ex: &Analysis<'_>) -> Profile {
     let heap = ex.heap();
     let mut s = Strings::new();
+    // What the runtime counted since the start, when the dump has it
+    // (SITE_TOTALS): Go's heap profiles' alloc_objects and alloc_space
+    // come first, as theirs do.
+    let totals = heapdump_analyze::totals::totals(ex.file()).ok().flatten();
+    let mut sample_type = Vec::new();
+    if totals.is_some() {
+        sample_type.push(ValueType { r#type: s.id("alloc_objects"), unit: s.id("count") });
+        sample_type.push(ValueType { r#type: s.id("alloc_space"), unit: s.id("bytes") });
+    }
+    sample_type.push(ValueType { r#type: s.id("inuse_objects"), unit: s.id("count") });
+    sample_type.push(ValueType { r#type: s.id("inuse_space"), unit: s.id("bytes") });
     let mut p = Profile {
-        sample_type: vec![
-            ValueType { r#type: s.id("inuse_objects"), unit: s.id("count") },
-            ValueType { r#type: s.id("inuse_space"), unit: s.id("bytes") },
-        ],
+        sample_type,
         // A string index: the type pprof opens on, bytes (as Go's heap
         // profiles, whose last type, the default, is inuse_space).
         default_sample_type: 0,
@@ -244,8 +252,23 @@ pub fn profile(ex: &Analysis<'_>) -> Profile {
     // Whole numbers that add up to the totals they estimate.
     let counts = heapdump_analyze::round_keeping_sum(&sites.iter().map(|t| t.count).collect::<Vec<_>>());
     let byte_counts = heapdump_analyze::round_keeping_sum(&sites.iter().map(|t| t.bytes).collect::<Vec<_>>());
-    for (t, (count, bytes)) in sites.into_iter().zip(counts.into_iter().zip(byte_counts)) {
-        let (site, ty) = (t.site, t.ty);
+    let mut samples: Vec<(heapdump_analyze::SiteId, Option<String>, u64, u64)> =
+        sites.into_iter().zip(counts.into_iter().zip(byte_counts)).map(|(t, (count, bytes))| (t.site, t.ty, count, bytes)).collect();
+    // Each site's totals go on its first sample; a site with none live
+    // gets a sample of its own (nothing in use).
+    let mut allocated: HashMap<u32, (u64, u64)> = HashMap::new();
+    if let Some(t) = &totals {
+        for r in &t.rows {
+            let e = allocated.entry(r.site).or_default();
+            e.0 += r.allocations;
+            e.1 += r.bytes;
+        }
+        let live: std::collections::HashSet<u32> = samples.iter().map(|x| x.0 .0).collect();
+        let mut gone: Vec<u32> = allocated.keys().copied().filter(|k| !live.contains(k)).collect();
+        gone.sort_unstable();
+        samples.extend(gone.into_iter().map(|k| (heapdump_analyze::SiteId(k), None, 0, 0)));
+    }
+    for (site, ty, count, bytes) in samples {
         let mut loc_ids = Vec::new();
         // The stack `top` names the site by (`Analysis::stack`): it starts
         // at the program's frame, so that the program's function, not
@@ -298,9 +321,20 @@ pub fn profile(ex: &Analysis<'_>) -> Profile {
             };
             loc_ids.push(id);
         }
-        let ty = ty.unwrap_or_else(|| ex.type_of(site));
-        let label = vec![Label { key: type_key, str: s.id(&ty), num: 0, num_unit: 0 }];
-        p.sample.push(Sample { location_id: loc_ids, value: vec![count as i64, bytes as i64], label });
+        // A site with nothing live (its totals only) has no type to say.
+        let label = if count == 0 && bytes == 0 && ty.is_none() {
+            vec![]
+        } else {
+            let ty = ty.unwrap_or_else(|| ex.type_of(site));
+            vec![Label { key: type_key, str: s.id(&ty), num: 0, num_unit: 0 }]
+        };
+        let mut value = Vec::with_capacity(4);
+        if totals.is_some() {
+            let (n, b) = allocated.remove(&site.0).unwrap_or_default();
+            value.extend([n as i64, b as i64]);
+        }
+        value.extend([count as i64, bytes as i64]);
+        p.sample.push(Sample { location_id: loc_ids, value, label });
     }
     p.string_table = s.table;
     p

@@ -38,6 +38,16 @@ fn the_peak_names_a_buffer_gone_at_exit_and_totals_count_the_churn() {
     // Kept blocks are no temporaries.
     let kept = all.iter().find(|r| r["key"].as_str().unwrap().contains("keep_one")).unwrap_or_else(|| panic!("{all:?}"));
     assert_eq!((kept["allocations"].as_u64(), kept["temporary"].as_u64()), (Some(1000), Some(0)), "{all:?}");
+    // pprof: alloc_space and alloc_objects as Go's heap profiles carry,
+    // read by go tool pprof; in-use bytes stay the default.
+    let pb = dump.with_extension("pb.gz");
+    ok(&heapdump().arg("export").arg(&dump).args(["--format", "pprof", "-o"]).arg(&pb).output().unwrap());
+    let top = |index: &str| ok(&tool("go").args(["tool", "pprof", "-top", index]).arg(&pb).env("HOME", &d.0).output().unwrap());
+    let space = top("-sample_index=alloc_space");
+    assert!(space.contains("Type: alloc_space") && space.contains("55.20MB total"), "{space}");
+    let objects = top("-sample_index=alloc_objects");
+    assert!(objects.contains("of 105098 total"), "{objects}");
+    assert!(top("-sample_index=inuse_space").contains("Type: inuse_space"));
     // summary: when the peak was, and its biggest site.
     let o = heapdump().arg("summary").arg(&dump).output().unwrap();
     let s = ok(&o);

@@ -113,8 +113,10 @@ fn pprof_types(dir: &Scratch, dump: &Path) -> HashMap<String, (u64, u64)> {
             e.1 += last.1;
         } else if let Some((vals, _)) = line.split_once(':') {
             let v: Vec<u64> = vals.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            if v.len() == 2 {
-                last = (v[0], v[1]);
+            // In-use objects and bytes are the last two values (after
+            // alloc_objects and alloc_space when the dump has totals).
+            if v.len() >= 2 {
+                last = (v[v.len() - 2], v[v.len() - 1]);
             }
         }
     }
