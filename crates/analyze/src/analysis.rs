@@ -366,7 +366,7 @@ pub struct PathReport {
     /// Where the chain starts (a root, or the lost block heading the
     /// target's structure); `None` when the target heads a lost structure
     /// itself: nothing points to it at all.
-    pub start: Option<String>,
+    pub start: Option<Origin>,
     /// The steps, from the start to the target.
     pub steps: Vec<PathStep>,
 }
@@ -1202,7 +1202,6 @@ impl<'h> Analysis<'h> {
                 });
             }
         }
-        let start = start.to_string();
         report.start = Some(start);
         Ok(report)
     }

@@ -105,7 +105,7 @@ pub struct BlockPage {
     pub holders_total: usize,
     /// Where its shortest path from a root starts (none: nothing points to
     /// it, it heads a lost structure).
-    pub path_start: Option<String>,
+    pub path_start: Option<crate::analysis::Origin>,
     /// That path's steps.
     pub path: Vec<PathStep>,
 }

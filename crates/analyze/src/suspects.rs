@@ -260,7 +260,7 @@ impl Analysis<'_> {
             return n;
         }
         match self.path(self.heap().block(b).addr).ok().and_then(|p| p.start) {
-            Some(s) => s,
+            Some(s) => s.to_string(),
             None => "nothing: lost".into(),
         }
     }
