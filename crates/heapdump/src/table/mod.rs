@@ -462,6 +462,17 @@ impl Drop for Table {
     }
 }
 
+/// The site an entry's counts go to: none for a sampled site (its counts
+/// would be a sample's).
+#[inline(always)]
+fn counted_site(e: &Entry) -> u32 {
+    if e.sampled {
+        0
+    } else {
+        e.site
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,16 +602,5 @@ mod tests {
         assert_eq!(t.remove(0x1234_5670, None), None);
         assert_eq!(t.remove(0x1234_5670, Some((8, 3))), None);
         assert_eq!(t.totals().live_count, live.len() as u64);
-    }
-}
-
-/// The site an entry's counts go to: none for a sampled site (its counts
-/// would be a sample's).
-#[inline(always)]
-fn counted_site(e: &Entry) -> u32 {
-    if e.sampled {
-        0
-    } else {
-        e.site
     }
 }
