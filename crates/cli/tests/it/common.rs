@@ -217,3 +217,40 @@ pub fn same_classes(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], what: &str
         assert!(ob >= vb && *ob <= vb + 24 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
     }
 }
+
+/// A test program with `stop_at_end.c` linked in, built by `cc` (gcc,
+/// musl-gcc) at -O0 -g with `flags`, named `name` in `d`.
+pub fn stopping_program(d: &Scratch, cc: &str, source: &str, flags: &[&str], name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let out = d.path(name);
+    let o = Command::new(cc)
+        .args(["-O0", "-g"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(dir.join(source))
+        .arg(dir.join("stop_at_end.c"))
+        .arg("-lpthread")
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e} (scripts/test.sh installs it)"));
+    assert!(o.status.success(), "{cc} failed: {}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// gdb's core of the stopped process `pid`, in `d`.
+pub fn gcore(d: &Scratch, pid: i32) -> PathBuf {
+    let core = d.path("core");
+    ok(&Command::new("gcore").arg("-o").arg(&core).arg(pid.to_string()).output().expect("gcore (gdb) is installed"));
+    PathBuf::from(format!("{}.{pid}", core.display()))
+}
+
+/// valgrind's classes against ours for another allocator: blocks exactly,
+/// bytes at least valgrind's and at most `most_above(bytes, blocks)` more
+/// (the allocator's size classes above the sizes asked for).
+pub fn same_classes_within(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], what: &str, most_above: impl Fn(u64, u64) -> u64) {
+    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(valgrind.iter()).enumerate() {
+        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
+        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {valgrind:?})");
+        assert!(*ob >= *vb && *ob <= vb + most_above(*vb, *vn), "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
+    }
+}

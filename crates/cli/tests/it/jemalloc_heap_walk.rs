@@ -6,11 +6,17 @@
 //! one line; `run` saying when the program's allocator is its own.
 
 use crate::common::*;
-use crate::valgrind::ours;
-use std::path::{Path, PathBuf};
+use crate::valgrind::{ours, valgrind_summary_with_libstdcxx};
+use std::path::Path;
 use std::process::Command;
 
 const LIB: &str = "libjemalloc.so.2";
+/// jemalloc's size classes above the sizes asked for: a quarter more, 16
+/// bytes for the smallest classes.
+fn jemalloc_rounding(bytes: u64, blocks: u64) -> u64 {
+    bytes / 4 + 16 * blocks
+}
+
 const STATIC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.a";
 
 /// Whether Debian's libjemalloc2 is installed (scripts/test.sh installs it).
@@ -18,51 +24,6 @@ fn installed() -> bool {
     let ok = Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2").exists();
     assert!(ok || std::env::var_os("CI").is_none(), "libjemalloc2 is not installed (scripts/test.sh installs it)");
     ok
-}
-
-/// A test program with `stop_at_end.c` linked in (and `extra`).
-fn program(d: &Scratch, source: &str, extra: &[&str]) -> PathBuf {
-    let stop = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/stop_at_end.c");
-    let mut flags = vec!["-O0", "-g", stop.to_str().unwrap()];
-    flags.extend(extra);
-    compile(d, source, &flags)
-}
-
-/// valgrind's classes for `prog` with glibc's malloc, libstdc++ loaded as
-/// libjemalloc2 loads it (its emergency exception pool is a live block).
-fn valgrind_with_libstdcxx(prog: &Path) -> [(u64, u64); 4] {
-    let o = Command::new("valgrind")
-        .env("LD_PRELOAD", "libstdc++.so.6")
-        .args(["--leak-check=full", "--show-leak-kinds=all", "--run-libc-freeres=no", "--run-cxx-freeres=no"])
-        .arg(prog)
-        .output()
-        .expect("valgrind is installed");
-    let err = String::from_utf8_lossy(&o.stderr);
-    let mut out = [(0, 0); 4];
-    for (i, name) in ["definitely lost:", "indirectly lost:", "possibly lost:", "still reachable:"].iter().enumerate() {
-        if let Some(line) = err.lines().filter(|l| l.contains("==")).find(|l| l.contains(name)) {
-            let n: Vec<u64> = line.split(name).nth(1).unwrap().split_whitespace().filter_map(|w| w.replace(',', "").parse().ok()).collect();
-            out[i] = (n[0], n[1]);
-        }
-    }
-    out
-}
-
-/// Blocks per class exactly; bytes between the sizes asked for and
-/// jemalloc's size classes above them (a quarter more, 16 bytes for the
-/// smallest classes).
-fn same_classes_jemalloc(ours: [(u64, u64); 4], vg: [(u64, u64); 4], what: &str) {
-    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(vg.iter()).enumerate() {
-        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
-        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {vg:?})");
-        assert!(ob >= vb && *ob <= vb + vb / 4 + 16 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
-    }
-}
-
-fn gcore(d: &Scratch, pid: i32) -> PathBuf {
-    let core = d.path("core");
-    ok(&Command::new("gcore").arg("-o").arg(&core).arg(pid.to_string()).output().expect("gcore (gdb) is installed"));
-    PathBuf::from(format!("{}.{pid}", core.display()))
 }
 
 #[test]
@@ -74,8 +35,8 @@ fn attach_and_core_read_a_preloaded_jemalloc_as_valgrind_reads_glibc() {
     // of their own (each with its thread cache).
     for source in ["leaks.c", "leaks_tree.c", "arenas.c"] {
         let d = Scratch::new("je-vg");
-        let prog = program(&d, source, &[]);
-        let expected = valgrind_with_libstdcxx(&prog);
+        let prog = stopping_program(&d, "gcc", source, &[], "prog");
+        let expected = valgrind_summary_with_libstdcxx(&prog);
         let mut cmd = Command::new(&prog);
         cmd.env("LD_PRELOAD", LIB);
         let mut p = Stopped::start(cmd);
@@ -84,14 +45,14 @@ fn attach_and_core_read_a_preloaded_jemalloc_as_valgrind_reads_glibc() {
             let o = heapdump().args(["attach", &p.pid.to_string(), "--mode", mode, "-o"]).arg(&out).output().unwrap();
             let line = ok(&o);
             assert!(line.contains("of jemalloc 5.3.0") && line.contains("freed regions in its thread caches left out"), "{line}");
-            same_classes_jemalloc(ours(&out), expected, &format!("{source}, attach --mode {mode}"));
+            same_classes_within(ours(&out), expected, &format!("{source}, attach --mode {mode}"), jemalloc_rounding);
             let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
             assert_eq!(s["allocator"], "jemalloc 5.3.0", "{source}");
         }
         let core = gcore(&d, p.pid);
         let out = d.path("c.hdump");
         ok(&heapdump().arg("core").arg(&core).arg("-o").arg(&out).output().unwrap());
-        same_classes_jemalloc(ours(&out), expected, &format!("{source}, gcore then core"));
+        same_classes_within(ours(&out), expected, &format!("{source}, gcore then core"), jemalloc_rounding);
         assert_eq!(blocks(&d.path("a-compact.hdump")), blocks(&out), "{source}: attach and core see the same blocks");
         // The program goes on, and ends as it would have.
         let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
@@ -106,7 +67,7 @@ fn a_damaged_jemalloc_heap_is_refused_in_one_line() {
         return;
     }
     let d = Scratch::new("je-damaged");
-    let prog = program(&d, "leaks.c", &[]);
+    let prog = stopping_program(&d, "gcc", "leaks.c", &[], "prog");
     let mut cmd = Command::new(&prog);
     cmd.env("LD_PRELOAD", LIB);
     let p = Stopped::start(cmd);
@@ -223,7 +184,7 @@ fn a_static_jemalloc_is_named_by_run_and_read_by_attach() {
     let s = json(&["summary".as_ref(), "--json".as_ref(), dumps[0].as_os_str()]);
     assert!(s["warnings"][0].as_str().unwrap_or("").contains(warning), "{s}");
     // A program preloading jemalloc is traced, its allocator named.
-    let plain = program(&d, "leaks.c", &[]);
+    let plain = stopping_program(&d, "gcc", "leaks.c", &[], "prog");
     let o = heapdump().env("LD_PRELOAD", LIB).arg("run").arg("-o").arg(d.path("p.hdump")).arg("--").arg(&plain).output().unwrap();
     ok(&o);
     let s = json(&["summary".as_ref(), "--json".as_ref(), d.path("p.hdump").as_os_str()]);

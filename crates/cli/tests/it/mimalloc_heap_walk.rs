@@ -7,38 +7,22 @@
 
 use crate::common::*;
 use crate::valgrind::{ours, valgrind_summary};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 const LIB: &str = "libmimalloc.so.2";
+
+/// mimalloc's rounding above the sizes asked for: a block of up to 8 words
+/// is rounded to a word, a larger one to its bin (four bins per doubling:
+/// less than a quarter above).
+fn mimalloc_rounding(bytes: u64, blocks: u64) -> u64 {
+    bytes / 4 + 8 * blocks
+}
 
 fn installed() -> bool {
     let ok = Path::new("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2").exists();
     assert!(ok || std::env::var_os("CI").is_none(), "libmimalloc2.0 is not installed (scripts/test.sh installs it)");
     ok
-}
-
-fn program(d: &Scratch, source: &str) -> PathBuf {
-    let stop = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/stop_at_end.c");
-    compile(d, source, &["-O0", "-g", stop.to_str().unwrap(), "-lpthread"])
-}
-
-/// Blocks per class as valgrind's; bytes at least valgrind's and at most
-/// mimalloc's rounding above them: a block of up to 8 words is rounded to
-/// a word, a larger one to its bin (four bins per doubling: less than a
-/// quarter above).
-fn same_classes_mimalloc(ours: [(u64, u64); 4], vg: [(u64, u64); 4], what: &str) {
-    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(vg.iter()).enumerate() {
-        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
-        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {vg:?})");
-        assert!(ob >= vb && *ob <= vb + vb / 4 + 8 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
-    }
-}
-
-fn gcore(d: &Scratch, pid: i32) -> PathBuf {
-    let core = d.path("core");
-    ok(&Command::new("gcore").arg("-o").arg(&core).arg(pid.to_string()).output().expect("gcore (gdb) is installed"));
-    PathBuf::from(format!("{}.{pid}", core.display()))
 }
 
 #[test]
@@ -48,7 +32,7 @@ fn attach_and_core_read_a_preloaded_mimalloc_as_valgrind_reads_glibc() {
     }
     for source in ["leaks.c", "leaks_tree.c", "chain.c", "threads.c"] {
         let d = Scratch::new("mi-vg");
-        let prog = program(&d, source);
+        let prog = stopping_program(&d, "gcc", source, &[], "prog");
         let expected = valgrind_summary(&prog);
         let mut cmd = Command::new(&prog);
         cmd.env("LD_PRELOAD", LIB);
@@ -58,14 +42,14 @@ fn attach_and_core_read_a_preloaded_mimalloc_as_valgrind_reads_glibc() {
             let o = heapdump().args(["attach", &p.pid.to_string(), "--mode", mode, "-o"]).arg(&out).output().unwrap();
             let line = ok(&o);
             assert!(line.contains("of mimalloc 2.0.9") && line.contains("free blocks in its lists left out"), "{line}");
-            same_classes_mimalloc(ours(&out), expected, &format!("{source}, attach --mode {mode}"));
+            same_classes_within(ours(&out), expected, &format!("{source}, attach --mode {mode}"), mimalloc_rounding);
             let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
             assert_eq!(s["allocator"], "mimalloc 2.0.9", "{source}");
         }
         let core = gcore(&d, p.pid);
         let out = d.path("c.hdump");
         ok(&heapdump().arg("core").arg(&core).arg("-o").arg(&out).output().unwrap());
-        same_classes_mimalloc(ours(&out), expected, &format!("{source}, gcore then core"));
+        same_classes_within(ours(&out), expected, &format!("{source}, gcore then core"), mimalloc_rounding);
         assert_eq!(blocks(&d.path("a-compact.hdump")), blocks(&out), "{source}: attach and core see the same blocks");
         let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
         let status = p.child.wait().unwrap();
@@ -79,7 +63,7 @@ fn a_damaged_mimalloc_heap_is_refused_in_one_line() {
         return;
     }
     let d = Scratch::new("mi-damaged");
-    let prog = program(&d, "mimalloc_damage.c");
+    let prog = stopping_program(&d, "gcc", "mimalloc_damage.c", &[], "prog");
     // Undamaged: the 63 small blocks and the huge one (its own segment,
     // whose one span runs past the segment's slices).
     let mut cmd = Command::new(&prog);

@@ -7,32 +7,14 @@
 
 use crate::common::*;
 use crate::valgrind::{ours, valgrind_summary};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-
-/// `source` with stop_at_end.c, built by `cc` with `flags`.
-fn build(cc: &str, d: &Scratch, source: &str, flags: &[&str], name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-    let out = d.path(name);
-    let o = Command::new(cc)
-        .args(["-O0", "-g"])
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(dir.join(source))
-        .arg(dir.join("stop_at_end.c"))
-        .arg("-lpthread")
-        .output()
-        .unwrap_or_else(|e| panic!("{cc}: {e} (scripts/test.sh installs musl-tools)"));
-    assert!(o.status.success(), "{cc} failed: {}", String::from_utf8_lossy(&o.stderr));
-    out
-}
 
 #[test]
 fn attach_and_core_of_musl_programs_give_valgrinds_leak_classes() {
     for source in ["leaks.c", "leaks_tree.c", "chain.c", "threads.c"] {
         let d = Scratch::new("musl-vg");
-        let mut expected = valgrind_summary(&build("gcc", &d, source, &[], "glibc"));
+        let mut expected = valgrind_summary(&stopping_program(&d, "gcc", source, &[], "glibc"));
         if source == "threads.c" {
             // glibc allocates each thread's DTV with malloc (valgrind: possibly
             // lost, from _dl_allocate_tls, the threads being alive); musl
@@ -43,7 +25,7 @@ fn attach_and_core_of_musl_programs_give_valgrinds_leak_classes() {
         // A static program links mallocng only when it calls free (else
         // musl's bump allocator, refused: static_programs.rs): -u free.
         for (flags, kind) in [(&[][..], "dynamic"), (&["-static", "-Wl,-u,free"][..], "static")] {
-            let prog = build("musl-gcc", &d, source, flags, kind);
+            let prog = stopping_program(&d, "musl-gcc", source, flags, kind);
             let mut p = Stopped::start(Command::new(&prog));
             for mode in ["compact", "full"] {
                 let out = d.path(&format!("{kind}-{mode}.hdump"));
@@ -78,7 +60,7 @@ fn attach_and_core_of_musl_programs_give_valgrinds_leak_classes() {
 #[test]
 fn a_damaged_musl_heap_is_refused_in_one_line() {
     let d = Scratch::new("musl-damaged");
-    let prog = build("musl-gcc", &d, "musl_damage.c", &[], "damage");
+    let prog = stopping_program(&d, "musl-gcc", "musl_damage.c", &[], "damage");
     for how in ["area", "group", "slot"] {
         let p = Stopped::start({
             let mut c = Command::new(&prog);

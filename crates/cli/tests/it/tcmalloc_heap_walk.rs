@@ -8,55 +8,23 @@
 //! exits 0; a damaged heap is refused in one line.
 
 use crate::common::*;
-use crate::valgrind::ours;
+use crate::valgrind::{ours, valgrind_summary_with_libstdcxx};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
 
+/// tcmalloc's classes above the sizes asked for: at most an eighth above
+/// the size asked for, or 16 bytes for the smallest, and a large block
+/// (over 256 KiB, or a class of whole pages) at most a page (8 KiB) more.
+fn tcmalloc_rounding(bytes: u64, blocks: u64) -> u64 {
+    bytes / 8 + 8192 * blocks
+}
+
 fn installed() -> bool {
     let ok = Path::new(LIB).exists();
     assert!(ok || std::env::var_os("CI").is_none(), "libtcmalloc-minimal4 is not installed (scripts/test.sh installs it)");
     ok
-}
-
-/// A test program with `stop_at_end.c` linked in.
-fn program(d: &Scratch, source: &str) -> PathBuf {
-    let stop = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/stop_at_end.c");
-    compile(d, source, &["-O0", "-g", stop.to_str().unwrap(), "-lpthread"])
-}
-
-/// valgrind's classes for `prog` with glibc's malloc, libstdc++ loaded as
-/// libtcmalloc_minimal loads it (its emergency exception pool is a live
-/// block).
-fn valgrind_with_libstdcxx(prog: &Path) -> [(u64, u64); 4] {
-    let o = Command::new("valgrind")
-        .env("LD_PRELOAD", "libstdc++.so.6")
-        .args(["--leak-check=full", "--show-leak-kinds=all", "--run-libc-freeres=no", "--run-cxx-freeres=no"])
-        .arg(prog)
-        .output()
-        .expect("valgrind is installed");
-    let err = String::from_utf8_lossy(&o.stderr);
-    let mut out = [(0, 0); 4];
-    for (i, name) in ["definitely lost:", "indirectly lost:", "possibly lost:", "still reachable:"].iter().enumerate() {
-        if let Some(line) = err.lines().filter(|l| l.contains("==")).find(|l| l.contains(name)) {
-            let n: Vec<u64> = line.split(name).nth(1).unwrap().split_whitespace().filter_map(|w| w.replace(',', "").parse().ok()).collect();
-            out[i] = (n[0], n[1]);
-        }
-    }
-    out
-}
-
-/// Blocks per class exactly; bytes between the sizes asked for and
-/// tcmalloc's classes above them: a class is at most an eighth above
-/// the size asked for, or 16 bytes for the smallest, and a large block
-/// (over 256 KiB, or a class of whole pages) at most a page (8 KiB) more.
-fn same_classes_tcmalloc(ours: [(u64, u64); 4], vg: [(u64, u64); 4], what: &str) {
-    for (k, ((ob, on), (vb, vn))) in ours.iter().zip(vg.iter()).enumerate() {
-        let class = ["definitely lost", "indirectly lost", "possibly lost", "still reachable"][k];
-        assert_eq!(on, vn, "{what}: {class} blocks (ours {ours:?}, valgrind {vg:?})");
-        assert!(ob >= vb && *ob <= vb + vb / 8 + 8192 * vn, "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
-    }
 }
 
 fn preloaded(prog: &Path) -> Command {
@@ -80,14 +48,14 @@ fn attach_and_core_read_a_preloaded_tcmalloc_as_valgrind_reads_glibc() {
                 let lost = |c: [(u64, u64); 4]| (c[0].0 + c[1].0 + c[2].0, c[0].1 + c[1].1 + c[2].1);
                 let o = [lost(ours), (0, 0), (0, 0), ours[3]];
                 let v = [lost(vg), (0, 0), (0, 0), vg[3]];
-                same_classes_tcmalloc(o, v, what)
+                same_classes_within(o, v, what, tcmalloc_rounding)
             } else {
-                same_classes_tcmalloc(ours, vg, what)
+                same_classes_within(ours, vg, what, tcmalloc_rounding)
             }
         };
         let d = Scratch::new("tcmalloc");
-        let prog = program(&d, source);
-        let expected = valgrind_with_libstdcxx(&prog);
+        let prog = stopping_program(&d, "gcc", source, &[], "prog");
+        let expected = valgrind_summary_with_libstdcxx(&prog);
         let mut p = Stopped::start(preloaded(&prog));
         for mode in ["compact", "full"] {
             let out = d.path(&format!("{mode}.hdump"));
@@ -119,7 +87,7 @@ fn a_damaged_tcmalloc_heap_is_refused_in_one_line() {
         return;
     }
     let d = Scratch::new("tcmalloc-damaged");
-    let prog = program(&d, "tcmalloc_damage.c");
+    let prog = stopping_program(&d, "gcc", "tcmalloc_damage.c", &[], "prog");
     for how in ["loop", "middle"] {
         let p = Stopped::start({
             let mut c = preloaded(&prog);

@@ -29,7 +29,20 @@ fn valgrind() -> std::process::Command {
 }
 
 pub fn valgrind_summary_args(prog: &Path, args: &[&str]) -> [(u64, u64); 4] {
-    let o = valgrind()
+    summary_of(valgrind(), prog, args)
+}
+
+/// valgrind's classes for `prog` with glibc's malloc and libstdc++ loaded,
+/// as libjemalloc2 and libtcmalloc_minimal load it (its emergency
+/// exception pool is a live block the program under them has too).
+pub fn valgrind_summary_with_libstdcxx(prog: &Path) -> [(u64, u64); 4] {
+    let mut v = valgrind();
+    v.env("LD_PRELOAD", "libstdc++.so.6");
+    summary_of(v, prog, &[])
+}
+
+fn summary_of(mut v: std::process::Command, prog: &Path, args: &[&str]) -> [(u64, u64); 4] {
+    let o = v
         .args(["--leak-check=full", "--show-leak-kinds=all", "--run-libc-freeres=no", "--run-cxx-freeres=no"])
         .arg(prog)
         .args(args)
