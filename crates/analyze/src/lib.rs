@@ -44,8 +44,8 @@ mod names;
 mod open;
 pub mod paths;
 mod prefetch;
-pub mod rtti;
 pub mod private_dir;
+pub mod rtti;
 pub mod slab;
 mod summary;
 pub mod suppress;
@@ -56,15 +56,17 @@ pub mod types;
 mod wrappers;
 
 pub use address::Address;
-pub use analysis::{Analysis, CallerNode, Holder, LeakGroup, LeakReport, NoVerdict, Origin, PathReport, PathStep, Retainer, RootName, SiteTotal};
+pub use analysis::{
+    Analysis, CallerNode, Holder, LeakGroup, LeakReport, NoVerdict, Origin, PathReport, PathStep, Retainer, RootName, SiteTotal,
+};
 pub use chains::{Chain, ListSummary, PathLine};
 pub use contents::DumpContents;
 pub use error::{AnalyzeError, Result};
 pub use file::DumpFile;
+pub use growth::{growth, Growth, GrowthRow, GrowthSite};
 pub use heap::{
     round_keeping_sum, Block, BlockId, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, SiteId, ThreadInfo, MAX_BLOCKS,
 };
-pub use growth::{growth, Growth, GrowthRow, GrowthSite};
 pub use open::{open, open_with_progress, summary, Dump, Options};
-pub use summary::{LimitSummary, SignalSummary, Summary};
 pub use summary::{own_allocator, static_allocator_warning};
+pub use summary::{LimitSummary, SignalSummary, Summary};

@@ -393,25 +393,36 @@ enum Command {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     views::set_no_cache(cli.no_cache);
     match cli.command {
-        Command::Run { mode, output, signal, threshold, every, fork, collapse, backtrace, no_at_exit, near_limit, no_on_fatal, program } => {
-            crate::run::run(crate::run::RunOptions {
-                mode: match mode {
-                    DumpMode::Full => "full".into(),
-                    DumpMode::Compact => "compact".into(),
-                },
-                output,
-                signal: Some(signal),
-                threshold,
-                every,
-                fork,
-                collapse,
-                backtrace,
-                no_at_exit,
-                near_limit,
-                no_on_fatal,
-                program,
-            })
-        }
+        Command::Run {
+            mode,
+            output,
+            signal,
+            threshold,
+            every,
+            fork,
+            collapse,
+            backtrace,
+            no_at_exit,
+            near_limit,
+            no_on_fatal,
+            program,
+        } => crate::run::run(crate::run::RunOptions {
+            mode: match mode {
+                DumpMode::Full => "full".into(),
+                DumpMode::Compact => "compact".into(),
+            },
+            output,
+            signal: Some(signal),
+            threshold,
+            every,
+            fork,
+            collapse,
+            backtrace,
+            no_at_exit,
+            near_limit,
+            no_on_fatal,
+            program,
+        }),
         Command::Check { suppressions, error_exitcode, junit, mode, kind, output, program } => {
             crate::check::check(crate::check::CheckOptions {
                 suppressions,
@@ -724,8 +735,15 @@ fn export_parquet(ex: &heapdump_analyze::Analysis<'_>, dir: &Path) -> Result<Exi
     }
     let files = heapdump_export::write_parquet(ex, dir).with_context(|| format!("writing the parquet tables into {}", dir.display()))?;
     let bytes: u64 = files.iter().map(|f| f.bytes).sum();
-    let rows: Vec<String> = files.iter().map(|f| format!("{} {}", f.path.file_stem().unwrap_or_default().to_string_lossy(), f.rows)).collect();
-    eprintln!("heapdump: wrote {} (dump {}: {} rows; {})", dir.display(), heapdump_export::dump_id(ex), rows.join(", "), output::bytes(bytes));
+    let rows: Vec<String> =
+        files.iter().map(|f| format!("{} {}", f.path.file_stem().unwrap_or_default().to_string_lossy(), f.rows)).collect();
+    eprintln!(
+        "heapdump: wrote {} (dump {}: {} rows; {})",
+        dir.display(),
+        heapdump_export::dump_id(ex),
+        rows.join(", "),
+        output::bytes(bytes)
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -491,21 +491,19 @@ pub fn growth(paths: &[std::path::PathBuf], n: usize, json: bool) -> Result<()> 
     }
     let mut out = std::io::stdout().lock();
     let live: Vec<String> = g.live.iter().map(|&b| output::bytes(b)).collect();
-    writeln!(
-        out,
-        "{} dumps of process {} ({}) over {}; live bytes {}",
-        paths.len(),
-        g.pid,
-        g.exe,
-        duration(g.span_ns),
-        live.join(" -> ")
-    )?;
+    writeln!(out, "{} dumps of process {} ({}) over {}; live bytes {}", paths.len(), g.pid, g.exe, duration(g.span_ns), live.join(" -> "))?;
     if g.rows.is_empty() {
         writeln!(out, "nothing grows: no structure held more at half the steps or more and kept what it gained")?;
         return Ok(());
     }
     let shown = if g.growing > g.rows.len() { format!(" ({} shown)", g.rows.len()) } else { String::new() };
-    writeln!(out, "{} structure{} grow{}{shown}:\n", g.growing, if g.growing == 1 { "" } else { "s" }, if g.growing == 1 { "s" } else { "" })?;
+    writeln!(
+        out,
+        "{} structure{} grow{}{shown}:\n",
+        g.growing,
+        if g.growing == 1 { "" } else { "s" },
+        if g.growing == 1 { "s" } else { "" }
+    )?;
     for (i, r) in g.rows.iter().enumerate() {
         let (first, last) = (r.bytes[0], r.bytes[r.bytes.len() - 1]);
         let per_hour = if g.span_ns > 0 { format!(", {} per hour", signed_bytes(r.per_hour)) } else { String::new() };
@@ -651,7 +649,8 @@ pub fn write_suspects(out: &mut impl Write, a: &Analysis<'_>, list: &[heapdump_a
         } else if let Some(addr) = s.address {
             writeln!(out, "     block: {addr} (nothing points to it)")?;
         }
-        let sites: Vec<String> = s.sites.iter().map(|x| format!("{} ({} in {} blocks)", x.site, output::bytes(x.bytes), x.blocks)).collect();
+        let sites: Vec<String> =
+            s.sites.iter().map(|x| format!("{} ({} in {} blocks)", x.site, output::bytes(x.bytes), x.blocks)).collect();
         if !sites.is_empty() {
             writeln!(out, "     sites: {}", sites.join("; "))?;
         }

@@ -248,7 +248,10 @@ fn a_static_musl_program_without_free_is_refused_naming_musls_bump_allocator() {
     for (o, how) in [(attached, "attach"), (cored, "core")] {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{how}: {err}");
-        assert!(err.contains("statically linked without glibc") && err.contains("bump allocator") && err.lines().count() == 1, "{how}: {err}");
+        assert!(
+            err.contains("statically linked without glibc") && err.contains("bump allocator") && err.lines().count() == 1,
+            "{how}: {err}"
+        );
         assert!(!out.exists(), "{how}: no dump left behind");
     }
     drop(p);

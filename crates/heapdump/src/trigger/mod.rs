@@ -228,7 +228,8 @@ pub(crate) extern "C" fn helper_main(stack_end: *mut libc::c_void) -> *mut libc:
             }
             // Near-limit dumps: the limits are looked at every 100 ms too
             // (memory the heap does not count grows as well).
-            let until_next = if every_ns > 0 { next.saturating_sub(sys::monotonic_ns()).div_ceil(1_000_000).min(i32::MAX as u64) as i32 } else { -1 };
+            let until_next =
+                if every_ns > 0 { next.saturating_sub(sys::monotonic_ns()).div_ceil(1_000_000).min(i32::MAX as u64) as i32 } else { -1 };
             let wait = match (near, every_ns > 0) {
                 (true, true) => until_next.min(100),
                 (true, false) => 100,
