@@ -20,26 +20,29 @@ fn total_bytes(dump: &Path) -> u64 {
 pub fn pprof_raw_totals(d: &Scratch, out: &Path) -> (u64, u64) {
     let o = tool("go").args(["tool", "pprof", "-raw"]).arg(out).env("HOME", &d.0).output().unwrap();
     let raw = ok(&o);
-    // Samples: "   count   bytes: loc loc ..." after the header line naming the types.
-    let mut in_samples = false;
+    // Samples: "   v1   v2 ...: loc loc ..." after the header line naming the
+    // types (alloc_objects and alloc_space first when the dump has totals,
+    // as Go's heap profiles): the in-use columns found by name.
+    let mut columns: Option<(usize, usize, usize)> = None;
     let (mut count, mut bytes) = (0u64, 0u64);
     for line in raw.lines() {
-        if line.trim_start().starts_with("inuse_objects/count") {
-            assert!(line.contains("inuse_space/bytes"), "{line}");
-            in_samples = true;
+        if line.contains("inuse_objects/count") {
+            let names: Vec<&str> = line.split_whitespace().collect();
+            let at = |n: &str| names.iter().position(|x| x.starts_with(n)).unwrap_or_else(|| panic!("no {n} in {line}"));
+            columns = Some((at("inuse_objects/count"), at("inuse_space/bytes"), names.len()));
             continue;
         }
-        if in_samples {
+        if let Some((c, b, n)) = columns {
             let Some((vals, _)) = line.split_once(':') else {
                 if line.trim().is_empty() || line.starts_with("Locations") {
-                    in_samples = false;
+                    columns = None;
                 }
                 continue;
             };
             let v: Vec<u64> = vals.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            if v.len() == 2 {
-                count += v[0];
-                bytes += v[1];
+            if v.len() == n {
+                count += v[c];
+                bytes += v[b];
             }
         }
     }

@@ -35,6 +35,14 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 /// Site ids below this are counted (ids are `local * 16 + shard + 1`: 262
 /// 144 sites per shard).
 pub const SITE_CAP: usize = 1 << 22;
+/// Sites per chunk of the global arrays, each chunk mapped when a site of
+/// its range is first counted: a program's few thousand sites take one
+/// chunk (2.5 MiB of counts, 1 MiB of peak rows, sparse), not address
+/// space for every possible id (a limit on address space is the
+/// program's, not the tracker's).
+const CHUNK_SHIFT: u32 = 16;
+const CHUNK: usize = 1 << CHUNK_SHIFT;
+const CHUNKS: usize = SITE_CAP / CHUNK;
 /// Cache entries per stripe (a power of two).
 const WAYS: usize = 64;
 /// No peak is recorded below this many live bytes.
@@ -90,10 +98,10 @@ pub struct SiteRow {
 pub struct SiteTotals {
     /// `stripes * WAYS` cache entries.
     caches: AtomicPtr<Cached>,
-    /// `SITE_CAP` counts.
-    global: AtomicPtr<Counts>,
-    /// `SITE_CAP` peak rows.
-    peak: AtomicPtr<PeakRow>,
+    /// `SITE_CAP` counts, in chunks of `CHUNK` mapped on first use.
+    global: [AtomicPtr<Counts>; CHUNKS],
+    /// `SITE_CAP` peak rows, likewise.
+    peak: [AtomicPtr<PeakRow>; CHUNKS],
     /// Set once mapping failed: nothing is counted.
     failed: AtomicBool,
     /// The highest site id counted.
@@ -129,8 +137,8 @@ impl SiteTotals {
     pub const fn new() -> SiteTotals {
         SiteTotals {
             caches: AtomicPtr::new(core::ptr::null_mut()),
-            global: AtomicPtr::new(core::ptr::null_mut()),
-            peak: AtomicPtr::new(core::ptr::null_mut()),
+            global: [const { AtomicPtr::new(core::ptr::null_mut()) }; CHUNKS],
+            peak: [const { AtomicPtr::new(core::ptr::null_mut()) }; CHUNKS],
             failed: AtomicBool::new(false),
             max_site: AtomicU32::new(0),
             recorded: AtomicU64::new(0),
@@ -162,16 +170,9 @@ impl SiteTotals {
         }
         if !self.recording.swap(true, Ordering::Acquire) {
             if self.caches.load(Ordering::Acquire).is_null() {
-                let c = sys::mmap_sparse(stripes * WAYS * core::mem::size_of::<Cached>());
-                let g = sys::mmap_sparse(SITE_CAP * core::mem::size_of::<Counts>());
-                let p = sys::mmap_sparse(SITE_CAP * core::mem::size_of::<PeakRow>());
-                match (c, g, p) {
-                    (Ok(c), Ok(g), Ok(p)) => {
-                        self.global.store(g.cast(), Ordering::Release);
-                        self.peak.store(p.cast(), Ordering::Release);
-                        self.caches.store(c.cast(), Ordering::Release);
-                    }
-                    _ => self.failed.store(true, Ordering::Relaxed),
+                match sys::mmap_sparse(stripes * WAYS * core::mem::size_of::<Cached>()) {
+                    Ok(c) => self.caches.store(c.cast(), Ordering::Release),
+                    Err(_) => self.failed.store(true, Ordering::Relaxed),
                 }
             }
             self.recording.store(false, Ordering::Release);
@@ -191,15 +192,29 @@ impl SiteTotals {
         Some(unsafe { &*c.add(k * WAYS + way(site)) })
     }
 
-    /// The global counts of `site` (< SITE_CAP), once mapped.
+    /// The global counts of `site` (< SITE_CAP), its chunk mapped first
+    /// when `map` (else `None` while it is not).
+    #[inline(always)]
+    fn global_at(&self, site: u32, map: bool) -> Option<&Counts> {
+        let slot = self.global.get(site as usize >> CHUNK_SHIFT)?;
+        let g = chunk(slot, map)?;
+        // SAFETY: the chunk holds CHUNK entries, mapped for good, and the
+        // index is below CHUNK; zeros are valid atomics.
+        Some(unsafe { &*g.add(site as usize & (CHUNK - 1)) })
+    }
+
+    /// [`SiteTotals::global_at`], mapping.
     #[inline(always)]
     fn global(&self, site: u32) -> Option<&Counts> {
-        let g = self.global.load(Ordering::Acquire);
-        if g.is_null() || site as usize >= SITE_CAP {
-            return None;
-        }
-        // SAFETY: `site < SITE_CAP` entries, mapped for good; zeros are valid.
-        Some(unsafe { &*g.add(site as usize) })
+        self.global_at(site, true)
+    }
+
+    /// The peak row of `site`, likewise.
+    fn peak_at(&self, site: u32, map: bool) -> Option<&PeakRow> {
+        let slot = self.peak.get(site as usize >> CHUNK_SHIFT)?;
+        let p = chunk(slot, map)?;
+        // SAFETY: as in `global_at`.
+        Some(unsafe { &*p.add(site as usize & (CHUNK - 1)) })
     }
 
     /// The counts of `site` to add to from stripe `k`: its cache entry
@@ -304,8 +319,8 @@ impl SiteTotals {
     #[cold]
     #[inline(never)]
     fn record_peak(&self, live: u64, stripes: usize, now_ns: u64) {
-        let (g, p, c) = (self.global.load(Ordering::Acquire), self.peak.load(Ordering::Acquire), self.caches.load(Ordering::Acquire));
-        if g.is_null() || p.is_null() || c.is_null() {
+        let c = self.caches.load(Ordering::Acquire);
+        if c.is_null() {
             return;
         }
         // Another thread (or a handler on this one) is recording: this
@@ -314,14 +329,19 @@ impl SiteTotals {
             return;
         }
         let max = (self.max_site.load(Ordering::Relaxed) as usize).min(SITE_CAP - 1);
-        for s in 1..=max {
-            // SAFETY: s < SITE_CAP: inside both arrays, mapped for good;
-            // only this (locked) pass writes the peak rows.
-            let (gc, pr) = unsafe { (&*g.add(s), &*p.add(s)) };
-            let count = gc.allocs.load(Ordering::Relaxed).wrapping_sub(gc.frees.load(Ordering::Relaxed));
-            let bytes = gc.bytes.load(Ordering::Relaxed).wrapping_sub(gc.freed.load(Ordering::Relaxed));
-            pr.count.store(count, Ordering::Relaxed);
-            pr.bytes.store(bytes, Ordering::Relaxed);
+        // Only this (locked) pass writes the peak rows.
+        for s in 1..=max as u32 {
+            let (count, bytes) = match self.global_at(s, false) {
+                Some(gc) => (
+                    gc.allocs.load(Ordering::Relaxed).wrapping_sub(gc.frees.load(Ordering::Relaxed)),
+                    gc.bytes.load(Ordering::Relaxed).wrapping_sub(gc.freed.load(Ordering::Relaxed)),
+                ),
+                None => (0, 0),
+            };
+            if let Some(pr) = self.peak_at(s, count != 0 || bytes != 0) {
+                pr.count.store(count, Ordering::Relaxed);
+                pr.bytes.store(bytes, Ordering::Relaxed);
+            }
         }
         for i in 0..stripes * WAYS {
             // SAFETY: i < stripes * WAYS entries of the caches' mapping.
@@ -330,8 +350,7 @@ impl SiteTotals {
             if s == 0 || s > max {
                 continue;
             }
-            // SAFETY: 0 < s <= max < SITE_CAP.
-            let pr = unsafe { &*p.add(s) };
+            let Some(pr) = self.peak_at(s as u32, true) else { continue };
             let count = e.c.allocs.load(Ordering::Relaxed).wrapping_sub(e.c.frees.load(Ordering::Relaxed));
             let bytes = e.c.bytes.load(Ordering::Relaxed).wrapping_sub(e.c.freed.load(Ordering::Relaxed));
             pr.count.store(pr.count.load(Ordering::Relaxed).wrapping_add(count), Ordering::Relaxed);
@@ -361,8 +380,8 @@ impl SiteTotals {
     /// Only with the world stopped or in a forked child (a thread in the
     /// middle of an update could lose a count, never more).
     pub unsafe fn for_each_row(&self, stripes: usize, mut f: impl FnMut(SiteRow)) {
-        let (g, p, c) = (self.global.load(Ordering::Acquire), self.peak.load(Ordering::Acquire), self.caches.load(Ordering::Acquire));
-        if g.is_null() || p.is_null() || c.is_null() {
+        let c = self.caches.load(Ordering::Acquire);
+        if c.is_null() {
             return;
         }
         for i in 0..stripes * WAYS {
@@ -372,20 +391,49 @@ impl SiteTotals {
             self.move_counts(&e.c, s);
         }
         let max = (self.max_site.load(Ordering::Relaxed) as usize).min(SITE_CAP - 1);
-        for s in 1..=max {
-            // SAFETY: s < SITE_CAP: inside both arrays, mapped for good.
-            let (gc, pr) = unsafe { (&*g.add(s), &*p.add(s)) };
+        for s in 1..=max as u32 {
+            let (gc, pr) = (self.global_at(s, false), self.peak_at(s, false));
+            let load = |a: Option<&AtomicU64>| a.map_or(0, |a| a.load(Ordering::Relaxed));
             let r = SiteRow {
-                site: s as u32,
-                allocs: gc.allocs.load(Ordering::Relaxed),
-                bytes: gc.bytes.load(Ordering::Relaxed),
-                temps: gc.temps.load(Ordering::Relaxed),
-                peak_count: pr.count.load(Ordering::Relaxed),
-                peak_bytes: pr.bytes.load(Ordering::Relaxed),
+                site: s,
+                allocs: load(gc.map(|g| &g.allocs)),
+                bytes: load(gc.map(|g| &g.bytes)),
+                temps: load(gc.map(|g| &g.temps)),
+                peak_count: load(pr.map(|p| &p.count)),
+                peak_bytes: load(pr.map(|p| &p.bytes)),
             };
             if r.allocs != 0 || r.peak_bytes != 0 {
                 f(r);
             }
         }
+    }
+}
+
+/// The chunk a slot points to, mapped (sparse, zeroed, the runtime's own)
+/// when `map` and not yet; `None` when it is not (or cannot be) mapped.
+#[cold]
+fn map_chunk<T>(slot: &AtomicPtr<T>) -> Option<*mut T> {
+    let mine: *mut T = sys::mmap_sparse(CHUNK * core::mem::size_of::<T>()).ok()?.cast();
+    match slot.compare_exchange(core::ptr::null_mut(), mine, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(mine),
+        Err(theirs) => {
+            // Another thread mapped it first: keep theirs.
+            // SAFETY: `mine` was mapped just above, never shared.
+            unsafe { sys::munmap(mine.cast(), CHUNK * core::mem::size_of::<T>()) };
+            Some(theirs)
+        }
+    }
+}
+
+#[inline(always)]
+fn chunk<T>(slot: &AtomicPtr<T>, map: bool) -> Option<*mut T> {
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        return Some(p);
+    }
+    if map {
+        map_chunk(slot)
+    } else {
+        None
     }
 }
