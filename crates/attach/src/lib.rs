@@ -44,49 +44,63 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
     // half updated: let the process run a moment and stop it again, a
     // bounded number of times (the capture then says which arena).
     let mut tries = 0;
-    let (p, held) = loop {
-        let held = std::time::Instant::now();
-        let p = live::Process::stop(pid)?;
-        tries += 1;
-        // tcmalloc: held when no central free list is locked.
-        if let Some(t) = tcmalloc::find(&p)? {
-            if tries >= 50 || tcmalloc::settled(&t) {
+    let mut rereads = 0;
+    'attempt: loop {
+        let (p, held) = loop {
+            let held = std::time::Instant::now();
+            let p = live::Process::stop(pid)?;
+            tries += 1;
+            // tcmalloc: held when no central free list is locked.
+            if let Some(t) = tcmalloc::find(&p)? {
+                if tries >= 50 || tcmalloc::settled(&t) {
+                    break (p, held);
+                }
+                drop(p);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
+            // mimalloc takes no lock on its pages: held when no thread is
+            // stopped in its code.
+            if mimalloc::find(&p)?.is_some() {
+                if tries >= 50 || mimalloc::settled(&p, p.threads()?.iter().map(|t| t.regs[16])) {
+                    break (p, held);
+                }
+                drop(p);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
+            // (jemalloc's and musl's locks are not read: their walks check
+            // what they read.)
+            if tries >= 50 || jemalloc::find(&p)?.is_some() || musl::find(&p)?.is_some() || glibc::locked_arenas(&p)? == 0 {
                 break (p, held);
             }
             drop(p);
             std::thread::sleep(std::time::Duration::from_millis(1));
-            continue;
-        }
-        // mimalloc takes no lock on its pages: held when no thread is
-        // stopped in its code.
-        if mimalloc::find(&p)?.is_some() {
-            if tries >= 50 || mimalloc::settled(&p, p.threads()?.iter().map(|t| t.regs[16])) {
-                break (p, held);
-            }
-            drop(p);
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            continue;
-        }
-        // (jemalloc's and musl's locks are not read: their walks check
-        // what they read.)
-        if tries >= 50 || jemalloc::find(&p)?.is_some() || musl::find(&p)?.is_some() || glibc::locked_arenas(&p)? == 0 {
-            break (p, held);
-        }
+        };
+        // The runtime's helper thread (a program under `heapdump run`, or
+        // one with `Tracked`) is held with the others, but it is no thread of
+        // the program's: not one of the dump's threads.
+        let (runtime, threads): (Vec<ThreadRegs>, Vec<ThreadRegs>) =
+            p.threads()?.into_iter().partition(|t| t.name == RUNTIME_THREAD && t.tid != pid as u32);
+        let (exe, cmdline) = p.identity();
+        let snap = capture::snapshot(&p, &threads, &runtime);
+        // Every thread detached: the process goes on while the dump is written.
         drop(p);
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    };
-    // The runtime's helper thread (a program under `heapdump run`, or
-    // one with `Tracked`) is held with the others, but it is no thread of
-    // the program's: not one of the dump's threads.
-    let (runtime, threads): (Vec<ThreadRegs>, Vec<ThreadRegs>) =
-        p.threads()?.into_iter().partition(|t| t.name == RUNTIME_THREAD && t.tid != pid as u32);
-    let (exe, cmdline) = p.identity();
-    let snap = capture::snapshot(&p, &threads, &runtime);
-    // Every thread detached: the process goes on while the dump is written.
-    drop(p);
-    let pause = held.elapsed().as_nanos() as u64;
-    let who = Identity { pid: pid as u32, exe, cmdline };
-    capture::write(&snap?, &who, mode, Reason::Attach, out, pause)
+        // A heap that does not add up in a live process may be one a thread
+        // was stopped in the middle of changing (in a system call an allocator
+        // made, outside its code): read again after a moment, up to five
+        // times; a heap still not adding up is damaged, and said so.
+        if let Err(e) = &snap {
+            if e.damaged_at().is_some() && !e.is_refusal() && rereads < 5 {
+                rereads += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue 'attempt;
+            }
+        }
+        let pause = held.elapsed().as_nanos() as u64;
+        let who = Identity { pid: pid as u32, exe, cmdline };
+        return capture::write(&snap?, &who, mode, Reason::Attach, out, pause);
+    }
 }
 
 /// Captures the process a core file holds into `out`; `exe` names the

@@ -20,24 +20,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// `source` with `stop_at_end.c` linked in, built with `cc` and `flags`.
-fn program(d: &Scratch, cc: &str, source: &str, flags: &[&str], name: &str) -> PathBuf {
-    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-    let out = d.path(name);
-    let o = Command::new(cc)
-        .args(["-O0", "-g"])
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(c.join(source))
-        .arg(c.join("stop_at_end.c"))
-        .arg("-lpthread")
-        .output()
-        .unwrap_or_else(|e| panic!("{cc}: {e}"));
-    assert!(o.status.success(), "{cc} {flags:?} failed: {}", String::from_utf8_lossy(&o.stderr));
-    out
-}
-
 /// `heapdump attach PID --mode MODE -o OUT`.
 fn attach(pid: i32, out: &Path, mode: &str) -> Output {
     heapdump().args(["attach", &pid.to_string(), "--mode", mode, "-o"]).arg(out).output().unwrap()
@@ -107,7 +89,7 @@ fn static_and_static_pie_programs_give_valgrinds_leak_classes() {
     let d = Scratch::new("static-vg");
     // valgrind on the same program built dynamically; built static, it sees
     // no allocation (its malloc cannot be replaced), as checked here.
-    let dynamic = program(&d, "gcc", "static_leaks.c", &[], "dynamic");
+    let dynamic = stopping_program(&d, "gcc", "static_leaks.c", &[], "dynamic");
     let expected = valgrind_summary(&dynamic);
     assert_eq!(expected.map(|c| c.1), [4, 3, 2, 7], "valgrind on the dynamic build: {expected:?}");
     // With glibc's banner (the program asks glibc its version), then
@@ -119,7 +101,7 @@ fn static_and_static_pie_programs_give_valgrinds_leak_classes() {
     for (source, plain) in [("static_leaks.c", false), ("static_leaks_plain.c", true)] {
         for (flag, name) in [("-static", "static"), ("-static-pie", "static-pie")] {
             let name = &format!("{name}{}", if plain { "-plain" } else { "" });
-            let exe = program(&d, "gcc", source, &[flag], name);
+            let exe = stopping_program(&d, "gcc", source, &[flag], name);
             let holds_banner = std::fs::read(&exe).unwrap().windows(16).any(|w| w == b"release version ");
             assert_eq!(holds_banner, !plain, "{name}: glibc's banner is linked in only when the program asks");
             let o = Command::new("valgrind").args(["--leak-check=full", "--run-libc-freeres=no"]).arg(&exe).output().unwrap();
@@ -204,14 +186,14 @@ fn static_glibc_programs_whose_strings_do_not_say_a_known_glibc_are_refused_in_o
     // heap layout not guessed. The programs run as built (a tunable's
     // name or a message changed changes nothing they do).
     let d = Scratch::new("static-markers");
-    let exe = program(&d, "gcc", "leaks.c", &["-static"], "leaks-static");
+    let exe = stopping_program(&d, "gcc", "leaks.c", &["-static"], "leaks-static");
     let missing = edited(&exe, &d.path("missing"), &[(b"glibc.malloc.mxfast\0", b"glibc.malloc.mxfasT\0")]);
     let contradicting = edited(
         &exe,
         &d.path("contradicting"),
         &[(b"malloc(): unaligned tcache chunk detected\0", b"malloc(): unaligned tcache chunk detecteD\0")],
     );
-    let newer = program(&d, "gcc", "glibc_242_marker.c", &["-static"], "newer");
+    let newer = stopping_program(&d, "gcc", "glibc_242_marker.c", &["-static"], "newer");
     let cases = [
         (&missing, "holds neither its version banner nor \"glibc.malloc.mxfast\", which every glibc from 2.30 to 2.41 holds"),
         (&contradicting, "its strings contradict each other: \"glibc.malloc.hugetlb\" (glibc 2.35 and later) without \"malloc(): unaligned tcache chunk detected\" (glibc 2.32 and later)"),
@@ -240,7 +222,7 @@ fn static_glibc_programs_whose_strings_do_not_say_a_known_glibc_are_refused_in_o
 #[test]
 fn a_static_musl_program_without_free_is_refused_naming_musls_bump_allocator() {
     let d = Scratch::new("static-musl");
-    let exe = program(&d, "musl-gcc", "musl_marker.c", &["-static"], "musl");
+    let exe = stopping_program(&d, "musl-gcc", "musl_marker.c", &["-static"], "musl");
     let p = Stopped::start(Command::new(&exe));
     let out = d.path("m.hdump");
     let attached = attach(p.pid, &out, "compact");
@@ -255,7 +237,7 @@ fn a_static_musl_program_without_free_is_refused_naming_musls_bump_allocator() {
         assert!(!out.exists(), "{how}: no dump left behind");
     }
     drop(p);
-    let exe = program(&d, "musl-gcc", "musl_marker.c", &[], "musl-dynamic");
+    let exe = stopping_program(&d, "musl-gcc", "musl_marker.c", &[], "musl-dynamic");
     let p = Stopped::start(Command::new(&exe));
     let o = attach(p.pid, &out, "compact");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
