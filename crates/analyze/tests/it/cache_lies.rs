@@ -514,14 +514,24 @@ proptest! {
         let (ext, _) = f.fields[picks[0].0.index(f.fields.len())];
         let mut bytes = f.good.iter().find(|(x, _)| *x == ext).unwrap().1.clone();
         let mut what = Vec::new();
+        let (mut sizes_only, mut size_delta) = (true, 0u64);
         for (fi, vi) in &picks {
             // Fields of the first one's file.
             let same: Vec<&Field> = f.fields.iter().filter(|(x, _)| *x == ext).map(|(_, fl)| fl).collect();
             let field = same[fi.index(same.len())];
             let v = field.lies[vi.index(field.lies.len())];
+            let was = bytes[field.at..field.at + field.width].iter().rev().fold(0u64, |a, &b| a << 8 | u64::from(b));
+            sizes_only &= field.what.starts_with("block[") && field.what.ends_with("] size");
+            size_delta = size_delta.wrapping_add(v.wrapping_sub(was));
             bytes = forged(&bytes, field, v);
             what.push(format!("{} = {v:#x}", field.what));
         }
+        // Two block sizes moved by as much in opposite ways keep every
+        // check the graph's file can be held to without reading the dump
+        // (addresses in order, no overlap, the total the dump's trailer
+        // says): a known limit, in README's cache section, not a refusal
+        // this test can ask for.
+        prop_assume!(!(sizes_only && picks.len() > 1 && size_delta == 0));
         refused(&format!("sweep-{}", std::process::id()), ext, &bytes, &format!("{ext} {}", what.join(", ")));
     }
 }
