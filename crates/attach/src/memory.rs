@@ -133,6 +133,50 @@ pub trait Memory {
     }
 }
 
+/// The value (an offset from `base`) of the dynamic symbol `name` of the
+/// ELF image mapped at `base`, read from the process's memory: its program
+/// headers, its dynamic section (relocated in place by the dynamic linker,
+/// or as the file has them in a core) and the symbol and string tables it
+/// names. `None` when any of it is missing or out of bounds.
+pub fn dynamic_symbol(mem: &dyn Memory, base: u64, name: &[u8]) -> Option<u64> {
+    let eh = mem.bytes(base, 64).ok()?;
+    if &eh[..4] != b"\x7fELF" {
+        return None;
+    }
+    let phoff = u64::from_le_bytes(eh[32..40].try_into().ok()?);
+    let phnum = u64::from(u16::from_le_bytes([eh[56], eh[57]])).min(64);
+    let ph = mem.bytes(base.checked_add(phoff)?, phnum * 56).ok()?;
+    let dynamic = ph.chunks_exact(56).find(|p| p[..4] == [2, 0, 0, 0])?;
+    let at = base.checked_add(u64::from_le_bytes(dynamic[16..24].try_into().ok()?))?;
+    let (mut symtab, mut strtab, mut strsz) = (0, 0, 0);
+    for i in 0..256 {
+        let tag = mem.u64(at.checked_add(16 * i)?).ok()?;
+        let val = mem.u64(at.checked_add(16 * i + 8)?).ok()?;
+        let ptr = if val < base { base.saturating_add(val) } else { val };
+        match tag {
+            0 => break,
+            5 => strtab = ptr,
+            6 => symtab = ptr,
+            10 => strsz = val,
+            _ => {}
+        }
+    }
+    // The symbols run up to the strings (as linkers lay them out).
+    if symtab == 0 || strtab <= symtab || strtab - symtab > 24 << 16 || strsz == 0 || strsz > 1 << 20 {
+        return None;
+    }
+    let syms = mem.bytes(symtab, strtab - symtab).ok()?;
+    let strs = mem.bytes(strtab, strsz).ok()?;
+    syms.chunks_exact(24).find_map(|e| {
+        let at = u32::from_le_bytes(e[..4].try_into().ok()?) as usize;
+        let n = strs.get(at..at.checked_add(name.len() + 1)?)?;
+        if n[..name.len()] != *name || n[name.len()] != 0 {
+            return None;
+        }
+        Some(u64::from_le_bytes(e[8..16].try_into().ok()?))
+    })
+}
+
 /// A region of memory read once, for word reads within it.
 pub struct Region {
     /// First address.

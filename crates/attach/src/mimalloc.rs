@@ -226,45 +226,8 @@ fn heap_shape(r: &Region, at: u64) -> bool {
 /// perhaps after `endbr64`), found through the module's dynamic symbols.
 fn mi_version(mem: &dyn Memory, module: &str) -> Option<u32> {
     let base = mem.maps().iter().find(|m| m.file() == Some(module) && m.offset == 0)?.start;
-    let eh = mem.bytes(base, 64).ok()?;
-    if &eh[..4] != b"\x7fELF" {
-        return None;
-    }
-    let phoff = u64::from_le_bytes(eh[32..40].try_into().ok()?);
-    let phnum = u64::from(u16::from_le_bytes([eh[56], eh[57]])).min(64);
-    let ph = mem.bytes(base + phoff, phnum * 56).ok()?;
-    let dynamic = ph.chunks(56).find(|p| u32::from_le_bytes([p[0], p[1], p[2], p[3]]) == 2)?;
-    let dyn_at = base + u64::from_le_bytes(dynamic[16..24].try_into().ok()?);
-    let (mut symtab, mut strtab, mut strsz) = (0, 0, 0);
-    for i in 0..256 {
-        let tag = mem.u64(dyn_at + 16 * i).ok()?;
-        let val = mem.u64(dyn_at + 16 * i + 8).ok()?;
-        // The dynamic linker relocates the pointers in place; a core of a
-        // process may also hold them as the file has them.
-        let ptr = if val < base { base + val } else { val };
-        match tag {
-            0 => break,
-            5 => strtab = ptr,
-            6 => symtab = ptr,
-            10 => strsz = val,
-            _ => {}
-        }
-    }
-    // The symbols run up to the strings (as linkers lay them out).
-    if symtab == 0 || strtab <= symtab || strtab - symtab > 24 << 16 || strsz == 0 || strsz > 1 << 20 {
-        return None;
-    }
-    let syms = mem.bytes(symtab, strtab - symtab).ok()?;
-    let strs = mem.bytes(strtab, strsz).ok()?;
-    for s in syms.chunks_exact(24) {
-        let name = u32::from_le_bytes(s[..4].try_into().ok()?) as usize;
-        if strs.get(name..name + 11) != Some(b"mi_version\0") {
-            continue;
-        }
-        let value = u64::from_le_bytes(s[8..16].try_into().ok()?);
-        return code_version(&mem.bytes(base + value, 10).ok()?);
-    }
-    None
+    let value = crate::memory::dynamic_symbol(mem, base, b"mi_version")?;
+    code_version(&mem.bytes(base.checked_add(value)?, 10).ok()?)
 }
 
 /// `mi_version()`'s number from the module's file (a core's process).

@@ -376,7 +376,7 @@ const HEADS: &[u8] = b"_ZN8tcmalloc11ThreadCache13thread_heaps_E";
 /// dynamic section, relocated or not), or its file (a core's).
 fn heads_symbol(mem: &dyn Memory, module: &str) -> Option<u64> {
     let base = mem.maps().iter().find(|m| m.file() == Some(module) && m.offset == 0)?.start;
-    heads_in_memory(mem, base).or_else(|| {
+    crate::memory::dynamic_symbol(mem, base, HEADS).and_then(|v| base.checked_add(v)).or_else(|| {
         use object::{Object, ObjectSymbol};
         use std::io::Read;
         let f = mem.host_file(module)?.ok()?;
@@ -385,44 +385,6 @@ fn heads_symbol(mem: &dyn Memory, module: &str) -> Option<u64> {
         let elf = object::File::parse(&*b).ok()?;
         let sym = elf.dynamic_symbols().find(|s| s.name_bytes() == Ok(HEADS))?;
         base.checked_add(sym.address())
-    })
-}
-
-fn heads_in_memory(mem: &dyn Memory, base: u64) -> Option<u64> {
-    let eh = mem.bytes(base, 64).ok()?;
-    if &eh[..4] != b"\x7fELF" {
-        return None;
-    }
-    let phoff = u64::from_le_bytes(eh[32..40].try_into().ok()?);
-    let phnum = u64::from(u16::from_le_bytes([eh[56], eh[57]])).min(64);
-    let ph = mem.bytes(base.checked_add(phoff)?, phnum * 56).ok()?;
-    let dynamic = ph.chunks_exact(56).find(|p| p[..4] == [2, 0, 0, 0])?;
-    let at = base.checked_add(u64::from_le_bytes(dynamic[16..24].try_into().ok()?))?;
-    let (mut symtab, mut strtab, mut strsz) = (0, 0, 0);
-    let d = mem.bytes(at, 16 * 128).ok()?;
-    for e in d.chunks_exact(16) {
-        let tag = u64::from_le_bytes(e[..8].try_into().ok()?);
-        let val = u64::from_le_bytes(e[8..].try_into().ok()?);
-        // ld.so relocates these in place; a file's are offsets.
-        let ptr = if val < base { base.saturating_add(val) } else { val };
-        match tag {
-            0 => break,
-            5 => strtab = ptr,
-            6 => symtab = ptr,
-            10 => strsz = val,
-            _ => {}
-        }
-    }
-    // The symbols end where the strings start (as linkers lay them out).
-    if symtab == 0 || strtab <= symtab || strtab - symtab > 24 << 16 || strsz == 0 || strsz > 1 << 20 {
-        return None;
-    }
-    let syms = mem.bytes(symtab, strtab - symtab).ok()?;
-    let strs = mem.bytes(strtab, strsz).ok()?;
-    syms.chunks_exact(24).find_map(|e| {
-        let name = u32::from_le_bytes(e[..4].try_into().ok()?) as usize;
-        let n = strs.get(name..name.checked_add(HEADS.len() + 1)?)?;
-        (n[..HEADS.len()] == *HEADS && n[HEADS.len()] == 0).then(|| base.checked_add(u64::from_le_bytes(e[8..16].try_into().ok()?)))?
     })
 }
 
