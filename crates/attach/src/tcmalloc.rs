@@ -73,6 +73,20 @@ const TC_PREV: u64 = 4152;
 const MAX_LEAVES: usize = 4096;
 const MAX_THREADS: usize = 1 << 16;
 const MAX_LIST: u64 = 1 << 20;
+/// `PageHeapAllocator<T>` (the metadata's allocators: span descriptors,
+/// thread caches): `free_area_`, `free_avail_`, `free_list_`, `inuse_`,
+/// carving `T`s from chunks of `kAllocIncrement` bytes.
+const PHA: u64 = 32;
+const PHA_CHUNK: u64 = 128 << 10;
+/// Descriptors a span allocator's free list may hold (6 GiB of them).
+const MAX_FREED: usize = 1 << 27;
+/// The spans' allocator holds two descriptors besides the page map's
+/// (`InitStaticVars` takes them "to reduce cache conflicts").
+const SPANS_RESERVED: u64 = 2;
+/// The mangled `tcmalloc::threadcache_allocator` (Debian's build exports it).
+const TC_ALLOCATOR: &[u8] = b"_ZN8tcmalloc21threadcache_allocatorE";
+/// The mangled `tcmalloc::Static::pageheap_lock_`.
+const PAGEHEAP_LOCK: &[u8] = b"_ZN8tcmalloc6Static14pageheap_lock_E";
 
 /// What in tcmalloc's heap does not add up (a refusal, at an address).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,6 +173,90 @@ pub struct Found {
     central_bytes: Region,
     /// The library's read-only data (its vtables).
     relro: Vec<(u64, u64)>,
+    /// Places in its data of a `PageHeapAllocator` of span descriptors'
+    /// shape, and the thread caches' allocator (by its symbol or shape).
+    span_allocators: Vec<Pha>,
+    cache_allocators: Vec<Pha>,
+    /// Whether `Static::pageheap_lock_` is held (when the module names it).
+    pageheap_locked: bool,
+}
+
+/// A `PageHeapAllocator`, as read: where it lies, its current chunk's
+/// next free byte and what is left of it, its free list, its count.
+#[derive(Clone, Copy, Debug)]
+struct Pha {
+    at: u64,
+    area: u64,
+    avail: u64,
+    list: u64,
+    inuse: u64,
+}
+
+/// A `PageHeapAllocator` of `size`-byte objects at `at` in `r`: its area
+/// and free list in memory, what is left of its chunk a whole chunk less
+/// whole objects.
+fn pha_at(mem: &dyn Memory, r: &Region, at: u64, size: u64) -> Option<Pha> {
+    let (area, avail, list) = (r.u64(at)?, r.u64(at + 8)?, r.u64(at + 16)?);
+    let inuse = u32_at(r, at + 24)?;
+    if area == 0 || area % 16 != 0 || avail > PHA_CHUNK || (PHA_CHUNK - avail) % size != 0 || list % 8 != 0 {
+        return None;
+    }
+    let start = (area + avail).checked_sub(PHA_CHUNK)?;
+    let m = mem.map_of(start).filter(|m| m.write && m.read && area + avail <= m.end)?;
+    let _ = m;
+    if list != 0 && mem.map_of(list).is_none_or(|m| !m.write || list + size > m.end) {
+        return None;
+    }
+    Some(Pha { at, area, avail, list, inuse })
+}
+
+/// Every place in `rw` of a `PageHeapAllocator` of `size`-byte objects.
+fn phas(mem: &dyn Memory, rw: &[Region], size: u64, skip: &[(u64, u64)]) -> Vec<Pha> {
+    let mut out = Vec::new();
+    for r in rw {
+        let mut at = r.start;
+        while at + PHA <= r.end() {
+            if let Some(&(_, e)) = skip.iter().find(|(s, e)| (*s..*e).contains(&at)) {
+                at = e.next_multiple_of(8);
+                continue;
+            }
+            if let Some(p) = pha_at(mem, r, at, size) {
+                out.push(p);
+            }
+            at += 8;
+        }
+    }
+    out
+}
+
+/// The objects on a `PageHeapAllocator`'s free list (freed metadata),
+/// each `size` bytes in writable memory, outside `heap` (the spans'
+/// pages) and not one of `live`, each once.
+fn freed(mem: &dyn Memory, p: &Pha, size: u64, heap: &[(u64, u64)], live: &HashSet<u64>) -> Result<Vec<u64>> {
+    let bad = |a, why| problem(a, Problem::BadList { why });
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let mut page: Option<Region> = None;
+    let mut o = p.list;
+    while o != 0 {
+        if out.len() >= MAX_FREED || !seen.insert(o) {
+            return Err(bad(p.at, "tcmalloc's metadata free list loops"));
+        }
+        let i = heap.partition_point(|r| r.0 <= o);
+        let in_heap = i > 0 && o < heap[i - 1].1;
+        if o % 8 != 0 || in_heap || live.contains(&o) || mem.map_of(o).is_none_or(|m| !m.write || o + size > m.end) {
+            return Err(bad(o, "tcmalloc's metadata free list holds what is no freed object of it"));
+        }
+        out.push(o);
+        // Read by pages: the list runs through its chunks.
+        if page.as_ref().is_none_or(|r| r.u64(o).is_none()) {
+            let a = o & !4095;
+            let end = mem.map_of(o).map_or(a + 4096, |m| m.end.min(a + 4096));
+            page = Some(Region::read(mem, a, end).map_err(|_| bad(o, "unreadable"))?);
+        }
+        o = page.as_ref().and_then(|r| r.u64(o)).ok_or(bad(o, "unreadable"))?;
+    }
+    Ok(out)
 }
 
 fn file_name(m: &Map) -> &str {
@@ -241,7 +339,7 @@ pub fn find(mem: &dyn Memory) -> Result<Option<Found>> {
         .ok_or(problem(central, Problem::NotFound { what: "central free lists" }))?;
     let central_bytes = Region { start: central, bytes: cr.slice(central, CENTRAL * n).unwrap_or_default().to_vec() };
     let skip = [(root, root + ROOT_LEN * 8), (central, central + CENTRAL * n)];
-    let threads = match heads_symbol(mem, &path) {
+    let threads = match module_symbol(mem, &path, HEADS) {
         Some(at) => {
             let r = rw.iter().find(|r| r.u64(at).is_some()).ok_or(problem(at, Problem::NotFound { what: "thread cache list" }))?;
             let head = r.u64(at).unwrap_or(0);
@@ -250,13 +348,42 @@ pub fn find(mem: &dyn Memory) -> Result<Option<Found>> {
         None => thread_heaps(mem, &rw, &sizes, &skip)?,
     };
     let relro = own.iter().filter(|m| m.read && !m.write && !m.exec).map(|m| (m.start, m.end)).collect();
-    Ok(Some(Found { version, sizes, pages, to_move, root, central, threads, leaves, central_bytes, relro }))
+    let span_allocators = phas(mem, &rw, SPAN, &skip);
+    let by_symbol = module_symbol(mem, &path, TC_ALLOCATOR).and_then(|at| {
+        let r = rw.iter().find(|r| r.u64(at + 24).is_some())?;
+        Some(pha_at(mem, r, at, TC))
+    });
+    // The page heap's lock, when the module names it: taken while spans
+    // split, merge and their descriptors come and go.
+    let pageheap_locked =
+        module_symbol(mem, &path, PAGEHEAP_LOCK).and_then(|at| rw.iter().find_map(|r| u32_at(r, at))).is_some_and(|w| w != 0);
+    let cache_allocators = match by_symbol {
+        Some(p) => p.into_iter().collect(),
+        None => phas(mem, &rw, TC, &skip),
+    };
+    Ok(Some(Found {
+        version,
+        sizes,
+        pages,
+        to_move,
+        root,
+        central,
+        threads,
+        leaves,
+        central_bytes,
+        relro,
+        span_allocators,
+        cache_allocators,
+        pageheap_locked,
+    }))
 }
 
 /// Whether no central free list is locked (a thread stopped inside one
-/// leaves its spans' counts half updated).
+/// leaves its spans' counts half updated), nor the page heap (its spans
+/// and their descriptors).
 pub fn settled(f: &Found) -> bool {
-    (0..f.sizes.len() as u64).all(|i| f.central_bytes.slice(f.central + i * CENTRAL, 4).is_some_and(|b| b == [0, 0, 0, 0]))
+    !f.pageheap_locked
+        && (0..f.sizes.len() as u64).all(|i| f.central_bytes.slice(f.central + i * CENTRAL, 4).is_some_and(|b| b == [0, 0, 0, 0]))
 }
 
 fn u32_at(r: &Region, a: u64) -> Option<u64> {
@@ -374,16 +501,16 @@ const HEADS: &[u8] = b"_ZN8tcmalloc11ThreadCache13thread_heaps_E";
 /// Where `ThreadCache::thread_heaps_` lies, when the module's dynamic
 /// symbols (Debian's build exports them) say it: from its memory (the
 /// dynamic section, relocated or not), or its file (a core's).
-fn heads_symbol(mem: &dyn Memory, module: &str) -> Option<u64> {
+fn module_symbol(mem: &dyn Memory, module: &str, name: &[u8]) -> Option<u64> {
     let base = mem.maps().iter().find(|m| m.file() == Some(module) && m.offset == 0)?.start;
-    crate::memory::dynamic_symbol(mem, base, HEADS).and_then(|v| base.checked_add(v)).or_else(|| {
+    crate::memory::dynamic_symbol(mem, base, name).and_then(|v| base.checked_add(v)).or_else(|| {
         use object::{Object, ObjectSymbol};
         use std::io::Read;
         let f = mem.host_file(module)?.ok()?;
         let mut b = Vec::new();
         f.take(64 << 20).read_to_end(&mut b).ok()?;
         let elf = object::File::parse(&*b).ok()?;
-        let sym = elf.dynamic_symbols().find(|s| s.name_bytes() == Ok(HEADS))?;
+        let sym = elf.dynamic_symbols().find(|s| s.name_bytes() == Ok(name))?;
         base.checked_add(sym.address())
     })
 }
@@ -672,7 +799,7 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
         }
     }
     // The threads' caches: each list exactly its length long.
-    let mut threads = 0;
+    let mut caches = Vec::new();
     let mut seen = HashSet::new();
     let mut t = f.threads.unwrap_or(0);
     let mut prev = 0;
@@ -702,7 +829,7 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
                 return Err(bad("a thread cache's list is shorter than its length"));
             }
         }
-        threads += 1;
+        caches.push(t);
         prev = t;
         t = b.u64(t + TC_NEXT).unwrap_or(0);
     }
@@ -744,7 +871,12 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
             _ => heap_ranges.push((a, b)),
         }
     }
-    let _ = threads;
+    // tcmalloc's metadata (span descriptors, thread caches, the page map's
+    // leaves, in use or freed) is the allocator's, never roots: a freed
+    // descriptor still points into pages since carved into blocks.
+    let metadata = metadata(mem, f, &spans, &heap_ranges, &caches)?;
+    heap_ranges.extend(metadata);
+    heap_ranges.sort_unstable();
     Ok(GlibcHeap {
         live,
         arenas: in_use.len(),
@@ -758,6 +890,56 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
         warnings: Vec::new(),
         allocator: format!("tcmalloc {}", f.version),
     })
+}
+
+/// tcmalloc's metadata outside its spans' pages (`heap`, in address
+/// order), merged: the span descriptors (those the page map names, those
+/// on the span allocator's free list, the allocator's current chunk up to
+/// its next free byte), the thread caches (`caches`, and those freed), the
+/// page map's leaves.
+fn metadata(mem: &dyn Memory, f: &Found, spans: &[Span], heap: &[(u64, u64)], caches: &[u64]) -> Result<Vec<(u64, u64)>> {
+    let live: HashSet<u64> = spans.iter().map(|s| s.at).collect();
+    // The span allocator: the one place of its shape counting the page
+    // map's descriptors (the node allocator of the page heap's sets has
+    // objects of the same size).
+    let counted: Vec<&Pha> = f.span_allocators.iter().filter(|p| p.inuse == live.len() as u64 + SPANS_RESERVED).collect();
+    let span_pha = match counted.as_slice() {
+        [p] => *p,
+        [] if f.span_allocators.is_empty() => return Err(problem(f.root, Problem::NotFound { what: "span allocator" })),
+        [] => return Err(problem(f.root, Problem::BadSpan { why: "no span allocator counts the page map's span descriptors" })),
+        many => {
+            return Err(problem(many[0].at, Problem::Uncertain { what: "span allocator", candidates: many.iter().map(|p| p.at).collect() }))
+        }
+    };
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut add = |p: &Pha, size: u64, live: &HashSet<u64>| -> Result<()> {
+        for o in freed(mem, p, size, heap, live)? {
+            out.push((o, o + size));
+        }
+        out.push((p.area + p.avail - PHA_CHUNK, p.area));
+        Ok(())
+    };
+    add(span_pha, SPAN, &live)?;
+    let live_caches: HashSet<u64> = caches.iter().copied().collect();
+    let cache_pha = f.cache_allocators.iter().filter(|p| p.inuse == caches.len() as u64).collect::<Vec<_>>();
+    if let [p] = cache_pha.as_slice() {
+        add(p, TC, &live_caches)?;
+    }
+    out.extend(live.iter().map(|&a| (a, a + SPAN)));
+    out.extend(caches.iter().map(|&a| (a, a + TC)));
+    let leaf_len = (1u64 << LEAF_BITS) * 8;
+    out.extend(f.leaves.iter().map(|&(_, l)| (l, l + leaf_len)));
+    out.sort_unstable();
+    // Metadata objects less than a page apart lie in one of tcmalloc's
+    // chunks (no mapping of the program's fits between them): one range.
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in out {
+        match merged.last_mut() {
+            Some(l) if a <= l.1 + 128 => l.1 = l.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    Ok(merged)
 }
 
 /// Walks the heap of tcmalloc when found (`find`'s answer).
