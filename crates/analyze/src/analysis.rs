@@ -959,8 +959,9 @@ impl<'h> Analysis<'h> {
         let heap = self.heap;
         let l = self.leaks();
         let n = heap.len();
-        // Which blocks are suppressed: by (kind, site), once each.
-        let mut suppressed = vec![false; n];
+        // Which blocks are suppressed: by (kind, site), once each (no
+        // table at all without suppressions).
+        let mut suppressed: Option<Vec<bool>> = None;
         let mut counted = leaks::Count::default();
         let (mut classes, mut sup_memo) = ([l.definitely_lost, l.indirectly_lost, l.possibly_lost, l.still_reachable], HashMap::new());
         let class_index = |k: LeakKind| match k {
@@ -970,7 +971,8 @@ impl<'h> Analysis<'h> {
             LeakKind::StillReachable => 3,
         };
         if let Some(sup) = suppressions.as_deref_mut().filter(|s| !s.is_empty()) {
-            for (i, out) in suppressed.iter_mut().enumerate() {
+            let out = suppressed.insert(vec![false; n]);
+            for (i, out) in out.iter_mut().enumerate() {
                 let k = l.kind[i];
                 let b = heap.block(BlockId(i as u32));
                 if *sup_memo.entry((k, b.site)).or_insert_with(|| sup.matching(k, &self.site_frames(b.site)).is_some()) {
@@ -983,47 +985,75 @@ impl<'h> Analysis<'h> {
                 }
             }
         }
-        // Indirect bytes per clique leader.
-        let mut indirect: HashMap<u32, (u64, u64)> = HashMap::new();
-        for (i, k) in l.kind.iter().enumerate() {
-            if *k == LeakKind::IndirectlyLost && !suppressed[i] {
-                let e = indirect.entry(l.leader_of(BlockId(i as u32)).map_or(u32::MAX, |b| b.0)).or_default();
-                e.0 += 1;
-                e.1 += heap.size(BlockId(i as u32));
-            }
-        }
+        let is_suppressed = |i: usize| suppressed.as_ref().is_some_and(|s| s[i]);
         let wanted = |k: LeakKind| match kind {
             None => matches!(k, LeakKind::DefinitelyLost | LeakKind::PossiblyLost),
             Some(want) => k == want,
         };
         let credit_indirect = kind.is_none_or(|k| k == LeakKind::DefinitelyLost);
-        let mut groups: HashMap<(LeakKind, SiteId), LeakGroup> = HashMap::new();
-        for (i, k) in l.kind.iter().enumerate() {
-            if !wanted(*k) || suppressed[i] {
-                continue;
+        // The groups, by (kind, site), each made at its first block (its
+        // example). One pass over the blocks, then one over the indirectly
+        // lost ones crediting their leader's group: a heap that is mostly
+        // lost has millions of leaders, and a table of what each leads
+        // (as this was) cost more than the leak classes themselves.
+        // Consecutive blocks mostly share a site: the last group found is
+        // tried before the table.
+        let mut groups: Vec<LeakGroup> = Vec::new();
+        let mut group_of: HashMap<(LeakKind, SiteId), usize> = HashMap::new();
+        let mut last: Option<((LeakKind, SiteId), usize)> = None;
+        let mut find = |k: LeakKind, i: usize, groups: &mut Vec<LeakGroup>| -> usize {
+            let site = heap.blocks.site(i);
+            if let Some((key, g)) = last {
+                if key == (k, site) {
+                    return g;
+                }
             }
-            let b = heap.block(BlockId(i as u32));
-            let g = groups.entry((*k, b.site)).or_insert_with(|| LeakGroup {
-                kind: *k,
-                site: self.site_label(b.site),
-                ty: self.type_of_block(BlockId(i as u32)),
-                blocks: 0,
-                bytes: 0,
-                indirect_blocks: 0,
-                indirect_bytes: 0,
-                example: Address(b.addr),
-                stack: self.program_frames(b.site).iter().take(12).map(Frame::label).collect(),
+            let g = *group_of.entry((k, site)).or_insert_with(|| {
+                let b = heap.block(BlockId(i as u32));
+                groups.push(LeakGroup {
+                    kind: k,
+                    site: self.site_label(b.site),
+                    ty: self.type_of_block(BlockId(i as u32)),
+                    blocks: 0,
+                    bytes: 0,
+                    indirect_blocks: 0,
+                    indirect_bytes: 0,
+                    example: Address(b.addr),
+                    stack: self.program_frames(b.site).iter().take(12).map(Frame::label).collect(),
+                });
+                groups.len() - 1
             });
-            g.blocks += 1;
-            g.bytes += b.size;
-            if credit_indirect {
-                if let Some(&(nb, bytes)) = indirect.get(&(i as u32)) {
-                    g.indirect_blocks += nb;
-                    g.indirect_bytes += bytes;
+            last = Some(((k, site), g));
+            g
+        };
+        for (i, (k, size)) in l.kind.iter().zip(heap.blocks.sizes()).enumerate() {
+            if wanted(*k) && !is_suppressed(i) {
+                let gi = find(*k, i, &mut groups);
+                let g = &mut groups[gi];
+                g.blocks += 1;
+                g.bytes += size;
+            }
+        }
+        if credit_indirect {
+            for (i, (k, size)) in l.kind.iter().zip(heap.blocks.sizes()).enumerate() {
+                // The leaders lie anywhere: theirs read a few blocks ahead.
+                if let Some(ahead) = (i + 16 < n).then(|| l.leader_of(BlockId((i + 16) as u32))).flatten() {
+                    crate::prefetch::prefetch(&l.kind, ahead.index());
+                    crate::prefetch::prefetch(&heap.blocks.packed, ahead.index());
+                }
+                if *k != LeakKind::IndirectlyLost || is_suppressed(i) {
+                    continue;
+                }
+                let Some(leader) = l.leader_of(BlockId(i as u32)) else { continue };
+                let (lk, li) = (l.kind[leader.index()], leader.index());
+                if wanted(lk) && !is_suppressed(li) {
+                    let gi = find(lk, li, &mut groups);
+                    let g = &mut groups[gi];
+                    g.indirect_blocks += 1;
+                    g.indirect_bytes += size;
                 }
             }
         }
-        let mut groups: Vec<LeakGroup> = groups.into_values().collect();
         groups.sort_by(|a, b| {
             (b.bytes + b.indirect_bytes)
                 .cmp(&(a.bytes + a.indirect_bytes))

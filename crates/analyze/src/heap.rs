@@ -388,6 +388,16 @@ impl Blocks {
         })
     }
 
+    /// Block `i`'s site.
+    #[inline]
+    pub(crate) fn site(&self, i: usize) -> SiteId {
+        let p = self.packed[i];
+        match p.rest & Self::WIDE {
+            Self::WIDE => self.wide.get(&(i as u32)).map_or(SiteId::NONE, |w| w.1),
+            _ => SiteId((p.rest >> 32) as u32 & 0xff_ffff),
+        }
+    }
+
     #[inline]
     pub(crate) fn get(&self, i: usize) -> Block {
         let p = self.packed[i];
