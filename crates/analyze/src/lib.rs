@@ -68,5 +68,5 @@ pub use heap::{
     round_keeping_sum, Block, BlockId, Edge, Heap, ModuleInfo, Root, RootKind, RootRegion, RootSource, SiteId, ThreadInfo, MAX_BLOCKS,
 };
 pub use open::{open, open_with_progress, summary, Dump, Options};
-pub use summary::{own_allocator, static_allocator_warning};
+pub use summary::{own_allocator, static_allocator_warning, unseen_memory, unseen_memory_warning};
 pub use summary::{LimitSummary, SignalSummary, Summary};

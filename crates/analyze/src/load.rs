@@ -460,7 +460,7 @@ impl<'a> Pass1<'a> {
                 }
                 Record::End(t) => heap.trailer = Some(t),
                 Record::Signal(g) => heap.signal = Some(g),
-                Record::Limit(_) | Record::History(_) | Record::Allocator(_) | Record::SiteTotals(_) => {}
+                Record::Limit(_) | Record::History(_) | Record::Allocator(_) | Record::SiteTotals(_) | Record::Memory(_) => {}
                 Record::Static(s) => self.lookups = self.lookups.saturating_add(words(&s.contents)),
                 Record::Unknown { .. } => {}
             }

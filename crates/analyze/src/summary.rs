@@ -75,6 +75,9 @@ pub struct Summary {
     /// What the reader of this dump should know about it (a program that
     /// allocates through its own, statically linked allocator).
     pub warnings: Vec<String>,
+    /// The process's resident anonymous memory when the runtime wrote the
+    /// dump (its MEMORY record, since 1.6), in bytes.
+    pub resident_anon: Option<u64>,
 }
 
 /// The `limit` of `summary --json`: which limit, and what it counted.
@@ -168,6 +171,7 @@ impl Summary {
             truncated: None,
             allocator: None,
             warnings: Vec::new(),
+            resident_anon: None,
         };
         let mut modules: Vec<String> = Vec::new();
         let mut records = dump.records();
@@ -192,6 +196,7 @@ impl Summary {
                     s.total_allocations = Some(h.total_allocations);
                     s.total_bytes = Some(h.total_bytes);
                 }
+                Ok((_, Record::Memory(m))) => s.resident_anon = Some(m.resident_anon),
                 Ok((_, Record::Limit(l))) => s.limit = Some(LimitSummary { kind: l.kind_name(), bytes: l.bytes, used: l.used }),
                 Ok((_, Record::Thread(t))) => {
                     root_records += 1;
@@ -225,6 +230,9 @@ impl Summary {
             }
             if let Some(own) = own_allocator(Path::new(&s.exe)) {
                 s.warnings.push(static_allocator_warning(own));
+            } else if let Some(rss) = s.resident_anon {
+                let peak = s.peak_bytes.unwrap_or(0).max(s.bytes);
+                s.warnings.extend(unseen_memory_warning(rss, peak, s.total_allocations.unwrap_or(0).max(s.allocations)));
             }
         }
         Ok(s)
@@ -273,6 +281,57 @@ pub fn own_allocator(exe: &Path) -> Option<&'static str> {
         }
     }
     None
+}
+
+/// The resident anonymous memory a process may hold besides its heap
+/// without a warning: the runtime's own tables, stacks, libraries' data.
+const UNSEEN_SLACK: u64 = 32 << 20;
+
+/// The warning for a runtime dump whose process held far more resident
+/// anonymous memory (`resident_anon`) than its heap ever did through
+/// malloc (`peak` bytes, `allocations` since start): it allocates past
+/// malloc (an allocator of its own whose symbols are stripped, or mmap).
+/// Conservative: 32 MiB, eight times the peak and 128 bytes per
+/// allocation ever made may go unexplained (allocator rounding and
+/// fragmentation, the runtime's tables), so a program whose memory went
+/// through malloc never warns.
+pub fn unseen_memory_warning(resident_anon: u64, peak: u64, allocations: u64) -> Option<String> {
+    let explained = UNSEEN_SLACK.saturating_add(peak.saturating_mul(8)).saturating_add(allocations.saturating_mul(128));
+    (resident_anon > explained).then(|| {
+        format!(
+            "this program holds {} of resident anonymous memory but its heap through malloc peaked at {}: it allocates past malloc (an allocator of its own, or mmap); what is shown is only what went through malloc; use `heapdump attach`, or `Tracked` in a Rust program",
+            human(resident_anon),
+            human(peak)
+        )
+    })
+}
+
+/// The unseen-memory warning of the dump at `path`, from its first
+/// records (MEMORY and HISTORY come before the modules): for `run`, which
+/// does not read the whole dump.
+pub fn unseen_memory(file: &DumpFile) -> Option<String> {
+    let dump = file.dump().ok()?;
+    let (mut rss, mut history) = (None, None);
+    for r in dump.records() {
+        match r {
+            Ok((_, Record::Memory(m))) => rss = Some(m.resident_anon),
+            Ok((_, Record::History(h))) => history = Some(h),
+            Ok((_, Record::Process(p))) if p.flags & heapdump_format::raw::PROCESS_OUTSIDE != 0 => return None,
+            Ok((_, Record::Process(_) | Record::Signal(_) | Record::Limit(_) | Record::Allocator(_))) => continue,
+            _ => break,
+        }
+    }
+    let h = history?;
+    unseen_memory_warning(rss?, h.peak_bytes, h.total_allocations)
+}
+
+fn human(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} bytes"),
+    }
 }
 
 /// The warning for a program that allocates through its own `allocator`.

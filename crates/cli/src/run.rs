@@ -82,6 +82,14 @@ pub fn run(o: RunOptions) -> Result<ExitCode> {
             seen.push(&d.exe);
             if let Some(a) = heapdump_analyze::own_allocator(std::path::Path::new(&d.exe)) {
                 let _ = writeln!(err, "heapdump: warning: {}: {}", d.program(), heapdump_analyze::static_allocator_warning(a));
+                continue;
+            }
+            // No allocator's symbols, but far more memory than its heap
+            // (the last dump of the program: its exit's).
+            let last = ran.dumps.iter().rev().find(|x| x.exe == d.exe && x.complete());
+            let file = last.and_then(|x| heapdump_analyze::DumpFile::open(std::path::Path::new(x.path())).ok());
+            if let Some(w) = file.as_ref().and_then(heapdump_analyze::unseen_memory) {
+                let _ = writeln!(err, "heapdump: warning: {}: {w}", d.program());
             }
         }
     }

@@ -48,7 +48,8 @@ pub use error::{Error, WriteError};
 pub use items::{Fixed, Items, ItemsIter, Packed};
 pub use reader::{ends_with_trailer, Contents as ContentsRef, Dump, Pointers, Record, Records, Site, SiteTotals, WithContents, Words};
 pub use types::{
-    Alloc, Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, Segment, SignalInfo, SiteTotal, Static, Thread, Trailer,
+    Alloc, Backtrace, Header, History, LimitInfo, MemoryInfo, Mode, Module, Process, Reason, Segment, SignalInfo, SiteTotal, Static,
+    Thread, Trailer,
 };
 pub use writer::{Contents, DenseEncoder, Encoded, FdSink, LinkEncoder, NoPointers, Sink, Writer, MIN_BUFFER};
 

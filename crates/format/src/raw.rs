@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"HDUMP\0\r\n";
 /// Major version: bumped on any change that an older reader would misread.
 pub const MAJOR: u16 = 1;
 /// Minor version: bumped when a record type is added (old readers skip it).
-pub const MINOR: u16 = 5;
+pub const MINOR: u16 = 6;
 /// PROCESS flags (byte 1, since 1.3): captured from outside the process
 /// (`heapdump attach`, `heapdump core`): no sites, and each allocation's
 /// size is the allocator's usable size, not the size asked for.
@@ -54,6 +54,9 @@ pub mod tag {
     /// Per-site totals since start and each site at the recorded peak
     /// (since 1.5).
     pub const SITE_TOTALS: u32 = 0x0D;
+    /// The process's resident anonymous memory when the dump was taken
+    /// (since 1.6).
+    pub const MEMORY: u32 = 0x0E;
 }
 
 /// Fixed part of a PROCESS payload.
@@ -78,6 +81,8 @@ pub const LIMIT_SIZE: usize = 24;
 pub const ALLOCATOR_MAX: usize = 256;
 /// Size of the HISTORY payload.
 pub const HISTORY_SIZE: usize = 24;
+/// Size of the MEMORY payload (since 1.6).
+pub const MEMORY_SIZE: usize = 8;
 /// Fixed part of a SITE_TOTALS payload.
 pub const SITE_TOTALS_FIXED: usize = 24;
 /// Size of one SITE_TOTALS row.

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::items::Packed;
 use crate::raw::{self, tag};
 use crate::types::{
-    Alloc, Backtrace, Header, History, LimitInfo, Mode, Module, Process, Reason, SignalInfo, SiteTotal, Static, Thread, Trailer,
+    Alloc, Backtrace, Header, History, LimitInfo, MemoryInfo, Mode, Module, Process, Reason, SignalInfo, SiteTotal, Static, Thread, Trailer,
 };
 
 /// A little-endian cursor over a byte slice that knows its file offset.
@@ -222,6 +222,8 @@ pub enum Record<'a> {
     /// SITE_TOTALS (since 1.5): per-site totals since start and each site
     /// at the recorded peak.
     SiteTotals(SiteTotals<'a>),
+    /// MEMORY (since 1.6): the process's resident anonymous memory.
+    Memory(MemoryInfo),
     /// The verified trailer.
     End(Trailer),
     /// A record this reader does not know (from a newer minor version).
@@ -482,6 +484,12 @@ impl<'a> Records<'a> {
                     return Err(Error::Malformed { offset, what: "SITE_TOTALS record of the wrong length" });
                 }
                 Record::SiteTotals(SiteTotals { peak_bytes: word(0), peak_time_ns: word(8), rows: &payload[fixed..] })
+            }
+            tag::MEMORY => {
+                let mut p = p;
+                let m = MemoryInfo { resident_anon: p.u64("MEMORY record too short")? };
+                p.expect_end("MEMORY record of the wrong length")?;
+                Record::Memory(m)
             }
             tag::HISTORY => {
                 let mut p = p;

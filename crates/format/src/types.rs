@@ -374,6 +374,15 @@ impl LimitInfo {
     }
 }
 
+/// The MEMORY record (since 1.6): what the process held besides what
+/// the dump shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// Its resident anonymous memory (`RssAnon` of `/proc/self/status`)
+    /// when the dump was taken, in bytes.
+    pub resident_anon: u64,
+}
+
 /// One site's row of the SITE_TOTALS record (since 1.5).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteTotal {

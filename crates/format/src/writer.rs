@@ -10,7 +10,9 @@ use crate::dense::{self, Link};
 use crate::error::WriteError;
 use crate::items::Items;
 use crate::raw::{self, tag};
-use crate::types::{Alloc, Header, History, LimitInfo, Mode, Module, Process, Segment, SignalInfo, SiteTotal, Static, Thread, Trailer};
+use crate::types::{
+    Alloc, Header, History, LimitInfo, MemoryInfo, Mode, Module, Process, Segment, SignalInfo, SiteTotal, Static, Thread, Trailer,
+};
 
 /// Where dump bytes go.
 ///
@@ -238,6 +240,14 @@ impl<'b, S: Sink> Writer<'b, S> {
         b[8..16].copy_from_slice(&h.total_allocations.to_le_bytes());
         b[16..24].copy_from_slice(&h.total_bytes.to_le_bytes());
         self.put(&b)?;
+        self.end()
+    }
+
+    /// Writes the MEMORY record (since 1.6): the process's resident
+    /// anonymous memory.
+    pub fn memory(&mut self, m: &MemoryInfo) -> Result<(), WriteError> {
+        self.begin(tag::MEMORY, raw::MEMORY_SIZE as u64)?;
+        self.put(&m.resident_anon.to_le_bytes())?;
         self.end()
     }
 

@@ -22,6 +22,7 @@ mod growth_across_dumps;
 mod install;
 mod jemalloc_heap_walk;
 mod manual_pages;
+mod memory_past_malloc;
 mod mimalloc_heap_walk;
 mod musl_heap_walk;
 mod near_limit_dumps;

@@ -412,7 +412,7 @@ pub fn read(bytes: &[u8]) -> Result<(MDump, Trailer), Error> {
                 d.pause_ns = t.pause_ns;
                 trailer = Some(t);
             }
-            Record::Unknown { .. } | Record::Allocator(_) | Record::SiteTotals(_) => {}
+            Record::Unknown { .. } | Record::Allocator(_) | Record::SiteTotals(_) | Record::Memory(_) => {}
         }
     }
     Ok((d, trailer.expect("a complete read ends with the trailer")))

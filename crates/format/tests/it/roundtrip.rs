@@ -294,3 +294,23 @@ fn site_totals_round_trip_and_a_short_record_is_malformed() {
     let err = Dump::parse(&cut).unwrap().records().find_map(|r| r.err()).expect("an error");
     assert!(err.to_string().contains("SITE_TOTALS"), "{err}");
 }
+
+#[test]
+fn memory_round_trips_and_a_short_record_is_malformed() {
+    let mut buf = [0u8; 512];
+    let h = Header::new(Mode::Compact, Reason::Exit, 4096, 7, 1);
+    let mut w = Writer::new(Vec::new(), &mut buf, &h).unwrap();
+    w.memory(&MemoryInfo { resident_anon: 64 << 20 }).unwrap();
+    let (bytes, _) = w.finish(0).unwrap();
+    let d = Dump::parse(&bytes).unwrap();
+    let got: Vec<_> = d.records().collect::<Result<_, _>>().unwrap();
+    let Record::Memory(m) = got[0].1 else { panic!("{:?}", got[0].1) };
+    assert_eq!(m, MemoryInfo { resident_anon: 64 << 20 });
+    // Four bytes short: the record's length is not the MEMORY payload's.
+    let mut cut = bytes.clone();
+    let at = raw::FILE_HEADER_SIZE + 4;
+    cut[at..at + 8].copy_from_slice(&4u64.to_le_bytes());
+    cut.drain(raw::FILE_HEADER_SIZE + 12 + 4..raw::FILE_HEADER_SIZE + 12 + 8);
+    let err = Dump::parse(&cut).unwrap().records().find_map(|r| r.err()).expect("an error");
+    assert!(err.to_string().contains("MEMORY"), "{err}");
+}

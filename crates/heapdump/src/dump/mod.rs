@@ -45,7 +45,8 @@ use crate::sys::{self, Mapping};
 use crate::table::Table;
 use core::sync::atomic::{AtomicBool, Ordering};
 use heapdump_format::{
-    raw, Header, History, LimitInfo, Link, Mode, ModuleInfo, Process, Reason, SignalInfo, Static, ThreadInfo, WriteError, Writer,
+    raw, Header, History, LimitInfo, Link, MemoryInfo, Mode, ModuleInfo, Process, Reason, SignalInfo, Static, ThreadInfo, WriteError,
+    Writer,
 };
 
 /// What a dump reads: the runtime's tables and its configuration.
@@ -319,6 +320,11 @@ fn write_records(
     }
     let (total_allocations, total_bytes, peak_bytes) = src.table.history();
     w.history(&History { peak_bytes, total_allocations, total_bytes })?;
+    // What the process holds besides its heap: a heap far smaller than it
+    // tells a program allocating past malloc (#40).
+    if let Some(resident_anon) = crate::trigger::limit::resident_anon() {
+        w.memory(&MemoryInfo { resident_anon })?;
+    }
     if let Some(l) = req.limit {
         w.limit(&l)?;
     }

@@ -201,6 +201,12 @@ fn statm() -> Option<(u64, u64)> {
     Some((size * page, rss * page))
 }
 
+/// The process's resident anonymous memory (`RssAnon`), in bytes: for
+/// the dump's MEMORY record (read into a stack buffer, no allocation).
+pub(crate) fn resident_anon() -> Option<u64> {
+    status_kb(b"RssAnon:")
+}
+
 /// A `Key:   N kB` line of `/proc/self/status`, in bytes.
 fn status_kb(key: &[u8]) -> Option<u64> {
     let mut b = [0u8; 4096];
