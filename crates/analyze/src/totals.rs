@@ -27,7 +27,7 @@ pub const NO_TOTALS: &str = "this dump has no totals/peak: taken by attach/core 
 /// The one-line error of `top --peak` on a dump whose runtime kept totals
 /// but no peak.
 pub const NO_PEAK: &str =
-    "this dump has no peak: the runtime records one with HEAPDUMP_PEAK=1 (and every site), once the heap passes 1 MiB";
+    "this dump has no peak: the runtime records one with every site (unless HEAPDUMP_PEAK=0), once the heap passes 1 MiB";
 
 /// Reads the SITE_TOTALS record of `file`, if it has one.
 pub fn totals(file: &DumpFile) -> Result<Option<Totals>> {

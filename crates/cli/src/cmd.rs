@@ -565,7 +565,13 @@ fn summary(path: &Path, json: bool) -> Result<ExitCode> {
         eprintln!("heapdump: warning: {}: incomplete dump, summarised up to the damage: {t}", path.display());
     }
     if json {
-        output::json(&s)?;
+        let mut v = serde_json::to_value(&s)?;
+        if let serde_json::Value::Object(m) = &mut v {
+            // The recorded peak (#41), as the text's line says it.
+            let peak = if s.truncated.is_none() { views::peak_json(path)? } else { serde_json::Value::Null };
+            m.insert("peak".into(), peak);
+        }
+        output::json(&v)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = std::io::stdout().lock();

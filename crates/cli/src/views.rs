@@ -620,6 +620,31 @@ fn write_peak(out: &mut impl Write, a: &Analysis<'_>) -> Result<()> {
     Ok(())
 }
 
+/// `summary --json`'s `peak`: the recorded peak as `summary`'s text says
+/// it, `{"time_ns", "before_dump_s", "bytes", "sites"}` (`sites`: its
+/// three biggest, as `top --peak --json` rows), or null when the dump has
+/// none.
+pub fn peak_json(path: &Path) -> Result<serde_json::Value> {
+    // Only a dump with a recorded peak is loaded for the sites' names.
+    let file = heapdump_analyze::DumpFile::open(path)?;
+    match heapdump_analyze::totals::totals(&file)? {
+        Some(t) if t.peak_time_ns != 0 => {}
+        _ => return Ok(serde_json::Value::Null),
+    }
+    let loaded = load(path)?;
+    let a = session(&loaded);
+    let Some(t) = heapdump_analyze::totals::totals(a.file())? else { return Ok(serde_json::Value::Null) };
+    let taken = a.file().dump()?.header().time_ns;
+    let mut rows = heapdump_analyze::totals::at_peak(&t, &mut |s| a.site_label(heapdump_analyze::SiteId(s)));
+    rows.truncate(3);
+    Ok(serde_json::json!({
+        "time_ns": t.peak_time_ns,
+        "before_dump_s": taken.saturating_sub(t.peak_time_ns) as f64 / 1e9,
+        "bytes": t.peak_bytes,
+        "sites": rows,
+    }))
+}
+
 /// The suspects as text: a headline each (what it holds, why it is
 /// suspected), the path to it and the sites adding the most bytes.
 pub fn write_suspects(out: &mut impl Write, a: &Analysis<'_>, list: &[heapdump_analyze::suspects::Suspect]) -> std::io::Result<()> {

@@ -68,9 +68,10 @@ pub struct Config {
     /// compacting memory).
     pub thp: bool,
     /// Whether each site's live bytes are kept for the peak
-    /// (`HEAPDUMP_PEAK`, `0` by default; `1` with every site: a free then
-    /// reads its block's site, which costs about 6% on the Rust workload,
-    /// see BENCHMARKS.md). Totals since start are kept either way.
+    /// (`HEAPDUMP_PEAK`, `1` by default, with every site: the table is
+    /// walked when the heap leaves a new peak, nothing on the hot path, see
+    /// `table::site_totals` and BENCHMARKS.md; `0` turns it off). Totals
+    /// since start are kept either way.
     pub peak: bool,
 }
 
@@ -97,7 +98,7 @@ impl Config {
             cached_unwinder: true,
             shadow: true,
             thp: true,
-            peak: false,
+            peak: true,
         }
     }
 

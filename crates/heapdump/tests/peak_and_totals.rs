@@ -56,10 +56,7 @@ fn child_phases() {
 fn peak_and_totals_of_a_phase() {
     let dir = common::scratch("peak");
     let out = dir.join("phases.hdump");
-    let o = common::child(
-        "child_phases",
-        &[("HEAPDUMP_BACKTRACE", "all"), ("HEAPDUMP_PEAK", "1"), ("HEAPDUMP_SIGNAL", "0"), ("PEAK_DUMP", out.to_str().unwrap())],
-    );
+    let o = common::child("child_phases", &[("HEAPDUMP_BACKTRACE", "all"), ("HEAPDUMP_SIGNAL", "0"), ("PEAK_DUMP", out.to_str().unwrap())]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let bytes = std::fs::read(&out).unwrap();
     let dump = Dump::parse(&bytes).unwrap();

@@ -19,7 +19,8 @@ fn the_peak_names_a_buffer_gone_at_exit_and_totals_count_the_churn() {
     let prog = compile(&d, "peak_phase.c", &["-O1", "-g"]);
     ensure_preload();
     let dump = d.path("peak.hdump");
-    ok(&heapdump().env("HEAPDUMP_PEAK", "1").arg("run").arg("-o").arg(&dump).arg("--").arg(&prog).output().unwrap());
+    // The peak is kept by default (no HEAPDUMP_PEAK).
+    ok(&heapdump().env_remove("HEAPDUMP_PEAK").arg("run").arg("-o").arg(&dump).arg("--").arg(&prog).output().unwrap());
     // Nothing of the buffer is live at exit.
     let live = json(&["top".as_ref(), "--json".as_ref(), dump.as_os_str()]);
     assert!(live.as_array().unwrap().iter().all(|r| r["bytes"].as_u64().unwrap() < 48 << 20), "{live}");
@@ -52,15 +53,24 @@ fn the_peak_names_a_buffer_gone_at_exit_and_totals_count_the_churn() {
     let o = heapdump().arg("summary").arg(&dump).output().unwrap();
     let s = ok(&o);
     assert!(s.lines().any(|l| l.starts_with("peak recorded") && l.contains("peak_phase.c:36")), "{s}");
+    // summary --json: the same peak, when and its three biggest sites.
+    let sj = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    let p = &sj["peak"];
+    assert!(p["bytes"].as_u64().unwrap() >= 48 << 20, "{sj}");
+    assert!(p["time_ns"].as_u64().unwrap() > 0 && p["before_dump_s"].as_f64().unwrap() >= 0.0, "{sj}");
+    let sites = p["sites"].as_array().unwrap();
+    assert!(!sites.is_empty() && sites.len() <= 3, "{sj}");
+    assert_eq!(sites[0]["bytes"].as_u64(), Some(48 << 20), "{sj}");
+    assert!(sites[0]["key"].as_str().unwrap().contains("peak_phase.c:36"), "{sj}");
 }
 
 #[test]
-fn without_heapdump_peak_the_totals_are_kept_and_the_peak_refused() {
+fn with_heapdump_peak_0_the_totals_are_kept_and_the_peak_refused() {
     let d = Scratch::new("peak-off");
     let prog = compile(&d, "peak_phase.c", &["-O1", "-g"]);
     ensure_preload();
     let dump = d.path("nopeak.hdump");
-    ok(&heapdump().env_remove("HEAPDUMP_PEAK").arg("run").arg("-o").arg(&dump).arg("--").arg(&prog).output().unwrap());
+    ok(&heapdump().env("HEAPDUMP_PEAK", "0").arg("run").arg("-o").arg(&dump).arg("--").arg(&prog).output().unwrap());
     let all = rows(&dump, "--allocated");
     let churn = all.iter().find(|r| r["key"].as_str().unwrap().contains("peak_phase.c:41")).unwrap_or_else(|| panic!("{all:?}"));
     assert_eq!((churn["allocations"].as_u64(), churn["temporary"].as_u64()), (Some(100000), Some(100000)), "{all:?}");
@@ -69,6 +79,8 @@ fn without_heapdump_peak_the_totals_are_kept_and_the_peak_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("this dump has no peak"), "{err}");
+    let sj = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    assert!(sj["peak"].is_null(), "{sj}");
 }
 
 #[test]

@@ -552,6 +552,8 @@ fn write_site_totals(w: &mut Writer<'_, PipeSink>, src: &Sources<'_>) -> Result<
     if src.config.backtrace != crate::config::Backtrace::All {
         return Ok(());
     }
+    // SAFETY: the world is stopped (or we are the forked child).
+    unsafe { src.table.record_peak_now() };
     let Some((peak, peak_ns)) = src.table.recorded_peak() else { return Ok(()) };
     let mut count = 0u32;
     // SAFETY: the world is stopped (or we are the forked child).

@@ -5,7 +5,7 @@
 //! bytes.
 
 use crate::sys;
-use crate::table::site_totals::{SiteRow, SiteTotals};
+use crate::table::site_totals::{SiteRow, SiteTotals, Walk};
 use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// One thread's counters, on a cache line of their own. Live bytes are
@@ -201,6 +201,7 @@ impl Counters {
     /// In a child after `fork`: the threads that owned the other stripes
     /// are gone; their stripes are free.
     pub fn free_stripes_after_fork(&self) {
+        self.sites.after_fork();
         let mine = STRIPE.try_with(|c| usize::from(c.get())).unwrap_or(SHARED);
         let used = self.next_stripe.load(Ordering::Relaxed).min(SHARED);
         for k in (0..used).filter(|&k| k != mine) {
@@ -240,10 +241,12 @@ impl Counters {
         }
         self.maybe_flush(s)
     }
-    /// Counts a free of `size` bytes at `addr`, allocated at `site` (0:
-    /// unknown).
+    /// Counts a free of `size` bytes at `addr`; true when the table
+    /// should now be walked for the peak (see
+    /// [`crate::table::site_totals`]), the freed block added back.
     #[inline]
-    pub fn count_free(&self, size: u64, site: u32, addr: u64) {
+    #[must_use]
+    pub fn count_free(&self, size: u64, addr: u64) -> bool {
         let k = self.stripe() as usize;
         let s = &self.stripes[k];
         bump(k, &s.frees, 1);
@@ -251,10 +254,8 @@ impl Counters {
         if s.last_addr.load(Ordering::Relaxed) == addr && k != SHARED {
             s.last_freed.store(addr, Ordering::Relaxed);
         }
-        if site != 0 {
-            self.sites.free(k, k == SHARED, SHARED, site, size);
-        }
-        self.maybe_flush(s);
+        let live = self.maybe_flush(s);
+        live != 0 && self.sites.walk_due(live, self.peak.load(Ordering::Relaxed))
     }
     #[inline]
     fn maybe_flush(&self, s: &Stripe) -> u64 {
@@ -276,18 +277,35 @@ impl Counters {
         let live = self.live.fetch_add(d, Ordering::Relaxed).wrapping_add(d).max(0) as u64;
         if live > self.peak.load(Ordering::Relaxed) {
             self.peak.fetch_max(live, Ordering::Relaxed);
-            self.sites.maybe_peak(live, self.stripes_used(), sys::realtime_ns);
+            self.sites.rose(sys::realtime_ns);
         }
         live
-    }
-    /// Whether frees count per site, for the peak.
-    #[inline(always)]
-    pub fn peak_on(&self) -> bool {
-        self.sites.peak_on()
     }
     /// Keeps each site's live bytes for the peak.
     pub fn keep_sites_at_peak(&self) {
         self.sites.keep_sites_at_peak();
+    }
+    /// Starts a walk of the table for the peak (see
+    /// [`SiteTotals::begin_walk`]); `paid`: only when the allocations since
+    /// the last walk are at least the live blocks.
+    #[cold]
+    pub fn begin_walk(&self, paid: bool) -> Option<Walk<'_>> {
+        let allocs_live = paid.then(|| {
+            let [allocs, frees, _, _] = self.sums();
+            (allocs, allocs.wrapping_sub(frees))
+        });
+        self.sites.begin_walk(allocs_live)
+    }
+    /// Ends a walk: its rows are the heap's peak.
+    pub fn end_walk(&self, w: Walk<'_>) {
+        self.sites.end_walk(w, self.peak());
+    }
+    /// Whether the heap's peak is a step above the recorded one, and the
+    /// live bytes `live` within a step of it: the heap is at a peak not
+    /// yet recorded (for a dump to walk).
+    pub fn at_unrecorded_peak(&self, live: u64) -> bool {
+        let high = self.peak().max(live);
+        self.sites.unrecorded(high) && live.saturating_add(high / 64) >= high
     }
     /// How many owned stripes were ever handed out (their caches are the
     /// ones in use).

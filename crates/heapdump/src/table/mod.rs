@@ -140,8 +140,8 @@ impl Table {
         self.slots.every_block_has_a_site();
     }
 
-    /// Keeps each site's live bytes for the peak: a free reads its
-    /// block's site (called before the first block is recorded).
+    /// Keeps each site's live bytes for the peak (see
+    /// [`crate::table::site_totals`]).
     pub fn keep_sites_at_peak(&self) {
         self.counters.keep_sites_at_peak();
     }
@@ -187,7 +187,8 @@ impl Table {
     fn fill(&self, p: Place, e: &Entry, in_use: bool) -> u64 {
         let old = self.slots.fill(p, e, in_use);
         if old != 0 {
-            self.counters.count_free(slot_size(old), 0, e.addr);
+            // A free never seen: no walk for the peak here.
+            let _ = self.counters.count_free(slot_size(old), e.addr);
         }
         self.counters.count_alloc(e.size, counted_site(e), e.addr)
     }
@@ -243,7 +244,9 @@ impl Table {
         };
         match r {
             Ok(None) => {}
-            Ok(Some(old)) => self.counters.count_free(old.size, counted_site(&old), old.addr),
+            Ok(Some(old)) => {
+                let _ = self.counters.count_free(old.size, old.addr);
+            }
             Err(NoRoom) => return self.untracked_one(),
         }
         self.counters.count_alloc(e.size, counted_site(e), e.addr)
@@ -299,8 +302,10 @@ impl Table {
         // not wait for the slot's line to arrive. (They are equal: a Rust
         // deallocation passes the layout the block was allocated or
         // reallocated with.)
-        let site = if self.counters.peak_on() { self.slots.site_of(p, addr, v) } else { 0 };
-        self.counters.count_free(layout.0, site, addr);
+        if self.counters.count_free(layout.0, addr) {
+            // The site word outlives the slot.
+            self.walk_for_peak(self.slots.site_of(p, addr, v), layout.0);
+        }
         Some((p, v))
     }
 
@@ -317,9 +322,8 @@ impl Table {
     #[inline(always)]
     fn take_counted(&self, p: Place, addr: u64) -> u16 {
         let v = self.slots.take(p, addr);
-        if v != 0 {
-            let site = if self.counters.peak_on() { self.slots.site_of(p, addr, v) } else { 0 };
-            self.counters.count_free(slot_size(v), site, addr);
+        if v != 0 && self.counters.count_free(slot_size(v), addr) {
+            self.walk_for_peak(self.slots.site_of(p, addr, v), slot_size(v));
         }
         v
     }
@@ -351,8 +355,58 @@ impl Table {
             let mut shard = self.overflow[shard_index(addr)].lock();
             shard.remove(addr)
         }?;
-        self.counters.count_free(e.size, counted_site(&e), addr);
+        if self.counters.count_free(e.size, addr) {
+            self.walk_for_peak(counted_site(&e), e.size);
+        }
         Some(e)
+    }
+
+    /// A free (of `size` bytes at `site`, already taken out of the table)
+    /// brought the heap a step below a peak not yet recorded: walks the
+    /// table, summing its blocks by site, as the peak's rows (see
+    /// [`crate::table::site_totals`]), unless the allocations since the
+    /// last walk do not pay for it.
+    #[cold]
+    #[inline(never)]
+    fn walk_for_peak(&self, site: u32, size: u64) {
+        if let Some(w) = self.counters.begin_walk(true) {
+            w.add(site, size);
+            self.sum_by_site(&w);
+            self.counters.end_walk(w);
+        }
+    }
+
+    /// Adds every block in the table to the walk `w`, by site.
+    fn sum_by_site(&self, w: &site_totals::Walk<'_>) {
+        // SAFETY: with other threads running too: every mapping the slots
+        // are read from stays mapped while the table is in use and every
+        // word is read atomically, so the walk reads only memory it may; a
+        // slot written meanwhile may give a block or not, or (its site word
+        // read after another block took the slot) the wrong site, which
+        // the walk's rows allow for (see `site_totals`).
+        unsafe { self.slots.for_each_unlocked(|e| w.add(counted_site(&e), e.size)) };
+        for s in &self.overflow {
+            let _l = crate::stop::guard::Locked::new();
+            let shard = s.lock();
+            shard.for_each(|e| w.add(counted_site(&e), e.size));
+        }
+    }
+
+    /// Before a dump (the world stopped, or in its forked child): when the
+    /// heap is within a step of a peak not yet recorded (a heap that grew
+    /// and never fell back), records it now by a walk.
+    ///
+    /// # Safety
+    /// As for [`Table::for_each_small_unlocked`].
+    pub unsafe fn record_peak_now(&self) {
+        let (_, live) = self.live();
+        if self.counters.at_unrecorded_peak(live) {
+            self.counters.note_peak(live);
+            if let Some(w) = self.counters.begin_walk(false) {
+                self.sum_by_site(&w);
+                self.counters.end_walk(w);
+            }
+        }
     }
 
     /// Sums the counters, and measures the table's memory.
@@ -523,6 +577,44 @@ mod tests {
     /// replacement of an address never freed, and removal with and without
     /// the layout. The table must hold exactly the model's entries, the
     /// small ones in address order, and count them exactly.
+    /// The peak's rows: a walk of the table when a free takes the heap a
+    /// step below a new peak (the freed block added back), none while it
+    /// grows, and one before a dump when the heap is at a peak never left.
+    #[test]
+    fn the_peak_is_walked_when_the_heap_leaves_it() {
+        let t = Box::new(Table::new());
+        t.every_block_has_a_site();
+        t.keep_sites_at_peak();
+        let rows = |t: &Table| {
+            let mut v = Vec::new();
+            // SAFETY: no other thread uses this table.
+            unsafe { t.for_each_site_row(|r| v.push((r.site, r.peak_count, r.peak_bytes))) };
+            v.sort();
+            v
+        };
+        let small = 0x5555_0000_0000u64;
+        for i in 0..4096 {
+            t.insert(&Entry { addr: small + i * 512, size: 512, align_log2: 4, site: 1, sampled: false });
+        }
+        let big = 0x6000_0000_0000u64;
+        t.insert(&Entry { addr: big, size: 8 << 20, align_log2: 4, site: 2, sampled: false });
+        assert_eq!(t.recorded_peak().map(|p| p.0), Some(0), "nothing recorded while the heap grows");
+        assert_eq!(t.remove(big, None).map(|e| e.site), Some(2));
+        let (bytes, ns) = t.recorded_peak().unwrap();
+        assert!(bytes >= (10 << 20) - FLUSH && ns > 0, "{bytes}");
+        assert_eq!(rows(&t), vec![(1, 4096, 2 << 20), (2, 1, 8 << 20)], "the freed buffer added back");
+        // Growing past it by more than a step, without falling back: the
+        // rows stay until a dump asks.
+        for i in 0..4u64 {
+            t.insert(&Entry { addr: big + (i << 24), size: 4 << 20, align_log2: 4, site: 3, sampled: false });
+        }
+        assert_eq!(rows(&t), vec![(1, 4096, 2 << 20), (2, 1, 8 << 20), (3, 0, 0)]);
+        // SAFETY: no other thread uses this table.
+        unsafe { t.record_peak_now() };
+        assert_eq!(rows(&t), vec![(1, 4096, 2 << 20), (2, 0, 0), (3, 4, 16 << 20)]);
+        assert!(t.recorded_peak().unwrap().0 >= 18 << 20);
+    }
+
     #[test]
     fn table_matches_a_model() {
         let t = Box::new(Table::new());

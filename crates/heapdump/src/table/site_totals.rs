@@ -1,4 +1,4 @@
-//! Per-site totals since start (allocations, bytes, frees, temporaries)
+//! Per-site totals since start (allocations, bytes, temporaries)
 //! and each site's live bytes at the heap's last recorded peak.
 //!
 //! Threads must not share a cache line per allocation (a hot site
@@ -10,17 +10,30 @@
 //! only the pages of site ids in use are ever touched), never the tracked
 //! heap. Threads on the shared stripe add to the global array directly.
 //!
-//! The peak (with `HEAPDUMP_PEAK=1` only: [`SiteTotals::keep_sites_at_peak`]):
-//! each site's live bytes are its allocated bytes less its freed bytes (a
-//! free reads its block's site: small blocks keep it in the shadow's site
-//! word, large ones in the overflow entry). That read is another cache
-//! line per free, which cost about 6% on the Rust workload against 2% or
-//! less for the totals, so it is not on by default (BENCHMARKS.md). They are summed
-//! into the peak array only when the whole heap's live bytes (as the
-//! counters flush them) exceed the last recorded peak by a step (1/64 of
-//! it) and [`FLOOR`]: a steady heap pays nothing, a growing one pays one
-//! pass over the sites per 1.6% of growth. The recorded peak is therefore
-//! within that step (and the counters' flush granularity) of the true one.
+//! The peak (on by default with every site; `HEAPDUMP_PEAK=0` turns it
+//! off: [`SiteTotals::keep_sites_at_peak`]): each site's live blocks and
+//! bytes at the moment the whole heap was last near its highest. Nothing
+//! is paid for it on the hot path: a free does not read its block's site
+//! (that read, another cache line per free, cost 3-10% on the tracker
+//! workloads). Instead the table itself is walked once, summing its
+//! entries by site, when the peak is about to be lost: when a free
+//! brings the live bytes (as the counters flush them) a step (1/64 of the
+//! peak) below a peak that exceeds the last recorded one by a step (and
+//! [`FLOOR`]); the block being freed is added back. A heap that only
+//! grows is never walked (the dump walks it, with the world stopped or
+//! in its forked child, when the heap is within a step of an unrecorded
+//! peak); a heap that rises and falls is walked once per step of new
+//! peak at most, and never more often than its allocations pay for: a
+//! walk needs as many allocations since the last one as there are live
+//! blocks, so it costs at most one entry visited per allocation (a
+//! refused walk leaves the last recorded peak). The walk is one thread's,
+//! in the free that triggered it, while the others go on: an entry freed
+//! or made during it may be counted or not, or (a slot reused between
+//! reading it and its site word) to the wrong site, so the rows are the
+//! heap within a step (and the counters' flush granularity) of its peak,
+//! as the recorded bytes are. It writes the rows of one of two buffers
+//! and then makes it the one a dump reads, so that a dump stopping the
+//! walker halfway reads the previous peak whole.
 //!
 //! Signal handlers: a handler that allocates or frees on a thread in the
 //! middle of one of these updates (see `stop::guard`: a handler nested in
@@ -30,7 +43,7 @@
 //! eviction, so nothing is ever corrupted beyond that count.
 
 use crate::sys;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Site ids below this are counted (ids are `local * 16 + shard + 1`: 262
 /// 144 sites per shard).
@@ -55,10 +68,6 @@ pub struct Counts {
     pub allocs: AtomicU64,
     /// Bytes allocated.
     pub bytes: AtomicU64,
-    /// Frees.
-    pub frees: AtomicU64,
-    /// Bytes freed.
-    pub freed: AtomicU64,
     /// Temporaries: allocations freed before their thread's next one.
     pub temps: AtomicU64,
 }
@@ -100,21 +109,52 @@ pub struct SiteTotals {
     caches: AtomicPtr<Cached>,
     /// `SITE_CAP` counts, in chunks of `CHUNK` mapped on first use.
     global: [AtomicPtr<Counts>; CHUNKS],
-    /// `SITE_CAP` peak rows, likewise.
-    peak: [AtomicPtr<PeakRow>; CHUNKS],
+    /// Two buffers of `SITE_CAP` peak rows, likewise: a walk writes the
+    /// one that is not `active`.
+    peak: [[AtomicPtr<PeakRow>; CHUNKS]; 2],
     /// Set once mapping failed: nothing is counted.
     failed: AtomicBool,
     /// The highest site id counted.
     max_site: AtomicU32,
-    /// The live bytes of the last recorded peak (0: none yet).
-    recorded: AtomicU64,
-    /// When it was recorded (ns since the epoch).
-    recorded_ns: AtomicU64,
-    /// Held while the peak is recorded (tried, never waited for).
-    recording: AtomicBool,
-    /// Whether frees are counted per site and the peak recorded
-    /// (`HEAPDUMP_PEAK=1`).
+    /// The buffer of the recorded peak.
+    active: AtomicUsize,
+    /// Per buffer: the live bytes of its peak (0: none yet) and when it
+    /// was reached (ns since the epoch).
+    recorded: [AtomicU64; 2],
+    recorded_ns: [AtomicU64; 2],
+    /// When the heap's peak (the counters') was last raised (ns since the
+    /// epoch), while the peak is kept.
+    high_ns: AtomicU64,
+    /// Allocations (all threads) when the last walk began.
+    walked_at: AtomicU64,
+    /// Held while the caches are mapped (tried, never waited for).
+    mapping: AtomicBool,
+    /// Held while the peak rows are written (tried, never waited for).
+    walking: AtomicBool,
+    /// Whether the peak is kept (`HEAPDUMP_PEAK`, on by default).
     peak_on: AtomicBool,
+}
+
+/// A walk of the table in progress (see [`SiteTotals::begin_walk`]): it
+/// holds `walking`, and writes buffer `buf`.
+pub struct Walk<'a> {
+    t: &'a SiteTotals,
+    buf: usize,
+}
+
+impl Walk<'_> {
+    /// Counts a live block of `size` bytes at `site` (0: none, not counted).
+    #[inline]
+    pub fn add(&self, site: u32, size: u64) {
+        if site == 0 || site as usize >= SITE_CAP {
+            return;
+        }
+        if let Some(pr) = self.t.peak_at(self.buf, site, true) {
+            // Only the walk (holding `walking`) writes this buffer.
+            pr.count.store(pr.count.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+            pr.bytes.store(pr.bytes.load(Ordering::Relaxed).wrapping_add(size), Ordering::Relaxed);
+        }
+    }
 }
 
 /// Mixes a site id into a cache index (ids differ in their low bits by
@@ -138,26 +178,36 @@ impl SiteTotals {
         SiteTotals {
             caches: AtomicPtr::new(core::ptr::null_mut()),
             global: [const { AtomicPtr::new(core::ptr::null_mut()) }; CHUNKS],
-            peak: [const { AtomicPtr::new(core::ptr::null_mut()) }; CHUNKS],
+            peak: [const { [const { AtomicPtr::new(core::ptr::null_mut()) }; CHUNKS] }; 2],
             failed: AtomicBool::new(false),
             max_site: AtomicU32::new(0),
-            recorded: AtomicU64::new(0),
-            recorded_ns: AtomicU64::new(0),
-            recording: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            recorded: [const { AtomicU64::new(0) }; 2],
+            recorded_ns: [const { AtomicU64::new(0) }; 2],
+            high_ns: AtomicU64::new(0),
+            walked_at: AtomicU64::new(0),
+            mapping: AtomicBool::new(false),
+            walking: AtomicBool::new(false),
             peak_on: AtomicBool::new(false),
         }
     }
 
-    /// Whether frees count per site, for the peak.
+    /// Whether the peak is kept.
     #[inline(always)]
     pub fn peak_on(&self) -> bool {
         self.peak_on.load(Ordering::Relaxed)
     }
 
-    /// Counts frees per site and records the peak from now on (before the
-    /// first block is recorded: every live block's free is then counted).
+    /// Keeps each site's live bytes at the peak from now on.
     pub fn keep_sites_at_peak(&self) {
         self.peak_on.store(true, Ordering::Relaxed);
+    }
+
+    /// In a child after `fork`: a walk or a mapping another thread had
+    /// under way will never end there.
+    pub fn after_fork(&self) {
+        self.walking.store(false, Ordering::Release);
+        self.mapping.store(false, Ordering::Release);
     }
 
     /// Maps the caches and arrays (sparse) the first time; false when
@@ -168,14 +218,14 @@ impl SiteTotals {
         if self.failed.load(Ordering::Relaxed) {
             return false;
         }
-        if !self.recording.swap(true, Ordering::Acquire) {
+        if !self.mapping.swap(true, Ordering::Acquire) {
             if self.caches.load(Ordering::Acquire).is_null() {
                 match sys::mmap_sparse(stripes * WAYS * core::mem::size_of::<Cached>()) {
                     Ok(c) => self.caches.store(c.cast(), Ordering::Release),
                     Err(_) => self.failed.store(true, Ordering::Relaxed),
                 }
             }
-            self.recording.store(false, Ordering::Release);
+            self.mapping.store(false, Ordering::Release);
         }
         !self.caches.load(Ordering::Acquire).is_null()
     }
@@ -209,9 +259,9 @@ impl SiteTotals {
         self.global_at(site, true)
     }
 
-    /// The peak row of `site`, likewise.
-    fn peak_at(&self, site: u32, map: bool) -> Option<&PeakRow> {
-        let slot = self.peak.get(site as usize >> CHUNK_SHIFT)?;
+    /// The peak row of `site` in buffer `buf` (0 or 1), likewise.
+    fn peak_at(&self, buf: usize, site: u32, map: bool) -> Option<&PeakRow> {
+        let slot = self.peak.get(buf)?.get(site as usize >> CHUNK_SHIFT)?;
         let p = chunk(slot, map)?;
         // SAFETY: as in `global_at`.
         Some(unsafe { &*p.add(site as usize & (CHUNK - 1)) })
@@ -254,13 +304,7 @@ impl SiteTotals {
 
     fn move_counts(&self, c: &Counts, site: u32) {
         let g = self.global(site);
-        for (from, to) in [
-            (&c.allocs, g.map(|g| &g.allocs)),
-            (&c.bytes, g.map(|g| &g.bytes)),
-            (&c.frees, g.map(|g| &g.frees)),
-            (&c.freed, g.map(|g| &g.freed)),
-            (&c.temps, g.map(|g| &g.temps)),
-        ] {
+        for (from, to) in [(&c.allocs, g.map(|g| &g.allocs)), (&c.bytes, g.map(|g| &g.bytes)), (&c.temps, g.map(|g| &g.temps))] {
             let v = from.swap(0, Ordering::Relaxed);
             if let (Some(to), true) = (to, v != 0 && site != 0) {
                 to.fetch_add(v, Ordering::Relaxed);
@@ -282,20 +326,6 @@ impl SiteTotals {
         }
     }
 
-    /// Counts a free of `size` bytes allocated at `site` (not 0).
-    #[inline(always)]
-    pub fn free(&self, k: usize, shared: bool, stripes: usize, site: u32, size: u64) {
-        if let Some((c, atomic)) = self.counts(k, shared, stripes, site) {
-            if atomic {
-                c.frees.fetch_add(1, Ordering::Relaxed);
-                c.freed.fetch_add(size, Ordering::Relaxed);
-            } else {
-                add_own(&c.frees, 1);
-                add_own(&c.freed, size);
-            }
-        }
-    }
-
     /// Counts a temporary of `site` (not 0), from an owned stripe `k`.
     #[inline]
     pub fn temporary(&self, k: usize, stripes: usize, site: u32) {
@@ -304,68 +334,77 @@ impl SiteTotals {
         }
     }
 
-    /// The live heap reached `live` bytes (as flushed): records each
-    /// site's live blocks and bytes when that is a step above the last
-    /// recorded peak. `stripes`: how many stripes have caches in use.
+    /// The heap's peak was just raised: notes when.
     #[inline]
-    pub fn maybe_peak(&self, live: u64, stripes: usize, now_ns: impl FnOnce() -> u64) {
-        let last = self.recorded.load(Ordering::Relaxed);
-        if live < FLOOR || live <= last + last / 64 || !self.peak_on() {
-            return;
+    pub fn rose(&self, now_ns: impl FnOnce() -> u64) {
+        if self.peak_on() {
+            self.high_ns.store(now_ns(), Ordering::Relaxed);
         }
-        self.record_peak(live, stripes, now_ns());
     }
 
+    /// Whether the heap's peak, `high` live bytes, is a step above the
+    /// recorded one (and at least [`FLOOR`]): a new peak to record.
+    #[inline]
+    pub fn unrecorded(&self, high: u64) -> bool {
+        let last = self.recorded[self.active.load(Ordering::Acquire) & 1].load(Ordering::Relaxed);
+        self.peak_on() && high >= FLOOR && high > last + last / 64
+    }
+
+    /// A free brought the live bytes (as flushed) to `live`: whether the
+    /// table should be walked now for the peak of `high` bytes, before the
+    /// heap leaves it (a step below an unrecorded peak).
+    #[inline(always)]
+    pub fn walk_due(&self, live: u64, high: u64) -> bool {
+        live.saturating_add(high / 64) < high && self.unrecorded(high)
+    }
+
+    /// Starts a walk for the peak, unless one is under way (or was stopped
+    /// halfway by a dump, or nothing is counted), or, when `allocs_live`
+    /// says so (allocations since start, live blocks), the allocations
+    /// since the last walk are fewer than the live blocks it would visit.
+    /// The new buffer's rows are zeroed.
     #[cold]
-    #[inline(never)]
-    fn record_peak(&self, live: u64, stripes: usize, now_ns: u64) {
-        let c = self.caches.load(Ordering::Acquire);
-        if c.is_null() {
-            return;
+    pub fn begin_walk(&self, allocs_live: Option<(u64, u64)>) -> Option<Walk<'_>> {
+        if !self.counted() || self.walking.swap(true, Ordering::Acquire) {
+            return None;
         }
-        // Another thread (or a handler on this one) is recording: this
-        // step is theirs.
-        if self.recording.swap(true, Ordering::Acquire) {
-            return;
+        if let Some((allocs, live)) = allocs_live {
+            if allocs.wrapping_sub(self.walked_at.load(Ordering::Relaxed)) < live {
+                self.walking.store(false, Ordering::Release);
+                return None;
+            }
+            self.walked_at.store(allocs, Ordering::Relaxed);
         }
+        let buf = (self.active.load(Ordering::Acquire) & 1) ^ 1;
+        // Rows written by an earlier walk (a row never written is read
+        // from the kernel's zero page, not made resident).
         let max = (self.max_site.load(Ordering::Relaxed) as usize).min(SITE_CAP - 1);
-        // Only this (locked) pass writes the peak rows.
         for s in 1..=max as u32 {
-            let (count, bytes) = match self.global_at(s, false) {
-                Some(gc) => (
-                    gc.allocs.load(Ordering::Relaxed).wrapping_sub(gc.frees.load(Ordering::Relaxed)),
-                    gc.bytes.load(Ordering::Relaxed).wrapping_sub(gc.freed.load(Ordering::Relaxed)),
-                ),
-                None => (0, 0),
-            };
-            if let Some(pr) = self.peak_at(s, count != 0 || bytes != 0) {
-                pr.count.store(count, Ordering::Relaxed);
-                pr.bytes.store(bytes, Ordering::Relaxed);
+            if let Some(pr) = self.peak_at(buf, s, false) {
+                if pr.count.load(Ordering::Relaxed) != 0 || pr.bytes.load(Ordering::Relaxed) != 0 {
+                    pr.count.store(0, Ordering::Relaxed);
+                    pr.bytes.store(0, Ordering::Relaxed);
+                }
             }
         }
-        for i in 0..stripes * WAYS {
-            // SAFETY: i < stripes * WAYS entries of the caches' mapping.
-            let e = unsafe { &*c.add(i) };
-            let s = e.site.load(Ordering::Relaxed) as usize;
-            if s == 0 || s > max {
-                continue;
-            }
-            let Some(pr) = self.peak_at(s as u32, true) else { continue };
-            let count = e.c.allocs.load(Ordering::Relaxed).wrapping_sub(e.c.frees.load(Ordering::Relaxed));
-            let bytes = e.c.bytes.load(Ordering::Relaxed).wrapping_sub(e.c.freed.load(Ordering::Relaxed));
-            pr.count.store(pr.count.load(Ordering::Relaxed).wrapping_add(count), Ordering::Relaxed);
-            pr.bytes.store(pr.bytes.load(Ordering::Relaxed).wrapping_add(bytes), Ordering::Relaxed);
-        }
-        self.recorded.store(live, Ordering::Relaxed);
-        self.recorded_ns.store(now_ns, Ordering::Relaxed);
-        self.recording.store(false, Ordering::Release);
+        Some(Walk { t: self, buf })
+    }
+
+    /// Ends a walk: its rows are the peak of `high` bytes, reached at
+    /// `high_ns` (or, when 0, the time the heap's peak was last raised).
+    pub fn end_walk(&self, w: Walk<'_>, high: u64) {
+        let ns = self.high_ns.load(Ordering::Relaxed);
+        self.recorded[w.buf].store(high, Ordering::Relaxed);
+        self.recorded_ns[w.buf].store(if ns != 0 { ns } else { sys::realtime_ns() }, Ordering::Relaxed);
+        self.active.store(w.buf, Ordering::Release);
+        self.walking.store(false, Ordering::Release);
     }
 
     /// The recorded peak's live bytes and time (ns since the epoch), or
-    /// `None` when none was recorded or nothing was counted.
+    /// `None` when nothing was counted (bytes 0: no peak recorded).
     pub fn recorded_peak(&self) -> Option<(u64, u64)> {
-        let b = self.recorded.load(Ordering::Relaxed);
-        (!self.caches.load(Ordering::Acquire).is_null()).then_some((b, self.recorded_ns.load(Ordering::Relaxed)))
+        let a = self.active.load(Ordering::Acquire) & 1;
+        self.counted().then(|| (self.recorded[a].load(Ordering::Relaxed), self.recorded_ns[a].load(Ordering::Relaxed)))
     }
 
     /// Whether anything was counted.
@@ -390,9 +429,10 @@ impl SiteTotals {
             let s = e.site.load(Ordering::Relaxed) as u32;
             self.move_counts(&e.c, s);
         }
+        let buf = self.active.load(Ordering::Acquire) & 1;
         let max = (self.max_site.load(Ordering::Relaxed) as usize).min(SITE_CAP - 1);
         for s in 1..=max as u32 {
-            let (gc, pr) = (self.global_at(s, false), self.peak_at(s, false));
+            let (gc, pr) = (self.global_at(s, false), self.peak_at(buf, s, false));
             let load = |a: Option<&AtomicU64>| a.map_or(0, |a| a.load(Ordering::Relaxed));
             let r = SiteRow {
                 site: s,
