@@ -32,6 +32,17 @@ extern "C" fn after_fork_child() {
     // The helper thread stayed in the parent: the child's triggers work
     // without it (see `trigger`).
     crate::trigger::forked();
+    // Except the schedule of `--every`, which needs a thread to keep it:
+    // a child that outlives its fork (a pre-fork server's worker) gets a
+    // helper of its own, and its own series (`<stem>.<pid>.<n>`). Only
+    // when asked for: otherwise a child stays as the program made it.
+    // The dump signal, fatal signals and limits then go through it too,
+    // as in the parent. (glibc has released malloc's locks and ours are
+    // released above: what `pthread_create` allocates is the runtime's.)
+    if STATE.config().every_ms != 0 {
+        let _internal = guard::Internal::new();
+        start_helper();
+    }
 }
 
 // The exit handler `atexit` calls: straight into the register capture (see

@@ -124,6 +124,38 @@ fn a_python_dict_that_grows_is_named_by_the_block_that_holds_it() {
     assert!(top["key"].as_str().unwrap().contains("block at 0x"), "{top}");
 }
 
+/// `run --every` in a pre-fork server's worker (#41): the worker, forked
+/// after the parent's helper thread started, keeps the schedule with a
+/// helper of its own and writes its own series, named by its pid, which
+/// `growth` reads (its list first); the parent's dumps stay the parent's.
+#[test]
+fn a_forked_worker_takes_its_own_every_series() {
+    let d = Scratch::new("growth-every-fork");
+    let prog = compile(&d, "every_worker.c", &["-O1", "-g"]);
+    let out = d.path("w.hdump");
+    let (o, dumps) = run_traced(&out, &prog, &[], &["--every", "300ms", "--no-at-exit"]);
+    let stdout = ok(&o);
+    let worker: u64 = stdout.lines().find_map(|l| l.strip_prefix("worker ")).unwrap().trim().parse().unwrap();
+    let (mut mine, mut parents) = (Vec::new(), 0);
+    for p in &dumps {
+        let s = json(&["summary".as_ref(), "--json".as_ref(), p.as_os_str()]);
+        assert_eq!(s["reason"], "every", "{p:?}");
+        if s["pid"].as_u64() == Some(worker) {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(name == "w.hdump" || name.starts_with(&format!("w.{worker}.")), "named by the worker's pid: {name}");
+            mine.push(p.clone());
+        } else {
+            parents += 1;
+        }
+    }
+    // About six in 2 s; a loaded machine may take fewer.
+    assert!(mine.len() >= 3, "the worker's own series: {dumps:?}");
+    assert!(parents >= 1, "the parent keeps its series: {dumps:?}");
+    let v = growth_json(&mine);
+    assert_eq!(v[0]["key"], "static worker_list", "{v}");
+    assert_eq!(v[0]["steps_grown"].as_u64(), Some(mine.len() as u64 - 1), "{v}");
+}
+
 #[test]
 fn run_every_takes_a_series_in_order_that_growth_reads() {
     let d = Scratch::new("growth-every");

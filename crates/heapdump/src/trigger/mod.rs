@@ -3,10 +3,12 @@
 //! signal, the program's exit.
 //!
 //! In a forked child there is no helper thread (`fork` copies only the
-//! thread that called it), and none is started: a thread the program did
-//! not make would change it (a worker that `unshare`s or counts its
-//! threads, a child that only execs). Each trigger works without one, on
-//! the thread concerned, and the dump is always the dumping process's own:
+//! thread that called it), and none is started, except with `--every`
+//! (`HEAPDUMP_EVERY`), whose schedule needs one (`startup`'s fork
+//! handler starts the child's own): a thread the program did not make
+//! would change it (a worker that `unshare`s or counts its threads, a
+//! child that only execs). Each trigger works without one, on the thread
+//! concerned, and the dump is always the dumping process's own:
 //! - at exit: as anywhere, on the exiting thread; the parent's pending
 //!   requests are not waited for (`forked`);
 //! - the threshold: as anywhere, on the allocating thread;
