@@ -15,6 +15,18 @@
 //! shares the creating thread's): it only reads and writes the shared block
 //! below with atomics and makes raw system calls (`write`, `futex`; no
 //! `errno`). It allocates nothing and cannot panic.
+//!
+//! Into a regular file the helper writes with `O_DIRECT` (issue 43): the
+//! dumping thread fills each slot whole before handing it over, so every
+//! write but the last is a page-aligned 512 KiB at a page-aligned offset,
+//! which goes from the slot to the disk without the kernel copying it
+//! into fresh page-cache pages. On this VM buffered writes of a 1.7 GB
+//! dump ran at 226-500 MB/s (the page cache's first touch and dirty-page
+//! throttling, and a core's worth of copying beside the scan) against 1.5-1.7
+//! GB/s direct. Where the file system refuses (`EINVAL`), or the file
+//! is not at an aligned offset, or opened for appending, the writes stay
+//! buffered; the last, partial slot is written buffered, and the
+//! descriptor's flags are put back before the helper exits.
 
 use crate::sys;
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
@@ -42,6 +54,46 @@ struct Shared {
     /// it) when the helper exits.
     tid: AtomicU32,
     lens: [AtomicUsize; SLOTS as usize],
+    /// Bytes in the slot being filled (slot `filled`), not yet handed
+    /// over: only the dumping thread reads and writes it.
+    fill: AtomicUsize,
+}
+
+/// The alignment `O_DIRECT` writes are given (buffer, length and offset):
+/// a page, which every file system's logical block divides.
+const DIRECT_ALIGN: usize = 4096;
+
+/// Switches `fd` to `O_DIRECT` when it is a regular file, not appended to,
+/// at an aligned offset, and the file system accepts it; returns the
+/// flags to put back (`None`: writes stay buffered).
+fn direct_on(fd: i32) -> Option<u64> {
+    // SAFETY: an all-zero `stat` is a valid value of the plain struct.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat writes one `struct stat` into `st`, which is ours.
+    let r = unsafe { sys::raw_syscall4(libc::SYS_fstat, fd as u64, (&raw mut st) as u64, 0, 0) };
+    if r != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    // SAFETY: F_GETFL reads the descriptor's flags; no memory is touched.
+    let flags = unsafe { sys::raw_syscall4(libc::SYS_fcntl, fd as u64, libc::F_GETFL as u64, 0, 0) };
+    if flags < 0 || flags & i64::from(libc::O_APPEND | libc::O_DIRECT) != 0 {
+        return None;
+    }
+    // SAFETY: lseek moves nothing with SEEK_CUR and offset 0; no memory is touched.
+    let at = unsafe { sys::raw_syscall4(libc::SYS_lseek, fd as u64, 0, libc::SEEK_CUR as u64, 0) };
+    if at < 0 || at as usize % DIRECT_ALIGN != 0 {
+        return None;
+    }
+    let with = flags as u64 | libc::O_DIRECT as u64;
+    // SAFETY: F_SETFL sets the descriptor's status flags; no memory is touched.
+    let r = unsafe { sys::raw_syscall4(libc::SYS_fcntl, fd as u64, libc::F_SETFL as u64, with, 0) };
+    (r == 0).then_some(flags as u64)
+}
+
+/// Puts back the flags [`direct_on`] found.
+fn direct_off(fd: i32, flags: u64) {
+    // SAFETY: F_SETFL sets the descriptor's status flags; no memory is touched.
+    unsafe { sys::raw_syscall4(libc::SYS_fcntl, fd as u64, libc::F_SETFL as u64, flags, 0) };
 }
 
 /// A [`Sink`] that hands the bytes to a helper thread, or writes them
@@ -115,11 +167,16 @@ fn slot(map: *mut u8, i: u32) -> *mut u8 {
 extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
     let map = arg.cast::<u8>();
     let sh = shared(map);
+    // The flags to put back while the writes are direct.
+    let mut direct = direct_on(sh.fd);
     loop {
         let w = sh.written.load(Ordering::Relaxed);
         let f = sh.filled.load(Ordering::Acquire);
         if f & !QUIT == w {
             if f & QUIT != 0 {
+                if let Some(flags) = direct {
+                    direct_off(sh.fd, flags);
+                }
                 return 0;
             }
             wait_change(&sh.filled, f);
@@ -130,10 +187,24 @@ extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
             let len = sh.lens[(w % SLOTS) as usize].load(Ordering::Relaxed).min(SLOT_LEN);
             let mut off = 0;
             while off < len {
+                // A direct write needs an aligned length (the slot and the
+                // file offset are aligned while every write before was
+                // whole): the last, partial slot goes buffered.
+                if let Some(flags) = direct.filter(|_| (len - off) % DIRECT_ALIGN != 0) {
+                    direct_off(sh.fd, flags);
+                    direct = None;
+                }
                 // SAFETY: write(2) reads [p + off, p + len) of the slot,
                 // which the dumping thread filled before counting it.
                 let n = unsafe { sys::raw_syscall4(libc::SYS_write, sh.fd as u64, p.wrapping_add(off) as u64, (len - off) as u64, 0) };
                 if n == -(libc::EINTR as i64) {
+                    continue;
+                }
+                if let Some(flags) = direct.filter(|_| n == -(libc::EINVAL as i64)) {
+                    // The file system took the flag but not the write:
+                    // buffered from here on.
+                    direct_off(sh.fd, flags);
+                    direct = None;
                     continue;
                 }
                 if n <= 0 {
@@ -163,6 +234,7 @@ impl PipeSink {
         sh.written.store(0, Ordering::Relaxed);
         sh.errno.store(0, Ordering::Relaxed);
         sh.tid.store(0, Ordering::Relaxed);
+        sh.fill.store(0, Ordering::Relaxed);
         // SAFETY: fd is a plain field of our own mapping, read by the
         // helper only after the clone below.
         unsafe { (*map.cast::<Shared>()).fd = fd };
@@ -192,6 +264,14 @@ impl PipeSink {
     pub fn finish(&mut self) -> Result<(), WriteError> {
         let PipeSink::Helper(map) = *self else { return Ok(()) };
         let sh = shared(map);
+        // The slot being filled goes as it is.
+        let fill = sh.fill.load(Ordering::Relaxed);
+        if fill > 0 && sh.errno.load(Ordering::Relaxed) == 0 {
+            let f = sh.filled.load(Ordering::Relaxed);
+            sh.lens[(f % SLOTS) as usize].store(fill, Ordering::Relaxed);
+            sh.filled.store(f.wrapping_add(1), Ordering::Release);
+        }
+        sh.fill.store(0, Ordering::Relaxed);
         sh.filled.fetch_or(QUIT, Ordering::AcqRel);
         futex_wake(&sh.filled);
         wait_exit(&sh.tid);
@@ -213,25 +293,39 @@ impl Sink for PipeSink {
         };
         let sh = shared(map);
         while !data.is_empty() {
+            let mut fill = sh.fill.load(Ordering::Relaxed);
             let f = loop {
                 if let errno @ 1.. = sh.errno.load(Ordering::Relaxed) {
                     return Err(WriteError::Sink { errno });
                 }
                 let f = sh.filled.load(Ordering::Relaxed);
+                if fill > 0 {
+                    // Slot f is ours already: it was free when its first
+                    // bytes went in, and the helper waits for its count.
+                    break f;
+                }
                 let w = sh.written.load(Ordering::Acquire);
                 if f.wrapping_sub(w) < SLOTS {
                     break f;
                 }
                 wait_change(&sh.written, w);
             };
-            let n = data.len().min(SLOT_LEN);
+            let n = data.len().min(SLOT_LEN - fill);
             // SAFETY: slot f is free (the helper has written it, or never
-            // had it) and SLOT_LEN long; `data` does not overlap our mapping.
-            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), slot(map, f), n) };
-            sh.lens[(f % SLOTS) as usize].store(n, Ordering::Relaxed);
-            sh.filled.store(f.wrapping_add(1), Ordering::Release);
-            futex_wake(&sh.filled);
+            // had it), SLOT_LEN long, `fill + n <= SLOT_LEN`; `data` does
+            // not overlap our mapping.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), slot(map, f).wrapping_add(fill), n) };
+            fill += n;
             data = &data[n..];
+            // Handed over whole, so that the helper's writes are aligned
+            // (see the module's note); `finish` hands over the last.
+            if fill == SLOT_LEN {
+                sh.lens[(f % SLOTS) as usize].store(fill, Ordering::Relaxed);
+                sh.filled.store(f.wrapping_add(1), Ordering::Release);
+                futex_wake(&sh.filled);
+                fill = 0;
+            }
+            sh.fill.store(fill, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -294,6 +388,67 @@ mod tests {
         }
         sink.finish().unwrap();
         assert!(gone(tid), "the writer thread ended");
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Into a regular file on a disk's file system the slots are written
+    /// direct: the file's pages are not left in the page cache (the old
+    /// buffered writes left every one there, dirty); the bytes are the
+    /// same, an unaligned tail included, and the descriptor's flags are
+    /// put back as they were.
+    #[test]
+    // The test looks at the file and its descriptor from outside the runtime.
+    #[allow(clippy::disallowed_methods)]
+    fn a_file_is_written_direct_and_its_flags_put_back() {
+        let path = std::env::temp_dir().join(format!("heapdump-direct-{}", std::process::id()));
+        let f = std::fs::File::create(&path).unwrap();
+        let fd = f.as_raw_fd();
+        // SAFETY: F_GETFL on our own descriptor.
+        let before = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        let mut sink = PipeSink::start(fd, map());
+        assert!(sink.helper_tid() != 0);
+        let mut want = Vec::new();
+        let mut x = 0x9e37_79b9u64;
+        for len in [100usize, SLOT_LEN, 3 * SLOT_LEN + 4097, 12345] {
+            let piece: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            sink.write_all(&piece).unwrap();
+            want.extend_from_slice(&piece);
+        }
+        sink.finish().unwrap();
+        // SAFETY: F_GETFL on our own descriptor.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_GETFL) }, before, "the descriptor's flags are as they were");
+        // SAFETY: an all-zero statfs is valid; statfs writes into it.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path and our struct.
+        assert_eq!(unsafe { libc::statfs(cpath.as_ptr(), &mut fs) }, 0);
+        // On tmpfs (and an overlay on it) the file's pages are its
+        // storage: resident either way.
+        if fs.f_type != libc::TMPFS_MAGIC && fs.f_type != libc::OVERLAYFS_SUPER_MAGIC {
+            // Before any read of the file.
+            let len = want.len();
+            let f2 = std::fs::File::open(&path).unwrap();
+            // SAFETY: a shared read-only mapping of the file, unmapped below.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, f2.as_raw_fd(), 0) };
+            assert_ne!(p, libc::MAP_FAILED);
+            let pages = len.div_ceil(4096);
+            let mut vec = vec![0u8; pages];
+            // SAFETY: `vec` holds a byte per page of the mapping.
+            assert_eq!(unsafe { libc::mincore(p, len, vec.as_mut_ptr()) }, 0);
+            // SAFETY: our mapping.
+            unsafe { libc::munmap(p, len) };
+            let resident = vec.iter().filter(|&&b| b & 1 != 0).count();
+            assert!(resident * 4 < pages, "{resident} of {pages} pages in the page cache: not written direct");
+        }
+        // Read after: reading brings the pages in.
         assert_eq!(std::fs::read(&path).unwrap(), want);
         std::fs::remove_file(&path).unwrap();
     }
