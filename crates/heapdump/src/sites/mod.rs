@@ -316,42 +316,118 @@ impl Sites {
     }
 }
 
-/// A thread's last site and its frames (site ids are never reused, so the
-/// pair stays true).
+/// A thread's last sites and their frames (site ids are never reused, so
+/// each pair stays true): a few entries, picked by a hash of the frames.
+/// One entry served a loop allocating from one place; a thread that
+/// allocates from a few places in turn (issue 43's workload of short-lived
+/// blocks from eight sites across threads) went to the shared table each
+/// time, its lock's cache line moving between the cores.
+struct LastSites {
+    entries: [LastSite; LAST_SITES],
+}
+
 struct LastSite {
     n: core::cell::Cell<usize>,
-    frames: [core::cell::Cell<u64>; MAX_FRAMES],
+    frames: [core::cell::Cell<u64>; LAST_FRAMES],
     id: core::cell::Cell<u32>,
 }
 
+/// Entries per thread (a power of two): 16 x 272 bytes of thread-local
+/// storage.
+const LAST_SITES: usize = 16;
+/// The deepest stack an entry keeps (the default depth, `HEAPDUMP_MAX_FRAMES`
+/// 32): deeper ones go to the shared table each time.
+const LAST_FRAMES: usize = 32;
+
 thread_local! {
-    static LAST_SITE: LastSite = const {
-        LastSite { n: core::cell::Cell::new(0), frames: [const { core::cell::Cell::new(0) }; MAX_FRAMES], id: core::cell::Cell::new(0) }
+    static LAST_SITE: LastSites = const {
+        LastSites {
+            entries: [const {
+                LastSite { n: core::cell::Cell::new(0), frames: [const { core::cell::Cell::new(0) }; LAST_FRAMES], id: core::cell::Cell::new(0) }
+            }; LAST_SITES],
+        }
     };
 }
 
-/// Where this thread's last site lives (address, size): no root.
+/// The entry `frames` belong in.
+#[inline]
+fn last_site_slot(frames: &[u64]) -> usize {
+    (hash_frames(frames).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % LAST_SITES
+}
+
+/// Where this thread's last sites live (address, size): no root.
 pub fn tls_last_site() -> (u64, u64) {
     LAST_SITE.try_with(|v| (v as *const _ as u64, core::mem::size_of_val(v) as u64)).unwrap_or((0, 0))
 }
 
-/// This thread's last site, when `frames` are its frames.
+/// The site of `frames`, when it is one of this thread's last sites.
 #[inline]
 pub fn last_site(frames: &[u64]) -> Option<u32> {
     let n = frames.len();
+    if n > LAST_FRAMES {
+        return None;
+    }
+    let k = last_site_slot(frames);
     LAST_SITE
-        .try_with(|l| if l.n.get() == n && l.frames[..n].iter().zip(frames).all(|(a, b)| a.get() == *b) { l.id.get() } else { 0 })
+        .try_with(|l| {
+            let l = &l.entries[k];
+            if l.n.get() == n && l.frames[..n].iter().zip(frames).all(|(a, b)| a.get() == *b) {
+                l.id.get()
+            } else {
+                0
+            }
+        })
         .ok()
         .filter(|&id| id != 0)
 }
 
-/// Remembers `id` as this thread's last site, of `frames`.
+/// Remembers `id` as one of this thread's last sites, of `frames`.
 pub fn remember_last_site(frames: &[u64], id: u32) {
+    if frames.len() > LAST_FRAMES {
+        return;
+    }
+    let k = last_site_slot(frames);
     let _ = LAST_SITE.try_with(|l| {
+        let l = &l.entries[k];
         for (a, b) in l.frames.iter().zip(frames) {
             a.set(*b);
         }
         l.n.set(frames.len());
         l.id.set(id);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Several sites used in turn are each found again on this thread,
+    /// each with its own id; a stack that differs in one frame is not.
+    #[test]
+    fn a_thread_keeps_several_last_sites() {
+        let stacks: Vec<Vec<u64>> = (0..6u64).map(|k| vec![0x40_1000 + 16 * k, 0x40_2000, 0x40_3000]).collect();
+        for (k, f) in stacks.iter().enumerate() {
+            remember_last_site(f, 100 + k as u32);
+        }
+        let mut found = 0;
+        for (k, f) in stacks.iter().enumerate() {
+            match last_site(f) {
+                Some(id) => {
+                    assert_eq!(id, 100 + k as u32, "a site's own id");
+                    found += 1;
+                }
+                None => assert!(
+                    stacks[k + 1..].iter().any(|g| last_site_slot(g) == last_site_slot(f)),
+                    "only a later site in the same entry pushes one out"
+                ),
+            }
+        }
+        assert!(found >= 3, "{found} of 6 sites kept");
+        assert_eq!(last_site(&[0x40_1000, 0x40_2000, 0x40_3001]), None);
+        assert_eq!(last_site(&[0x40_1000, 0x40_2000]), None);
+        // Deeper than an entry keeps: never found, nothing pushed out.
+        let deep: Vec<u64> = (0..LAST_FRAMES as u64 + 1).map(|k| 0x50_0000 + 8 * k).collect();
+        remember_last_site(&deep, 7);
+        assert_eq!(last_site(&deep), None);
+    }
 }

@@ -418,6 +418,11 @@ fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
     let mut old = if m.generation.get() == generation { m.len.get() } else { 0 };
     // The steps of this walk not found in the memo.
     let mut nfresh = 0;
+    // A copy of the memo that met a frame no longer on the stack at memo
+    // step k would fail again from any inner match (the stack does not
+    // change during the walk): only matches at steps up to k are tried
+    // again (`limit` = k + 1).
+    let mut limit = usize::MAX;
     let mut cur = first;
     // The first lookup is at the current instruction; later ones at the
     // call instruction, one byte before the return address.
@@ -428,31 +433,47 @@ fn walk(m: &Memo, out: &mut Out<'_>, first: Step, top: u64) -> Option<()> {
         while old > 0 && m.steps[old - 1].get().sp < cur.sp {
             old -= 1;
         }
-        if old > 0 && nfresh > 0 {
+        if old > 0 && nfresh > 0 && old <= limit {
             let s = hide(m.steps[old - 1].get());
             if (s.sp, s.bp, s.pc) == (cur.sp, cur.bp, cur.pc) {
                 // The rest is the memo's as far as the stack still holds
                 // what its walk read: copy it, checking each frame as it
                 // goes (only the frames taken need to be right), and keep
-                // the memo under the fresh steps. A frame that changed
-                // undoes the copy, and the walk goes on by itself.
-                let (n, skip) = (out.n, out.skip);
-                let mut same = true;
+                // the memo under the fresh steps.
+                let mut changed = None;
                 for k in (0..old - 1).rev() {
                     let step = hide(m.steps[k].get());
                     if !still_there(step) {
-                        same = false;
+                        changed = Some(k);
                         break;
                     }
                     if !out.push(step.pc) {
                         break;
                     }
                 }
-                if same {
+                let Some(k) = changed else {
                     remember_walk(m, old, nfresh - 1, generation);
                     return Some(());
+                };
+                // Memo step k changed (another call site below the same
+                // path: a thread allocating from several places through
+                // one allocator). The steps checked before it, from old - 2
+                // out to k + 1, are this walk's own (each follows from the
+                // one inside it and the stack words it read, which are
+                // still there): their frames are taken, they join the
+                // fresh steps, and the walk goes on from the outermost,
+                // not through each of their rules again.
+                limit = k + 1;
+                if k + 1 < old - 1 {
+                    for j in (k + 1..old - 1).rev() {
+                        if nfresh < MEMO_STEPS {
+                            m.steps[MEMO_STEPS + nfresh].set(m.steps[j].get());
+                        }
+                        nfresh += 1;
+                    }
+                    cur = hide(m.steps[k + 1].get());
+                    probe = cur.pc - 1;
                 }
-                (out.n, out.skip) = (n, skip);
             }
         }
         let (from_rbp, cfa, rbp) = match rule_at(probe) {
