@@ -63,6 +63,53 @@ fn the_growing_cache_ranks_first_and_the_stable_table_churn_and_spike_never_appe
     assert!(text.contains("KiB"), "{text}");
 }
 
+/// The newest dump of a service (#41): `top --peak` ranks the 48 MiB
+/// buffer's site (`buffer`) first with its one block, although nothing of
+/// it is live; `top --allocated` counts the churn's (`churn`) 4000
+/// buffers and 1,022,000 bytes exactly (1000 a phase, of 204, 409, 102
+/// and 307 bytes), none a temporary.
+fn peak_and_totals_of_the_service(newest: &std::path::Path, buffer: &str, churn: &str) {
+    let live = json(&["top".as_ref(), "--json".as_ref(), newest.as_os_str()]);
+    assert!(live.as_array().unwrap().iter().all(|r| r["bytes"].as_u64().unwrap() < 48 << 20), "{live}");
+    let peak = json(&["top".as_ref(), "--peak".as_ref(), "--json".as_ref(), newest.as_os_str()]);
+    let first = &peak[0];
+    assert!(first["key"].as_str().unwrap().contains(buffer), "{peak}");
+    assert_eq!((first["bytes"].as_u64(), first["allocations"].as_u64()), (Some(48 << 20), Some(1)), "{peak}");
+    let all = json(&["top".as_ref(), "--allocated".as_ref(), "--json".as_ref(), "-n".as_ref(), "50".as_ref(), newest.as_os_str()]);
+    let rows = all.as_array().unwrap();
+    let c = rows.iter().find(|r| r["key"].as_str().unwrap().contains(churn)).unwrap_or_else(|| panic!("{all}"));
+    assert_eq!((c["allocations"].as_u64(), c["bytes"].as_u64(), c["temporary"].as_u64()), (Some(4000), Some(1_022_000), Some(0)), "{all}");
+}
+
+#[test]
+fn the_service_s_peak_holds_the_spike_gone_since_and_its_totals_count_the_churn() {
+    let d = Scratch::new("growth-service-peak");
+    let dumps = service_dumps(&d);
+    peak_and_totals_of_the_service(&dumps[3], "growing_service.c:61", "churn_to (");
+}
+
+/// The same service in Rust, tracked in-process with `Tracked<System>`
+/// (the demo crate's `heapdump-test-service-tracked`, dumping itself at
+/// each phase's end): `growth` ranks its static `CACHE` first, grown at
+/// every step by 6000 blocks, and nothing else; its newest dump's peak
+/// and totals as the C service's.
+#[test]
+fn the_rust_service_with_tracked_grows_by_its_cache_and_peaks_with_its_spike() {
+    let d = Scratch::new("growth-service-rust");
+    let o =
+        std::process::Command::new(sibling_bin("heapdump-test-service-tracked")).arg(&d.0).env("HEAPDUMP_SIGNAL", "0").output().unwrap();
+    ok(&o);
+    let dumps: Vec<PathBuf> = (0..4).map(|k| d.path(&format!("svc.{k}.hdump"))).collect();
+    let v = growth_json(&dumps);
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "only the cache grows: {v}");
+    assert!(rows[0]["key"].as_str().unwrap().ends_with("::CACHE"), "{v}");
+    assert_eq!(rows[0]["steps_grown"], 3, "{v}");
+    let blocks: Vec<u64> = rows[0]["blocks"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+    assert_eq!(blocks, [6000, 12000, 18000, 24000], "{v}");
+    peak_and_totals_of_the_service(&dumps[3], "big_buffer", "churn_to");
+}
+
 #[test]
 fn dumps_out_of_order_of_other_processes_or_too_few_are_refused() {
     let d = Scratch::new("growth-refused");
