@@ -470,7 +470,10 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
             Some(mi) => crate::mimalloc::walk_heap(mem, &mi)?,
             None => match crate::musl::find(mem)? {
                 Some(m) => crate::musl::walk_heap(mem, &m)?,
-                None => walk_heap(mem)?,
+                None => {
+                    crate::mimalloc::refuse_static_copy(mem)?;
+                    walk_heap(mem)?
+                }
             },
         },
     };

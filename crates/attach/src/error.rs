@@ -449,6 +449,7 @@ impl Error {
                 | Error::Mimalloc {
                     what: crate::mimalloc::Problem::Unsupported { .. }
                         | crate::mimalloc::Problem::NoHeap { .. }
+                        | crate::mimalloc::Problem::StaticCopy { .. }
                         | crate::mimalloc::Problem::HeapUncertain { .. },
                     ..
                 }

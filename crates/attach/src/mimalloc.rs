@@ -72,6 +72,14 @@ pub enum Problem {
         /// The module.
         module: String,
     },
+    /// A copy of mimalloc linked into the executable (the Rust `mimalloc`
+    /// crate's, 2.1 and later or 3.x): its build's layout is not read.
+    StaticCopy {
+        /// The executable.
+        module: String,
+        /// Its version, or how far its symbols tell it.
+        version: String,
+    },
     /// No place in the module's data has the main heap's shape.
     NoHeap {
         /// The module.
@@ -115,6 +123,10 @@ impl fmt::Display for Problem {
             Problem::Unsupported { version: None, module } => {
                 write!(f, "{module}: mimalloc's version (mi_version) was not read, so neither is its heap")
             }
+            Problem::StaticCopy { module, version } => write!(
+                f,
+                "{module} links its own mimalloc ({version}): attach and core read only Debian's libmimalloc2.0 (mimalloc 2.0's layout), not a copy built into a program"
+            ),
             Problem::NoHeap { module } => {
                 write!(f, "mimalloc's main heap was not found in {module}'s data: not mimalloc 2.0's layout (a secure or debug build?)")
             }
@@ -135,7 +147,72 @@ fn bad(at: u64, what: Problem) -> Error {
 
 /// `mi_version()`'s number as a version: 209 is 2.0.9.
 fn version_string(v: u32) -> String {
-    format!("{}.{}.{}", v / 100, v / 10 % 10, v % 10)
+    // 2.0.9 is 209; since 2.1.8 and 3.x, major and two digits each (20302).
+    if v >= 10000 {
+        format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+    } else {
+        format!("{}.{}.{}", v / 100, v / 10 % 10, v % 10)
+    }
+}
+
+/// Refuses a mimalloc linked into the executable (a Rust program's
+/// global allocator) by name, rather than walking glibc's heap beside it
+/// as if it were the program's (`snapshot` asks before glibc's walk).
+pub fn refuse_static_copy(mem: &dyn Memory) -> Result<()> {
+    match static_copy(mem) {
+        Some(p) => Err(bad(0, p)),
+        None => Ok(()),
+    }
+}
+
+/// A mimalloc linked into the executable (the first module mapped): its
+/// messages' prefix and its options' environment prefix in its read-only
+/// data (in memory; a core's, which leaves it out, from the file). Its
+/// version from `mi_version`'s code when a symbol table names it (the
+/// dynamic one in memory, a core's file's full one), else its generation
+/// from its options' names (3.x renamed the segments' options
+/// `deprecated_*`); `None` when the executable has none.
+fn static_copy(mem: &dyn Memory) -> Option<Problem> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    use std::io::Read;
+    let maps = mem.maps();
+    let first = maps.iter().find(|m| m.offset == 0 && m.file().is_some())?;
+    let exe = first.file()?.to_string();
+    let mut data = Vec::new();
+    for m in maps.iter().filter(|m| m.file() == Some(exe.as_str()) && m.read && !m.write && !m.exec) {
+        if let Ok(b) = mem.bytes(m.start, (m.end - m.start).min(64 << 20)) {
+            data.extend_from_slice(&b);
+        }
+    }
+    let has = |b: &[u8], s: &[u8]| memchr::memmem::find(b, s).is_some();
+    let marked = |b: &[u8]| has(b, b"mimalloc: warning: ") && has(b, b"mimalloc_");
+    // A core's file (a live process's is not read while it is held).
+    let mut file = Vec::new();
+    if !marked(&data) {
+        let f = mem.host_file(&exe)?.ok()?;
+        f.take(512 << 20).read_to_end(&mut file).ok()?;
+        if !marked(&file) {
+            return None;
+        }
+    }
+    let in_memory = crate::memory::dynamic_symbol(mem, first.start, b"mi_version")
+        .and_then(|v| mem.bytes(first.start.checked_add(v)?, 10).ok())
+        .and_then(|c| code_version(&c));
+    let in_file = || {
+        let e = object::File::parse(&*file).ok()?;
+        let a = e.symbols().chain(e.dynamic_symbols()).find(|s| s.is_definition() && s.name() == Ok("mi_version"))?.address();
+        let text = e.sections().find(|s| s.address() <= a && a + 10 <= s.address() + s.size())?;
+        let at = usize::try_from(a - text.address()).ok()?;
+        code_version(text.data().ok()?.get(at..at + 10)?)
+    };
+    let strings = if file.is_empty() { &data } else { &file };
+    let version = match in_memory.or_else(in_file) {
+        Some(v) => format!("mimalloc {}", version_string(v)),
+        None if has(strings, b"deprecated_max_segment_reclaim") => "mimalloc 3.x, by its options' names".to_string(),
+        None if has(strings, b"max_segment_reclaim") => "mimalloc 2.x, by its options' names".to_string(),
+        None => "its version not found".to_string(),
+    };
+    Some(Problem::StaticCopy { module: exe, version })
 }
 
 /// mimalloc, found.
