@@ -32,7 +32,9 @@ use crate::sys;
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use heapdump_format::{FdSink, Sink, WriteError};
 
-const SLOTS: u32 = 4;
+/// Eight slots of 512 KiB: direct writes wait for the disk, and the
+/// dumping thread fills the next slots meanwhile.
+const SLOTS: u32 = 8;
 const SLOT_LEN: usize = 512 << 10;
 const STACK_LEN: usize = 64 << 10;
 /// The shared block, the slots, the helper's stack.
@@ -182,9 +184,21 @@ extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
             wait_change(&sh.filled, f);
             continue;
         }
+        // Full slots handed over that lie one after the other in the
+        // mapping go in one write (a direct write of
+        // several slots keeps the disk busier than one at a time).
+        let ready = (f & !QUIT).wrapping_sub(w);
+        let full = |i: u32| sh.lens[(i % SLOTS) as usize].load(Ordering::Relaxed) == SLOT_LEN;
+        let mut k = 1;
+        if full(w) {
+            while k < ready && w.wrapping_add(k) % SLOTS != 0 && full(w.wrapping_add(k)) {
+                k += 1;
+            }
+        }
         if sh.errno.load(Ordering::Relaxed) == 0 {
             let p = slot(map, w);
-            let len = sh.lens[(w % SLOTS) as usize].load(Ordering::Relaxed).min(SLOT_LEN);
+            let last = sh.lens[(w.wrapping_add(k - 1) % SLOTS) as usize].load(Ordering::Relaxed).min(SLOT_LEN);
+            let len = (k as usize - 1) * SLOT_LEN + last;
             let mut off = 0;
             while off < len {
                 // A direct write needs an aligned length (the slot and the
@@ -194,8 +208,9 @@ extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
                     direct_off(sh.fd, flags);
                     direct = None;
                 }
-                // SAFETY: write(2) reads [p + off, p + len) of the slot,
-                // which the dumping thread filled before counting it.
+                // SAFETY: write(2) reads [p + off, p + len) of the k slots
+                // from w, in a row in the mapping (w % SLOTS + k <= SLOTS),
+                // which the dumping thread filled before counting them.
                 let n = unsafe { sys::raw_syscall4(libc::SYS_write, sh.fd as u64, p.wrapping_add(off) as u64, (len - off) as u64, 0) };
                 if n == -(libc::EINTR as i64) {
                     continue;
@@ -217,7 +232,7 @@ extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
         }
         // After an error the slots are still counted, so that the dumping
         // thread never waits; it sees the error at its next piece.
-        sh.written.store(w.wrapping_add(1), Ordering::Release);
+        sh.written.store(w.wrapping_add(k), Ordering::Release);
         futex_wake(&sh.written);
     }
 }
