@@ -457,7 +457,8 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
     let mut heap = match crate::jemalloc::find(mem)? {
         _ if tc.is_some() => crate::tcmalloc::walk_found(mem, tc.as_ref())?,
         Some(je) => {
-            let mut h = crate::jemalloc::walk_heap(mem, &je)?;
+            let tls: Vec<u64> = threads.iter().chain(runtime).map(|t| t.fs_base).collect();
+            let mut h = crate::jemalloc::walk_heap(mem, &je, &tls)?;
             // A static copy beside glibc's malloc: both heaps.
             if je.in_exe {
                 if let Ok(g) = walk_heap(mem) {

@@ -155,6 +155,10 @@ const TRAILING_JUNK: u64 = 0xa7a7_a7a7_a7a7_a7a7;
 const ARENA_SCAN: u64 = 64 << 10;
 /// The most thread caches one arena's list is followed through.
 const MAX_TCACHES: usize = 1 << 16;
+/// How far below a thread's pointer its static TLS (where a statically
+/// linked jemalloc's `tsd`, and in it the thread's cache, lies) is looked
+/// through.
+const TLS_SCAN: u64 = 64 << 10;
 
 /// An extent's state (`extent_state_t`): in use.
 const ACTIVE: u64 = 0;
@@ -469,7 +473,11 @@ struct Extent {
 }
 
 /// Walks jemalloc's heap in `mem`.
-pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
+///
+/// `tls`: the threads' pointers (`fs` bases): a jemalloc built without
+/// stats keeps no list of the threads' caches, found then in the threads'
+/// static TLS (each thread's `tsd`).
+pub fn walk_heap(mem: &dyn Memory, f: &Found, tls: &[u64]) -> Result<GlibcHeap> {
     let root = find_root(mem, f)?;
     let roots = mem.bytes(root, SLOTS * 8)?;
     // Every extent the leaves map, by descriptor; the active ones with
@@ -578,7 +586,7 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
     let extents_at = merge(all.clone());
     let in_extent = |v: u64| extents_at.partition_point(|r| r.0 <= v).checked_sub(1).is_some_and(|i| v < extents_at[i].1);
     let (cached, internal) =
-        tcaches(mem, f, root, &|v| !in_extent(v) && mem.map_of(v).is_some_and(|m| base.contains(&m.start)), &live, &mut h.warnings)?;
+        tcaches(mem, f, root, &|v| !in_extent(v) && mem.map_of(v).is_some_and(|m| base.contains(&m.start)), &live, tls, &mut h.warnings)?;
     h.cached_free = cached.len() as u64;
     let mut gone: Vec<u64> = cached.iter().chain(&internal).copied().collect();
     gone.sort_unstable();
@@ -644,6 +652,7 @@ fn tcaches(
     root: u64,
     metadata: &dyn Fn(u64) -> bool,
     live: &Live<'_>,
+    tls: &[u64],
     warnings: &mut Vec<String>,
 ) -> Result<(HashSet<u64>, HashSet<u64>)> {
     let mut cached: HashSet<u64> = HashSet::new();
@@ -707,6 +716,33 @@ fn tcaches(
                 }
             }
             break;
+        }
+    }
+    // Without stats (tikv-jemallocator's default build) the arenas keep no
+    // list of their caches: each thread's is in its `tsd`, in its static
+    // TLS below its thread pointer, a cache of one of the arenas (checked
+    // as above: it names the arena, its bins, its `tcache` names it back).
+    if ncaches == 0 {
+        let arenas: HashSet<u64> = arenas.iter().copied().collect();
+        for &fs in tls {
+            let Some(m) = mem.map_of(fs.saturating_sub(8)) else { continue };
+            let lo = fs.saturating_sub(TLS_SCAN).max(m.start);
+            let Ok(b) = mem.bytes(lo, fs.min(m.end) - lo) else { continue };
+            for o in (0..b.len().saturating_sub(176)).step_by(8) {
+                let x = lo + o as u64;
+                let (ar, t) = (word(&b, o + 40), word(&b, o + 168));
+                // (Without stats its descriptor is never filled in: the
+                // cache is held by its arena and its `tcache`'s link back,
+                // both in the same TLS.)
+                if !arenas.contains(&ar) || t < lo || t >= fs || met.contains(&x) {
+                    continue;
+                }
+                if mem.u64(t).ok() == Some(x) {
+                    met.insert(x);
+                    ncaches += 1;
+                    bins(mem, x, live, &mut cached, &mut internal, warnings)?;
+                }
+            }
         }
     }
     if ncaches == 0 {

@@ -254,3 +254,22 @@ pub fn same_classes_within(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], wha
         assert!(*ob >= *vb && *ob <= vb + most_above(*vb, *vn), "{what}: {class} bytes {ob} against valgrind's {vb} in {vn} blocks");
     }
 }
+
+/// The Rust program in crates/cli/tests/`dir` (a cargo project outside the
+/// workspace, whose dependencies come from the registry), built in release
+/// with `features` under the workspace's target/fixtures, its binary `bin`
+/// copied into `d` as `service` (a name that says nothing of it).
+pub fn rust_fixture(d: &Scratch, dir: &str, bin: &str, features: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(dir);
+    let target = Path::new(env!("CARGO_BIN_EXE_heapdump")).parent().and_then(Path::parent).unwrap().join("fixtures");
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "--release", "--quiet", "--manifest-path"]).arg(dir.join("Cargo.toml")).arg("--target-dir").arg(&target);
+    if !features.is_empty() {
+        c.arg("--features").arg(features.join(","));
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "building {}: {}", dir.display(), String::from_utf8_lossy(&o.stderr));
+    let prog = d.path("service");
+    std::fs::copy(target.join("release").join(bin), &prog).unwrap();
+    prog
+}

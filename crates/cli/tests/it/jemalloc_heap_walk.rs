@@ -198,3 +198,33 @@ fn a_static_jemalloc_is_named_by_run_and_read_by_attach() {
     let lost = ours(&out);
     assert_eq!((lost[0], lost[3].1), ((4096, 1), 1000), "{lost:?}");
 }
+
+/// tikv-jemallocator's static jemalloc (`_rjem_`, built without stats:
+/// its arenas keep no list of the threads' caches) in a Rust program
+/// (crates/cli/tests/static_jemalloc): the regions its thread's cache
+/// holds (348 of the 500 freed 48-byte boxes) are free, found through the
+/// thread's TLS; the 1000 kept boxes are reachable and the forgotten 4096
+/// bytes lost, under attach and core.
+#[test]
+fn a_tikv_jemallocator_heap_leaves_its_thread_cache_out() {
+    let d = Scratch::new("je-tikv");
+    let prog = rust_fixture(&d, "static_jemalloc", "static-jemalloc", &[]);
+    let mut p = Stopped::start(Command::new(&prog));
+    let check = |out: &Path, o: std::process::Output, what: &str| {
+        let line = ok(&o);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(line.contains("jemalloc 5.3.0") && !err.contains("no thread cache"), "{what}: {line}{err}");
+        let b = blocks(out);
+        assert_eq!(count_size(&b, 48), 0, "{what}: the cached 48-byte regions are free");
+        assert!(count_size(&b, 112) >= 1000, "{what}: the kept boxes");
+        let c = ours(out);
+        assert_eq!((c[0], c[1], c[2]), ((4096, 1), (0, 0), (0, 0)), "{what}: {c:?}");
+    };
+    let out = d.path("a.hdump");
+    check(&out, heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap(), "attach");
+    let core = gcore(&d, p.pid);
+    let out = d.path("c.hdump");
+    check(&out, heapdump().arg("core").arg(&core).arg("--exe").arg(&prog).arg("-o").arg(&out).output().unwrap(), "core");
+    let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
+    assert!(p.child.wait().unwrap().success());
+}

@@ -131,30 +131,14 @@ fn attach_reads_a_mimalloc_heap_that_threads_are_changing() {
     assert_eq!(child.0.wait().unwrap().code(), Some(0), "the program's blocks are intact and it ended as asked");
 }
 
-/// The Rust `mimalloc` crate's program (crates/cli/tests/static_mimalloc,
-/// outside the workspace), built with the crate's default mimalloc (3.x)
-/// or its `v2` feature, copied into `d` as `service` (a name that says
-/// nothing of its allocator).
-fn static_mimalloc(d: &Scratch, v2: bool) -> std::path::PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/static_mimalloc");
-    let target = Path::new(env!("CARGO_BIN_EXE_heapdump")).parent().and_then(Path::parent).unwrap().join("fixtures");
-    let mut c = Command::new(env!("CARGO"));
-    c.args(["build", "--release", "--quiet", "--manifest-path"]).arg(dir.join("Cargo.toml")).arg("--target-dir").arg(&target);
-    if v2 {
-        c.args(["--features", "v2"]);
-    }
-    let o = c.output().unwrap();
-    assert!(o.status.success(), "building the static mimalloc program: {}", String::from_utf8_lossy(&o.stderr));
-    let prog = d.path("service");
-    std::fs::copy(target.join("release/static-mimalloc"), &prog).unwrap();
-    prog
-}
-
 #[test]
 fn a_static_mimalloc_of_another_layout_is_refused_by_name_and_version() {
     let d = Scratch::new("mimalloc-static");
     for (v2, generation) in [(false, "mimalloc 3.x"), (true, "mimalloc 2.x")] {
-        let prog = static_mimalloc(&d, v2);
+        // The Rust `mimalloc` crate's program, built with its default
+        // mimalloc (3.x) or its `v2` feature, named `service` (a name that
+        // says nothing of its allocator).
+        let prog = rust_fixture(&d, "static_mimalloc", "static-mimalloc", if v2 { &["v2"] } else { &[] });
         let mut p = Stopped::start(Command::new(&prog));
         let refused = |o: std::process::Output, what: &str| {
             let err = String::from_utf8_lossy(&o.stderr);
