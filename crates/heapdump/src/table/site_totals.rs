@@ -379,8 +379,15 @@ impl SiteTotals {
         // Rows written by an earlier walk (a row never written is read
         // from the kernel's zero page, not made resident).
         let max = (self.max_site.load(Ordering::Relaxed) as usize).min(SITE_CAP - 1);
-        for s in 1..=max as u32 {
-            if let Some(pr) = self.peak_at(buf, s, false) {
+        for (c, slot) in self.peak[buf].iter().enumerate().take((max >> CHUNK_SHIFT) + 1) {
+            let p = slot.load(Ordering::Acquire);
+            if p.is_null() {
+                continue;
+            }
+            for i in 0..CHUNK.min(max + 1 - (c << CHUNK_SHIFT)) {
+                // SAFETY: i < CHUNK rows of a chunk mapped for good; only
+                // the walk (holding `walking`) writes this buffer.
+                let pr = unsafe { &*p.add(i) };
                 if pr.count.load(Ordering::Relaxed) != 0 || pr.bytes.load(Ordering::Relaxed) != 0 {
                     pr.count.store(0, Ordering::Relaxed);
                     pr.bytes.store(0, Ordering::Relaxed);
