@@ -31,7 +31,8 @@
 //! - `stop/`: each thread's guard (inside the tracker, locks held, stops
 //!   and signals deferred) and stopping the world (`stw`), the one circle
 //!   of imports: their handshake;
-//! - `table/`: the live table (`slots`, `shadow`, `overflow`, `counters`);
+//! - `table/`: the live table (`slots`, `shadow`, `overflow`, `counters`)
+//!   and a marked thread's log of its own blocks (`marks`);
 //! - `sites/`: allocation sites (`unwind`, `sampling`);
 //! - `dump/`: writing a dump (`index` and its `directory`, `scan`,
 //!   `roots`, `modules`, the `assist` and `writer` threads);
@@ -41,7 +42,11 @@
 //! Above them, in this folder: `entry` (the record of one allocation),
 //! `config`, `state` (the one global state), `tracker` (what every
 //! allocation, free and realloc does), `hooks` (the same for the preload
-//! library's C functions) and `startup` (what runs before `main`).
+//! library's C functions) and `startup` (what runs before `main`). And
+//! `testing` (the feature `testing`): a test's mark and its check, which
+//! reads the check's dump with `heapdump-analyze` in the test process,
+//! untracked, once the dump is written (the one room that allocates, and
+//! only outside the tracker).
 //!
 //! Design constraints, because this code runs inside someone else's
 //! process, often inside its allocator:
@@ -91,30 +96,7 @@ pub use state::{config, stats, Stats};
 pub use tracker::Tracked;
 pub use trigger::output::{dump, dump_numbered, dump_to_fd};
 
-/// For the runtime's own tests: one backtrace of the caller with either
-/// unwinder (the cached one may decline: `None`).
-#[doc(hidden)]
-pub mod testing {
-    /// The caller's return addresses with the caching unwinder, starting
-    /// with the one into the caller's caller.
-    #[inline(never)]
-    pub fn backtrace_cached(frames: &mut [u64]) -> Option<usize> {
-        crate::sites::unwind::capture(crate::sites::room(frames), 1)
-    }
-    /// The same with libgcc's `_Unwind_Backtrace`.
-    #[inline(never)]
-    pub fn backtrace_libgcc(frames: &mut [u64]) -> usize {
-        crate::sites::capture_libgcc(crate::sites::room(frames), 1)
-    }
-    /// Unwind rules in the cached unwinder's cache.
-    pub fn cached_rules() -> usize {
-        crate::sites::unwind::cached_rules()
-    }
-    /// This thread's stripe of counters (255: the shared one).
-    pub fn stripe() -> usize {
-        crate::state::state().table.current_stripe()
-    }
-}
+pub mod testing;
 
 /// The tracker's entry points for the preload library's C functions.
 #[doc(hidden)]

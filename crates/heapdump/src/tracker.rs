@@ -8,6 +8,7 @@ use crate::sites::sampling::sample;
 use crate::state::{state, State};
 use crate::stop::guard;
 use crate::stop::stw;
+use crate::table::marks;
 use crate::trigger::output::{auto_dump, Why};
 use crate::trigger::threshold_crossed;
 use crate::{sites, Reason};
@@ -100,6 +101,9 @@ pub(crate) fn deallocate(p: *mut u8, known: Known, dealloc: impl FnOnce(), free:
     if release(st, p, known) {
         dealloc();
     }
+    if g.marked() {
+        marks::note_free(p as u64);
+    }
     leave(st, g, free);
 }
 
@@ -179,6 +183,9 @@ where
         if release(st, p, known) {
             (with.free_old)();
         }
+        if g.marked() {
+            marks::note_free(p as u64);
+        }
         leave(st, g, free);
         return q;
     }
@@ -186,6 +193,11 @@ where
     let q = (with.realloc)();
     let align = known.map_or_else(|| old.as_ref().map_or(16, |o| 1usize << o.align_log2), |l| l.align());
     realloc_end(st, &g, old, p, q, new_size, align);
+    // A block that moved is gone from its old address (one that stayed was
+    // logged again with its new size; a failed realloc leaves the log).
+    if g.marked() && !q.is_null() && q != p {
+        marks::note_free(p as u64);
+    }
     if q.is_null() {
         drop(g);
         alloc_failed(st);
@@ -248,6 +260,9 @@ fn record(st: &State, ptr: *mut u8, size: usize, align: usize, g: &guard::Enter,
         return;
     }
     insert(st, &e);
+    if g.marked() {
+        marks::note_alloc(&e);
+    }
 }
 
 /// Puts an entry in the table, then dumps if the live heap crossed the
@@ -384,6 +399,9 @@ fn realloc_end(st: &State, g: &guard::Enter, old: Option<Entry>, p: *mut u8, q: 
         }
     };
     insert(st, &e);
+    if g.marked() {
+        marks::note_alloc(&e);
+    }
 }
 
 /// Leaves the tracker: drops the guard (parking if a stop is pending), then

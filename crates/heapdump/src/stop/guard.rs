@@ -23,6 +23,12 @@ const HAS_DEFERRED: u8 = 16;
 /// runtime's helper: a forked child) while it was inside the tracker:
 /// raised again as it leaves (see [`defer_signal`]).
 const RESIGNAL: u8 = 32;
+/// A mark is active on this thread (`crate::table::marks`): its
+/// allocations and frees also go to the mark's log. Set, the thread is
+/// never [`idle`], so that the tracker's common cases (which have no
+/// guard to ask) never skip the log; threads without a mark pay nothing
+/// more than the test of `idle` they already make.
+const MARKED: u8 = 64;
 
 // Every read-modify-write of the state is one instruction: a signal
 // handler running on the same thread (the suspend handler sets
@@ -112,6 +118,15 @@ impl Enter {
     #[inline]
     pub fn in_lock(&self) -> bool {
         self.prev & IN_LOCK != 0
+    }
+
+    /// Whether a mark was active on this thread on entering and the call
+    /// is the outermost one (a nested call, the unwinder's or a signal
+    /// handler's inside the tracker, may find the mark's log half
+    /// updated: it leaves it alone).
+    #[inline]
+    pub fn marked(&self) -> bool {
+        self.prev & (MARKED | IN_TRACKER) == MARKED
     }
 
     /// Whether this is the common case: the outermost entry, not internal,
@@ -438,6 +453,20 @@ pub unsafe fn release_deferred() {
             }
         }
     });
+}
+
+/// Sets or clears this thread's mark bit (see [`MARKED`]); false when the
+/// thread has no thread-local storage left (very late in its teardown).
+pub fn set_marked(on: bool) -> bool {
+    if get().is_none() {
+        return false;
+    }
+    if on {
+        set(MARKED)
+    } else {
+        clear(MARKED)
+    }
+    true
 }
 
 /// Marks the runtime's own calls into libc (thread creation, `setenv`,

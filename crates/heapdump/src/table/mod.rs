@@ -62,6 +62,7 @@
 //! tracked.
 
 pub(crate) mod counters;
+pub(crate) mod marks;
 pub(crate) mod overflow;
 pub(crate) mod shadow;
 pub(crate) mod site_totals;
