@@ -5,8 +5,7 @@
 #include <stdio.h>
 static void *b[4 << 20];
 int main(void) {
-    size_t cap = 4 << 20, live = 0;
-    (void)cap;
+    size_t live = 0;
     for (size_t i = 0; i < 20000; i++) b[live++] = malloc(64);
     long teeth = 0;
     while (live < 2000000) {
