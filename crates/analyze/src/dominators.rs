@@ -161,10 +161,18 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     let n = heap.len() + 1;
     // Children of the virtual root, deduplicated, in order.
     let mut root_children: Vec<u32> = Vec::new();
-    let mut is_child = std::collections::HashSet::new();
+    // Which nodes are children already: a bit each (the extra roots of a
+    // heap that is mostly lost are millions).
+    let mut is_child = vec![0u64; n.div_ceil(64)];
+    let mut child = |v: u32| {
+        let (w, bit) = (v as usize / 64, 1u64 << (v % 64));
+        let new = is_child[w] & bit == 0;
+        is_child[w] |= bit;
+        new
+    };
     for r in &heap.roots {
         let v = r.target.0 + 1;
-        if is_child.insert(v) {
+        if child(v) {
             root_children.push(v);
         }
     }
@@ -229,6 +237,18 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
                     dfn[w as usize] = vertex.len() as u32;
                     cur = vertex.len() - 1;
                     end = starts[w as usize] as usize;
+                    // A node of few edges (most of a heap that is mostly
+                    // lost, walked from millions of leaders) gets none of
+                    // the read-ahead above: its targets' numbers and edge
+                    // ranges are asked for together now, rather than each
+                    // waited for in turn as the walk reaches it.
+                    let k = next[cur] as usize;
+                    if end - k <= AHEAD {
+                        for &u in &targets[k..end] {
+                            prefetch(dfn, node(u) as usize);
+                            prefetch(starts, node(u) as usize - 1);
+                        }
+                    }
                 }
             } else if cur == first {
                 break;
@@ -249,15 +269,29 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             dfs_from(c, 0, dfn, &mut vertex, parent);
         }
     }
-    for b in extra_roots() {
+    // The extra roots, in order, each a walk (most of them short on a
+    // heap that is mostly lost): the edges of those a few places on, then
+    // their targets' numbers and edge ranges, read ahead.
+    let extra = extra_roots();
+    for (j, b) in extra.iter().enumerate() {
+        if let Some(a) = extra.get(j + 2 * AHEAD) {
+            prefetch(starts, a.index());
+        }
+        if let Some(a) = extra.get(j + AHEAD) {
+            for &u in &targets[starts[a.index()] as usize..starts[a.index() + 1] as usize] {
+                prefetch(dfn, node(u) as usize);
+                prefetch(starts, node(u) as usize - 1);
+            }
+        }
         let v = b.0 + 1;
-        if is_child.insert(v) {
+        if child(v) {
             root_children.push(v);
             if dfn[v as usize] == 0 {
                 dfs_from(v, 0, dfn, &mut vertex, parent);
             }
         }
     }
+    drop(extra);
     drop(is_child);
     for start in 1..n as u32 {
         if dfn[start as usize] == 0 {
@@ -419,7 +453,8 @@ pub(crate) fn children_lists(idom: &[u32], retained: &[u64], mut list: Vec<u32>,
     drop(fill);
     for p in 0..=n {
         let s = &mut list[start[p] as usize..start[p + 1] as usize];
-        s.sort_by(|&a, &b| retained[b as usize].cmp(&retained[a as usize]).then(a.cmp(&b)));
+        // A total order (ties by block): an unstable sort gives the stable one's.
+        s.sort_unstable_by(|&a, &b| retained[b as usize].cmp(&retained[a as usize]).then(a.cmp(&b)));
     }
     (start, list)
 }
