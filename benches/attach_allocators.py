@@ -2,7 +2,9 @@
 """How long `heapdump attach` holds a program, per allocator (issue 40):
 benches/c/dense_mapped.c builds N dense nodes of 48 bytes (two pointers each
 to earlier nodes) with glibc's malloc, and the same program with Debian's
-libjemalloc2, then libmimalloc2.0, preloaded, and Debian's libtcmalloc-minimal4; each round attaches to the same stopped process.
+libjemalloc2, then libmimalloc2.0, preloaded, and Debian's libtcmalloc-minimal4,
+and built with musl-gcc (musl's mallocng); each round attaches to the same
+stopped process.
 Prints the median hold (the report line's "held X ms"), heapdump's median
 peak resident memory (/usr/bin/time) and the blocks and bytes it read.
 
@@ -10,7 +12,8 @@ peak resident memory (/usr/bin/time) and the blocks and bytes it read.
 """
 import argparse, os, re, statistics, subprocess, sys, tempfile
 
-ALLOCATORS = [("glibc", {}), ("jemalloc", {"LD_PRELOAD": "libjemalloc.so.2"}), ("mimalloc", {"LD_PRELOAD": "libmimalloc.so.2"}), ("tcmalloc", {"LD_PRELOAD": "libtcmalloc_minimal.so.4"})]
+# (name, environment, compiler)
+ALLOCATORS = [("glibc", {}, "gcc"), ("jemalloc", {"LD_PRELOAD": "libjemalloc.so.2"}, "gcc"), ("mimalloc", {"LD_PRELOAD": "libmimalloc.so.2"}, "gcc"), ("tcmalloc", {"LD_PRELOAD": "libtcmalloc_minimal.so.4"}, "gcc"), ("musl", {}, "musl-gcc")]
 
 def attach(heapdump, pid, tmp):
     out = os.path.join(tmp, "a.hdump")
@@ -27,16 +30,22 @@ def main():
     ap.add_argument("--heapdump", required=True)
     ap.add_argument("--sizes", default="1000000")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated allocators (default: all)")
     a = ap.parse_args()
+    only = set(filter(None, a.only.split(",")))
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory() as tmp:
-        prog = os.path.join(tmp, "dense_mapped")
-        subprocess.run(["gcc", "-O2", "-o", prog, os.path.join(here, "c", "dense_mapped.c")], check=True)
+        progs = {}
+        for cc in sorted({c for _, _, c in ALLOCATORS}):
+            progs[cc] = os.path.join(tmp, "dense_mapped-" + cc)
+            subprocess.run([cc, "-O2", "-o", progs[cc], os.path.join(here, "c", "dense_mapped.c")], check=True)
         print("| blocks | allocator | hold (s) | heapdump's peak (MiB) | blocks read | usable bytes read |")
         print("|---:|---|---:|---:|---:|---:|")
         for n in map(int, a.sizes.split(",")):
-            for name, env in ALLOCATORS:
-                p = subprocess.Popen([prog, str(n)], stdout=subprocess.PIPE, text=True, env=dict(os.environ, **env))
+            for name, env, cc in ALLOCATORS:
+                if only and name not in only:
+                    continue
+                p = subprocess.Popen([progs[cc], str(n)], stdout=subprocess.PIPE, text=True, env=dict(os.environ, **env))
                 pid = int(p.stdout.readline().split()[1])
                 got = [attach(a.heapdump, pid, tmp) for _ in range(a.rounds)]
                 subprocess.run(["kill", "-CONT", str(pid)])
