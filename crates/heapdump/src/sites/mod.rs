@@ -317,23 +317,28 @@ impl Sites {
 }
 
 /// A thread's last sites and their frames (site ids are never reused, so
-/// each pair stays true): a few entries, picked by a hash of the frames.
-/// One entry served a loop allocating from one place; a thread that
-/// allocates from a few places in turn (issue 43's workload of short-lived
-/// blocks from eight sites across threads) went to the shared table each
-/// time, its lock's cache line moving between the cores.
+/// each pair stays true): a few entries, two to each set picked by a hash
+/// of the frames, the one used longer ago replaced. One entry served a
+/// loop allocating from one place; a thread that allocates from a few
+/// places in turn (issue 43's workload of short-lived blocks from eight
+/// sites across threads) went to the shared table each time, its lock's
+/// cache line moving between the cores.
 struct LastSites {
     entries: [LastSite; LAST_SITES],
+    /// Counts uses, for `LastSite::used`.
+    tick: core::cell::Cell<u32>,
 }
 
 struct LastSite {
     n: core::cell::Cell<usize>,
     frames: [core::cell::Cell<u64>; LAST_FRAMES],
     id: core::cell::Cell<u32>,
+    /// `tick` when last found or written (0: never).
+    used: core::cell::Cell<u32>,
 }
 
-/// Entries per thread (a power of two): 16 x 272 bytes of thread-local
-/// storage.
+/// Entries per thread (a power of two, two to a set): 16 x 280 bytes of
+/// thread-local storage.
 const LAST_SITES: usize = 16;
 /// The deepest stack an entry keeps (the default depth, `HEAPDUMP_MAX_FRAMES`
 /// 32): deeper ones go to the shared table each time.
@@ -343,16 +348,31 @@ thread_local! {
     static LAST_SITE: LastSites = const {
         LastSites {
             entries: [const {
-                LastSite { n: core::cell::Cell::new(0), frames: [const { core::cell::Cell::new(0) }; LAST_FRAMES], id: core::cell::Cell::new(0) }
+                LastSite {
+                    n: core::cell::Cell::new(0),
+                    frames: [const { core::cell::Cell::new(0) }; LAST_FRAMES],
+                    id: core::cell::Cell::new(0),
+                    used: core::cell::Cell::new(0),
+                }
             }; LAST_SITES],
+            tick: core::cell::Cell::new(0),
         }
     };
 }
 
-/// The entry `frames` belong in.
+/// The entry `frames` would have had in a direct-mapped cache; its set is
+/// this over two (entries `2 * set` and `2 * set + 1`).
 #[inline]
 fn last_site_slot(frames: &[u64]) -> usize {
     (hash_frames(frames).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % LAST_SITES
+}
+
+impl LastSites {
+    fn touch(&self, e: &LastSite) {
+        let t = self.tick.get().wrapping_add(1).max(1);
+        self.tick.set(t);
+        e.used.set(t);
+    }
 }
 
 /// Where this thread's last sites live (address, size): no root.
@@ -367,33 +387,39 @@ pub fn last_site(frames: &[u64]) -> Option<u32> {
     if n > LAST_FRAMES {
         return None;
     }
-    let k = last_site_slot(frames);
+    let set = last_site_slot(frames) & !1;
     LAST_SITE
         .try_with(|l| {
-            let l = &l.entries[k];
-            if l.n.get() == n && l.frames[..n].iter().zip(frames).all(|(a, b)| a.get() == *b) {
-                l.id.get()
-            } else {
-                0
+            for e in &l.entries[set..set + 2] {
+                if e.n.get() == n && e.frames[..n].iter().zip(frames).all(|(a, b)| a.get() == *b) {
+                    l.touch(e);
+                    return e.id.get();
+                }
             }
+            0
         })
         .ok()
         .filter(|&id| id != 0)
 }
 
-/// Remembers `id` as one of this thread's last sites, of `frames`.
+/// Remembers `id` as one of this thread's last sites, of `frames`, in
+/// place of the one of its set used longer ago.
 pub fn remember_last_site(frames: &[u64], id: u32) {
     if frames.len() > LAST_FRAMES {
         return;
     }
-    let k = last_site_slot(frames);
+    let set = last_site_slot(frames) & !1;
     let _ = LAST_SITE.try_with(|l| {
-        let l = &l.entries[k];
-        for (a, b) in l.frames.iter().zip(frames) {
-            a.set(*b);
+        let (a, b) = (&l.entries[set], &l.entries[set + 1]);
+        // Wrapping ticks: "longer ago" is the larger distance from now.
+        let now = l.tick.get();
+        let e = if now.wrapping_sub(a.used.get()) >= now.wrapping_sub(b.used.get()) { a } else { b };
+        for (x, y) in e.frames.iter().zip(frames) {
+            x.set(*y);
         }
-        l.n.set(frames.len());
-        l.id.set(id);
+        e.n.set(frames.len());
+        e.id.set(id);
+        l.touch(e);
     });
 }
 
@@ -417,12 +443,28 @@ mod tests {
                     found += 1;
                 }
                 None => assert!(
-                    stacks[k + 1..].iter().any(|g| last_site_slot(g) == last_site_slot(f)),
-                    "only a later site in the same entry pushes one out"
+                    stacks[k + 1..].iter().filter(|g| last_site_slot(g) / 2 == last_site_slot(f) / 2).count() >= 2,
+                    "only two later sites of the same set push one out"
                 ),
             }
         }
         assert!(found >= 3, "{found} of 6 sites kept");
+    }
+
+    /// Two sites of one set are both kept; a third replaces the one used
+    /// longer ago.
+    #[test]
+    fn a_set_keeps_its_two_last_used_sites() {
+        let stack = |k: u64| vec![0x60_0000 + 16 * k, 0x60_8000];
+        let a = stack(0);
+        let same: Vec<Vec<u64>> = (1..10_000).map(stack).filter(|g| last_site_slot(g) == last_site_slot(&a)).take(2).collect();
+        let (b, c) = (&same[0], &same[1]);
+        remember_last_site(&a, 1);
+        remember_last_site(b, 2);
+        assert_eq!((last_site(&a), last_site(b)), (Some(1), Some(2)), "two sites of one entry both kept");
+        assert_eq!(last_site(&a), Some(1));
+        remember_last_site(c, 3);
+        assert_eq!((last_site(&a), last_site(b), last_site(c)), (Some(1), None, Some(3)), "the one used longer ago goes");
         assert_eq!(last_site(&[0x40_1000, 0x40_2000, 0x40_3001]), None);
         assert_eq!(last_site(&[0x40_1000, 0x40_2000]), None);
         // Deeper than an entry keeps: never found, nothing pushed out.
