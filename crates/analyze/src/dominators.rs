@@ -124,19 +124,35 @@ pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
 }
 
 /// Leak classes and the dominator tree headed by the lost structures'
-/// leaders. The leaks are computed after the walk from the roots (which
-/// needs them only then, for the leaders), while a second thread builds
-/// the predecessor lists.
+/// leaders. Both cores work from the start: the leak classes on a thread
+/// of their own, the predecessor lists on another, while this one walks
+/// the graph from the roots (which needs the leaks only then, for the
+/// leaders). On a heap held from its roots the walk and the leak classes
+/// are each a walk of the whole graph; on a heap that is mostly lost the
+/// walk from the roots is short and the leaders are waited for.
 pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -> (crate::leaks::Leaks, Dominators) {
-    let mut got = None;
-    let d = compute_with(heap, || {
-        let l = crate::leaks::analyze(heap, contents);
-        let heads = l.heads();
-        got = Some(l);
-        heads
-    });
-    let leaks = got.unwrap_or_else(|| crate::leaks::analyze(heap, contents));
-    (leaks, d)
+    std::thread::scope(|s| {
+        let mut leaks = Some(s.spawn(|| crate::leaks::analyze(heap, contents)));
+        let predecessors = s.spawn(|| Predecessors::of(heap));
+        let mut got = None;
+        let d = compute_in(
+            heap,
+            || {
+                let l: crate::leaks::Leaks = leaks.take().map(joined).expect("asked once");
+                let heads = l.heads();
+                got = Some(l);
+                heads
+            },
+            || joined(predecessors),
+        );
+        let leaks = got.unwrap_or_else(|| leaks.take().map(joined).expect("not taken"));
+        (leaks, d)
+    })
+}
+
+/// A scoped thread's result (its panic carried on).
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
 
 /// [`with_leaks`] over a loaded dump, the heuristics reading its contents.
