@@ -31,12 +31,14 @@ pub struct State {
     pub(crate) dump_count: AtomicU64,
 }
 
-/// What [`State::failure_room`] holds back: the dump's own mappings (some
-/// 6 MB: its buffers, the module map) and the index of some 100 K live
+/// What [`State::failure_room`] holds back: the dump's own mappings (the
+/// writer's slots, [`crate::dump::writer::MAP_LEN`]; some 6 MB beside them:
+/// the other buffers, the module map) and the index of some 100 K live
 /// blocks. Under a 512 MiB `RLIMIT_AS` a program of 1 MiB blocks was
 /// refused one with too little left for them about once in 12 runs, and
-/// one refused with nothing left never had its dump.
-pub(crate) const FAILURE_ROOM: usize = 8 << 20;
+/// one refused with nothing left never had its dump (nor did it when the
+/// writer's slots grew and this stayed 8 MiB).
+pub(crate) const FAILURE_ROOM: usize = crate::dump::writer::MAP_LEN + (6 << 20);
 
 // SAFETY: `config` is written once during initialisation (init == 1, by the
 // one thread that won the race) and only read after init == 2.
