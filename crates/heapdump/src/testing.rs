@@ -33,11 +33,11 @@
 //!
 //! ```text
 //! heapdump: 1 block of assertions::Session allocated by this thread since the mark is still live:
-//!   Vec<assertions::Session>: 1 block, 128 bytes (still reachable), e.g. 0x55d0f85ef340
-//!     allocated at assertions::leaks_a_session (crates/heapdump/tests/assertions.rs:48)
-//!       by assertions::leaks_a_session::{{closure}} (crates/heapdump/tests/assertions.rs:45)
-//!     kept alive by static assertions::SESSIONS in /…/assertions-1f0c… at 0x55d0f7a1c0a8
-//!       -> at offset 8      0x55d0f85ef340 (128 bytes, Vec<assertions::Session> at …)
+//!   Vec<assertions::Session>: 1 block, 224 bytes (still reachable), e.g. 0x7f81f00011c0
+//!     allocated at assertions::leak_a_session (heapdump/tests/assertions.rs:95)
+//!       by assertions::a_session_left_in_a_global_fails_naming_its_type_site_and_root (heapdump/tests/assertions.rs:100)
+//!     kept alive by static assertions::SESSIONS in /…/deps/assertions-cc30749ba493689d at 0x559826466bd8
+//!       -> at offset 16     0x7f81f00011c0 (224 bytes, assertions::leak_a_session (heapdump/tests/assertions.rs:95))
 //! ```
 //!
 //! # How a check knows which blocks are this thread's
@@ -60,10 +60,15 @@
 //! (same address, size and site), and asks the analysis
 //! (`heapdump-analyze`, as `heapdump path`, `leaks` and `top --by type`
 //! do) for their types, sites, leak classes and paths. The analysis runs
-//! on the calling thread with its allocations untracked (the tracker's
-//! internal state, as for the runtime's own calls into libc), and checks
-//! run one at a time in a process, so that no analysis's memory is in
-//! another check's dump.
+//! in a child forked from the test process (untracked: the thread's
+//! internal state, as for the runtime's own calls into libc, which the
+//! child inherits), and sends the report back: what it allocated, freed
+//! or not, never stays in the test process, where a later check's dump
+//! would scan a heap mapping that holds only freed chunks as a root and a
+//! stale copy of an address would keep a block "reachable". Checks run
+//! one at a time in a process. Before dumping, the check zeroes the
+//! stack below the test's frame (its own frames are then free of what
+//! the test's returned calls left there).
 //!
 //! What it cannot see: a block this thread allocated and another thread
 //! freed stays in the log; only if that thread's allocator then gave the

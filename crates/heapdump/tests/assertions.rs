@@ -7,7 +7,7 @@
 
 use heapdump::testing::Mark;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 #[global_allocator]
@@ -31,30 +31,24 @@ impl Session {
 /// Where the leaking test puts its session (no other test touches it).
 static SESSIONS: Mutex<Vec<Session>> = Mutex::new(Vec::new());
 
-/// Runs `f` while two threads allocate and free sessions, each holding a
-/// few boxed ones alive at any time (blocks of the type the tests look
-/// for, allocated on other threads during the check).
-fn with_churn<R>(f: impl FnOnce() -> R) -> R {
-    /// Stops the churn however `f` ends (a failed assertion too).
-    struct Stop<'a>(&'a AtomicBool);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
+/// Starts, once in the process, two threads that allocate and free
+/// sessions for as long as the tests run, each holding a few boxed ones
+/// alive at any time: blocks of the type the tests look for, allocated on
+/// other threads during every check. Then zeroes the stack below the
+/// caller, where starting them left the addresses of freed temporaries
+/// (a stale word equal to a later block's address keeps it "reachable").
+#[inline(never)]
+fn churn() {
+    static CHURN: std::sync::Once = std::sync::Once::new();
+    CHURN.call_once(|| {
         for t in 0..2u64 {
-            let stop = &stop;
-            s.spawn(move || {
+            std::thread::spawn(move || {
                 let mut held: Vec<Box<Session>> = Vec::new();
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                for i in 0u64.. {
                     held.push(Box::new(Session::open(t * 1_000_000 + i)));
                     if held.len() > 8 {
                         held.remove(0);
                     }
-                    i += 1;
                     if i % 8 == 0 {
                         // Steadily, not flat out: the machine is shared.
                         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -62,9 +56,8 @@ fn with_churn<R>(f: impl FnOnce() -> R) -> R {
                 }
             });
         }
-        let _stop = Stop(&stop);
-        f()
-    })
+    });
+    scrub_stack();
 }
 
 thread_local! {
@@ -97,7 +90,8 @@ fn leak_a_session() {
 
 #[test]
 fn a_session_left_in_a_global_fails_naming_its_type_site_and_root() {
-    with_churn(|| {
+    churn();
+    {
         let mark = Mark::new();
         leak_a_session();
         let report = mark.check();
@@ -115,12 +109,13 @@ fn a_session_left_in_a_global_fails_naming_its_type_site_and_root() {
         assert!(msg.contains("allocated by this thread since the mark are still live, more than the 100 allowed"), "{msg}");
         // Held by a static, it is not lost.
         report.assert_nothing_lost();
-    });
+    }
 }
 
 #[test]
 fn sessions_closed_pass_while_other_threads_hold_theirs() {
-    with_churn(|| {
+    churn();
+    {
         let mark = Mark::new();
         for i in 0..50 {
             let s = Box::new(Session::open(i));
@@ -131,12 +126,13 @@ fn sessions_closed_pass_while_other_threads_hold_theirs() {
         report.assert_nothing_lost();
         report.assert_live_bytes_at_most(0);
         assert_eq!((report.blocks(), report.bytes()), (0, 0), "{report}");
-    });
+    }
 }
 
 #[test]
 fn growth_is_counted_exactly_and_bounded() {
-    with_churn(|| {
+    churn();
+    {
         let mark = Mark::new();
         let kept: Vec<u64> = (0..1000).collect();
         let gone: Vec<u64> = (0..5000).collect();
@@ -153,7 +149,7 @@ fn growth_is_counted_exactly_and_bounded() {
         assert!(msg.contains("8000 bytes in 1 block allocated by this thread"), "{msg}");
         assert!(msg.contains("Vec<u64>: 1 block, 8000 bytes (still reachable)"), "{msg}");
         assert!(msg.contains("kept alive by stack of thread"), "{msg}");
-    });
+    }
 }
 
 /// A block a session hides from every root: allocated here, its address
@@ -176,7 +172,8 @@ fn scrub_stack() {
 
 #[test]
 fn a_lost_session_fails_nothing_lost_and_only_here() {
-    with_churn(|| {
+    churn();
+    {
         let mark = Mark::new();
         lose_a_session();
         scrub_stack();
@@ -190,12 +187,13 @@ fn a_lost_session_fails_nothing_lost_and_only_here() {
         let p = HIDDEN.load(Ordering::Relaxed) ^ 0x5a5a_5a5a_5a5a_5a5a;
         // SAFETY: the box `lose_a_session` leaked, given back once.
         drop(unsafe { Box::from_raw(p as *mut Session) });
-    });
+    }
 }
 
 #[test]
 fn a_check_sees_only_its_own_thread() {
-    with_churn(|| {
+    churn();
+    {
         let mark = Mark::new();
         // A session made here and freed on another thread is gone.
         let mine = Box::new(Session::open(1));
@@ -218,5 +216,5 @@ fn a_check_sees_only_its_own_thread() {
         // A thread has one mark at a time.
         let msg = failure(|| drop(Mark::new()));
         assert!(msg.contains("this thread already has a mark"), "{msg}");
-    });
+    }
 }

@@ -103,6 +103,20 @@ pub fn raw_fork() -> Result<u32, i32> {
     }
 }
 
+/// `fork(3)`, with the `atfork` handlers (the C library's allocator and
+/// the runtime's own locks are left usable in the child): for the test
+/// side only (`testing`'s check), never the dump path. 0 in the child.
+pub fn fork() -> Result<u32, i32> {
+    // SAFETY: fork has no memory-safety preconditions; the child's one
+    // thread continues from here with a copy of the caller's memory.
+    let r = unsafe { libc::fork() };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as u32)
+    }
+}
+
 /// Leaves the process at once, without atexit handlers or flushing.
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no user state.

@@ -43,7 +43,16 @@ impl Mark {
     /// its log.
     pub fn new() -> Mark {
         match marks::begin() {
-            Ok(()) => Mark { _thread: PhantomData },
+            Ok(()) => {
+                let mark = Mark { _thread: PhantomData };
+                // A program whose global allocator is not `Tracked` would
+                // pass every check, seeing nothing: one allocation says.
+                let probe = std::hint::black_box(Box::new(0u64));
+                let followed = marks::len() > 0;
+                drop(probe);
+                assert!(followed, "heapdump: a mark needs `heapdump::Tracked` as the program's global allocator");
+                mark
+            }
             Err(MarkError::Active) => panic!("heapdump: this thread already has a mark (one mark per thread at a time)"),
             Err(MarkError::NoMemory(errno)) => {
                 panic!("heapdump: no memory for the mark's log: {}", std::io::Error::from_raw_os_error(errno))
@@ -58,14 +67,15 @@ impl Mark {
     /// # Panics
     /// When the dump cannot be written (in the temporary directory,
     /// `std::env::temp_dir`, removed at once) or read back.
-    #[inline(never)]
+    #[inline(always)]
     pub fn check(&self) -> Report {
         // The dump scans this thread's stack from the caller's frame up:
         // the slots of `check_now`'s frame that it has not written yet
         // still hold what the test's returned calls left there (the
         // address of a block it pushed into a global, say), and such a
         // stale word would be called what keeps the block alive. Zeroed
-        // first, they hold nothing.
+        // first, they hold nothing. (Inlined, so that no frame of
+        // `check`'s own lies between the test's and the zeroed ones.)
         scrub_stack();
         self.check_now()
     }
@@ -91,22 +101,62 @@ impl Mark {
             let _ = std::fs::remove_file(&path);
             panic!("heapdump: the check's dump {} failed: {e}", path.display());
         }
-        let opened = heapdump_analyze::open(&path, &Options::default().cache(false));
+        let report = analyse_apart(&path, &logged, unlogged);
         let _ = std::fs::remove_file(&path);
-        let dump = opened.unwrap_or_else(|e| panic!("heapdump: the check's dump could not be read: {e}"));
-        let a = dump.analysis();
-        let mut ours = Vec::new();
-        let heap = a.heap();
-        for e in &logged {
-            if let Some(b) = heap.find_start(e.addr) {
-                let blk = heap.block(b);
-                if blk.size == e.size && (e.site == 0 || blk.site.0 == 0 || blk.site.0 == e.site) {
-                    ours.push(b);
+        report.unwrap_or_else(|e| panic!("heapdump: the check's dump could not be analysed: {e}"))
+    }
+}
+
+/// The analysis of the check's dump in a forked child, which sends back
+/// the report: the analysis's memory, freed or not, never stays in the
+/// test process, where glibc keeps freed chunks' words and the next
+/// check's dump would scan a heap mapping holding only them as a root
+/// (a stale copy of an address would keep a block "reachable"). Where
+/// no child can be forked, here.
+fn analyse_apart(path: &std::path::Path, logged: &[marks::Logged], unlogged: u64) -> Result<Report, String> {
+    let out = path.with_extension("report");
+    match crate::sys::fork() {
+        Ok(0) => {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| analyse(path, logged, unlogged)));
+            let code = match r {
+                Ok(Ok(report)) => i32::from(std::fs::write(&out, report.encode()).is_err()),
+                Ok(Err(e)) => {
+                    let _ = std::fs::write(&out, e);
+                    2
                 }
+                Err(_) => 3,
+            };
+            crate::sys::exit_now(code)
+        }
+        Ok(pid) => {
+            let status = crate::sys::waitpid(pid);
+            let text = std::fs::read_to_string(&out);
+            let _ = std::fs::remove_file(&out);
+            match (status, text) {
+                (Ok(0), Ok(t)) => Report::decode(&t).ok_or_else(|| "the report came back garbled".to_string()),
+                (Ok(s), Ok(t)) if s == 2 << 8 => Err(t),
+                (s, _) => Err(format!("the analysing child ended with wait status {s:?}")),
             }
         }
-        Report::of(&a, &ours, unlogged)
+        Err(_) => analyse(path, logged, unlogged),
     }
+}
+
+/// Reads the check's dump and reports the logged blocks live in it.
+fn analyse(path: &std::path::Path, logged: &[marks::Logged], unlogged: u64) -> Result<Report, String> {
+    let dump = heapdump_analyze::open(path, &Options::default().cache(false)).map_err(|e| e.to_string())?;
+    let a = dump.analysis();
+    let mut ours = Vec::new();
+    let heap = a.heap();
+    for e in logged {
+        if let Some(b) = heap.find_start(e.addr) {
+            let blk = heap.block(b);
+            if blk.size == e.size && (e.site == 0 || blk.site.0 == 0 || blk.site.0 == e.site) {
+                ours.push(b);
+            }
+        }
+    }
+    Ok(Report::of(&a, &ours, unlogged))
 }
 
 /// Zeroes 16 KiB of stack below the caller's frame, where the next call's
@@ -219,6 +269,62 @@ impl Report {
             .collect();
         groups.sort_by(|x, y| y.bytes.cmp(&x.bytes).then_with(|| x.ty.cmp(&y.ty)).then_with(|| x.site.cmp(&y.site)));
         Report { groups, unlogged }
+    }
+
+    /// The report as text, for the analysing child to send back: groups
+    /// split by RS, fields by US, list items by GS (none of them in a
+    /// name or a path).
+    fn encode(&self) -> String {
+        let mut out = format!("{}", self.unlogged);
+        for g in &self.groups {
+            let kept = g.kept_by.as_ref().map_or("-".to_string(), |k| format!("+{k}"));
+            let fields = [
+                g.ty.clone(),
+                g.site.clone(),
+                g.stack.join("\x1d"),
+                g.blocks.to_string(),
+                g.bytes.to_string(),
+                g.lost_blocks.to_string(),
+                g.lost_bytes.to_string(),
+                g.example.to_string(),
+                g.class.to_string(),
+                kept,
+                g.path.join("\x1d"),
+            ];
+            out.push('\x1e');
+            out.push_str(&fields.join("\x1f"));
+        }
+        out
+    }
+
+    /// [`Report::encode`] read back.
+    fn decode(text: &str) -> Option<Report> {
+        let mut parts = text.split('\x1e');
+        let unlogged = parts.next()?.parse().ok()?;
+        let list = |s: &str| s.split('\x1d').filter(|x| !x.is_empty()).map(str::to_string).collect::<Vec<_>>();
+        let mut groups = Vec::new();
+        for p in parts {
+            let f: Vec<&str> = p.split('\x1f').collect();
+            let [ty, site, stack, blocks, bytes, lost_blocks, lost_bytes, example, class, kept, path] = f[..] else { return None };
+            let class = [LeakKind::StillReachable, LeakKind::PossiblyLost, LeakKind::DefinitelyLost, LeakKind::IndirectlyLost]
+                .into_iter()
+                .map(LeakKind::as_str)
+                .find(|k| *k == class)?;
+            groups.push(Group {
+                ty: ty.to_string(),
+                site: site.to_string(),
+                stack: list(stack),
+                blocks: blocks.parse().ok()?,
+                bytes: bytes.parse().ok()?,
+                lost_blocks: lost_blocks.parse().ok()?,
+                lost_bytes: lost_bytes.parse().ok()?,
+                example: example.parse().ok()?,
+                class,
+                kept_by: kept.strip_prefix('+').map(str::to_string),
+                path: list(path),
+            });
+        }
+        Some(Report { groups, unlogged })
     }
 
     /// The groups, largest first.
