@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Appends to BENCHMARKS.md a reading of its tables against the issues'
-goals. run.py calls it after writing the tables; it only reads figures
+"""Writes into BENCHMARKS.md a reading of its tables against the issues'
+goals (its own section, replaced in place; the sections after it are
+kept). run.py calls it after writing the tables; it only reads figures
 that run.py measured."""
 import os, re, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 path = os.path.join(ROOT, "BENCHMARKS.md")
-md = open(path).read()
-md = md.split("\n## Against the issues' goals")[0].rstrip() + "\n"
+whole = open(path).read()
+md, _, after = whole.partition("\n## Against the issues' goals")
+md = md.rstrip() + "\n"
+# What follows this section (the next "## " heading on) is kept as it is.
+after = after[after.find("\n## "):] if "\n## " in after else ""
 
 
 def row(first, col):
@@ -55,7 +59,19 @@ fork_pauses = [float(c[8]) for c in big if c[2] == "fork"]
 thp = [float(c[3]) for c in rows(lambda c: c[2] == "fork, THP heap")]
 coll = rows(lambda c: c[2] == "fork, collapse")
 coll_pause, coll_s = [float(c[3]) for c in coll], [float(c[4]) for c in coll]
-an = {c[0]: c for c in rows(lambda c: c[0] in ("1,000,000", "3,000,000", "10,000,000"))}
+def numeric(c, *cols):
+    try:
+        return all(float(c[i]) >= 0 for i in cols)
+    except (ValueError, IndexError):
+        return False
+
+
+# The first analysis table's rows (later sections' tables start with the
+# same block counts: the first row of each count whose cells read as that
+# table's).
+an = {}
+for c in rows(lambda c: c[0] in ("1,000,000", "3,000,000", "10,000,000") and numeric(c, 3, 5)):
+    an.setdefault(c[0], c)
 t10, b10 = float(an["10,000,000"][3]), float(an["10,000,000"][5])
 t1, t3 = float(an["1,000,000"][3]), float(an["3,000,000"][3])
 
@@ -111,5 +127,5 @@ lines = [
     "and semidominator numbers side by side), the leak walk running beside",
     "it on the other core.",
 ]
-open(path, "w").write(md + "\n".join(lines) + "\n")
+open(path, "w").write(md + "\n".join(lines) + "\n" + after)
 print("\n".join(lines))
