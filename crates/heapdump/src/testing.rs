@@ -3,7 +3,7 @@
 //! root that keeps each block (feature `testing`).
 //!
 //! For a test binary whose global allocator is [`crate::Tracked`]. `cargo
-//! test` runs tests on many threads of one process; a [`Mark`] sees only
+//! test` runs tests on many threads of one process; a `Mark` sees only
 //! its own thread's allocations, so tests running beside it, allocating
 //! and leaking as they like, neither fail it nor are failed by it.
 //!
@@ -55,7 +55,7 @@
 //! would have needed room in every entry, or a global counter every
 //! thread writes.)
 //!
-//! [`Mark::check`] then takes a dump as every dump is taken (the world
+//! `Mark::check` then takes a dump as every dump is taken (the world
 //! stopped, nothing allocated), keeps the blocks of the dump the log names
 //! (same address, size and site), and asks the analysis
 //! (`heapdump-analyze`, as `heapdump path`, `leaks` and `top --by type`
@@ -87,7 +87,7 @@
 //! type argument: a `Vec<Session>`'s buffer holds sessions. Nothing needs
 //! tagging, but the test binary needs debug info (`cargo test` builds
 //! with it; a profile with `debug = false` leaves types `unknown`, and
-//! [`Report::assert_none_alive`] then sees nothing), and a `T` stored
+//! `Report::assert_none_alive` then sees nothing), and a `T` stored
 //! inline in a block allocated before the mark is no new block.
 
 #[cfg(feature = "testing")]
