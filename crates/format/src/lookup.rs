@@ -25,11 +25,13 @@
 //! is a binary search of every block, for a caller with only a few
 //! lookups to make (building costs two passes over the blocks).
 //!
-//! A lookup is one call ([`Directory::find`]) or two: [`Directory::locate`]
-//! names the bucket or line the lookup reads (its addresses can be read
-//! ahead with [`Directory::prefetch`], and [`Directory::window`] names the
-//! blocks it then searches), [`Directory::finish`] answers, so that a
-//! caller with many lookups to make can overlap their cache misses.
+//! A lookup is one call ([`Directory::find`], the run found once and kept
+//! in hand; [`Directory::prefetch_word`] starts its reads ahead) or two:
+//! [`Directory::locate`] names the bucket or line the lookup reads (its
+//! addresses can be read ahead with [`Directory::prefetch`], and
+//! [`Directory::window`] names the blocks it then searches),
+//! [`Directory::finish`] answers, so that a caller with many lookups to
+//! make can overlap their cache misses.
 //!
 //! No allocation and no panic: the caller asks [`Shape::sizes`] how much
 //! storage the directory needs, hands it over (`Vec`s, or memory mapped
@@ -387,6 +389,38 @@ impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
         self.runs().get(k as usize)
     }
 
+    /// The run holding `v` and its index, `v` inside the bounds: the
+    /// largest run first (one comparison for most words of a dense heap),
+    /// then a search of the others.
+    #[inline(always)]
+    fn run_of(&self, v: u64) -> Option<(u32, &Run)> {
+        if v >= self.hot.lo && v < self.hot.hi {
+            return Some((self.hot_at, &self.hot));
+        }
+        self.cold_run_of(v)
+    }
+
+    /// [`Directory::run_of`] outside the largest run: kept out of line, so
+    /// that the lookup's common path needs few registers (no spills).
+    #[inline(never)]
+    fn cold_run_of(&self, v: u64) -> Option<(u32, &Run)> {
+        let runs = self.runs();
+        let k = runs.partition_point(|r| r.lo <= v).checked_sub(1)?;
+        let r = runs.get(k)?;
+        (v < r.hi).then_some((k as u32, r))
+    }
+
+    /// The bucket's index in the words, or the line's in the lines, of a
+    /// lookup of `v` in run `r`.
+    #[inline(always)]
+    fn slot(r: &Run, v: u64) -> usize {
+        if r.has_lines() {
+            r.line + ((v - r.lo) >> GRANULE_SHIFT) as usize / LINE_GRANULES
+        } else {
+            r.at + ((v - r.lo) >> r.shift) as usize
+        }
+    }
+
     /// First step of a lookup: the bucket or line a lookup of `v` reads;
     /// `None` when `v` is outside every run (it points into no block).
     #[inline(always)]
@@ -397,23 +431,20 @@ impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
         if self.search {
             return Some(Located { slot: 0, run: Located::SEARCH });
         }
-        let (k, r) = if v >= self.hot.lo && v < self.hot.hi {
-            (self.hot_at as usize, &self.hot)
-        } else {
-            let runs = self.runs();
-            let k = runs.partition_point(|r| r.lo <= v).checked_sub(1)?;
-            let r = runs.get(k)?;
-            if v >= r.hi {
-                return None;
-            }
-            (k, r)
-        };
-        let slot = if r.has_lines() {
-            r.line + ((v - r.lo) >> GRANULE_SHIFT) as usize / LINE_GRANULES
-        } else {
-            r.at + ((v - r.lo) >> r.shift) as usize
-        };
-        Some(Located { slot, run: k as u32 })
+        let (k, r) = self.run_of(v)?;
+        Some(Located { slot: Self::slot(r, v), run: k })
+    }
+
+    /// Starts reading what a lookup of `v` will read of the directory
+    /// (its bucket, or its line and count): [`Directory::locate`] then
+    /// [`Directory::prefetch`] in one step. Only a hint.
+    #[inline(always)]
+    pub fn prefetch_word(&self, v: u64) {
+        if v < self.lo || v >= self.hi || self.search {
+            return;
+        }
+        let Some((_, r)) = self.run_of(v) else { return };
+        self.prefetch_in(r, Self::slot(r, v));
     }
 
     /// Starts reading what [`Directory::finish`] will read of the
@@ -422,11 +453,16 @@ impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
     #[inline(always)]
     pub fn prefetch(&self, l: Located) {
         let Some(r) = self.run(l.run) else { return };
+        self.prefetch_in(r, l.slot);
+    }
+
+    #[inline(always)]
+    fn prefetch_in(&self, r: &Run, slot: usize) {
         if r.has_lines() {
-            prefetch(self.lines.as_ref().as_ptr().wrapping_add(l.slot));
-            prefetch(self.words.as_ref().as_ptr().wrapping_add(r.at + (l.slot - r.line)));
+            prefetch(self.lines.as_ref().as_ptr().wrapping_add(slot));
+            prefetch(self.words.as_ref().as_ptr().wrapping_add(r.at + (slot - r.line)));
         } else {
-            prefetch(self.words.as_ref().as_ptr().wrapping_add(l.slot));
+            prefetch(self.words.as_ref().as_ptr().wrapping_add(slot));
         }
     }
 
@@ -468,8 +504,22 @@ impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
     /// [`Directory::finish`].
     #[inline(always)]
     pub fn find<B: Blocks + ?Sized>(&self, b: &B, v: u64) -> Option<(usize, u64)> {
-        let l = self.locate(v)?;
-        self.finish(b, v, l)
+        // One step: the run found once and kept in hand (two steps look it
+        // up again by its index).
+        if v < self.lo || v >= self.hi {
+            return None;
+        }
+        if self.search {
+            return holder(b, 0, b.len(), v);
+        }
+        let (_, r) = self.run_of(v)?;
+        let slot = Self::slot(r, v);
+        if r.has_lines() {
+            return self.granule_find(b, r, slot, v);
+        }
+        let ks = self.words.as_ref();
+        let (from, to) = (*ks.get(slot)? as usize, *ks.get(slot + 1)? as usize);
+        holder(b, from, to, v)
     }
 
     /// The lookup of `v` in the granule map of run `r`, line `li` (see
@@ -631,6 +681,7 @@ mod tests {
         prop_assert_eq!(d.find(b, v), want, "{:?} {:#x}", shape, v);
         let l = d.locate(v);
         prop_assert_eq!(l.and_then(|l| d.finish(b, v, l)), want, "two steps: {:?} {:#x}", shape, v);
+        d.prefetch_word(v);
         if let (Some(l), Some((i, _))) = (l, want) {
             d.prefetch(l);
             if let Some((from, to)) = d.window(l) {
@@ -793,6 +844,29 @@ mod tests {
         assert!(d.runs()[0].has_lines());
         for v in (0xff0..0x1_1100).step_by(8) {
             assert_eq!(d.find(&b, v), brute(&b, v), "{v:#x}");
+        }
+    }
+
+    /// The runtime's use: a directory built in storage the caller lends
+    /// (here arrays on the stack; the runtime's, a mapping from the
+    /// kernel), the module having no allocator to call (`no_std` without
+    /// `alloc`), answers as one in `Vec`s, and looked up in one step or
+    /// with the words prefetched first.
+    #[test]
+    fn a_directory_in_lent_storage() {
+        let mut v: Vec<(u64, u64)> = (0..600u64).map(|i| (0x5555_0000_0000 + 64 * i, 48)).collect();
+        v.extend((0..6u64).map(|i| (0x7f00_0000_0000 + (1 << 21) * i, 1 << 20)));
+        let b = List(v);
+        let s = SHAPES[0].sizes(&b);
+        let (mut runs, mut words, mut lines) = ([Run::default(); 4], [0u32; 64], [Line::default(); 16]);
+        assert!(s.runs <= runs.len() && s.words <= words.len() && s.lines <= lines.len(), "{s:?}");
+        let d = Directory::build(&SHAPES[0], &b, &mut runs[..s.runs], &mut words[..s.words], &mut lines[..s.lines]).unwrap();
+        let in_vecs = build(&SHAPES[0], &b);
+        assert_eq!(d.runs(), in_vecs.runs());
+        for v in probes(&b, &[0, u64::MAX, 0x7f00_0000_0000 + (13 << 20)]) {
+            d.prefetch_word(v);
+            assert_eq!(d.find(&b, v), brute(&b, v), "{v:#x}");
+            assert_eq!(d.find(&b, v), in_vecs.find(&b, v), "{v:#x}");
         }
     }
 
