@@ -197,8 +197,12 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // the memory the semidominator records take after them: 12 bytes a
     // node either way, which the kernel then faults in once (fresh pages
     // cost about 2 us each on a VM: 60 ms for these at 10 M blocks).
-    let mut info: Vec<Info> = bytemuck::allocation::zeroed_vec(n);
-    let (dfn, rest) = bytemuck::cast_slice_mut::<Info, u32>(&mut info).split_at_mut(n);
+    // Held as u64s (two records to three words) so that, once the
+    // idoms are known, the same memory holds the retained sizes in
+    // preorder, then by block (see below).
+    let mut info_words: Vec<u64> = bytemuck::allocation::zeroed_vec(3 * n.div_ceil(2));
+    let info: &mut [Info] = &mut bytemuck::cast_slice_mut::<u64, Info>(&mut info_words)[..n];
+    let (dfn, rest) = bytemuck::cast_slice_mut::<Info, u32>(info).split_at_mut(n);
     let (parent, next) = rest.split_at_mut(n);
     // Iterative DFS: preorder numbers (1-based; 0 = unvisited), parents.
     // Instead of a stack, each numbered node keeps the index of its next
@@ -316,6 +320,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
         }
     }
     let count = vertex.len();
+    debug_assert_eq!(count, n, "every node is walked");
 
     // The heap's predecessor lists (by node, built while the walk ran),
     // renumbered in place to preorder numbers (0-based), each node's DFS
@@ -346,7 +351,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // Lengauer–Tarjan's `eval` returns the label of), and its own
     // semidominator number.
     const INIT_AHEAD: usize = 16;
-    info.truncate(count);
+    let info = &mut info[..count];
     for (w, record) in info.iter_mut().enumerate() {
         if let Some(&v) = vertex.get(w + 2 * INIT_AHEAD) {
             prefetch(&start, v as usize);
@@ -375,17 +380,17 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             }
             if let Some(&v) = w.checked_sub(2 * AHEAD).and_then(|a| vertex.get(a)) {
                 for &p in list(v) {
-                    prefetch(&info, (p & !FIRST) as usize);
+                    prefetch(info, (p & !FIRST) as usize);
                 }
             }
             if let Some(&v) = w.checked_sub(AHEAD).and_then(|a| vertex.get(a)) {
                 for &p in list(v) {
-                    prefetch(&info, info[(p & !FIRST) as usize].ancestor as usize);
+                    prefetch(info, info[(p & !FIRST) as usize].ancestor as usize);
                 }
             }
             let mut s = info[w].semi;
             for &p in list(vertex[w]) {
-                s = s.min(eval(p & !FIRST, w as u32 + 1, &mut info, &mut path));
+                s = s.min(eval(p & !FIRST, w as u32 + 1, info, &mut path));
             }
             info[w].semi = s;
             info[w].best = s;
@@ -406,33 +411,62 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             d = info[d as usize].ancestor;
         }
         info[w].ancestor = d;
+        // Semi and best are spent: they hold w's retained size from now.
+        info[w].best = 0;
+        info[w].semi = 0;
     }
 
-    // Back to block ids; retained sizes bottom-up in reverse preorder,
-    // directly in block space. The lists' tables, done with, hold the
-    // immediate dominators and the counts (memory the process has
-    // touched already: fresh pages cost a fault each, 0.1 s at 10 M
-    // blocks for these two and the copy of the ancestors they replace).
+    // Retained sizes bottom-up in reverse preorder, in preorder space in
+    // the records (`best` and `semi` hold one's low and high halves: no
+    // fresh memory, and the additions go to records, not to blocks);
+    // immediate dominators and counts in block space, in the lists'
+    // tables, done with (memory the process has touched already: fresh
+    // pages cost a fault each).
     let nb = heap.len();
     let mut idom = reuse(preds, nb, NONE);
     let mut dominated = reuse(start, nb, 0);
-    let mut retained = vec![0u64; nb];
+    let get = |r: &Info| r.best as u64 | (r.semi as u64) << 32;
+    let set = |r: &mut Info, x: u64| {
+        r.best = x as u32;
+        r.semi = (x >> 32) as u32;
+    };
     for w in (1..count).rev() {
         let b = (vertex[w] - 1) as usize;
-        retained[b] += heap.size(BlockId(b as u32));
+        let r = get(&info[w]) + heap.size(BlockId(b as u32));
+        set(&mut info[w], r);
         dominated[b] += 1;
         let d = info[w].ancestor as usize;
         if d != 0 {
             let db = (vertex[d] - 1) as usize;
-            retained[db] += retained[b];
+            let rd = get(&info[d]) + r;
+            set(&mut info[d], rd);
             dominated[db] += dominated[b];
             idom[b] = db as u32;
         }
     }
-    // The children lists, in the memory of the records and of the
-    // preorder (the same fault-saving as above: 20 K pages at 10 M).
-    let spare = bytemuck::allocation::try_cast_vec::<Info, u32>(info).unwrap_or_default();
-    let (start, list) = children_lists(&idom, &retained, spare, vertex);
+    // The retained sizes packed to the front of the records' memory (a
+    // word each, read before it is overwritten: record w's halves lie at
+    // or past word w's bytes) and the rest given back, then scattered to
+    // block order (reads in order, independent writes: a permutation in
+    // place by its cycles would be a chain of dependent misses).
+    let retained = {
+        let words = bytemuck::cast_slice_mut::<u64, u32>(&mut info_words);
+        for w in 0..count {
+            let (lo, hi) = (words[3 * w + 1], words[3 * w + 2]);
+            words[2 * w] = lo;
+            words[2 * w + 1] = hi;
+        }
+        let mut by_dfn = info_words;
+        by_dfn.truncate(count);
+        by_dfn.shrink_to_fit();
+        let mut retained = vec![0u64; nb];
+        for w in 1..count {
+            retained[(vertex[w] - 1) as usize] = by_dfn[w];
+        }
+        retained
+    };
+    // The children lists (`vertex`'s memory filling them).
+    let (start, list) = children_lists(&idom, &retained, Vec::new(), vertex);
     Dominators {
         idom: idom.into(),
         retained: retained.into(),
