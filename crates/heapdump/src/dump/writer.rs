@@ -408,14 +408,7 @@ mod tests {
         let mut want = Vec::new();
         let mut x = 0x2545_f491u64;
         for len in [1usize, 7, SLOT_LEN - 1, SLOT_LEN, SLOT_LEN + 1, 3 * SLOT_LEN + 5, 0, 100_000, 9 * SLOT_LEN] {
-            let piece: Vec<u8> = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let piece = noise(&mut x, len);
             sink.write_all(&piece).unwrap();
             want.extend_from_slice(&piece);
         }
@@ -423,6 +416,18 @@ mod tests {
         assert!(gone(tid), "the writer thread ended");
         assert_eq!(std::fs::read(&path).unwrap(), want);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// `len` bytes of xorshift noise, the generator's state in `x`.
+    fn noise(x: &mut u64, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                *x ^= *x << 13;
+                *x ^= *x >> 7;
+                *x ^= *x << 17;
+                *x as u8
+            })
+            .collect()
     }
 
     /// Into a regular file on a disk's file system the slots past the
@@ -445,14 +450,7 @@ mod tests {
         let mut want = Vec::new();
         let mut x = 0x9e37_79b9u64;
         for len in [100usize, SLOT_LEN, 3 * SLOT_LEN + 4097, 12345, 12 * SLOT_LEN + 77] {
-            let piece: Vec<u8> = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let piece = noise(&mut x, len);
             sink.write_all(&piece).unwrap();
             want.extend_from_slice(&piece);
         }
