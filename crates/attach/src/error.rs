@@ -510,7 +510,7 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Error::OtherAllocator { module } => {
-                write!(f, "the process allocates with {module}, not glibc's malloc: attach and core read glibc's heap only")
+                write!(f, "the process allocates with {module}, whose heap attach and core do not read (they read glibc's malloc, jemalloc 5.3, mimalloc 2.0, gperftools' tcmalloc 2.10 and musl's mallocng)")
             }
             Error::Musl { module } => {
                 write!(f, "the process runs on musl ({module} is mapped) but its malloc state is not mallocng's: attach and core read musl 1.2.1 or later")

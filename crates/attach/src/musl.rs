@@ -315,21 +315,45 @@ fn groups(mem: &dyn Memory, f: &Found) -> Result<Vec<Group>> {
 pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
     let groups = groups(mem, f)?;
     let starts: HashSet<u64> = groups.iter().map(|g| g.mem).collect();
-    let mut live = Vec::new();
-    let mut regions: Vec<Region> = Vec::new();
-    let mut nested: HashSet<u64> = HashSet::new();
-    let mut ranges = Vec::new();
-    let mut freed_slots = 0u64;
+    // Each group's bytes, checked, before any is read.
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(groups.len());
     for g in &groups {
         let bad = || problem(g.meta, Problem::BadGroup { meta: g.meta });
         if (g.sizeclass >= 48 && g.sizeclass != 63) || g.mem % UNIT != 0 {
             return Err(bad());
         }
-        let (stride, len) = (g.stride().ok_or_else(bad)?, g.len().ok_or_else(bad)?);
+        let len = g.len().ok_or_else(bad)?;
         if len > MAX_GROUP_READ || (g.maplen != 0 && len > g.maplen * 4096) {
             return Err(bad());
         }
-        let r = Region::read(mem, g.mem, g.mem + len).map_err(|_| bad())?;
+        spans.push((g.mem, g.mem.checked_add(len).ok_or_else(bad)?));
+    }
+    // The groups read from the process: those inside no other group's
+    // bytes. A group nested in another's slot is read within its
+    // outermost group's bytes, not a second time (mallocng nests every
+    // small group: read twice, the heap was held twice).
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_unstable_by_key(|&i| (spans[i].0, std::cmp::Reverse(spans[i].1)));
+    let mut regions: Vec<Region> = Vec::new();
+    for &i in &order {
+        let (a, b) = spans[i];
+        if regions.last().is_some_and(|r| a < r.end() && b <= r.end()) {
+            continue; // inside the last group read (they are in address order)
+        }
+        let g = &groups[i];
+        regions.push(Region::read(mem, a, b).map_err(|_| problem(g.meta, Problem::BadGroup { meta: g.meta }))?);
+    }
+    let mut live = Vec::new();
+    let mut nested: HashSet<u64> = HashSet::new();
+    let mut ranges = Vec::new();
+    let mut freed_slots = 0u64;
+    for (g, &(a, b)) in groups.iter().zip(&spans) {
+        let bad = || problem(g.meta, Problem::BadGroup { meta: g.meta });
+        let stride = g.stride().ok_or_else(bad)?;
+        // Its bytes, from the group read that holds them (and only its own).
+        let i = regions.partition_point(|r| r.start <= a).checked_sub(1).ok_or_else(bad)?;
+        let r = View { start: a, bytes: regions[i].slice(a, b - a).ok_or_else(bad)? };
+        let len = b - a;
         // The group's header names its meta.
         if r.u64(g.mem) != Some(g.meta) {
             return Err(bad());
@@ -385,7 +409,6 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
             }
             live.push(Chunk { mem: p, usable: end - reserved - p });
         }
-        regions.push(r);
         ranges.push((g.mem, g.mem + if g.maplen != 0 { g.maplen * 4096 } else { len }));
     }
     // The heap's own memory: the groups no other group holds.
@@ -416,4 +439,130 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
             None => "musl (mallocng)".into(),
         },
     })
+}
+
+/// A group's bytes inside the region read that holds them.
+struct View<'a> {
+    start: u64,
+    bytes: &'a [u8],
+}
+
+impl View<'_> {
+    /// The word at `addr`, when inside.
+    fn u64(&self, addr: u64) -> Option<u64> {
+        let b = self.slice(addr, 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+
+    /// The bytes of `[addr, addr + len)`, when inside.
+    fn slice(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let off = usize::try_from(addr.checked_sub(self.start)?).ok()?;
+        self.bytes.get(off..off.checked_add(usize::try_from(len).ok()?)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory of a few runs of bytes, each its own anonymous mapping.
+    struct Fake {
+        maps: Vec<Map>,
+        runs: Vec<(u64, Vec<u8>)>,
+    }
+
+    impl Memory for Fake {
+        fn maps(&self) -> &[Map] {
+            &self.maps
+        }
+
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+            for (start, bytes) in &self.runs {
+                let Some(off) = addr.checked_sub(*start) else { continue };
+                if let Some(b) = bytes.get(off as usize..off as usize + buf.len()) {
+                    buf.copy_from_slice(b);
+                    return Ok(());
+                }
+            }
+            Err(Error::Unreadable { addr, len: buf.len() as u64, why: crate::Unread::NotMapped })
+        }
+    }
+
+    const SECRET: u64 = 0x5eec_7e75_0123_4567;
+    const AREA_AT: u64 = 0x10000;
+    const OUTER: u64 = 0x20000;
+    const NESTED: u64 = OUTER + UNIT;
+
+    /// A slot's in-band header before `p` (offset 0 in its slot): its
+    /// index, its reserved bytes, its offset in units from the storage.
+    fn header(run: &mut [u8], base: u64, p: u64, idx: u8, reserved: u8, units: u16) {
+        let o = (p - base) as usize;
+        run[o - 4] = 0;
+        run[o - 3] = idx | reserved << 5;
+        run[o - 2..o].copy_from_slice(&units.to_le_bytes());
+    }
+
+    /// One meta area with two groups: an outer one of 2032-byte slots (its
+    /// own page), slot 0 holding a nested group of three 64-byte slots
+    /// (two in use), slot 1 a block of 2027 bytes.
+    fn heap() -> Fake {
+        let mut area = vec![0u8; AREA as usize];
+        let w = |buf: &mut Vec<u8>, off: u64, v: u64| buf[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
+        w(&mut area, 0, SECRET);
+        w(&mut area, 16, 2);
+        let (m0, m1) = (AREA_AT + AREA_HEAD, AREA_AT + AREA_HEAD + META);
+        // The outer group: class 23 (127 units), last index 1, one page.
+        w(&mut area, AREA_HEAD + 16, OUTER);
+        w(&mut area, AREA_HEAD + 32, 1 | 23 << 6 | 1 << 12);
+        // The nested one: class 3 (4 units), last index 2, slot 2 available.
+        w(&mut area, AREA_HEAD + META + 16, NESTED);
+        w(&mut area, AREA_HEAD + META + 24, 1 << 2);
+        w(&mut area, AREA_HEAD + META + 32, 2 | 3 << 6);
+        let mut page = vec![0u8; 4096];
+        w(&mut page, 0, m0);
+        w(&mut page, NESTED - OUTER, m1);
+        let storage = OUTER + UNIT;
+        // Outer slot 0: the nested group (reserved 6 marks it).
+        header(&mut page, OUTER, storage, 0, 6, 0);
+        header(&mut page, OUTER, storage + 2032, 1, 1, 127);
+        let inner = NESTED + UNIT;
+        header(&mut page, OUTER, inner, 0, 2, 0);
+        header(&mut page, OUTER, inner + 64, 1, 2, 4);
+        for (i, b) in page.iter_mut().enumerate().skip(0x800) {
+            *b = (i % 251) as u8;
+        }
+        let map = |start: u64| Map { start, end: start + 4096, read: true, write: true, exec: false, offset: 0, path: None };
+        Fake { maps: vec![map(AREA_AT), map(OUTER)], runs: vec![(AREA_AT, area), (OUTER, page)] }
+    }
+
+    #[test]
+    fn a_nested_group_is_read_within_its_outer_group_once() {
+        let mem = heap();
+        let f = Found { secret: SECRET, head: AREA_AT, version: Some("1.2.3".into()) };
+        let h = walk_heap(&mem, &f).unwrap();
+        let live: Vec<(u64, u64)> = h.live.iter().map(|c| (c.mem, c.usable)).collect();
+        assert_eq!(live, [(NESTED + UNIT, 58), (NESTED + UNIT + 64, 58), (OUTER + UNIT + 2032, 2027)]);
+        // The outer group's bytes only: the nested group's are in them.
+        assert_eq!(h.regions.len(), 1);
+        assert_eq!(h.heap_ranges, [(OUTER, OUTER + 4096)]);
+        assert_eq!(h.arenas, 1);
+        // Every block's contents are found as the capture finds them (the
+        // last region starting at or below it), the block after the
+        // nested group too.
+        for c in &h.live {
+            let i = h.regions.partition_point(|r| r.start <= c.mem) - 1;
+            let got = h.regions[i].slice(c.mem, c.usable).expect("the block's bytes");
+            assert_eq!(got, &mem.runs[1].1[(c.mem - OUTER) as usize..(c.mem - OUTER + c.usable) as usize]);
+        }
+    }
+
+    #[test]
+    fn a_group_not_naming_its_meta_is_refused() {
+        let mut mem = heap();
+        mem.runs[1].1[(NESTED - OUTER) as usize] ^= 0x40;
+        let f = Found { secret: SECRET, head: AREA_AT, version: None };
+        let Err(e) = walk_heap(&mem, &f) else { panic!("a group not naming its meta was walked") };
+        let e = e.to_string();
+        assert!(e.contains("group of musl's meta"), "{e}");
+    }
 }

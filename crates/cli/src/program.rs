@@ -211,14 +211,14 @@ impl Elf {
         let musl = |s: &[u8]| s.windows(4).any(|w| w == b"musl");
         match (&self.interp, &self.soname) {
             (Some(i), _) if musl(i) => Some(format!(
-                "is linked with musl's C library (its loader is {}), and the preload library needs glibc's; {NOT_YET}",
+                "is linked with musl's C library (its loader is {}), and the preload library needs glibc's; {OUTSIDE}",
                 String::from_utf8_lossy(i)
             )),
             (Some(_), _) => None,
             // A loader run as a program (`ld-linux-x86-64.so.2 ./app`):
             // glibc's honours LD_PRELOAD; musl's (no soname) is musl.
             _ if self.dynamic && musl(path.as_os_str().as_bytes()) => {
-                Some(format!("is musl's loader, and the preload library needs glibc's; {NOT_YET}"))
+                Some(format!("is musl's loader, and the preload library needs glibc's; {OUTSIDE}"))
             }
             (None, Some(_)) => None,
             (None, None) => Some(format!(
