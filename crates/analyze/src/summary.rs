@@ -243,7 +243,9 @@ impl Summary {
 /// name of theirs.
 const ALLOCATORS: &[(&str, &[&str])] = &[
     ("jemalloc", &["je_malloc", "_rjem_malloc", "_rjem_je_malloc_default", "je_malloc_default"]),
-    ("mimalloc", &["mi_malloc", "mi_heap_malloc"]),
+    // The Rust `mimalloc` crate calls only the aligned entry points and
+    // mi_free: a release build keeps no mi_malloc.
+    ("mimalloc", &["mi_malloc", "mi_heap_malloc", "mi_malloc_aligned", "mi_free"]),
     ("tcmalloc", &["tc_malloc", "_ZN8tcmalloc"]),
 ];
 

@@ -156,5 +156,31 @@ fn a_static_mimalloc_of_another_layout_is_refused_by_name_and_version() {
         // The program goes on and ends well.
         let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
         assert!(p.child.wait().unwrap().success());
+        // Under run its allocations never reach malloc: run says so
+        // (before, it showed a nearly empty heap as the program's).
+        ensure_preload();
+        let mut r = heapdump()
+            .arg("run")
+            .arg("-o")
+            .arg(d.path("r.hdump"))
+            .arg("--")
+            .arg(&prog)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = String::new();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(r.stderr.take().unwrap()));
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            err += &line;
+            err.push('\n');
+            if let Some(pid) = line.strip_prefix("stopped ") {
+                let _ = Command::new("kill").args(["-CONT", pid.trim()]).status();
+                break;
+            }
+        }
+        err.extend(lines.map(|l| l.unwrap() + "\n"));
+        assert!(r.wait().unwrap().success(), "{err}");
+        assert!(err.contains("allocates through its own mimalloc: what is shown is only what went through malloc"), "{err}");
     }
 }
