@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 /// The version line: the tool's, and the dump format it writes and reads
 /// (a test checks the numbers against `heapdump_format::raw`).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.5; reads 1.0 to 1.5)");
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (writes dump format 1.6; reads 1.0 to 1.6)");
 
 /// Heap dumps of native programs, and what they mean.
 #[derive(Parser, Debug)]
@@ -565,13 +565,7 @@ fn summary(path: &Path, json: bool) -> Result<ExitCode> {
         eprintln!("heapdump: warning: {}: incomplete dump, summarised up to the damage: {t}", path.display());
     }
     if json {
-        let mut v = serde_json::to_value(&s)?;
-        if let serde_json::Value::Object(m) = &mut v {
-            // The recorded peak (#41), as the text's line says it.
-            let peak = if s.truncated.is_none() { views::peak_json(path)? } else { serde_json::Value::Null };
-            m.insert("peak".into(), peak);
-        }
-        output::json(&v)?;
+        output::json(&views::summary_json(&s, || views::peak_json(path))?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = std::io::stdout().lock();

@@ -468,7 +468,7 @@ impl Site<'_, '_> {
                 heapdump_export::write_svg(a, &mut body)?;
                 Reply { status: 200, kind: "image/svg+xml", body }
             }
-            "/api/summary" => Reply::json(&Summary::of(self.file)?),
+            "/api/summary" => Reply::json(&crate::views::summary_json(&Summary::of(self.file)?, || crate::views::peak_json_of(a))?),
             "/api/leaks" => Reply::json(&a.leak_report()),
             "/api/top" => {
                 let mut rows = a.top(q.group("by", GroupBy::Site, true)?);

@@ -633,7 +633,15 @@ pub fn peak_json(path: &Path) -> Result<serde_json::Value> {
     }
     let loaded = load(path)?;
     let a = session(&loaded);
+    peak_json_of(&a)
+}
+
+/// [`peak_json`] of a dump already open for questions (the viewer's).
+pub fn peak_json_of(a: &Analysis<'_>) -> Result<serde_json::Value> {
     let Some(t) = heapdump_analyze::totals::totals(a.file())? else { return Ok(serde_json::Value::Null) };
+    if t.peak_time_ns == 0 {
+        return Ok(serde_json::Value::Null);
+    }
     let taken = a.file().dump()?.header().time_ns;
     let mut rows = heapdump_analyze::totals::at_peak(&t, &mut |s| a.site_label(heapdump_analyze::SiteId(s)));
     rows.truncate(3);
@@ -643,6 +651,17 @@ pub fn peak_json(path: &Path) -> Result<serde_json::Value> {
         "bytes": t.peak_bytes,
         "sites": rows,
     }))
+}
+
+/// `summary --json`'s document: the summary's fields and `peak` (null for
+/// a cut dump), as the command line prints it and the viewer serves it.
+pub fn summary_json(s: &heapdump_analyze::Summary, peak: impl FnOnce() -> Result<serde_json::Value>) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(s)?;
+    if let serde_json::Value::Object(m) = &mut v {
+        // The recorded peak (#41), as the text's line says it.
+        m.insert("peak".into(), if s.truncated.is_none() { peak()? } else { serde_json::Value::Null });
+    }
+    Ok(v)
 }
 
 /// The suspects as text: a headline each (what it holds, why it is

@@ -10,7 +10,7 @@
 //! holds the graph). Each file is written under a temporary name beside it
 //! and renamed into place when complete.
 
-use arrow_array::builder::{ListBuilder, StringBuilder, UInt32Builder, UInt64Builder};
+use arrow_array::builder::{ListBuilder, StringBuilder, StructBuilder, UInt32Builder, UInt64Builder};
 use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int32Array, RecordBatch, StringArray, StructArray, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 use heapdump_analyze::leaks::LeakKind;
@@ -56,9 +56,10 @@ pub fn write_parquet(ex: &Analysis<'_>, dir: &Path) -> crate::Result<Vec<Written
     std::fs::create_dir_all(dir)?;
     let id = dump_id(ex);
     let summary = Summary::of(ex.file()).map_err(other)?;
+    let peak = if summary.truncated.is_none() { peak_of(ex)? } else { None };
     let mut out = vec![];
     out.push(table(dir, "dump", dump_schema(), |w| {
-        w.write(&dump_batch(&id, &summary)?).map_err(other)?;
+        w.write(&dump_batch(&id, &summary, peak.as_ref())?).map_err(other)?;
         Ok(1)
     })?);
     out.push(table(dir, "sites", sites_schema(), |w| write_sites(ex, &id, w))?);
@@ -174,6 +175,48 @@ fn limit_fields() -> Fields {
     ])
 }
 
+/// `summary --json`'s `peak`: the recorded peak (when, how much, its
+/// three biggest sites).
+struct Peak {
+    time_ns: u64,
+    before_dump_s: f64,
+    bytes: u64,
+    sites: Vec<heapdump_analyze::group::Row>,
+}
+
+fn peak_of(ex: &Analysis<'_>) -> crate::Result<Option<Peak>> {
+    let Some(t) = heapdump_analyze::totals::totals(ex.file()).map_err(other)? else { return Ok(None) };
+    if t.peak_time_ns == 0 {
+        return Ok(None);
+    }
+    let taken = ex.file().dump().map_err(other)?.header().time_ns;
+    let mut sites = heapdump_analyze::totals::at_peak(&t, &mut |s| ex.site_label(SiteId(s)));
+    sites.truncate(3);
+    Ok(Some(Peak {
+        time_ns: t.peak_time_ns,
+        before_dump_s: taken.saturating_sub(t.peak_time_ns) as f64 / 1e9,
+        bytes: t.peak_bytes,
+        sites,
+    }))
+}
+
+fn peak_site_fields() -> Fields {
+    Fields::from(vec![
+        field("key", DataType::Utf8, false),
+        field("allocations", DataType::UInt64, false),
+        field("bytes", DataType::UInt64, false),
+    ])
+}
+
+fn peak_fields() -> Fields {
+    Fields::from(vec![
+        field("time_ns", DataType::UInt64, false),
+        field("before_dump_s", DataType::Float64, false),
+        field("bytes", DataType::UInt64, false),
+        field("sites", DataType::List(Arc::new(Field::new("item", DataType::Struct(peak_site_fields()), true))), false),
+    ])
+}
+
 /// `summary --json`'s fields, one column each (the CLI's parquet test
 /// keeps the two in step), after the dump's id.
 fn dump_schema() -> SchemaRef {
@@ -208,10 +251,12 @@ fn dump_schema() -> SchemaRef {
         field("truncated", DataType::Utf8, true),
         field("allocator", DataType::Utf8, true),
         field("warnings", strings(), false),
+        u64c("resident_anon", true),
+        field("peak", DataType::Struct(peak_fields()), true),
     ]))
 }
 
-fn dump_batch(id: &str, s: &Summary) -> crate::Result<RecordBatch> {
+fn dump_batch(id: &str, s: &Summary, peak: Option<&Peak>) -> crate::Result<RecordBatch> {
     let u = |v: u64| Arc::new(UInt64Array::from(vec![v])) as ArrayRef;
     let uo = |v: Option<u64>| Arc::new(UInt64Array::from(vec![v])) as ArrayRef;
     let st = |v: &str| Arc::new(StringArray::from(vec![v])) as ArrayRef;
@@ -252,6 +297,28 @@ fn dump_batch(id: &str, s: &Summary) -> crate::Result<RecordBatch> {
         warnings.values().append_value(w);
     }
     warnings.append(true);
+    let peak: ArrayRef = {
+        let mut sites = ListBuilder::new(StructBuilder::from_fields(peak_site_fields(), 3))
+            .with_field(Arc::new(Field::new("item", DataType::Struct(peak_site_fields()), true)));
+        for r in peak.map_or(&[][..], |p| &p.sites[..]) {
+            let b = sites.values();
+            b.field_builder::<StringBuilder>(0).expect("key").append_value(&r.key);
+            b.field_builder::<UInt64Builder>(1).expect("allocations").append_value(r.allocations);
+            b.field_builder::<UInt64Builder>(2).expect("bytes").append_value(r.bytes);
+            b.append(true);
+        }
+        sites.append(true);
+        Arc::new(StructArray::new(
+            peak_fields(),
+            vec![
+                Arc::new(UInt64Array::from(vec![peak.map_or(0, |p| p.time_ns)])),
+                Arc::new(Float64Array::from(vec![peak.map_or(0.0, |p| p.before_dump_s)])),
+                Arc::new(UInt64Array::from(vec![peak.map_or(0, |p| p.bytes)])),
+                Arc::new(sites.finish()),
+            ],
+            Some(vec![peak.is_some()].into()),
+        ))
+    };
     let columns: Vec<ArrayRef> = vec![
         st(id),
         u(s.allocations),
@@ -282,6 +349,8 @@ fn dump_batch(id: &str, s: &Summary) -> crate::Result<RecordBatch> {
         Arc::new(StringArray::from(vec![s.truncated.as_deref()])),
         Arc::new(StringArray::from(vec![s.allocator.as_deref()])),
         Arc::new(warnings.finish()),
+        uo(s.resident_anon),
+        peak,
     ];
     RecordBatch::try_new(dump_schema(), columns).map_err(other)
 }
