@@ -192,12 +192,7 @@ fn peak_of(ex: &Analysis<'_>) -> crate::Result<Option<Peak>> {
     let taken = ex.file().dump().map_err(other)?.header().time_ns;
     let mut sites = heapdump_analyze::totals::at_peak(&t, &mut |s| ex.site_label(SiteId(s)));
     sites.truncate(3);
-    Ok(Some(Peak {
-        time_ns: t.peak_time_ns,
-        before_dump_s: taken.saturating_sub(t.peak_time_ns) as f64 / 1e9,
-        bytes: t.peak_bytes,
-        sites,
-    }))
+    Ok(Some(Peak { time_ns: t.peak_time_ns, before_dump_s: taken.saturating_sub(t.peak_time_ns) as f64 / 1e9, bytes: t.peak_bytes, sites }))
 }
 
 fn peak_site_fields() -> Fields {
@@ -298,8 +293,11 @@ fn dump_batch(id: &str, s: &Summary, peak: Option<&Peak>) -> crate::Result<Recor
     }
     warnings.append(true);
     let peak: ArrayRef = {
-        let mut sites = ListBuilder::new(StructBuilder::from_fields(peak_site_fields(), 3))
-            .with_field(Arc::new(Field::new("item", DataType::Struct(peak_site_fields()), true)));
+        let mut sites = ListBuilder::new(StructBuilder::from_fields(peak_site_fields(), 3)).with_field(Arc::new(Field::new(
+            "item",
+            DataType::Struct(peak_site_fields()),
+            true,
+        )));
         for r in peak.map_or(&[][..], |p| &p.sites[..]) {
             let b = sites.values();
             b.field_builder::<StringBuilder>(0).expect("key").append_value(&r.key);
