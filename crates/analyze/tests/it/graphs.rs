@@ -628,7 +628,7 @@ fn a_mostly_lost_heap_matches_the_straightforward_answers() {
     let mut spec = Spec::default();
     let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut x: u64 = 88172645463325252;
-    for i in 0..n {
+    for (i, out) in succ.iter_mut().enumerate() {
         spec.block(addr(i), 48);
         x ^= x << 13;
         x ^= x >> 7;
@@ -636,7 +636,7 @@ fn a_mostly_lost_heap_matches_the_straightforward_answers() {
         if i > 0 {
             for (slot, t) in [(x % i as u64) as usize, ((x >> 20) % i as u64) as usize].into_iter().enumerate() {
                 spec.ptr(addr(i), slot as u64 * 8, addr(t));
-                succ[i].push(t);
+                out.push(t);
             }
         }
     }
