@@ -937,39 +937,7 @@ fn mapped_chunk_at(mem: &dyn Memory, h: &mut GlibcHeap, p: u64, end: u64) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::{Path, PathBuf};
-
-    /// Memory made of a few runs of bytes and their mappings, with the C
-    /// library's file at hand or not (a core, a live process).
-    struct Fake {
-        maps: Vec<Map>,
-        runs: Vec<(u64, Vec<u8>)>,
-        file: Option<PathBuf>,
-    }
-
-    impl Memory for Fake {
-        fn maps(&self) -> &[Map] {
-            &self.maps
-        }
-
-        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
-            for (start, bytes) in &self.runs {
-                let Some(off) = addr.checked_sub(*start) else { continue };
-                if let Some(b) = bytes.get(off as usize..off as usize + buf.len()) {
-                    buf.copy_from_slice(b);
-                    return Ok(());
-                }
-            }
-            Err(Error::Unreadable { addr, len: buf.len() as u64, why: crate::Unread::NotMapped })
-        }
-
-        fn host_file(&self, path: &str) -> Option<std::io::Result<std::fs::File>> {
-            self.file.as_ref().map(|f| {
-                assert_eq!(Path::new(path), f);
-                std::fs::File::open(f)
-            })
-        }
-    }
+    use crate::fake::Fake;
 
     /// An arena at `a` as glibc starts it (its bins their own headers, its
     /// top the unsorted bin's header, its ring itself), in `run` at `start`.

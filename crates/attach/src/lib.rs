@@ -15,6 +15,8 @@
 mod capture;
 mod core;
 mod error;
+#[cfg(test)]
+mod fake;
 mod glibc;
 mod jemalloc;
 mod live;

@@ -464,29 +464,7 @@ impl View<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Memory of a few runs of bytes, each its own anonymous mapping.
-    struct Fake {
-        maps: Vec<Map>,
-        runs: Vec<(u64, Vec<u8>)>,
-    }
-
-    impl Memory for Fake {
-        fn maps(&self) -> &[Map] {
-            &self.maps
-        }
-
-        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
-            for (start, bytes) in &self.runs {
-                let Some(off) = addr.checked_sub(*start) else { continue };
-                if let Some(b) = bytes.get(off as usize..off as usize + buf.len()) {
-                    buf.copy_from_slice(b);
-                    return Ok(());
-                }
-            }
-            Err(Error::Unreadable { addr, len: buf.len() as u64, why: crate::Unread::NotMapped })
-        }
-    }
+    use crate::fake::Fake;
 
     const SECRET: u64 = 0x5eec_7e75_0123_4567;
     const AREA_AT: u64 = 0x10000;
@@ -532,7 +510,7 @@ mod tests {
             *b = (i % 251) as u8;
         }
         let map = |start: u64| Map { start, end: start + 4096, read: true, write: true, exec: false, offset: 0, path: None };
-        Fake { maps: vec![map(AREA_AT), map(OUTER)], runs: vec![(AREA_AT, area), (OUTER, page)] }
+        Fake { maps: vec![map(AREA_AT), map(OUTER)], runs: vec![(AREA_AT, area), (OUTER, page)], file: None }
     }
 
     #[test]
