@@ -156,6 +156,25 @@ pub struct Stopped {
     pub pid: i32,
 }
 
+/// `heapdump attach` of stopped process `p`, whose heap is damaged (`how`
+/// names the damage, for the messages): refused in one line (exit 1) that
+/// says where (`at 0x`), at once (a walk that loops would hold the target
+/// for good; a damaged live heap is read again a few times first, a
+/// moment apart), nothing written. The line, for what it must say.
+pub fn attach_refused(d: &Scratch, p: &Stopped, how: &str) -> String {
+    let out = d.path(&format!("{how}.hdump"));
+    let started = std::time::Instant::now();
+    let o = heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{how}: {err}");
+    assert_eq!(err.lines().count(), 1, "{how}: {err}");
+    assert!(err.contains("at 0x"), "{how}: {err}");
+    assert!(took < std::time::Duration::from_secs(5), "{how}: refused at once ({took:?})");
+    assert!(!out.exists(), "{how}: nothing written");
+    err
+}
+
 impl Stopped {
     /// Starts `cmd` with STOP_AT_END set (programs linked with
     /// stop_at_end.c stop at their end) and waits for it to stop.
