@@ -171,6 +171,17 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     })
 }
 
+/// Asks for the preorder numbers and edge ranges of the nodes `targets`
+/// (raw edges) point at, which a walk about to enter them reads next.
+#[inline(always)]
+fn ask_for(targets: &[u32], dfn: &[u32], starts: &[u32]) {
+    for &u in targets {
+        let v = ((u & !INTERIOR) + 1) as usize;
+        prefetch(dfn, v);
+        prefetch(starts, v - 1);
+    }
+}
+
 /// The dominator computation, `predecessors` giving the heap's
 /// predecessor lists once the depth-first walk is done.
 fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecessors: impl FnOnce() -> Predecessors) -> Dominators {
@@ -264,10 +275,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
                     // waited for in turn as the walk reaches it.
                     let k = next[cur] as usize;
                     if end - k <= AHEAD {
-                        for &u in &targets[k..end] {
-                            prefetch(dfn, node(u) as usize);
-                            prefetch(starts, node(u) as usize - 1);
-                        }
+                        ask_for(&targets[k..end], dfn, starts);
                     }
                 }
             } else if cur == first {
@@ -298,10 +306,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             prefetch(starts, a.index());
         }
         if let Some(a) = extra.get(j + AHEAD) {
-            for &u in &targets[starts[a.index()] as usize..starts[a.index() + 1] as usize] {
-                prefetch(dfn, node(u) as usize);
-                prefetch(starts, node(u) as usize - 1);
-            }
+            ask_for(&targets[starts[a.index()] as usize..starts[a.index() + 1] as usize], dfn, starts);
         }
         let v = b.0 + 1;
         if child(v) {
