@@ -86,6 +86,23 @@ impl Drop for Viewer {
 }
 
 /// `heapdump SUBCOMMAND DUMP ARGS... --json`.
+/// Where the headless browser's screenshots go, for a person to look at.
+fn shots() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer")
+}
+
+/// `script` (a puppeteer program) run by node against the viewer `v` in
+/// headless Chromium, with a profile of its own in `d`, screenshots under
+/// [`shots`] and `extra` arguments after those: its JSON answer.
+fn in_chromium(d: &Scratch, v: &Viewer, script: &str, extra: &[&std::ffi::OsStr]) -> Value {
+    let chromium = std::process::Command::new("sh").arg("-c").arg("command -v chromium").output().unwrap();
+    let chromium = ok(&chromium).trim().to_string();
+    let (url, profile, shots) = (v.url(), d.path("profile"), shots());
+    let mut args: Vec<&std::ffi::OsStr> = vec![chromium.as_ref(), url.as_ref(), profile.as_os_str(), shots.as_os_str()];
+    args.extend_from_slice(extra);
+    node_json(d, "puppeteer-core", script, &args)
+}
+
 fn cli(args: &[&str], dump: &Path) -> Value {
     let mut a: Vec<&std::ffi::OsStr> = vec![args[0].as_ref(), dump.as_os_str()];
     a.extend(args[1..].iter().map(|s| <str as AsRef<std::ffi::OsStr>>::as_ref(s)));
@@ -204,10 +221,7 @@ fn the_viewer_works_in_headless_chromium() {
     let d = Scratch::new("viewer-chromium");
     let dump = demo_dump(&d);
     let v = Viewer::start(&dump, &[]);
-    let chromium = std::process::Command::new("sh").arg("-c").arg("command -v chromium").output().unwrap();
-    let chromium = ok(&chromium).trim().to_string();
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
-    let profile = d.path("profile");
+    let shots = shots();
     // The head of a lost structure (a session of the demo, its orders and
     // their lines below it): deep enough to open three levels.
     let leaks = cli(&["leaks"], &dump);
@@ -220,12 +234,7 @@ fn the_viewer_works_in_headless_chromium() {
         .as_str()
         .unwrap()
         .to_string();
-    let r = node_json(
-        &d,
-        "puppeteer-core",
-        include_str!("viewer.js"),
-        &[chromium.as_ref(), v.url().as_ref(), profile.as_os_str(), shots.as_os_str(), head.as_ref()],
-    );
+    let r = in_chromium(&d, &v, include_str!("viewer.js"), &[head.as_ref()]);
     assert_eq!(r["errors"], serde_json::json!([]), "the page ran without errors");
 
     // The header: the summary's and the leak summary's figures.
@@ -358,16 +367,8 @@ fn the_viewer_groups_collapses_names_finds_and_pages() {
     assert_eq!(v.get("/api/blocks", "by=colour&key=x").0, 400);
 
     // The page.
-    let chromium = std::process::Command::new("sh").arg("-c").arg("command -v chromium").output().unwrap();
-    let chromium = ok(&chromium).trim().to_string();
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
-    let profile = d.path("profile");
-    let r = node_json(
-        &d,
-        "puppeteer-core",
-        include_str!("viewer_shapes.js"),
-        &[chromium.as_ref(), v.url().as_ref(), profile.as_os_str(), shots.as_os_str()],
-    );
+    let shots = shots();
+    let r = in_chromium(&d, &v, include_str!("viewer_shapes.js"), &[]);
     assert_eq!(r["errors"], serde_json::json!([]), "the page ran without errors");
     // The first screen: the suspects, the list first, then the fan, then
     // the lost buffers, each with its path or its sites.
@@ -539,16 +540,8 @@ fn the_viewer_shows_the_structures_growing_across_a_series() {
     }
 
     // In headless Chromium.
-    let chromium = std::process::Command::new("sh").arg("-c").arg("command -v chromium").output().unwrap();
-    let chromium = ok(&chromium).trim().to_string();
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
-    let profile = d.path("profile");
-    let r = node_json(
-        &d,
-        "puppeteer-core",
-        include_str!("viewer_series.js"),
-        &[chromium.as_ref(), v.url().as_ref(), profile.as_os_str(), shots.as_os_str()],
-    );
+    let shots = shots();
+    let r = in_chromium(&d, &v, include_str!("viewer_series.js"), &[]);
     assert_eq!(r["errors"], serde_json::json!([]), "the page ran without errors");
     assert_eq!(r["growthTabHidden"], false);
     assert_eq!(r["suspects"][0]["kind"], "grew");
