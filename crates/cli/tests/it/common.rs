@@ -156,6 +156,19 @@ pub struct Stopped {
     pub pid: i32,
 }
 
+/// Waits (up to 5 s) for process `pid`, which said it stops itself, to be
+/// stopped: its state is T once the stop is delivered (a SIGCONT sent
+/// before that is lost, and the process then stops for good).
+pub fn wait_stopped(pid: i32) {
+    for _ in 0..500 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// `heapdump attach` of stopped process `p`, whose heap is damaged (`how`
 /// names the damage, for the messages): refused in one line (exit 1) that
 /// says where (`at 0x`), at once (a walk that loops would hold the target
@@ -205,14 +218,7 @@ impl Stopped {
         assert!(said > 0, "the program did not stop: {seen}");
         let pid = host_pid(&child, said);
         let p = Stopped { child, pid };
-        // Its state is T once the stop is delivered.
-        for _ in 0..500 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('T')) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_stopped(pid);
         // The rest of its stderr must not fill the pipe.
         std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
         p

@@ -167,6 +167,8 @@ fn a_static_mimalloc_of_another_layout_is_refused_by_name_and_version() {
             err += &line;
             err.push('\n');
             if let Some(pid) = line.strip_prefix("stopped ") {
+                // Continued once stopped: a SIGCONT before the stop is lost.
+                wait_stopped(pid.trim().parse().unwrap());
                 let _ = Command::new("kill").args(["-CONT", pid.trim()]).status();
                 break;
             }
