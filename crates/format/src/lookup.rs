@@ -23,7 +23,8 @@
 //!
 //! A directory made with [`Directory::searching`] has no runs: each lookup
 //! is a binary search of every block, for a caller with only a few
-//! lookups to make (building costs two passes over the blocks).
+//! lookups to make (building reads the blocks twice: once to size the
+//! storage, once to fill it, a run answered by buckets once more).
 //!
 //! A lookup is one call ([`Directory::find`], the run found once and kept
 //! in hand; [`Directory::prefetch_word`] starts its reads ahead) or two:
@@ -169,28 +170,40 @@ impl Plan {
 }
 
 impl Shape {
-    /// Calls `f(first, end, lo, hi, tidy)` for each run of `b`: its blocks
-    /// `first..end`, its address range, and whether its blocks are
-    /// 16-byte aligned and none overlaps one before it (each granule then
-    /// holds at most one block start).
-    fn each_run<B: Blocks + ?Sized>(&self, b: &B, mut f: impl FnMut(usize, usize, u64, u64, bool)) {
+    /// Adds the block `[start, start + size)` to the run read so far (one
+    /// past its last byte `hi`, and whether its blocks are `tidy`: 16-byte
+    /// aligned, none overlapping one before it, so that each granule holds
+    /// at most one block start); false when the block starts the next run
+    /// instead (`first`: it is the run's first, which it always joins).
+    /// [`Shape::sizes`] and the build cut runs with it alike.
+    #[inline(always)]
+    fn step(&self, first: bool, start: u64, size: u64, hi: &mut u64, tidy: &mut bool) -> bool {
+        let end = start.saturating_add(size.max(1));
+        if !first && start >= *hi && start - *hi >= self.gap {
+            return false;
+        }
+        *tidy = (first || (*tidy && start >= *hi)) && start % (1 << GRANULE_SHIFT) == 0;
+        *hi = if first { end } else { (*hi).max(end) };
+        true
+    }
+
+    /// Reads the run of `b` that starts at block `first` on from block `i`
+    /// (`hi` and `tidy` as [`Shape::step`] left them) to its end; returns
+    /// where it ends, `hi` and `tidy`.
+    #[inline(always)]
+    fn scan_rest<B: Blocks + ?Sized>(&self, b: &B, first: usize, mut i: usize, mut hi: u64, mut tidy: bool) -> (usize, u64, bool) {
         let n = b.len();
-        let mut first = 0;
-        let mut hi = 0u64;
-        let mut tidy = true;
-        for i in 0..n {
-            let start = b.start(i);
-            let end = start.saturating_add(b.size(i).max(1));
-            if i > first && start >= hi.saturating_add(self.gap) {
-                f(first, i, self.lo_of(b.start(first)), hi, tidy);
-                first = i;
+        if i == first && i < n {
+            self.step(true, b.start(i), b.size(i), &mut hi, &mut tidy);
+            i += 1;
+        }
+        while i < n {
+            if !self.step(false, b.start(i), b.size(i), &mut hi, &mut tidy) {
+                break;
             }
-            tidy = (i == first || (tidy && start >= hi)) && start % (1 << GRANULE_SHIFT) == 0;
-            hi = if i == first { end } else { hi.max(end) };
+            i += 1;
         }
-        if n > first {
-            f(first, n, self.lo_of(b.start(first)), hi, tidy);
-        }
+        (i, hi, tidy)
     }
 
     fn lo_of(&self, start: u64) -> u64 {
@@ -217,15 +230,200 @@ impl Shape {
     /// The storage a directory of `b` takes.
     pub fn sizes<B: Blocks + ?Sized>(&self, b: &B) -> Sizes {
         let mut s = Sizes::default();
-        self.each_run(b, |first, end, lo, hi, tidy| {
-            let plan = self.plan(lo, hi, end - first, tidy);
+        let mut first = 0;
+        while first < b.len() {
+            let (end, hi, tidy) = self.scan_rest(b, first, first, 0, true);
+            let plan = self.plan(self.lo_of(b.start(first)), hi, end - first, tidy);
             s.runs += 1;
             s.words = s.words.saturating_add(plan.words());
             if let Plan::Lines { n } = plan {
                 s.lines = s.lines.saturating_add(n);
             }
-        });
+            first = end;
+        }
         s
+    }
+}
+
+/// A run's granule map, filled while the run's blocks are read for its
+/// bounds, so that a dense run's blocks are read once: each line zeroed
+/// just before its first bit is set, and its count of the starts before
+/// it written once no later block starts in it (while the line is still
+/// in the cache). Given up (and the run filled after its bounds are
+/// known, if it gets a granule map all the same) at the first block that
+/// is not tidy, or when the lines it needs exceed the storage left or
+/// the room it is given (lines given up so far may not exceed the whole
+/// storage: runs that turn out to be answered by buckets cost at most
+/// one more writing of the lines).
+struct Fill<'a> {
+    /// The lines and the words from the run's first on.
+    lines: &'a mut [Line],
+    counts: &'a mut [u32],
+    marks: Marks,
+}
+
+/// How far a [`Fill`] went.
+#[derive(Clone, Copy, Default)]
+struct Marks {
+    /// Lines zeroed; lines whose count is written, and their starts.
+    zeroed: usize,
+    counted: usize,
+    before: u32,
+}
+
+/// Where a run's reading stopped ([`Fill::read`]).
+struct Read {
+    /// The next block to read.
+    i: usize,
+    /// As [`Shape::step`] leaves them.
+    hi: u64,
+    tidy: bool,
+    /// Whether block `i` starts the next run (or there is none).
+    ended: bool,
+    /// Whether every block before `i` is in the granule map.
+    filled: bool,
+}
+
+impl Fill<'_> {
+    /// Reads the run of `b` from block `first` (the run's start `lo`,
+    /// 16-byte aligned) as [`Shape::scan_rest`] does, filling the granule
+    /// map on the way, until the run ends or the fill is given up (at
+    /// `room` lines, or the storage's end).
+    #[inline(always)]
+    fn read<B: Blocks + ?Sized>(&mut self, shape: &Shape, b: &B, first: usize, lo: u64, room: usize) -> Read {
+        let (lines, counts, m) = (&mut *self.lines, &mut *self.counts, &mut self.marks);
+        let room = room.min(lines.len()).min(counts.len());
+        // From this granule on, a block's bits need a line not yet zeroed,
+        // or follow a line not yet counted (see `Fill::enter`).
+        let mut next = 0usize;
+        let mut add = |start: u64, size: u64| Self::add(lines, counts, m, &mut next, lo, room, start, size);
+        let n = b.len();
+        let (mut hi, mut tidy) = (0u64, true);
+        // The first block joins the run whatever it is.
+        let (start, size) = (b.start(first), b.size(first));
+        shape.step(true, start, size, &mut hi, &mut tidy);
+        if !tidy || !add(start, size) {
+            return Read { i: first + 1, hi, tidy, ended: false, filled: false };
+        }
+        let mut i = first + 1;
+        while i < n {
+            let (start, size) = (b.start(i), b.size(i));
+            // `Shape::step` for a block after a tidy one.
+            let end = start.saturating_add(size.max(1));
+            let past = start.wrapping_sub(hi);
+            if start < hi || past >= shape.gap || start % (1 << GRANULE_SHIFT) != 0 {
+                if start >= hi && past >= shape.gap {
+                    return Read { i, hi, tidy, ended: true, filled: true };
+                }
+                return Read { i: i + 1, hi: hi.max(end), tidy: false, ended: false, filled: false };
+            }
+            i += 1;
+            // Tidy: it starts at or past every end before it.
+            hi = end;
+            if !add(start, size) {
+                return Read { i, hi, tidy, ended: false, filled: false };
+            }
+        }
+        Read { i, hi, tidy, ended: true, filled: true }
+    }
+
+    /// Adds the block `[start, start + size)`, tidy and after every block
+    /// added before it, to the granule map from `lo` (`next`: see
+    /// [`Fill::enter`]); false when its lines reach `room`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn add(lines: &mut [Line], counts: &mut [u32], m: &mut Marks, next: &mut usize, lo: u64, room: usize, start: u64, size: u64) -> bool {
+        let g = ((start - lo) >> GRANULE_SHIFT) as usize;
+        // The granules it covers whole.
+        let whole = (size >> GRANULE_SHIFT) as usize;
+        let to = g.saturating_add(whole);
+        if to.max(g + 1) > *next {
+            match Self::enter(lines, counts, m, g, to, room) {
+                Some(x) => *next = x,
+                None => return false,
+            }
+        }
+        let (w, bit) = ((g % LINE_GRANULES) / 64, g % 64);
+        if let Some(line) = lines.get_mut(g / LINE_GRANULES) {
+            line.starts[w] |= 1 << bit;
+            if bit + whole < 64 {
+                // Most blocks: their whole granules in the word of their
+                // start.
+                line.full[w] |= ((1 << whole) - 1) << bit;
+                return true;
+            }
+        }
+        set_full(lines, g, to);
+        true
+    }
+
+    /// For a block over granules `g..to` (at least `g`) whose bits need a
+    /// line not yet zeroed, or that follows lines not yet counted: zeroes
+    /// the lines up to its last and counts those before its first; the
+    /// granule from which a block needs this again, or `None` when its
+    /// lines reach `room`.
+    #[inline(never)]
+    fn enter(lines: &mut [Line], counts: &mut [u32], m: &mut Marks, g: usize, to: usize, room: usize) -> Option<usize> {
+        let last = (to.max(g + 1) - 1) / LINE_GRANULES;
+        if last >= m.zeroed {
+            if last >= room {
+                return None;
+            }
+            lines.get_mut(m.zeroed..=last)?.fill(Line::default());
+            m.zeroed = last + 1;
+        }
+        let l = g / LINE_GRANULES;
+        if l > m.counted {
+            // Every later block starts past this one: the lines before its
+            // line have all their starts.
+            m.before = count(lines, counts, m.counted, l, m.before);
+            m.counted = l;
+        }
+        Some(m.zeroed.min(m.counted + 1).saturating_mul(LINE_GRANULES))
+    }
+
+    /// The run's `n` lines complete: the rest zeroed, every count
+    /// written; false when they do not fit.
+    fn finish(&mut self, n: usize) -> bool {
+        let m = &mut self.marks;
+        let Some(rest) = self.lines.get_mut(m.zeroed..n) else { return false };
+        if n > self.counts.len() {
+            return false;
+        }
+        rest.fill(Line::default());
+        m.zeroed = n;
+        m.before = count(self.lines, self.counts, m.counted, n, m.before);
+        m.counted = n;
+        true
+    }
+}
+
+/// Writes the counts of lines `from..to` (`before`: the starts before
+/// `from`); the starts before `to`.
+fn count(lines: &[Line], counts: &mut [u32], from: usize, to: usize, mut before: u32) -> u32 {
+    for (c, l) in counts.iter_mut().zip(lines).take(to).skip(from) {
+        *c = before;
+        before += l.starts.iter().map(|w| w.count_ones()).sum::<u32>();
+    }
+    before
+}
+
+/// Fills the granule map `map` and the counts `counts` of the tidy run of
+/// blocks `first..end` from `lo`, in one more reading of its blocks.
+fn fill_lines<B: Blocks + ?Sized>(b: &B, first: usize, end: usize, lo: u64, map: &mut [Line], counts: &mut [u32]) {
+    map.fill(Line::default());
+    for k in first..end {
+        // Tidy: 16-byte aligned, in the run, apart.
+        let g = ((b.start(k) - lo) >> GRANULE_SHIFT) as usize;
+        if let Some(l) = map.get_mut(g / LINE_GRANULES) {
+            l.starts[(g % LINE_GRANULES) / 64] |= 1 << (g % 64);
+        }
+        set_full(map, g, g.saturating_add((b.size(k) >> GRANULE_SHIFT) as usize));
+    }
+    let mut before = 0u32;
+    for (rank, l) in counts.iter_mut().zip(map.iter()) {
+        *rank = before;
+        before += l.starts.iter().map(|w| w.count_ones()).sum::<u32>();
     }
 }
 
@@ -269,30 +467,60 @@ const NO_RUN: Run = Run { lo: 0, hi: 0, first: 0, at: 0, line: Run::BUCKETS, shi
 
 impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
     /// Builds the directory of `b` in `runs`, `words` and `lines`, which
-    /// must hold at least [`Shape::sizes`]; `None` when they do not, or
-    /// when `b` has more blocks than a `u32` counts.
+    /// must hold at least [`Shape::sizes`] (storage past what the
+    /// directory uses may be written); `None` when they do not, or when
+    /// `b` has more blocks than a `u32` counts.
+    ///
+    /// Each run's blocks are read once for its bounds, its granule map
+    /// filled on the way (see `Fill`); a run answered by buckets reads its
+    /// blocks once more.
     pub fn build<B: Blocks + ?Sized>(shape: &Shape, b: &B, mut runs: R, mut words: K, mut lines: L) -> Option<Directory<R, K, L>>
     where
         R: AsMut<[Run]>,
         K: AsMut<[u32]>,
         L: AsMut<[Line]>,
     {
-        if b.len() > u32::MAX as usize {
+        let n = b.len();
+        if n > u32::MAX as usize {
             return None;
         }
         let (rs, ks, ls) = (runs.as_mut(), words.as_mut(), lines.as_mut());
-        let (mut nruns, mut used, mut lines_used, mut fits) = (0usize, 0usize, 0usize, true);
+        let (mut nruns, mut used, mut lines_used, mut given_up) = (0usize, 0usize, 0usize, 0usize);
         let (mut hot, mut hot_at, mut most, mut buckets) = (NO_RUN, 0u32, 0usize, false);
-        let mut i = 0usize;
-        shape.each_run(b, |first, end, lo, hi, tidy| {
-            let plan = shape.plan(lo, hi, end - first, tidy);
-            let Some(table) = used.checked_add(plan.words()).and_then(|to| ks.get_mut(used..to)) else {
-                fits = false;
-                return;
+        let mut first = 0usize;
+        while first < n {
+            let lo = shape.lo_of(b.start(first));
+            // Lines given up so far may not exceed the whole storage.
+            let room = ls.len().saturating_sub(given_up);
+            let mut fill = Fill {
+                lines: ls.get_mut(lines_used..).unwrap_or_default(),
+                counts: ks.get_mut(used..).unwrap_or_default(),
+                marks: Marks::default(),
             };
+            // While the run's blocks are tidy and the fill lives, each block
+            // is read once; the rest of the run only for its bounds.
+            let mut r = Read { i: first, hi: 0, tidy: true, ended: false, filled: false };
+            if shape.line_budget > 0 && lo % (1 << GRANULE_SHIFT) == 0 {
+                r = fill.read(shape, b, first, lo, room);
+            }
+            let (end, hi, tidy) = if r.ended { (r.i, r.hi, r.tidy) } else { shape.scan_rest(b, first, r.i, r.hi, r.tidy) };
+            let plan = shape.plan(lo, hi, end - first, tidy);
             let run = match plan {
-                Plan::Buckets { shift, .. } => {
-                    i = i.max(first);
+                Plan::Lines { n: nl } => {
+                    if !(r.filled && fill.finish(nl)) {
+                        given_up += fill.marks.zeroed;
+                        let map = lines_used.checked_add(nl).and_then(|to| ls.get_mut(lines_used..to))?;
+                        let counts = used.checked_add(nl).and_then(|to| ks.get_mut(used..to))?;
+                        fill_lines(b, first, end, lo, map, counts);
+                    }
+                    let run = Run { lo, hi, first, at: used, line: lines_used, shift: GRANULE_SHIFT };
+                    lines_used += nl;
+                    run
+                }
+                Plan::Buckets { shift, n: nb } => {
+                    given_up += fill.marks.zeroed;
+                    let table = used.checked_add(nb).and_then(|to| ks.get_mut(used..to))?;
+                    let mut i = first;
                     for (k, entry) in table.iter_mut().enumerate() {
                         // The first block starting at or after the bucket's
                         // start (the run's end for the bucket past it).
@@ -305,46 +533,17 @@ impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
                     buckets = true;
                     Run { lo, hi, first, at: used, line: Run::BUCKETS, shift }
                 }
-                Plan::Lines { n } => {
-                    let Some(map) = lines_used.checked_add(n).and_then(|to| ls.get_mut(lines_used..to)) else {
-                        fits = false;
-                        return;
-                    };
-                    map.fill(Line::default());
-                    for k in first..end {
-                        // Tidy: 16-byte aligned, in the run, apart.
-                        let g = ((b.start(k) - lo) >> GRANULE_SHIFT) as usize;
-                        if let Some(l) = map.get_mut(g / LINE_GRANULES) {
-                            l.starts[(g % LINE_GRANULES) / 64] |= 1 << (g % 64);
-                        }
-                        set_full(map, g, g.saturating_add((b.size(k) >> GRANULE_SHIFT) as usize));
-                    }
-                    let mut before = 0u32;
-                    for (rank, l) in table.iter_mut().zip(map.iter()) {
-                        *rank = before;
-                        before += l.starts.iter().map(|w| w.count_ones()).sum::<u32>();
-                    }
-                    let run = Run { lo, hi, first, at: used, line: lines_used, shift: GRANULE_SHIFT };
-                    lines_used += n;
-                    run
-                }
             };
-            let Some(slot) = rs.get_mut(nruns) else {
-                fits = false;
-                return;
-            };
-            *slot = run;
+            *rs.get_mut(nruns)? = run;
             if end - first > most {
                 (hot, hot_at, most) = (run, nruns as u32, end - first);
             }
             nruns += 1;
             used += plan.words();
-        });
-        if !fits {
-            return None;
+            first = end;
         }
-        let lo = rs.first().map_or(0, |r| r.lo);
-        let hi = nruns.checked_sub(1).and_then(|k| rs.get(k)).map_or(0, |r| r.hi);
+        let built = rs.get(..nruns).unwrap_or_default();
+        let (lo, hi) = (built.first().map_or(0, |r| r.lo), built.last().map_or(0, |r| r.hi));
         Some(Directory { runs, nruns, words, lines, hot, hot_at, buckets, search: false, lo, hi })
     }
 
@@ -583,13 +782,15 @@ impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
 }
 
 /// Sets the full bits of granules `[from, to)` of a run's lines.
+#[inline]
 fn set_full(ls: &mut [Line], from: usize, to: usize) {
-    let to = to.min(ls.len() * LINE_GRANULES);
+    let to = to.min(ls.len().saturating_mul(LINE_GRANULES));
     let mut g = from;
     while g < to {
         let (l, w, b) = (g / LINE_GRANULES, (g % LINE_GRANULES) / 64, g % 64);
+        // 1 to 64 bits from bit b.
         let n = (64 - b).min(to - g);
-        let bits = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << b };
+        let bits = (u64::MAX >> (64 - n)) << b;
         ls[l].full[w] |= bits;
         g += n;
     }
@@ -814,6 +1015,22 @@ mod tests {
                 }
             }
         }
+
+        /// Storage larger than asked for and not zeroed (the build may
+        /// not count on fresh memory) gives the same directory.
+        #[test]
+        fn dirty_or_larger_storage_gives_the_same_directory(b in prop_oneof![layout(), dense()], more in 0usize..300) {
+            for shape in &SHAPES {
+                let s = shape.sizes(&b);
+                let junk = Line { starts: [u64::MAX; 4], full: [0x5555_5555_5555_5555; 4] };
+                let d = Dir::build(shape, &b, vec![NO_RUN; s.runs + more], vec![u32::MAX; s.words + more], vec![junk; s.lines + more]).unwrap();
+                let exact = build(shape, &b);
+                prop_assert_eq!(d.runs(), exact.runs());
+                for v in probes(&b, &[]) {
+                    check(shape, &d, &b, v)?;
+                }
+            }
+        }
     }
 
     /// The runtime's shape gives a dense heap's run a granule map, a
@@ -845,6 +1062,84 @@ mod tests {
         for v in (0xff0..0x1_1100).step_by(8) {
             assert_eq!(d.find(&b, v), brute(&b, v), "{v:#x}");
         }
+    }
+
+    /// Runs answered by buckets whose blocks looked like a granule map's
+    /// at first (tidy, a line apart) use up what the fill may give up
+    /// (the size of the storage): the dense run after them is filled from
+    /// its blocks once its bounds are known, and answers alike.
+    #[test]
+    fn a_granule_map_filled_after_the_fills_given_up() {
+        let mut v: Vec<(u64, u64)> = Vec::new();
+        for r in 0..80u64 {
+            let at = 0x5555_0000_0000 + (r << 25);
+            v.extend([(at, 32), (at + (1 << 20), 32)]);
+        }
+        let dense = 0x5555_0000_0000 + (81 << 25);
+        v.extend((0..3000u64).map(|i| (dense + 64 * i, 48)));
+        let b = List(v);
+        let s = SHAPES[0].sizes(&b);
+        assert!(s.lines < 80, "fewer lines than runs giving up one each: {s:?}");
+        let d = build(&SHAPES[0], &b);
+        assert_eq!(d.runs().len(), 81);
+        assert!(d.runs()[..80].iter().all(|r| !r.has_lines()) && d.runs()[80].has_lines());
+        for v in probes(&b, &[]) {
+            assert_eq!(d.find(&b, v), brute(&b, v), "{v:#x}");
+        }
+    }
+
+    /// The runtime's heaps (its index's entries, from which it built its
+    /// own directory before this one): clusters far apart (a brk heap,
+    /// arenas, mapped blocks), blocks of 0 bytes to 1 MiB, packed or with
+    /// gaps; every third layout dense and small-blocked (granule maps),
+    /// some 8-byte aligned (buckets only). Its bounds are the blocks'
+    /// (what the runtime checks a word against first), and both kinds of
+    /// run answer as a search of every block.
+    #[test]
+    fn the_runtime_s_heaps() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut with_lines, mut with_buckets) = (0, 0);
+        for layout in 0..60 {
+            let dense = layout % 3 == 0;
+            let align = if layout % 5 == 1 { 8 } else { 16 };
+            let mut blocks = Vec::new();
+            let mut addr = 0x5555_0000_0000u64 + (rnd() % 4096) * 16;
+            for _ in 0..(1 + rnd() % 3000) {
+                let size = match rnd() % 10 {
+                    0 => 0,
+                    1 if dense => 16 * (1 + rnd() % 2000),
+                    1 => 1 << 20,
+                    2..=4 => 16 + rnd() % 64,
+                    _ => 8 * (1 + rnd() % 8),
+                };
+                blocks.push((addr, size));
+                addr += size.max(1).next_multiple_of(align) + if dense { 16 * (rnd() % 2) } else { 0 };
+                match rnd() % if dense { 1000 } else { 50 } {
+                    0 => addr += 1 << (24 + rnd() % 20),
+                    1..=5 if !dense => addr += 16 * (rnd() % 100_000),
+                    _ => {}
+                }
+            }
+            let b = List(blocks);
+            let lo = b.0[0].0;
+            let hi = b.0.iter().map(|&(a, n)| a + n.max(1)).max().unwrap();
+            let d = build(&SHAPES[0], &b);
+            assert_eq!(d.bounds(), (lo, hi), "layout {layout}: the runs' bounds are the blocks'");
+            with_lines += d.runs().iter().filter(|r| r.has_lines()).count();
+            with_buckets += d.runs().iter().filter(|r| !r.has_lines()).count();
+            let mut vs = probes(&b, &[]);
+            vs.extend((0..3000).map(|_| lo.wrapping_sub(1 << 20) + rnd() % (hi - lo + (2 << 20))));
+            for v in vs {
+                assert_eq!(d.find(&b, v), brute(&b, v), "layout {layout}: {v:#x}");
+            }
+        }
+        assert!(with_lines >= 10 && with_buckets >= 10, "both kinds of run: {with_lines} granule maps, {with_buckets} bucket runs");
     }
 
     /// The runtime's use: a directory built in storage the caller lends
