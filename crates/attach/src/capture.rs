@@ -468,7 +468,21 @@ pub fn snapshot(mem: &dyn Memory, threads: &[ThreadRegs], runtime: &[ThreadRegs]
             h
         }
         None => match crate::mimalloc::find(mem)? {
-            Some(mi) => crate::mimalloc::walk_heap(mem, &mi)?,
+            Some(mi) => {
+                let mut h = crate::mimalloc::walk_heap(mem, &mi)?;
+                // A static copy beside glibc's malloc (the C libraries'
+                // blocks): both heaps, glibc's named when it holds any.
+                if mi.in_exe {
+                    if let Ok(g) = walk_heap(mem) {
+                        let name = (g.live.is_empty()).then(|| h.allocator.clone());
+                        crate::jemalloc::add_glibc(&mut h, g);
+                        if let Some(name) = name {
+                            h.allocator = name;
+                        }
+                    }
+                }
+                h
+            }
             None => match crate::musl::find(mem)? {
                 Some(m) => crate::musl::walk_heap(mem, &m)?,
                 None => {

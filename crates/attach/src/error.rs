@@ -572,7 +572,7 @@ impl fmt::Display for Error {
             Error::Mallocng { what, .. } => write!(f, "{what}"),
             Error::Tcmalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not tcmalloc's layout"),
             Error::Tcmalloc { what, .. } => write!(f, "{what}"),
-            Error::Mimalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not mimalloc 2.0's layout"),
+            Error::Mimalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not mimalloc 2.0's or 2.3's layout"),
             Error::Mimalloc { what, .. } => write!(f, "{what}"),
             Error::Unreadable { addr, len, why } => write!(f, "cannot read {len} bytes at {addr:#x} ({why})"),
             Error::File { op, path, cause } => write!(f, "{op} {}: {cause}", path.display()),

@@ -63,8 +63,8 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
             }
             // mimalloc takes no lock on its pages: held when no thread is
             // stopped in its code.
-            if mimalloc::find(&p)?.is_some() {
-                if tries >= 50 || mimalloc::settled(&p, p.threads()?.iter().map(|t| t.regs[16])) {
+            if let Some(f) = mimalloc::find(&p)? {
+                if tries >= 50 || mimalloc::settled(&f, p.threads()?.iter().map(|t| t.regs[16])) {
                     break (p, held);
                 }
                 drop(p);

@@ -194,6 +194,10 @@ impl Memory for Process {
         self.mem.read_exact_at(buf, addr).map_err(|e| Error::Unreadable { addr, len: buf.len() as u64, why: Unread::Io(e) })
     }
 
+    fn exe_file(&self) -> Option<std::io::Result<File>> {
+        Some(File::open(format!("/proc/{}/exe", self.pid)))
+    }
+
     /// From `/proc/PID/pagemap`: the pages present or swapped.
     fn present(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let Ok(pm) = File::open(format!("/proc/{}/pagemap", self.pid)) else { return vec![(start, end)] };

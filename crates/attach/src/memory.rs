@@ -118,6 +118,14 @@ pub trait Memory {
         None
     }
 
+    /// The executable's file, for what its memory does not hold (its
+    /// symbol table): a live process's own (`/proc/PID/exe`, the very file
+    /// it runs, whichever namespace it is in); `None` where not asked of
+    /// this memory (a core: its modules through `host_file`).
+    fn exe_file(&self) -> Option<std::io::Result<std::fs::File>> {
+        None
+    }
+
     /// The parts of `[start, end)` that hold data (pages the process
     /// touched: resident or swapped), in address order: untouched pages of
     /// a large reservation are zeros not worth reading.

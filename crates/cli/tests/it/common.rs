@@ -287,6 +287,10 @@ pub fn same_classes_within(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], wha
 pub fn rust_fixture(d: &Scratch, dir: &str, bin: &str, features: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(dir);
     let target = Path::new(env!("CARGO_BIN_EXE_heapdump")).parent().and_then(Path::parent).unwrap().join("fixtures");
+    // One build and copy at a time: another test building the same
+    // program with other features replaces its binary.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _held = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = Command::new(env!("CARGO"));
     c.args(["build", "--release", "--quiet", "--manifest-path"]).arg(dir.join("Cargo.toml")).arg("--target-dir").arg(&target);
     if !features.is_empty() {

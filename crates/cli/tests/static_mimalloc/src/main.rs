@@ -1,21 +1,157 @@
-//! Allocates through the `mimalloc` crate's static copy (1000 kept boxes,
-//! one lost), then says "stopped PID" on stderr and stops itself (SIGSTOP)
-//! for a capture; SIGCONT lets it exit 0.
-use mimalloc::MiMalloc;
+//! Allocates through the `mimalloc` crate's static copy (or, with the
+//! `system` feature, glibc's malloc: the same program for valgrind) as
+//! tests/c/leaks.c does: one block still reachable, one only through an
+//! interior pointer, a reachable list of three, one lost block, a lost
+//! list of three, a lost cycle of two, a freed block; and 1000 kept boxes
+//! (several pages). With STOP_AT_END set, it says "stopped PID" on stderr
+//! at exit and stops itself (SIGSTOP) for a capture; SIGCONT lets it exit 0.
+//! With DAMAGE=loop or DAMAGE=capacity (the v2 build), it damages its heap
+//! and stops at once.
+use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
+use std::ptr::null_mut;
 
+#[cfg(not(feature = "system"))]
 #[global_allocator]
-static GLOBAL: MiMalloc = MiMalloc;
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 static KEEP: std::sync::Mutex<Vec<Box<[u8; 100]>>> = std::sync::Mutex::new(Vec::new());
 
+#[repr(C)]
+struct Node {
+    next: *mut Node,
+    pad: [u8; 40],
+}
+
+// Kept (`used`): the optimizer must neither drop them nor their stores.
+#[used]
+static mut REACHABLE: *mut u8 = null_mut();
+#[used]
+static mut INTERIOR: *mut u8 = null_mut();
+#[used]
+static mut KEPT_LIST: *mut Node = null_mut();
+
 extern "C" {
     fn raise(sig: i32) -> i32;
+    fn atexit(f: extern "C" fn()) -> i32;
+    fn getpid() -> i32;
+    fn write(fd: i32, buf: *const u8, n: usize) -> isize;
+}
+
+/// At exit (after main and the runtime's cleanup, as valgrind sees the
+/// program when it checks for leaks, and as tests/c/stop_at_end.c stops):
+/// "stopped PID" on stderr, then SIGSTOP. Allocates nothing.
+extern "C" fn stop_at_end() {
+    use std::io::Write;
+    let mut line = [0u8; 32];
+    let mut w = &mut line[..];
+    // SAFETY: getpid has no preconditions.
+    let _ = writeln!(w, "stopped {}", unsafe { getpid() });
+    let n = 32 - w.len();
+    // SAFETY: `line` holds `n` bytes; raise only sends SIGSTOP (19) to
+    // this process.
+    unsafe {
+        write(2, line.as_ptr(), n);
+        raise(19);
+    }
+}
+
+fn bytes(n: usize) -> Layout {
+    Layout::from_size_align(n, 8).unwrap()
+}
+
+/// A block of `n` bytes (zeroed), which the optimizer may not elide.
+fn new(n: usize, zeroed: bool) -> *mut u8 {
+    // SAFETY: `n` is not zero.
+    std::hint::black_box(unsafe {
+        if zeroed {
+            alloc_zeroed(bytes(n))
+        } else {
+            alloc(bytes(n))
+        }
+    })
+}
+
+#[inline(never)]
+fn make() {
+    // SAFETY: every block is allocated with a non-zero size and written
+    // only within it; the nodes are zeroed, so their `next` is null until set.
+    unsafe {
+        REACHABLE = new(100, false);
+        INTERIOR = new(200, false).add(16);
+        for _ in 0..3 {
+            let n = new(48, true) as *mut Node;
+            (*n).next = KEPT_LIST;
+            KEPT_LIST = n;
+        }
+        // Definitely lost: a single block.
+        new(300, false);
+        // A definitely lost head with two indirectly lost blocks.
+        let h = new(48, true) as *mut Node;
+        (*h).next = new(48, true) as *mut Node;
+        (*(*h).next).next = new(48, true) as *mut Node;
+        // A lost cycle of two.
+        let x = new(48, true) as *mut Node;
+        let y = new(48, true) as *mut Node;
+        (*x).next = y;
+        (*y).next = x;
+        // Freed: not reported.
+        let f = new(5000, false);
+        dealloc(std::hint::black_box(f), bytes(5000));
+    }
+}
+
+#[inline(never)]
+fn scrub() {
+    let mut buf = [0u8; 16384];
+    std::hint::black_box(&mut buf);
+    for b in buf.iter_mut() {
+        // SAFETY: a write through a valid reference.
+        unsafe { std::ptr::write_volatile(b, 0) };
+    }
+}
+
+/// Damages the heap of the v2 build (mimalloc 2.3.2) as `how` says, for
+/// the walk's refusals: `loop`, two freed blocks' list made a loop;
+/// `capacity`, a page claiming more blocks than its segment holds (its
+/// `capacity` and `reserved`, in its slice: the segment's 32 MiB-aligned
+/// header, slices of 96 bytes from offset 288).
+#[inline(never)]
+fn damage(how: &str) {
+    let a = new(48, false);
+    let b = new(48, false);
+    // SAFETY: deliberate damage of the allocator's own words (a test
+    // fixture, stopped right after and never resumed): the first word of
+    // a freed block, or a page's counts, written in place.
+    unsafe {
+        match how {
+            "loop" => {
+                dealloc(a, bytes(48));
+                dealloc(b, bytes(48));
+                // The page's local free list is b -> a -> ...: a -> b loops.
+                std::ptr::write_volatile(a as *mut *mut u8, b);
+            }
+            _ => {
+                let segment = a as usize & !((32 << 20) - 1);
+                let slice = (a as usize - segment) >> 16;
+                let page = (segment + 288 + slice * 96) as *mut u16;
+                std::ptr::write_volatile(page.add(5), 0xfff0); // capacity
+                std::ptr::write_volatile(page.add(6), 0xfff0); // reserved
+            }
+        }
+    }
 }
 
 fn main() {
+    if let Some(how) = std::env::var_os("DAMAGE") {
+        damage(how.to_str().unwrap_or(""));
+        stop_at_end();
+        return;
+    }
+    if std::env::var_os("STOP_AT_END").is_some() {
+        // SAFETY: registers a function that lives as long as the program.
+        unsafe { atexit(stop_at_end) };
+    }
     KEEP.lock().unwrap().extend((0..1000).map(|i| Box::new([i as u8; 100])));
-    std::mem::forget(Box::new([7u8; 4096]));
-    eprintln!("stopped {}", std::process::id());
-    // SAFETY: raise only sends SIGSTOP (19) to this process.
-    unsafe { raise(19) };
+    make();
+    scrub();
 }
