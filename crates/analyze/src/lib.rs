@@ -47,6 +47,7 @@ mod prefetch;
 pub mod private_dir;
 pub mod rtti;
 pub mod slab;
+mod spill;
 mod summary;
 pub mod suppress;
 pub mod suspects;

@@ -5,3 +5,4 @@ mod build;
 mod cache_lies;
 mod graphs;
 mod hostile;
+mod spilled;
