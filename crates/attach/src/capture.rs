@@ -62,6 +62,9 @@ impl CaptureInfo {
             let (a, b) = self.glibc;
             return format!("{} arenas of glibc {a}.{b}{later}, {} freed chunks in its caches left out", self.arenas, self.cached_free);
         }
+        if self.allocator.starts_with("mimalloc 3") {
+            return format!("{} pages of {}, {} free blocks in its lists left out", self.arenas, self.allocator, self.cached_free);
+        }
         if self.allocator.starts_with("mimalloc") {
             return format!("{} segments of {}, {} free blocks in its lists left out", self.arenas, self.allocator, self.cached_free);
         }

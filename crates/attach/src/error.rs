@@ -510,7 +510,7 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Error::OtherAllocator { module } => {
-                write!(f, "the process allocates with {module}, whose heap attach and core do not read (they read glibc's malloc, jemalloc 5.3, mimalloc 2.0, gperftools' tcmalloc 2.10 and musl's mallocng)")
+                write!(f, "the process allocates with {module}, whose heap attach and core do not read (they read glibc's malloc, jemalloc 5.3, mimalloc 2.0, 2.3 and 3.3, gperftools' tcmalloc 2.10 and musl's mallocng)")
             }
             Error::Musl { module } => {
                 write!(f, "the process runs on musl ({module} is mapped) but its malloc state is not mallocng's: attach and core read musl 1.2.1 or later")
@@ -572,7 +572,7 @@ impl fmt::Display for Error {
             Error::Mallocng { what, .. } => write!(f, "{what}"),
             Error::Tcmalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not tcmalloc's layout"),
             Error::Tcmalloc { what, .. } => write!(f, "{what}"),
-            Error::Mimalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not mimalloc 2.0's or 2.3's layout"),
+            Error::Mimalloc { at, what } if what.is_damage() => write!(f, "{what} (at {at:#x}): a damaged heap, or not the layout of the mimalloc it names"),
             Error::Mimalloc { what, .. } => write!(f, "{what}"),
             Error::Unreadable { addr, len, why } => write!(f, "cannot read {len} bytes at {addr:#x} ({why})"),
             Error::File { op, path, cause } => write!(f, "{op} {}: {cause}", path.display()),

@@ -14,6 +14,17 @@
 //! `free` and `local_free` lists is its capacity), and every free list
 //! stays inside its page, without loops, no longer than the page's
 //! capacity. What does not add up is refused where it stops.
+//!
+//! A copy linked into the executable (the Rust `mimalloc` crate's, as
+//! `libmimalloc-sys` 0.1.49 builds it: release, no padding, no encoded
+//! lists) is read too: 2.3.2 (its `v2` feature) by the same walk with its
+//! own offsets, 3.3.2 (its default, which has no segments) through its
+//! page map (`v3`). Its version from `mi_version` or, where the linker
+//! dropped that, from the code printing it; its structures from the
+//! executable's symbol table (a live process's `/proc/PID/exe`, a core's
+//! file) where it has one, else by their shapes.
+
+mod v3;
 
 use crate::error::{Error, Result};
 use crate::glibc::{Chunk, GlibcHeap};
@@ -146,8 +157,7 @@ pub enum Problem {
         module: String,
     },
     /// A copy of mimalloc linked into the executable (the Rust `mimalloc`
-    /// crate's) of a layout not read (3.x, 2.1, 2.2), or whose main heap
-    /// was not found.
+    /// crate's) of a layout not read (2.1, 2.2, 3.0 to 3.2, later ones).
     StaticCopy {
         /// The executable.
         module: String,
@@ -197,21 +207,14 @@ impl fmt::Display for Problem {
             Problem::Unsupported { version: None, module } => {
                 write!(f, "{module}: mimalloc's version (mi_version) was not read, so neither is its heap")
             }
-            Problem::StaticCopy { module, version } => {
-                let layout = if version.starts_with("mimalloc 3") {
-                    "not 3.x's heap (arenas, a page map, pages whose metadata lies apart from them)"
-                } else {
-                    "not this layout"
-                };
-                write!(
-                    f,
-                    "{module} links its own mimalloc ({version}): attach and core read mimalloc 2.0 and 2.3 (Debian's libmimalloc2.0, the Rust mimalloc crate's v2 feature), {layout}"
-                )
-            }
+            Problem::StaticCopy { module, version } => write!(
+                f,
+                "{module} links its own mimalloc ({version}): attach and core read mimalloc 2.0, 2.3 and 3.3 (Debian's libmimalloc2.0, the Rust mimalloc crate's builds), not this layout"
+            ),
             Problem::NoHeap { module } => {
                 write!(
                     f,
-                    "mimalloc's main heap was not found in {module}'s data: not mimalloc 2.0's or 2.3's layout (a secure or debug build?)"
+                    "mimalloc's main heap (3.x: its page map) was not found in {module}'s data: not mimalloc 2.0's, 2.3's or 3.3's layout (a secure or debug build?)"
                 )
             }
             Problem::HeapUncertain { candidates } => {
@@ -261,6 +264,9 @@ struct ExeSymbols {
     /// `mi_arenas` and `mi_arena_count`.
     arenas: Option<u64>,
     arena_count: Option<u64>,
+    /// 3.x's `_mi_page_map` and `mi_page_map_count`.
+    page_map: Option<u64>,
+    page_map_count: Option<u64>,
     code: Vec<(u64, u64)>,
 }
 
@@ -288,6 +294,8 @@ fn exe_symbols(bytes: &[u8], base: u64) -> ExeSymbols {
             "_mi_heap_main" => out.heap_main = a.checked_add(bias),
             "mi_arenas" => out.arenas = a.checked_add(bias),
             "mi_arena_count" => out.arena_count = a.checked_add(bias),
+            "_mi_page_map" => out.page_map = a.checked_add(bias),
+            "mi_page_map_count" => out.page_map_count = a.checked_add(bias),
             _ => {}
         }
         if sym.kind() == SymbolKind::Text && (name.starts_with("mi_") || name.starts_with("_mi_")) && sym.size() > 0 {
@@ -410,17 +418,22 @@ fn static_copy(mem: &dyn Memory) -> Option<std::result::Result<Found, Problem>> 
         .or(syms.printed.filter(|v| generation == Some(v / 10000)));
     let name = exe.rsplit('/').next().unwrap_or(&exe).to_string();
     let refuse = |version: String| Some(Err(Problem::StaticCopy { module: exe.clone(), version }));
+    let three = match version {
+        Some(v) => v / 100 == 303,
+        None => generation == Some(3),
+    };
     let layouts: &[&'static Layout] = match version {
         Some(v) if v / 10 == 20 => &[&V2_0],
         Some(v) if v / 100 == 203 => &[&V2_3],
+        _ if three => &[],
         Some(v) => return refuse(format!("mimalloc {}", version_string(v))),
-        None if generation == Some(3) => return refuse("mimalloc 3.x, by its options' names".to_string()),
         // 2.x of unknown minor: the heap's shape tells 2.3's from 2.0's.
         None if generation == Some(2) => &[&V2_3, &V2_0],
         None => return refuse("its version not found".to_string()),
     };
     let label = match version {
         Some(v) => format!("mimalloc {} (static)", version_string(v)),
+        None if three => "mimalloc 3.x (static, its version not read)".to_string(),
         None => "mimalloc 2.x (static, its version not read)".to_string(),
     };
     // The executable's writable mappings and its .bss after them.
@@ -432,6 +445,19 @@ fn static_copy(mem: &dyn Memory) -> Option<std::result::Result<Found, Problem>> 
                 rw.push(next);
             }
         }
+    }
+    if three {
+        // 3.3's page map, by symbol or by shape.
+        return Some(v3::find(mem, syms.page_map, syms.page_map_count, &rw, &name).map(|pm| Found {
+            cookie: 0,
+            heap_main: 0,
+            layout: &V2_3,
+            allocator: label,
+            code: syms.code,
+            arenas: None,
+            page_map: Some(pm),
+            in_exe: true,
+        }));
     }
     let mut last = Problem::NoHeap { module: name.clone() };
     for &layout in layouts {
@@ -451,7 +477,16 @@ fn static_copy(mem: &dyn Memory) -> Option<std::result::Result<Found, Problem>> 
                 // 2.3's arenas, by symbol: their whole reservation is
                 // the heap's (freed segments' stale words are no roots).
                 let arenas = syms.arenas.zip(syms.arena_count).filter(|_| std::ptr::eq(layout, &V2_3));
-                return Some(Ok(Found { cookie, heap_main, layout, allocator: label, code: syms.code, arenas, in_exe: true }));
+                return Some(Ok(Found {
+                    cookie,
+                    heap_main,
+                    layout,
+                    allocator: label,
+                    code: syms.code,
+                    arenas,
+                    page_map: None,
+                    in_exe: true,
+                }));
             }
             Err(p) => last = p,
         }
@@ -475,6 +510,9 @@ pub struct Found {
     code: Vec<(u64, u64)>,
     /// 2.3's `mi_arenas` and `mi_arena_count`, when its symbols name them.
     arenas: Option<(u64, u64)>,
+    /// 3.x's page map: its heap has no segments (and neither cookie, main
+    /// heap, layout nor arenas above are used).
+    page_map: Option<v3::PageMap>,
     /// Linked into the executable, beside glibc's malloc.
     pub in_exe: bool,
 }
@@ -515,7 +553,7 @@ pub fn find(mem: &dyn Memory) -> Result<Option<Found>> {
     let (heap_main, cookie) = heap_by_shape(mem, &V2_0, &data, &name).map_err(|p| bad(0, p))?;
     let code = maps.iter().filter(|m| m.exec && m.file() == Some(module)).map(|m| (m.start, m.end)).collect();
     let allocator = format!("mimalloc {}", version_string(version.unwrap_or(0)));
-    Ok(Some(Found { cookie, heap_main, layout: &V2_0, allocator, code, arenas: None, in_exe: false }))
+    Ok(Some(Found { cookie, heap_main, layout: &V2_0, allocator, code, arenas: None, page_map: None, in_exe: false }))
 }
 
 /// The one place of `data` (at most 4 MiB of each mapping) with the main
@@ -692,6 +730,9 @@ fn arena_ranges(mem: &dyn Memory, arenas: u64, count: u64) -> Result<Vec<(u64, u
 
 /// Walks the heap: every block of every page less the free lists.
 pub fn walk_heap(mem: &dyn Memory, f: &Found) -> Result<GlibcHeap> {
+    if let Some(pm) = f.page_map {
+        return v3::walk_heap(mem, pm, &f.allocator);
+    }
     let l = f.layout;
     let segs = segments(mem, f)?;
     let seg_set: HashSet<u64> = segs.iter().copied().collect();

@@ -4,8 +4,8 @@
 //! with bytes within mimalloc's size classes; the program goes on and
 //! exits 0; a damaged heap (a free list that loops, a segment without its
 //! cookie) is refused in one line, nothing written. The same of the Rust
-//! `mimalloc` crate's static copy (its `v2` build, mimalloc 2.3.2), and
-//! its default build (mimalloc 3.x) refused by name.
+//! `mimalloc` crate's static copy: its `v2` build (mimalloc 2.3.2) and its
+//! default build (mimalloc 3.3.2).
 
 use crate::common::*;
 use crate::valgrind::{ours, valgrind_summary};
@@ -125,12 +125,40 @@ fn attach_reads_a_mimalloc_heap_that_threads_are_changing() {
     assert_eq!(child.0.wait().unwrap().code(), Some(0), "the program's blocks are intact and it ended as asked");
 }
 
-/// The static mimalloc program `prog`, reserving arenas of 64 MiB rather
-/// than 1 GiB (gcore writes every byte of the reservation: a 1 GiB core).
-fn small_arenas(prog: &Path) -> Command {
-    let mut c = Command::new(prog);
-    c.env("MIMALLOC_ARENA_RESERVE", "64M");
-    c
+/// The static mimalloc program `prog` with `env`, reserving arenas of
+/// 64 MiB rather than 1 GiB (gcore writes every byte of the reservation:
+/// a 1 GiB core), stopped at its end; with how many blocks mimalloc itself
+/// counted in use then (the line it says before it stops).
+fn start_counting(prog: &Path, env: &[(&str, &str)]) -> (Stopped, Option<usize>) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(prog)
+        .env("MIMALLOC_ARENA_RESERVE", "64M")
+        .env("STOP_AT_END", "1")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let (mut count, mut pid, mut seen) = (None, 0, String::new());
+    for _ in 0..20 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if let Some(n) = line.trim().strip_prefix("mimalloc counts ") {
+            count = n.parse().ok();
+        }
+        if let Some(p) = line.trim().strip_prefix("stopped ") {
+            pid = p.parse().unwrap();
+            break;
+        }
+        seen += &line;
+    }
+    assert!(pid > 0, "the program did not stop: {seen}");
+    wait_stopped(pid);
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    (Stopped { child, pid }, count)
 }
 
 /// `heapdump run` of the static mimalloc program `prog`: run says its
@@ -166,80 +194,70 @@ fn run_names_the_static_copy(d: &Scratch, prog: &Path) {
     assert!(err.contains("allocates through its own mimalloc: what is shown is only what went through malloc"), "{err}");
 }
 
-/// The Rust `mimalloc` crate's static copy built with its `v2` feature
-/// (mimalloc 2.3.2, crates/cli/tests/static_mimalloc, named `service`)
-/// leaking as leaks.c does: `attach` (both modes) and `core` give the
-/// classes valgrind gives of the same program built on glibc's malloc
-/// (its `system` feature: valgrind cannot see a static allocator), bytes
-/// within mimalloc's size classes; the dump names the copy; the program
-/// goes on and exits 0; `run` says it sees none of it.
-#[test]
-fn a_static_mimalloc_2_is_read_as_valgrind_reads_the_same_program_on_glibc() {
+/// The Rust `mimalloc` crate's static copy (crates/cli/tests/static_mimalloc,
+/// named `service`), built with `features`, leaking as leaks.c does:
+/// `attach` (both modes) and `core` give the classes valgrind gives of the
+/// same program built on glibc's malloc (its `system` feature: valgrind
+/// cannot see a static allocator), bytes within mimalloc's size classes,
+/// and as many blocks as mimalloc itself counts in use; the dump names the
+/// copy (`allocator`); the program goes on and exits 0; `run` says it sees
+/// none of it.
+fn static_copy_reads_as_valgrind(features: &[&str], allocator: &str, unit: &str) {
     let expected = {
         let d = Scratch::new("mimalloc-system");
         valgrind_summary(&rust_fixture(&d, "static_mimalloc", "static-mimalloc", &["system"]))
     };
-    let d = Scratch::new("mimalloc-static-2");
-    let prog = rust_fixture(&d, "static_mimalloc", "static-mimalloc", &["v2"]);
-    let mut p = Stopped::start(small_arenas(&prog));
+    let d = Scratch::new("mimalloc-static");
+    let prog = rust_fixture(&d, "static_mimalloc", "static-mimalloc", features);
+    let (mut p, count) = start_counting(&prog, &[]);
+    let count = count.expect("the program says how many blocks mimalloc counts");
     for mode in ["compact", "full"] {
         let out = d.path(&format!("a-{mode}.hdump"));
         let line = ok(&heapdump().args(["attach", &p.pid.to_string(), "--mode", mode, "-o"]).arg(&out).output().unwrap());
-        assert!(line.contains("of mimalloc 2.3.2 (static)") && line.contains("free blocks in its lists left out"), "{line}");
-        same_classes_within(ours(&out), expected, &format!("attach --mode {mode}"), mimalloc_rounding);
+        assert!(line.contains(&format!("{unit} of {allocator},")) && line.contains("free blocks in its lists left out"), "{line}");
+        same_classes_within(ours(&out), expected, &format!("{allocator}: attach --mode {mode}"), mimalloc_rounding);
         let s = json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()]);
-        assert_eq!(s["allocator"], "mimalloc 2.3.2 (static)");
+        assert_eq!(s["allocator"], allocator, "no glibc block beside it");
+        assert_eq!(blocks(&out).len(), count, "{allocator}: the blocks mimalloc counts in use");
     }
     let core = gcore(&d, p.pid);
     let out = d.path("c.hdump");
     ok(&heapdump().arg("core").arg(&core).arg("--exe").arg(&prog).arg("-o").arg(&out).output().unwrap());
     let _ = std::fs::remove_file(&core);
-    same_classes_within(ours(&out), expected, "gcore then core", mimalloc_rounding);
-    assert_eq!(blocks(&d.path("a-compact.hdump")), blocks(&out), "attach and core see the same blocks");
+    same_classes_within(ours(&out), expected, &format!("{allocator}: gcore then core"), mimalloc_rounding);
+    assert_eq!(blocks(&d.path("a-compact.hdump")), blocks(&out), "{allocator}: attach and core see the same blocks");
     let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
-    assert_eq!(p.child.wait().unwrap().code(), Some(0));
+    assert_eq!(p.child.wait().unwrap().code(), Some(0), "{allocator}");
     run_names_the_static_copy(&d, &prog);
 }
 
-/// The static copy's heap damaged (a free list made a loop, a page
-/// claiming more blocks than its segment holds): refused in one line
-/// saying where, at once, nothing written.
+/// Its `v2` build: mimalloc 2.3.2, segments as 2.0's with other offsets.
+#[test]
+fn a_static_mimalloc_2_is_read_as_valgrind_reads_the_same_program_on_glibc() {
+    static_copy_reads_as_valgrind(&["v2"], "mimalloc 2.3.2 (static)", "1 segments");
+}
+
+/// Its default build: mimalloc 3.3.2, pages of arenas found through its
+/// page map.
+#[test]
+fn a_static_mimalloc_3_is_read_as_valgrind_reads_the_same_program_on_glibc() {
+    static_copy_reads_as_valgrind(&[], "mimalloc 3.3.2 (static)", "pages");
+}
+
+/// The static copy's heap damaged, in both builds (a free list made a
+/// loop, a page claiming more blocks than its memory holds): refused in
+/// one line saying where, at once, nothing written.
 #[test]
 fn a_damaged_static_mimalloc_heap_is_refused_in_one_line() {
-    let d = Scratch::new("mimalloc-static-damaged");
-    let prog = rust_fixture(&d, "static_mimalloc", "static-mimalloc", &["v2"]);
-    for (how, says) in [("loop", "free list loops"), ("capacity", "its capacity does not fit it")] {
-        let mut cmd = Command::new(&prog);
-        cmd.env("DAMAGE", how);
-        let p = Stopped::start(cmd);
-        let err = attach_refused(&d, &p, how);
-        assert!(err.contains("mimalloc page") && err.contains(says), "{how}: {err}");
-        // (Not resumed: its heap is damaged. Dropping it kills it.)
-        let _ = Command::new("kill").args(["-KILL", &p.pid.to_string()]).status();
+    for features in [&["v2"][..], &[]] {
+        let d = Scratch::new("mimalloc-static-damaged");
+        let prog = rust_fixture(&d, "static_mimalloc", "static-mimalloc", features);
+        for (how, says) in [("loop", "free list loops"), ("capacity", "its capacity does not fit")] {
+            let (p, _) = start_counting(&prog, &[("DAMAGE", how)]);
+            let err = attach_refused(&d, &p, how);
+            assert!(err.contains("mimalloc page") && err.contains(says), "{features:?} {how}: {err}");
+            // (Not resumed: its heap is damaged. Dropping it kills it.)
+            let _ = Command::new("kill").args(["-KILL", &p.pid.to_string()]).status();
+        }
     }
-}
-
-/// The crate's default build (mimalloc 3.3.2: arenas, a page map, pages'
-/// metadata apart from them): refused in one line naming the copy and its
-/// version; the program goes on; `run` says it sees none of it.
-#[test]
-fn a_static_mimalloc_3_is_refused_by_name_and_version() {
-    let d = Scratch::new("mimalloc-static-3");
-    let prog = rust_fixture(&d, "static_mimalloc", "static-mimalloc", &[]);
-    let mut p = Stopped::start(small_arenas(&prog));
-    let refused = |o: std::process::Output, what: &str| {
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{what}: {err}");
-        assert_eq!(err.lines().count(), 1, "{what}: {err}");
-        assert!(err.contains("service links its own mimalloc (mimalloc 3.3.2)") && err.contains("not 3.x's heap"), "{what}: {err}");
-    };
-    let out = d.path("a.hdump");
-    refused(heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap(), "attach");
-    assert!(!out.exists(), "nothing written");
-    let core = gcore(&d, p.pid);
-    refused(heapdump().arg("core").arg(&core).arg("--exe").arg(&prog).arg("-o").arg(&out).output().unwrap(), "core");
-    let _ = std::fs::remove_file(&core);
-    let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
-    assert!(p.child.wait().unwrap().success());
-    run_names_the_static_copy(&d, &prog);
 }

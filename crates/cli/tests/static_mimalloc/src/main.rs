@@ -5,8 +5,9 @@
 //! list of three, a lost cycle of two, a freed block; and 1000 kept boxes
 //! (several pages). With STOP_AT_END set, it says "stopped PID" on stderr
 //! at exit and stops itself (SIGSTOP) for a capture; SIGCONT lets it exit 0.
-//! With DAMAGE=loop or DAMAGE=capacity (the v2 build), it damages its heap
-//! and stops at once.
+//! Before it stops, it says how many blocks mimalloc itself counts in use.
+//! With DAMAGE=loop or DAMAGE=capacity, it damages its heap and stops at
+//! once.
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::ptr::null_mut;
 
@@ -37,22 +38,73 @@ extern "C" {
     fn write(fd: i32, buf: *const u8, n: usize) -> isize;
 }
 
+/// mimalloc's own count of the blocks in use in the main heap (its
+/// `mi_heap_visit_blocks`, which allocates nothing): an oracle for the
+/// walk from outside.
+#[cfg(not(feature = "system"))]
+mod own_count {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static N: AtomicUsize = AtomicUsize::new(0);
+
+    type Visit = extern "C" fn(*const u8, *const u8, *mut u8, usize, *mut u8) -> bool;
+
+    extern "C" fn visit(_heap: *const u8, _area: *const u8, block: *mut u8, _size: usize, _arg: *mut u8) -> bool {
+        if !block.is_null() {
+            N.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    extern "C" {
+        #[cfg(not(feature = "v2"))]
+        fn mi_heap_main() -> *mut u8;
+        #[cfg(feature = "v2")]
+        fn mi_heap_get_default() -> *mut u8;
+        fn mi_heap_visit_blocks(heap: *mut u8, blocks: bool, visitor: Visit, arg: *mut u8) -> bool;
+    }
+
+    pub fn count() -> usize {
+        // SAFETY: the main heap (3.x) or this thread's default heap (2.x),
+        // visited by a function that only counts.
+        unsafe {
+            #[cfg(not(feature = "v2"))]
+            let heap = mi_heap_main();
+            #[cfg(feature = "v2")]
+            let heap = mi_heap_get_default();
+            mi_heap_visit_blocks(heap, true, visit, std::ptr::null_mut());
+        }
+        N.load(Ordering::Relaxed)
+    }
+}
+
+/// Writes `args` as one line on stderr, without allocating.
+fn say(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut line = [0u8; 64];
+    let mut w = &mut line[..];
+    let _ = w.write_fmt(args);
+    let n = 64 - w.len();
+    // SAFETY: `line` holds `n` bytes.
+    unsafe { write(2, line.as_ptr(), n) };
+}
+
 /// At exit (after main and the runtime's cleanup, as valgrind sees the
 /// program when it checks for leaks, and as tests/c/stop_at_end.c stops):
-/// "stopped PID" on stderr, then SIGSTOP. Allocates nothing.
+/// "mimalloc counts N" (not for the `system` build), "stopped PID" on
+/// stderr, then SIGSTOP. Allocates nothing.
 extern "C" fn stop_at_end() {
-    use std::io::Write;
-    let mut line = [0u8; 32];
-    let mut w = &mut line[..];
+    #[cfg(not(feature = "system"))]
+    say(format_args!("mimalloc counts {}\n", own_count::count()));
+    stop();
+}
+
+/// "stopped PID" on stderr, then SIGSTOP.
+fn stop() {
     // SAFETY: getpid has no preconditions.
-    let _ = writeln!(w, "stopped {}", unsafe { getpid() });
-    let n = 32 - w.len();
-    // SAFETY: `line` holds `n` bytes; raise only sends SIGSTOP (19) to
-    // this process.
-    unsafe {
-        write(2, line.as_ptr(), n);
-        raise(19);
-    }
+    say(format_args!("stopped {}\n", unsafe { getpid() }));
+    // SAFETY: raise only sends SIGSTOP (19) to this process.
+    unsafe { raise(19) };
 }
 
 fn bytes(n: usize) -> Layout {
@@ -110,11 +162,11 @@ fn scrub() {
     }
 }
 
-/// Damages the heap of the v2 build (mimalloc 2.3.2) as `how` says, for
-/// the walk's refusals: `loop`, two freed blocks' list made a loop;
-/// `capacity`, a page claiming more blocks than its segment holds (its
-/// `capacity` and `reserved`, in its slice: the segment's 32 MiB-aligned
-/// header, slices of 96 bytes from offset 288).
+/// Damages the heap as `how` says, for the walk's refusals: `loop`, two
+/// freed blocks' list made a loop; `capacity`, a page claiming more blocks
+/// than its memory holds (its `capacity` and `reserved`: 2.3.2's in its
+/// slice of the segment's 32 MiB-aligned header, slices of 96 bytes from
+/// offset 288; 3.3.2's in the metadata the page map names).
 #[inline(never)]
 fn damage(how: &str) {
     let a = new(48, false);
@@ -130,12 +182,42 @@ fn damage(how: &str) {
                 // The page's local free list is b -> a -> ...: a -> b loops.
                 std::ptr::write_volatile(a as *mut *mut u8, b);
             }
+            #[cfg(feature = "system")]
+            _ => {}
+            #[cfg(feature = "v2")]
             _ => {
                 let segment = a as usize & !((32 << 20) - 1);
                 let slice = (a as usize - segment) >> 16;
                 let page = (segment + 288 + slice * 96) as *mut u16;
                 std::ptr::write_volatile(page.add(5), 0xfff0); // capacity
                 std::ptr::write_volatile(page.add(6), 0xfff0); // reserved
+            }
+            // 3.x: the page's metadata (120 bytes, `capacity` and
+            // `reserved` at bytes 18 and 20) in its arena's `pages_meta`
+            // (at byte 136 of the arena, which starts at one of the
+            // slices below the block, all of one mapping): the first
+            // slice down whose `pages_meta` entry for the block's slice
+            // names blocks of its size starting in that slice.
+            #[cfg(not(any(feature = "v2", feature = "system")))]
+            _ => {
+                extern "C" {
+                    fn mi_usable_size(p: *const u8) -> usize;
+                }
+                let slice = a as usize & !0xffff;
+                let mut arena = slice;
+                loop {
+                    let meta = *((arena + 136) as *const usize);
+                    if meta > arena && meta < slice {
+                        let page = meta + 120 * ((slice - arena) >> 16);
+                        let start = *((page + 48) as *const usize);
+                        if *((page + 40) as *const usize) == mi_usable_size(a) && start & !0xffff == slice {
+                            std::ptr::write_volatile((page + 18) as *mut u16, 0xfff0);
+                            std::ptr::write_volatile((page + 20) as *mut u16, 0xfff0);
+                            break;
+                        }
+                    }
+                    arena -= 0x10000;
+                }
             }
         }
     }
@@ -144,7 +226,7 @@ fn damage(how: &str) {
 fn main() {
     if let Some(how) = std::env::var_os("DAMAGE") {
         damage(how.to_str().unwrap_or(""));
-        stop_at_end();
+        stop();
         return;
     }
     if std::env::var_os("STOP_AT_END").is_some() {

@@ -1,0 +1,300 @@
+//! mimalloc 3.x's heap (3.3.2, the Rust `mimalloc` crate's default build
+//! through `libmimalloc-sys` 0.1.49): no segments. Pages of 64 KiB slices
+//! are taken from arenas (or from the system, for blocks too large or too
+//! aligned for them), and their metadata (`mi_page_t`) lies apart from
+//! them, in their arena's `pages_meta` array, or in front of the page.
+//! Every page in use is in the page map (`_mi_page_map`: a top array of
+//! `mi_page_map_count` submaps of 8192 page pointers, one per slice of
+//! the address space), from its blocks' first slice on: the walk reads the
+//! map, each page once, and each page's blocks less its free lists (`free`,
+//! `local_free`, and `xthread_free`, which its `used` counts).
+//!
+//! Found by its symbols (`_mi_page_map`), or by its shape: a word of the
+//! program's data pointing at an anonymous mapping whose first word points
+//! just past the top array, at the submap of the lowest addresses. Every
+//! page pointer must name a page whose blocks start in the slice where the
+//! map starts naming it, whose map entries are as many as its blocks
+//! cover, whose metadata is where its memory id says (its arena's
+//! `pages_meta` at its slice, or the front of its slices), and whose blocks
+//! lie inside that arena or system mapping; its counts and lists must add
+//! up as in 2.x. What does not is refused where it stops.
+
+use super::{bad, walk_list, Page, Problem};
+use crate::error::Result;
+use crate::glibc::{Chunk, GlibcHeap};
+use crate::memory::{Map, Memory, Region};
+use std::collections::{BTreeMap, HashMap};
+
+/// `MI_ARENA_SLICE_SIZE`, `MI_PAGE_MAP_SUB_COUNT`, `MI_LARGE_PAGE_SIZE`.
+const SLICE: u64 = 64 << 10;
+const SUB_COUNT: u64 = 8192;
+const LARGE_PAGE: u64 = 4 << 20;
+/// The top array's largest size (47 bits of address space: 2^18 submaps).
+const MAX_TOP: u64 = 8 << 18;
+/// `sizeof(mi_page_t)` and its fields (release build).
+const PAGE: u64 = 120;
+const P_FREE: u64 = 8;
+const P_USED: u64 = 16;
+const P_CAPACITY: u64 = 18;
+const P_RESERVED: u64 = 20;
+const P_LOCAL_FREE: u64 = 24;
+const P_THREAD_FREE: u64 = 32;
+const P_BLOCK_SIZE: u64 = 40;
+const P_START: u64 = 48;
+/// `memid`: `mem` (an arena's pointer and slice index, or the system
+/// mapping's base and size), then `memkind`.
+const P_MEMID: u64 = 96;
+const M_KIND: u64 = 16;
+/// `mi_memkind_t`: memory from the system, from an arena.
+const MEM_OS: u32 = 4;
+const MEM_OS_REMAP: u32 = 6;
+const MEM_ARENA: u32 = 7;
+/// `mi_arena_t`: `slice_count`, `info_slices`, `pages_meta`.
+const A_SLICES: u64 = 40;
+const A_INFO: u64 = 48;
+const A_META: u64 = 136;
+/// Bounds: pages, an arena's slices.
+const MAX_PAGES: usize = 1 << 24;
+const MAX_ARENA_SLICES: u64 = 1 << 26;
+
+/// The page map: its top array and its number of submaps.
+#[derive(Debug, Clone, Copy)]
+pub struct PageMap {
+    top: u64,
+    count: u64,
+}
+
+/// The page map whose pointer is at `var` (the `_mi_page_map` symbol), or,
+/// without symbols, the one word of the executable's writable memory `rw`
+/// with its shape; `count` is `mi_page_map_count`'s value when a symbol
+/// names it.
+pub fn find(mem: &dyn Memory, var: Option<u64>, count: Option<u64>, rw: &[&Map], module: &str) -> std::result::Result<PageMap, Problem> {
+    let shaped = |p: u64| -> Option<PageMap> {
+        if p == 0 || p % 4096 != 0 {
+            return None;
+        }
+        let m = mem.map_of(p).filter(|m| m.anonymous() && m.read && m.write)?;
+        // The submap of the lowest addresses lies right after the array.
+        let sub0 = mem.u64(p).ok()?;
+        let size = sub0.checked_sub(p)?;
+        if !size.is_power_of_two() || !(4096..=MAX_TOP).contains(&size) || sub0 + SUB_COUNT * 8 > m.end {
+            return None;
+        }
+        Some(PageMap { top: p, count: size / 8 })
+    };
+    let no = || Problem::NoHeap { module: module.to_string() };
+    let found = match var {
+        Some(v) => shaped(mem.u64(v).map_err(|_| no())?).ok_or_else(no)?,
+        None => {
+            let mut found: Vec<PageMap> = Vec::new();
+            for m in rw {
+                let Ok(b) = mem.bytes(m.start, (m.end - m.start).min(4 << 20)) else { continue };
+                for w in b.chunks_exact(8) {
+                    let p = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                    if let Some(f) = shaped(p).filter(|f| !found.iter().any(|g| g.top == f.top)) {
+                        found.push(f);
+                    }
+                }
+            }
+            match found.as_slice() {
+                [] => return Err(no()),
+                [one] => *one,
+                many => return Err(Problem::HeapUncertain { candidates: many.iter().map(|f| f.top).collect() }),
+            }
+        }
+    };
+    // (mi_page_map_count, when named, must agree.)
+    match count.map(|c| mem.u64(c)) {
+        Some(Ok(c)) if c != found.count => Err(no()),
+        _ => Ok(found),
+    }
+}
+
+/// What a page's memory is: an arena (its start, its end, its
+/// `pages_meta`, its slices) or a system mapping (base, end).
+#[derive(Clone, Copy)]
+enum Memory3 {
+    Arena { start: u64, end: u64, meta: u64 },
+    Os { start: u64, end: u64 },
+}
+
+fn word(r: &Region, at: u64) -> u64 {
+    r.u64(at).unwrap_or(0)
+}
+
+fn half(r: &Region, at: u64) -> u64 {
+    r.slice(at, 2).map_or(0, |b| u64::from(u16::from_le_bytes([b[0], b[1]])))
+}
+
+/// Reads the arena at `a` (once), checked: slice-aligned, its slices
+/// inside one mapping, its info slices holding its pages' metadata.
+fn arena(mem: &dyn Memory, a: u64, seen: &mut HashMap<u64, Memory3>) -> Result<Memory3> {
+    if let Some(m) = seen.get(&a) {
+        return Ok(*m);
+    }
+    let ab = |why| bad(a, Problem::BadSegment { why });
+    if a == 0 || a % SLICE != 0 {
+        return Err(ab("a page's arena is not one"));
+    }
+    let r = Region::read(mem, a, a + A_META + 8).map_err(|_| ab("a page's arena is not readable"))?;
+    let (slices, info, meta) = (word(&r, a + A_SLICES), word(&r, a + A_INFO), word(&r, a + A_META));
+    let end = slices.checked_mul(SLICE).and_then(|l| a.checked_add(l));
+    let inside = |e: u64| mem.map_of(a).is_some_and(|m| e <= m.end);
+    match end {
+        Some(end)
+            if (1..=MAX_ARENA_SLICES).contains(&slices)
+                && info >= 1
+                && info < slices
+                && inside(end)
+                && meta >= a
+                && slices.checked_mul(PAGE).is_some_and(|l| meta + l <= a + info * SLICE) =>
+        {
+            let m = Memory3::Arena { start: a, end, meta };
+            seen.insert(a, m);
+            Ok(m)
+        }
+        _ => Err(ab("an arena's slices or its pages' metadata are not in its memory")),
+    }
+}
+
+/// Walks the heap through the page map.
+pub fn walk_heap(mem: &dyn Memory, map: PageMap, allocator: &str) -> Result<GlibcHeap> {
+    let mb = |at, why| bad(at, Problem::BadSegment { why });
+    let top_end = map.top + map.count * 8;
+    let mut heap_ranges = vec![(map.top, top_end)];
+    // Every slice the map names, by page: (first slice, slices).
+    let mut named: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut order: Vec<u64> = Vec::new();
+    for (a, b) in mem.present(map.top, top_end) {
+        let subs = mem.bytes(a, b - a).map_err(|_| mb(a, "the page map is not readable"))?;
+        for (i, w) in subs.chunks_exact(8).enumerate() {
+            let sub = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+            if sub == 0 {
+                continue;
+            }
+            let idx = (a - map.top) / 8 + i as u64;
+            if sub % 8 != 0 || !mem.map_of(sub).is_some_and(|m| m.anonymous() && sub + SUB_COUNT * 8 <= m.end) {
+                return Err(mb(a + 8 * i as u64, "a page map's submap is not anonymous memory"));
+            }
+            heap_ranges.push((sub, sub + SUB_COUNT * 8));
+            for (x, y) in mem.present(sub, sub + SUB_COUNT * 8) {
+                let slots = mem.bytes(x, y - x).map_err(|_| mb(x, "a page map's submap is not readable"))?;
+                for (j, w) in slots.chunks_exact(8).enumerate() {
+                    let page = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                    if page == 0 {
+                        continue;
+                    }
+                    let slice = (idx * SUB_COUNT + (x - sub) / 8 + j as u64) * SLICE;
+                    let e = named.entry(page).or_insert_with(|| {
+                        order.push(page);
+                        (slice, 0)
+                    });
+                    // A page's slices follow one another.
+                    if e.0 + e.1 * SLICE != slice {
+                        return Err(mb(sub + (x - sub) + 8 * j as u64, "the page map names a page at slices apart"));
+                    }
+                    e.1 += 1;
+                    if named.len() > MAX_PAGES {
+                        return Err(mb(sub, "more pages than mimalloc makes"));
+                    }
+                }
+            }
+        }
+    }
+    let mut memories: HashMap<u64, Memory3> = HashMap::new();
+    let mut pages: Vec<Page> = Vec::new();
+    let mut regions: Vec<Region> = Vec::new();
+    let mut free_blocks = 0u64;
+    order.sort_unstable_by_key(|p| named[p].0);
+    for &at in &order {
+        let (first, nslices) = named[&at];
+        let pb = |why| bad(at, Problem::BadPage { why });
+        let r = Region::read(mem, at, at + PAGE).map_err(|_| pb("its metadata is not readable"))?;
+        let (free, local, thread) = (word(&r, at + P_FREE), word(&r, at + P_LOCAL_FREE), word(&r, at + P_THREAD_FREE) & !1);
+        let (bsize, start) = (word(&r, at + P_BLOCK_SIZE), word(&r, at + P_START));
+        let (used, capacity, reserved) = (half(&r, at + P_USED), half(&r, at + P_CAPACITY), half(&r, at + P_RESERVED));
+        let kind = r.slice(at + P_MEMID + M_KIND, 4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let slice_of_start = start & !(SLICE - 1);
+        if bsize == 0 || start == 0 || start % 8 != 0 || slice_of_start != first {
+            return Err(pb("its blocks do not start where the page map starts naming it"));
+        }
+        // Where its metadata is: its arena's `pages_meta` at its slice, or
+        // the front of its slices (its memory's start up to its blocks).
+        let separated = kind == MEM_ARENA && at != slice_of_start;
+        let memory = match kind {
+            MEM_ARENA => arena(mem, word(&r, at + P_MEMID), &mut memories)?,
+            MEM_OS..=MEM_OS_REMAP => {
+                let (base, size) = (word(&r, at + P_MEMID), word(&r, at + P_MEMID + 8));
+                let end = base.checked_add(size).filter(|&e| size > 0 && mem.map_of(base).is_some_and(|m| e <= m.end));
+                let m = Memory3::Os { start: base, end: end.ok_or_else(|| pb("its system memory is not a mapping"))? };
+                memories.insert(base, m);
+                m
+            }
+            _ => return Err(pb("its memory is neither an arena's nor the system's")),
+        };
+        let (mstart, mend) = match memory {
+            Memory3::Arena { start, end, .. } | Memory3::Os { start, end } => (start, end),
+        };
+        let slice_start = if separated { slice_of_start } else { at };
+        match memory {
+            Memory3::Arena { start: a, meta, .. } if separated => {
+                let i = (slice_start - a) / SLICE;
+                if slice_start < a || at != meta + i * PAGE {
+                    return Err(pb("its metadata is not its arena's for its slice"));
+                }
+            }
+            _ if separated => return Err(pb("its metadata is not its arena's for its slice")),
+            _ => {
+                if at % SLICE != 0 || at > start || at < mstart {
+                    return Err(pb("its metadata is not in front of its slices"));
+                }
+            }
+        }
+        // The map names its blocks' slices (at most a large page's).
+        let area = reserved.checked_mul(bsize).ok_or_else(|| pb("its capacity does not fit it"))?;
+        let mapped = area.min(LARGE_PAGE - SLICE).div_ceil(SLICE) + (start - slice_start) / SLICE;
+        if capacity > reserved || used > capacity || start + area > mend || mapped != nslices {
+            return Err(pb("its capacity does not fit the slices the page map gives it, or its memory"));
+        }
+        let len = capacity * bsize;
+        let blocks = Region::read(mem, start, start + len).map_err(|_| pb("its blocks are not readable"))?;
+        regions.push(blocks);
+        pages.push(Page { at, start, bsize, capacity, free: vec![false; capacity as usize], region: regions.len() - 1 });
+        let p = pages.len() - 1;
+        let n_free = walk_list(&mut pages, &regions, p, free, capacity).map_err(pb)?;
+        let n_local = walk_list(&mut pages, &regions, p, local, capacity).map_err(pb)?;
+        if used + n_free + n_local != capacity {
+            return Err(pb("its used count and its free lists do not make its capacity"));
+        }
+        // Blocks other threads freed: counted in `used`.
+        let n_thread = walk_list(&mut pages, &regions, p, thread, used).map_err(pb)?;
+        free_blocks += n_free + n_local + n_thread;
+    }
+    // The arenas and system mappings are the heap's (their info slices
+    // hold the pages' metadata, whose words point at blocks: no roots).
+    for m in memories.values() {
+        let (Memory3::Arena { start, end, .. } | Memory3::Os { start, end }) = m;
+        heap_ranges.push((*start, *end));
+    }
+    let mut live = Vec::new();
+    for p in &pages {
+        for (j, _) in p.free.iter().enumerate().filter(|(_, &f)| !f) {
+            live.push(Chunk { mem: p.start + j as u64 * p.bsize, usable: p.bsize });
+        }
+    }
+    live.sort_unstable();
+    heap_ranges.sort_unstable();
+    Ok(GlibcHeap {
+        live,
+        arenas: pages.len(),
+        heap_ranges,
+        mmapped: Vec::new(),
+        regions,
+        cached_free: free_blocks,
+        version: (0, 0),
+        version_inferred: false,
+        static_arena: None,
+        warnings: Vec::new(),
+        allocator: allocator.to_string(),
+    })
+}
