@@ -11,7 +11,9 @@
 //!
 //! Found by its symbols (`_mi_page_map`), or by its shape: a word of the
 //! program's data pointing at an anonymous mapping whose first word points
-//! just past the top array, at the submap of the lowest addresses. Every
+//! just past the top array, at the submap of the lowest addresses, and
+//! whose first submap above that names, in its first slot in use, a page
+//! whose blocks start in that slot. Every
 //! page pointer must name a page whose blocks start in the slice where the
 //! map starts naming it, whose map entries are as many as its blocks
 //! cover, whose metadata is where its memory id says (its arena's
@@ -80,7 +82,10 @@ pub fn find(mem: &dyn Memory, var: Option<u64>, count: Option<u64>, rw: &[&Map],
         if !size.is_power_of_two() || !(4096..=MAX_TOP).contains(&size) || sub0 + SUB_COUNT * 8 > m.end {
             return None;
         }
-        Some(PageMap { top: p, count: size / 8 })
+        let pm = PageMap { top: p, count: size / 8 };
+        // And a page map's: the first submap above the lowest one names,
+        // in its first slot in use, a page whose blocks start in that slot.
+        (first_page_named(mem, pm)? >> 16 == first_slot(mem, pm)?).then_some(pm)
     };
     let no = || Problem::NoHeap { module: module.to_string() };
     let found = match var {
@@ -108,6 +113,35 @@ pub fn find(mem: &dyn Memory, var: Option<u64>, count: Option<u64>, rw: &[&Map],
         Some(Ok(c)) if c != found.count => Err(no()),
         _ => Ok(found),
     }
+}
+
+/// The first slot in use of the first submap above the lowest one: its
+/// slice number, and the page it names.
+fn first_named(mem: &dyn Memory, pm: PageMap) -> Option<(u64, u64)> {
+    for (a, b) in mem.present(pm.top + 8, pm.top + pm.count * 8) {
+        let subs = mem.bytes(a, b - a).ok()?;
+        for (i, w) in subs.chunks_exact(8).enumerate() {
+            let sub = u64::from_le_bytes(w.try_into().ok()?);
+            if sub == 0 {
+                continue;
+            }
+            let idx = (a - pm.top) / 8 + i as u64;
+            let slots = mem.bytes(sub, SUB_COUNT * 8).ok()?;
+            let (j, page) =
+                slots.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))).enumerate().find(|&(_, p)| p != 0)?;
+            return Some((idx * SUB_COUNT + j as u64, page));
+        }
+    }
+    None
+}
+
+fn first_slot(mem: &dyn Memory, pm: PageMap) -> Option<u64> {
+    first_named(mem, pm).map(|f| f.0)
+}
+
+/// The blocks' start of the first page named (`page_start`).
+fn first_page_named(mem: &dyn Memory, pm: PageMap) -> Option<u64> {
+    mem.u64(first_named(mem, pm)?.1.checked_add(P_START)?).ok()
 }
 
 /// What a page's memory is: an arena (its start, its end, its

@@ -200,8 +200,8 @@ fn run_names_the_static_copy(d: &Scratch, prog: &Path) {
 /// same program built on glibc's malloc (its `system` feature: valgrind
 /// cannot see a static allocator), bytes within mimalloc's size classes,
 /// and as many blocks as mimalloc itself counts in use; the dump names the
-/// copy (`allocator`); the program goes on and exits 0; `run` says it sees
-/// none of it.
+/// copy (`allocator`); the program goes on and exits 0; the same of it
+/// stripped (found by shape); `run` says it sees none of it.
 fn static_copy_reads_as_valgrind(features: &[&str], allocator: &str, unit: &str) {
     let expected = {
         let d = Scratch::new("mimalloc-system");
@@ -228,6 +228,16 @@ fn static_copy_reads_as_valgrind(features: &[&str], allocator: &str, unit: &str)
     assert_eq!(blocks(&d.path("a-compact.hdump")), blocks(&out), "{allocator}: attach and core see the same blocks");
     let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
     assert_eq!(p.child.wait().unwrap().code(), Some(0), "{allocator}");
+    // Stripped (no symbol table): its structures found by their shapes.
+    let stripped = d.path("stripped");
+    std::fs::copy(&prog, &stripped).unwrap();
+    ok(&Command::new("strip").arg(&stripped).output().expect("strip (binutils) is installed"));
+    let (p, _) = start_counting(&stripped, &[]);
+    let out = d.path("s.hdump");
+    ok(&heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap());
+    same_classes_within(ours(&out), expected, &format!("{allocator}: attach, stripped"), mimalloc_rounding);
+    assert_eq!(json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()])["allocator"], allocator, "stripped");
+    drop(p);
     run_names_the_static_copy(&d, &prog);
 }
 
