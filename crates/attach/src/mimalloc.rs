@@ -91,7 +91,7 @@ struct Layout {
 }
 
 /// mimalloc 2.0 (2.0.9, Debian's `libmimalloc2.0`).
-const V2_0: Layout = Layout {
+static V2_0: Layout = Layout {
     page: 80,
     seg_used: 208,
     seg_cookie: 216,
@@ -121,7 +121,7 @@ const V2_0: Layout = Layout {
 /// sub-process, purge and commit masks), the page holds its block size in
 /// a word and its blocks' start, and the heap's fields come before its
 /// queues.
-const V2_3: Layout = Layout {
+static V2_3: Layout = Layout {
     page: 96,
     seg_used: 216,
     seg_cookie: 224,
