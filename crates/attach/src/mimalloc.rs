@@ -310,9 +310,11 @@ fn exe_symbols(bytes: &[u8], base: u64) -> ExeSymbols {
 /// mimalloc's version from the code that prints it (`mi_options_print`,
 /// which a program keeps where the linker dropped an unused `mi_version`):
 /// the one `lea REG, [rip + d]` of the executable's code that loads its
-/// message `v%i.%i.%i%s%s (built on`, and the `mov r32, imm32` (or `xor`,
-/// for 0) that set the three next argument registers (the System V order)
-/// within 48 bytes before it and 32 after. `None` when any of it is
+/// message `v%i.%i.%i%s%s (built on`, and the `mov r32, imm32` of a number
+/// below 100 (or `xor`, for 0) that set the three next argument registers
+/// (the System V order) within 48 bytes before it and 32 after (bytes
+/// read at every offset, not decoded: a register set twice there to
+/// different numbers gives no version). `None` when any of it is
 /// missing, a register is set to two values there, or a number is not a
 /// version's.
 fn printed_version(e: &object::File) -> Option<u32> {
@@ -345,8 +347,12 @@ fn printed_version(e: &object::File) -> Option<u32> {
     for j in 0..window.len() {
         let rex_b = j > 0 && window[j - 1] == 0x41;
         if (0xb8..=0xbf).contains(&window[j]) && j + 5 <= window.len() {
+            // (A version's numbers are small: a larger value is another
+            // instruction's bytes read from the middle.)
             let v = u32::from_le_bytes([window[j + 1], window[j + 2], window[j + 3], window[j + 4]]);
-            set.push((window[j] - 0xb8 + if rex_b { 8 } else { 0 }, v));
+            if v < 100 {
+                set.push((window[j] - 0xb8 + if rex_b { 8 } else { 0 }, v));
+            }
         }
         if window[j] == 0x31 && j + 1 < window.len() && window[j + 1] >= 0xc0 && window[j + 1] >> 3 & 7 == window[j + 1] & 7 {
             let rex = j > 0 && window[j - 1] == 0x45;

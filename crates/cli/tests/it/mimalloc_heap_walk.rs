@@ -8,7 +8,7 @@
 //! default build (mimalloc 3.3.2).
 
 use crate::common::*;
-use crate::valgrind::{ours, valgrind_summary};
+use crate::valgrind::{ours, valgrind_summary, valgrind_summary_args};
 use std::path::Path;
 use std::process::Command;
 
@@ -125,13 +125,14 @@ fn attach_reads_a_mimalloc_heap_that_threads_are_changing() {
     assert_eq!(child.0.wait().unwrap().code(), Some(0), "the program's blocks are intact and it ended as asked");
 }
 
-/// The static mimalloc program `prog` with `env`, reserving arenas of
+/// The static mimalloc program `prog` with `args` and `env`, reserving arenas of
 /// 64 MiB rather than 1 GiB (gcore writes every byte of the reservation:
 /// a 1 GiB core), stopped at its end; with how many blocks mimalloc itself
 /// counted in use then (the line it says before it stops).
-fn start_counting(prog: &Path, env: &[(&str, &str)]) -> (Stopped, Option<usize>) {
+fn start_counting(prog: &Path, args: &[&str], env: &[(&str, &str)]) -> (Stopped, Option<usize>) {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(prog)
+        .args(args)
         .env("MIMALLOC_ARENA_RESERVE", "64M")
         .env("STOP_AT_END", "1")
         .envs(env.iter().copied())
@@ -201,15 +202,15 @@ fn run_names_the_static_copy(d: &Scratch, prog: &Path) {
 /// cannot see a static allocator), bytes within mimalloc's size classes,
 /// and as many blocks as mimalloc itself counts in use; the dump names the
 /// copy (`allocator`); the program goes on and exits 0; the same of it
-/// stripped (found by shape); `run` says it sees none of it.
+/// stripped (found by shape), and with threads; `run` says it sees none
+/// of it.
 fn static_copy_reads_as_valgrind(features: &[&str], allocator: &str, unit: &str) {
-    let expected = {
-        let d = Scratch::new("mimalloc-system");
-        valgrind_summary(&rust_fixture(&d, "static_mimalloc", "static-mimalloc", &["system"]))
-    };
+    let sd = Scratch::new("mimalloc-system");
+    let system = rust_fixture(&sd, "static_mimalloc", "static-mimalloc", &["system"]);
+    let expected = valgrind_summary(&system);
     let d = Scratch::new("mimalloc-static");
     let prog = rust_fixture(&d, "static_mimalloc", "static-mimalloc", features);
-    let (mut p, count) = start_counting(&prog, &[]);
+    let (mut p, count) = start_counting(&prog, &[], &[]);
     let count = count.expect("the program says how many blocks mimalloc counts");
     for mode in ["compact", "full"] {
         let out = d.path(&format!("a-{mode}.hdump"));
@@ -232,11 +233,26 @@ fn static_copy_reads_as_valgrind(features: &[&str], allocator: &str, unit: &str)
     let stripped = d.path("stripped");
     std::fs::copy(&prog, &stripped).unwrap();
     ok(&Command::new("strip").arg(&stripped).output().expect("strip (binutils) is installed"));
-    let (p, _) = start_counting(&stripped, &[]);
+    let (p, _) = start_counting(&stripped, &[], &[]);
     let out = d.path("s.hdump");
     ok(&heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap());
     same_classes_within(ours(&out), expected, &format!("{allocator}: attach, stripped"), mimalloc_rounding);
     assert_eq!(json(&["summary".as_ref(), "--json".as_ref(), out.as_os_str()])["allocator"], allocator, "stripped");
+    drop(p);
+    // With threads that keep, lose and free the main thread's blocks and
+    // end (their pages abandoned): valgrind's classes still, beside glibc's
+    // blocks (the threads' own, which glibc allocates).
+    let expected = valgrind_summary_args(&system, &["threads"]);
+    let (p, _) = start_counting(&prog, &["threads"], &[]);
+    let out = d.path("t.hdump");
+    ok(&heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap());
+    same_classes_within(ours(&out), expected, &format!("{allocator}: attach, threads"), mimalloc_rounding);
+    let core = gcore(&d, p.pid);
+    let out = d.path("tc.hdump");
+    ok(&heapdump().arg("core").arg(&core).arg("--exe").arg(&prog).arg("-o").arg(&out).output().unwrap());
+    let _ = std::fs::remove_file(&core);
+    same_classes_within(ours(&out), expected, &format!("{allocator}: core, threads"), mimalloc_rounding);
+    assert!(ok(&heapdump().arg("summary").arg(&out).output().unwrap()).contains(&format!("{allocator} and glibc")));
     drop(p);
     run_names_the_static_copy(&d, &prog);
 }
@@ -263,7 +279,7 @@ fn a_damaged_static_mimalloc_heap_is_refused_in_one_line() {
         let d = Scratch::new("mimalloc-static-damaged");
         let prog = rust_fixture(&d, "static_mimalloc", "static-mimalloc", features);
         for (how, says) in [("loop", "free list loops"), ("capacity", "its capacity does not fit")] {
-            let (p, _) = start_counting(&prog, &[("DAMAGE", how)]);
+            let (p, _) = start_counting(&prog, &[], &[("DAMAGE", how)]);
             let err = attach_refused(&d, &p, how);
             assert!(err.contains("mimalloc page") && err.contains(says), "{features:?} {how}: {err}");
             // (Not resumed: its heap is damaged. Dropping it kills it.)

@@ -6,6 +6,7 @@
 //! (several pages). With STOP_AT_END set, it says "stopped PID" on stderr
 //! at exit and stops itself (SIGSTOP) for a capture; SIGCONT lets it exit 0.
 //! Before it stops, it says how many blocks mimalloc itself counts in use.
+//! With the argument `threads`, two threads keep, lose and free blocks too.
 //! With DAMAGE=loop or DAMAGE=capacity, it damages its heap and stops at
 //! once.
 use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
@@ -127,16 +128,18 @@ fn new(n: usize, zeroed: bool) -> *mut u8 {
 fn make() {
     // SAFETY: every block is allocated with a non-zero size and written
     // only within it; the nodes are zeroed, so their `next` is null until set.
+    // (Every block kept or lost is zeroed: a recycled block's old words
+    // would be pointers, which differ between allocators.)
     unsafe {
-        REACHABLE = new(100, false);
-        INTERIOR = new(200, false).add(16);
+        REACHABLE = new(100, true);
+        INTERIOR = new(200, true).add(16);
         for _ in 0..3 {
             let n = new(48, true) as *mut Node;
             (*n).next = KEPT_LIST;
             KEPT_LIST = n;
         }
         // Definitely lost: a single block.
-        new(300, false);
+        new(300, true);
         // A definitely lost head with two indirectly lost blocks.
         let h = new(48, true) as *mut Node;
         (*h).next = new(48, true) as *mut Node;
@@ -234,6 +237,32 @@ fn main() {
         unsafe { atexit(stop_at_end) };
     }
     KEEP.lock().unwrap().extend((0..1000).map(|i| Box::new([i as u8; 100])));
+    if std::env::args().nth(1).as_deref() == Some("threads") {
+        threads();
+    }
     make();
     scrub();
+}
+
+/// Two threads, each keeping 200 boxes of its own (reachable through
+/// KEEP), losing one, and freeing 100 boxes the main thread allocated (the
+/// other threads' free lists); they end before the program does (their
+/// pages abandoned, still holding their blocks).
+#[inline(never)]
+fn threads() {
+    let handles: Vec<_> = (0..2)
+        .map(|t| {
+            let given: Vec<Box<[u8; 100]>> = (0..100).map(|i| Box::new([(i + t) as u8; 100])).collect();
+            std::thread::spawn(move || {
+                let mine: Vec<Box<[u8; 100]>> = (0..200).map(|i| Box::new([i as u8; 100])).collect();
+                KEEP.lock().unwrap().extend(mine);
+                // Zeroed: a recycled block's old words would be pointers.
+                new(64, true);
+                drop(std::hint::black_box(given));
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
 }
