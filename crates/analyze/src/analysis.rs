@@ -699,6 +699,8 @@ impl<'h> Analysis<'h> {
                 None => {}
             }
         }
+        // A large heap's tables read from a file from now on (`spill.rs`).
+        crate::spill::before_dominators(self.heap, self.cache.as_ref().and_then(|c| c.path().parent()));
         let d = self.dominators.get_or_init(|| match self.leaks.get() {
             Some(l) => dominators::compute_with(self.heap, || l.heads()),
             None => {

@@ -105,12 +105,7 @@ pub fn open_with_progress(path: &Path, options: &Options, progress: &mut dyn FnM
             Err(why) => events.push(Event::Said(format!("rebuilt {at} ({why})"))),
         }
     }
-    let mut heap = Heap::load(&file, progress)?;
-    // A large heap's tables read from a file of their own from now on
-    // (see `spill.rs`), or kept in memory when that cannot be.
-    if heap.len() >= crate::spill::FROM_BLOCKS {
-        heap.spill(&crate::spill::dir_for(dir.as_deref()))?;
-    }
+    let heap = Heap::load(&file, progress)?;
     Ok(Dump::new(path, file, heap, dir, graph, events, options))
 }
 

@@ -14,8 +14,25 @@ pub struct Slab<T> {
 }
 
 enum Inner<T> {
-    Owned(Vec<T>),
+    Owned(Owned<T>),
     Mapped { map: Arc<memmap2::Mmap>, bytes: Range<usize> },
+}
+
+/// An owned slice, whose pages may have been moved to a file in place
+/// (see [`Slab::move_to_file`]): given back as anonymous memory before the
+/// allocator has them again.
+struct Owned<T> {
+    v: Vec<T>,
+    in_file: std::sync::atomic::AtomicBool,
+}
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        if *self.in_file.get_mut() {
+            let bytes = self.v.as_ptr() as usize..self.v.as_ptr() as usize + std::mem::size_of_val(self.v.as_slice());
+            let _ = crate::spill::anonymous_again(bytes);
+        }
+    }
 }
 
 impl<T: Pod> Slab<T> {
@@ -52,11 +69,15 @@ impl<T: Pod> Slab<T> {
     /// The items to change, copied out of the mapping first when they are
     /// read in place (as `Cow::to_mut`).
     pub fn to_mut(&mut self) -> &mut Vec<T> {
-        if let Inner::Mapped { .. } = self.inner {
-            self.inner = Inner::Owned(self.to_vec());
+        let in_file = match &self.inner {
+            Inner::Owned(o) => o.in_file.load(std::sync::atomic::Ordering::Acquire),
+            Inner::Mapped { .. } => true,
+        };
+        if in_file {
+            self.inner = Slab::from(self.to_vec()).inner;
         }
         match &mut self.inner {
-            Inner::Owned(v) => v,
+            Inner::Owned(o) => &mut o.v,
             Inner::Mapped { .. } => unreachable!("made owned above"),
         }
     }
@@ -64,6 +85,21 @@ impl<T: Pod> Slab<T> {
     /// Whether it is read in place from a mapping.
     pub fn is_mapped(&self) -> bool {
         matches!(self.inner, Inner::Mapped { .. })
+    }
+
+    /// Moves the pages of an owned slice to `f` at `*at` (on): its whole
+    /// pages are written there and mapped from there at the same
+    /// addresses, so that every reference to it reads on, the same bytes,
+    /// from file-backed pages (see `spill.rs`). `Ok(false)`: nothing to
+    /// move (mapped already, moved already, or under a page).
+    pub(crate) fn move_to_file(&self, f: &std::fs::File, at: &mut u64) -> std::io::Result<bool> {
+        match &self.inner {
+            Inner::Owned(o) if !o.in_file.load(std::sync::atomic::Ordering::Acquire) => {
+                let bytes: &[u8] = bytemuck::cast_slice(&o.v);
+                crate::spill::move_pages(bytes, f, at, || o.in_file.store(true, std::sync::atomic::Ordering::Release))
+            }
+            _ => Ok(false),
+        }
     }
 }
 
@@ -82,7 +118,7 @@ pub(crate) fn swap_words(item: &mut [u8]) {
 
 impl<T> From<Vec<T>> for Slab<T> {
     fn from(v: Vec<T>) -> Slab<T> {
-        Slab { inner: Inner::Owned(v) }
+        Slab { inner: Inner::Owned(Owned { v, in_file: false.into() }) }
     }
 }
 
@@ -97,7 +133,7 @@ impl<T: Pod> Deref for Slab<T> {
     #[inline]
     fn deref(&self) -> &[T] {
         match &self.inner {
-            Inner::Owned(v) => v,
+            Inner::Owned(o) => &o.v,
             // Checked castable when made (`Slab::mapped`), and the map
             // never changes: this cannot fail.
             Inner::Mapped { map, bytes } => bytemuck::cast_slice(&map[bytes.clone()]),
@@ -116,7 +152,7 @@ impl<'a, T: Pod> IntoIterator for &'a Slab<T> {
 impl<T: Pod> Clone for Slab<T> {
     fn clone(&self) -> Slab<T> {
         match &self.inner {
-            Inner::Owned(v) => Slab::from(v.clone()),
+            Inner::Owned(o) => Slab::from(o.v.clone()),
             Inner::Mapped { map, bytes } => Slab { inner: Inner::Mapped { map: Arc::clone(map), bytes: bytes.clone() } },
         }
     }

@@ -1,10 +1,20 @@
 //! The loaded heap's large tables moved to a file (issue 43's memory
 //! goal): a question about a large heap holds, at its peak (the end of
 //! the dominators' walk), the heap's blocks and edges (about 30 bytes a
-//! block) beside the walk's own tables. Written once after the load to an
-//! unnamed file on disk and read back from its mapping, the tables are
+//! block) beside the walk's own tables. Written once to an unnamed file
+//! on disk and read from its mapping from then on, the tables are
 //! page cache the kernel can write back and drop, not anonymous memory:
 //! the answers read the same bytes.
+//!
+//! They are moved in place, when the dominators are first asked for (the
+//! questions that never ask, `leaks`, `top`, stay under the goal without
+//! it and pay nothing): each table's whole pages are written to the file,
+//! then the file mapped over them at the same addresses (`MAP_FIXED`), so
+//! that every slice of them the analysis holds reads on, the same bytes,
+//! from the file's pages; the anonymous pages go back to the kernel as
+//! each chunk is mapped (and the file's next pages reuse them). Before a
+//! moved table's memory goes back to the allocator, its pages are made
+//! anonymous again (`Slab`'s drop).
 //!
 //! The file has no name from the start (`O_TMPFILE`, or created and
 //! unlinked at once where the file system lacks it): nothing is left
@@ -14,21 +24,25 @@
 //! would be shared memory, no less resident than the tables).
 
 use crate::heap::Heap;
-use crate::slab::Slab;
-use bytemuck::Pod;
 use std::io;
+use std::ops::Range;
 use std::path::Path;
-use std::sync::Arc;
 
 /// Heaps of this many blocks and more are moved (their tables some 30
 /// MB): below, the copy is not worth its time.
 pub(crate) const FROM_BLOCKS: usize = 1 << 20;
 
-/// Where the file goes, when anywhere: `dir` (the caches' directory), else
-/// the temporary directory.
-pub(crate) fn dir_for(cache_dir: Option<&Path>) -> std::path::PathBuf {
-    cache_dir.map_or_else(std::env::temp_dir, Path::to_path_buf)
-}
+/// Bytes written and mapped at a time: each chunk's anonymous pages go
+/// back to the kernel once it is mapped from the file, so that the file's
+/// next pages reuse them (on a VM, pages the process has not touched
+/// before cost a fault each in the host too).
+const CHUNK: usize = 8 << 20;
+
+/// Bytes a write call takes: 4 KiB. The file system gives a larger write
+/// larger folios, and on a VM those are pages the host has not backed yet
+/// (a fault each there: 300 MB written in 16 MiB calls took 3 s, in 4 KiB
+/// ones 0.3 s).
+const WRITE: usize = 4096;
 
 /// Whether `dir` is on a file system that keeps its files in memory.
 fn in_memory(dir: &Path) -> io::Result<bool> {
@@ -38,121 +52,131 @@ fn in_memory(dir: &Path) -> io::Result<bool> {
     Ok(t == TMPFS_MAGIC || t == RAMFS_MAGIC)
 }
 
-/// Bytes written at a time, their memory given back once written (so
-/// that the file's pages reuse the table's: on a VM, pages the process has
-/// not touched before cost a fault each in the host too).
-const CHUNK: usize = 8 << 20;
-
-/// The pages given back are 4 KiB ones (where they are larger, the
-/// madvise call is refused and the memory goes with the table instead).
-const PAGE: usize = 4096;
-
-/// Bytes a write call takes: a page. The file system gives a larger write
-/// larger folios, and on a VM those are pages the host has not backed yet
-/// (a fault each there: 300 MB written in 16 MiB calls took 3 s, in pages
-/// 0.3 s).
-const WRITE: usize = PAGE;
-
-/// Gives back the memory of the whole pages inside `b` (its bytes are
-/// zero from now on).
-fn give_back(b: &mut [u8]) {
-    let start = (b.as_ptr() as usize).next_multiple_of(PAGE);
-    let end = (b.as_ptr() as usize + b.len()) / PAGE * PAGE;
-    if end > start {
-        // SAFETY: `start..end` is whole pages inside `b`, which this call
-        // borrows mutably: no other reference sees them turn to zeros,
-        // and the allocation they belong to stays as it was (its bytes
-        // only).
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
-        }
-    }
-}
-
-/// What became of a table (see [`move_out`]).
-enum Moved {
-    /// Read from the file now.
-    Yes,
-    /// As it was (not written, or not mapped).
-    Kept,
-    /// Given back but not read back: the heap is not whole.
-    Lost(io::Error),
-}
-
-/// Writes `s` to `f` at `*at` (rounded up to a page) a chunk at a time,
-/// each chunk's memory given back once written, then reads it from the
-/// file's mapping (unless it is read from a mapping already). On an error
-/// the bytes given back are read back from the file.
-fn move_out<T: Pod>(f: &std::fs::File, at: &mut u64, s: &mut Slab<T>) -> Moved {
-    use std::os::unix::fs::FileExt;
-    if s.is_mapped() || s.is_empty() {
-        return Moved::Yes;
-    }
-    let off = at.next_multiple_of(1 << 16);
-    let bytes: &mut [u8] = bytemuck::cast_slice_mut(s.to_mut().as_mut_slice());
-    let len = bytes.len();
-    let mut done = 0;
-    let wrote = loop {
-        if done == len {
-            break Ok(());
-        }
-        // (A page of the table across two chunks stays until the table
-        // goes: one in 2,048.)
-        let end = (done + CHUNK).min(len);
-        if let Err(e) = bytes[done..end].chunks(WRITE).enumerate().try_for_each(|(i, w)| f.write_all_at(w, off + (done + i * WRITE) as u64))
-        {
-            break Err(e);
-        }
-        give_back(&mut bytes[done..end]);
-        done = end;
-    };
-    // SAFETY: a read-only mapping of the bytes just written to a file no
-    // other process can open by name (it has none), which this one writes
-    // no more: they do not change under the mapping.
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
     #[allow(unsafe_code)]
-    let map = wrote.and_then(|()| unsafe { memmap2::MmapOptions::new().offset(off).len(len).map(f) });
-    match map.map(|m| Slab::mapped(&Arc::new(m), 0..len)) {
-        Ok(Some(m)) => {
-            *s = m;
-            *at = off + len as u64;
-            Moved::Yes
-        }
-        _ => match f.read_exact_at(&mut bytes[..done], off) {
-            Ok(()) => Moved::Kept,
-            Err(lost) => Moved::Lost(lost),
-        },
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(4096)
+}
+
+/// The whole pages inside `bytes` (an address range).
+fn pages(bytes: Range<usize>) -> Range<usize> {
+    let page = page_size();
+    let start = bytes.start.next_multiple_of(page);
+    start..(bytes.end / page * page).max(start)
+}
+
+/// Maps `len` bytes at `addr` from `f` at `off` (`f`: None, fresh
+/// anonymous memory), over whatever was mapped there.
+fn map_over(addr: usize, len: usize, f: Option<(&std::fs::File, u64)>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (flags, fd, off) = match f {
+        Some((f, off)) => (libc::MAP_SHARED, f.as_raw_fd(), off),
+        None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0),
+    };
+    let off = libc::off_t::try_from(off).map_err(|_| io::Error::other("offset"))?;
+    // SAFETY: `addr..addr + len` is whole pages of one allocation this
+    // process owns, mapped read-write (see the callers), replaced by a
+    // read-write mapping of the same bytes (the file's, just written from
+    // them) or, when their allocation goes, by zeros: nothing reads other
+    // bytes there than it read before.
+    #[allow(unsafe_code)]
+    let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, libc::PROT_READ | libc::PROT_WRITE, flags | libc::MAP_FIXED, fd, off) };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// The pages of `bytes` (an allocation's, being given back) anonymous
+/// memory again.
+pub(crate) fn anonymous_again(bytes: Range<usize>) -> io::Result<()> {
+    let p = pages(bytes);
+    if p.is_empty() {
+        return Ok(());
+    }
+    map_over(p.start, p.len(), None)
+}
+
+/// Writes the whole pages of `bytes` to `f` at `*at` (rounded up to a
+/// page), a chunk at a time, each chunk then mapped from there at its own
+/// addresses; `moving` is called before the first is. `Ok(false)`: no
+/// whole page. On an error the chunks not mapped yet stay as they were.
+pub(crate) fn move_pages(bytes: &[u8], f: &std::fs::File, at: &mut u64, moving: impl FnOnce()) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let base = bytes.as_ptr() as usize;
+    let p = pages(base..base + bytes.len());
+    if p.is_empty() {
+        return Ok(false);
+    }
+    let off = at.next_multiple_of(page_size() as u64);
+    moving();
+    let mut done = p.start;
+    while done < p.end {
+        let end = (done + CHUNK).min(p.end);
+        let file_at = |a: usize| off + (a - p.start) as u64;
+        for w in (done..end).step_by(WRITE) {
+            f.write_all_at(&bytes[w - base..(w + WRITE).min(end) - base], file_at(w))?;
+        }
+        if let Err(e) = map_over(done, end - done, Some((f, file_at(done)))) {
+            // The old pages may be gone: fresh ones, the bytes read back.
+            let back = map_over(done, end - done, None).and_then(|()| {
+                // SAFETY: the pages just mapped anonymous, whole inside
+                // `bytes`, given back the bytes they held.
+                #[allow(unsafe_code)]
+                let b = unsafe { std::slice::from_raw_parts_mut(done as *mut u8, end - done) };
+                f.read_exact_at(b, file_at(done))
+            });
+            if back.is_err() {
+                eprintln!("heapdump: the heap's tables could not be moved to a file, nor read back ({e})");
+                std::process::abort();
+            }
+            return Err(e);
+        }
+        done = end;
+    }
+    *at = off + p.len() as u64;
+    Ok(true)
+}
+
+/// Where the file goes: the caches' directory, else the temporary one.
+pub(crate) fn dir_for(cache_dir: Option<&Path>) -> std::path::PathBuf {
+    cache_dir.map_or_else(std::env::temp_dir, Path::to_path_buf)
 }
 
 impl Heap {
-    /// Moves the heap's large tables (blocks, edges, their offsets, the
-    /// block of each record) to an unnamed file in `dir` and reads them
-    /// from its mapping from now on, their memory given back as they are
-    /// written. `Ok(false)`: kept in memory, as they were (`dir` keeps its
-    /// files in memory, or could not take them); an error: a table was
-    /// given back and could not be read back (the heap must not be used).
-    /// The answers are the same: the same bytes are read.
-    pub fn spill(&mut self, dir: &Path) -> crate::Result<bool> {
-        if !in_memory(dir).is_ok_and(|m| !m) {
+    /// Moves the pages of the heap's large tables (blocks, edges, their
+    /// offsets, the block of each record) to an unnamed file in `dir`,
+    /// mapped at the same addresses: the same bytes read on from
+    /// file-backed pages, their anonymous memory given back. `Ok(false)`:
+    /// nothing moved (`dir` keeps its files in memory, or the tables are
+    /// read from a mapping already); on an error the tables not moved yet
+    /// stay as they were. The answers are the same: the same bytes are
+    /// read, at the same addresses.
+    pub fn spill(&self, dir: &Path) -> io::Result<bool> {
+        if in_memory(dir)? {
             return Ok(false);
         }
-        let Ok(f) = tempfile::tempfile_in(dir) else { return Ok(false) };
+        let f = tempfile::tempfile_in(dir)?;
         let mut at = 0;
-        // Until one is not moved (the rest would not be either).
-        let moved = |m: Moved| match m {
-            Moved::Yes => Ok(true),
-            Moved::Kept => Ok(false),
-            Moved::Lost(source) => Err(crate::AnalyzeError::Io { path: dir.to_path_buf(), source }),
-        };
-        let ok = moved(move_out(&f, &mut at, &mut self.blocks.packed))?
-            && moved(move_out(&f, &mut at, &mut self.edge_start))?
-            && moved(move_out(&f, &mut at, &mut self.edge_target))?
-            && moved(move_out(&f, &mut at, &mut self.edge_offset.deltas))?
-            && moved(move_out(&f, &mut at, &mut self.edge_offset.anchors))?;
-        match &mut self.block_of {
-            Some(b) if ok => moved(move_out(&f, &mut at, b)),
-            _ => Ok(ok),
+        let mut moved = self.blocks.packed.move_to_file(&f, &mut at)?;
+        moved |= self.edge_start.move_to_file(&f, &mut at)?;
+        moved |= self.edge_target.move_to_file(&f, &mut at)?;
+        moved |= self.edge_offset.deltas.move_to_file(&f, &mut at)?;
+        moved |= self.edge_offset.anchors.move_to_file(&f, &mut at)?;
+        if let Some(b) = &self.block_of {
+            moved |= b.move_to_file(&f, &mut at)?;
         }
+        Ok(moved)
+    }
+}
+
+/// Before the dominators of a heap are computed: its tables moved to a
+/// file (see [`Heap::spill`]) when it is large, in the caches' directory
+/// `cache_dir` or the temporary one; kept where they are when that cannot
+/// be.
+pub(crate) fn before_dominators(heap: &Heap, cache_dir: Option<&Path>) {
+    if heap.len() >= FROM_BLOCKS {
+        let _ = heap.spill(&dir_for(cache_dir));
     }
 }

@@ -44,12 +44,15 @@ fn a_spilled_heap_answers_as_one_in_memory() {
     std::fs::write(&path.0, spec(n).write()).unwrap();
     let file = heapdump_analyze::DumpFile::open(&path.0).unwrap();
     let held = Heap::load(&file, &mut |_, _| {}).unwrap();
-    let mut spilled = Heap::load(&file, &mut |_, _| {}).unwrap();
+    let spilled = Heap::load(&file, &mut |_, _| {}).unwrap();
     // A directory on disk (the build's), as the caches' is.
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("spill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    // The tables move in place: what was borrowed of them before reads on.
+    let borrowed = spilled.blocks();
     assert!(spilled.spill(&dir).unwrap(), "the tables are moved to a directory on disk");
+    assert!(borrowed.eq(held.blocks()));
     // Read from a mapping of a file without a name: none in the directory.
     assert!(!mappings_in(&dir).is_empty(), "the tables are read from the file's mapping");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "the file has no name");
@@ -85,7 +88,7 @@ fn no_tables_are_moved_to_a_file_system_in_memory() {
         eprintln!("no tmpfs at /dev/shm: nothing to check");
         return;
     }
-    let (_path, mut h) = spec(200).load();
+    let (_path, h) = spec(200).load();
     let before = graph(&h);
     assert!(!h.spill(shm).unwrap());
     assert!(mappings_in(shm).is_empty());
