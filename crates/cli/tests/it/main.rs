@@ -34,6 +34,7 @@ mod report_channel;
 mod run_and_the_traced_program;
 mod run_forked_workers_and_refusals;
 mod run_triggers;
+mod spilled_tables;
 mod static_programs;
 mod tcmalloc_heap_walk;
 mod type_names;
