@@ -332,3 +332,92 @@ pub fn walk_heap(mem: &dyn Memory, map: PageMap, allocator: &str) -> Result<Glib
         allocator: allocator.to_string(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::Fake;
+
+    /// The top array (512 submaps, the lowest one after it), the exe's
+    /// data word pointing at it, one submap, and an arena of 4 slices
+    /// whose slice 1 is a page of 64-byte blocks (capacity 4, 2 used, 2
+    /// on its free list).
+    const TOP: u64 = 0x7f00_0000_0000;
+    const DATA: u64 = 0x5500_0000_0000;
+    const SUB: u64 = 0x7f00_1000_0000;
+    const ARENA: u64 = 0x20_0000_0000;
+    const META: u64 = ARENA + 1024;
+    const PAGE_AT: u64 = META + PAGE;
+    const BLOCKS: u64 = ARENA + SLICE;
+
+    fn heap(edit: impl Fn(&mut Vec<(u64, Vec<u8>)>)) -> Fake {
+        let anon = |start, end| Map { start, end, read: true, write: true, exec: false, offset: 0, path: None };
+        let exe =
+            Map { start: DATA, end: DATA + 4096, read: true, write: true, exec: false, offset: 0x1000, path: Some("/bin/service".into()) };
+        let maps = vec![anon(ARENA, ARENA + 4 * SLICE), exe, anon(TOP, TOP + 4096 + SUB_COUNT * 8), anon(SUB, SUB + SUB_COUNT * 8)];
+        let mut top = vec![0u8; 4096 + (SUB_COUNT * 8) as usize];
+        let put = |b: &mut Vec<u8>, off: u64, v: u64| b[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
+        put(&mut top, 0, TOP + 4096);
+        // The arena's slices are submap 256's (its slice 1 is slot 1).
+        put(&mut top, 8 * (ARENA >> 29), SUB);
+        let mut sub = vec![0u8; (SUB_COUNT * 8) as usize];
+        put(&mut sub, 8, PAGE_AT);
+        let mut arena = vec![0u8; (4 * SLICE) as usize];
+        put(&mut arena, A_SLICES, 4);
+        put(&mut arena, A_INFO, 1);
+        put(&mut arena, A_META, META);
+        let p = PAGE_AT - ARENA;
+        put(&mut arena, p + P_FREE, BLOCKS + 128);
+        arena[(p + P_USED) as usize] = 2;
+        arena[(p + P_CAPACITY) as usize] = 4;
+        put(&mut arena, p + P_RESERVED, 1024);
+        put(&mut arena, p + P_BLOCK_SIZE, 64);
+        put(&mut arena, p + P_START, BLOCKS);
+        put(&mut arena, p + P_MEMID, ARENA);
+        arena[(p + P_MEMID + M_KIND) as usize] = MEM_ARENA as u8;
+        // The free list: blocks 2 -> 3.
+        put(&mut arena, SLICE + 128, BLOCKS + 192);
+        let mut data = vec![0u8; 4096];
+        put(&mut data, 64, TOP);
+        let mut runs = vec![(ARENA, arena), (DATA, data), (TOP, top), (SUB, sub)];
+        edit(&mut runs);
+        Fake { maps, runs, file: None }
+    }
+
+    fn set(runs: &mut [(u64, Vec<u8>)], at: u64, v: u64) {
+        let (start, b) = runs.iter_mut().find(|(s, b)| at >= *s && at + 8 <= *s + b.len() as u64).unwrap();
+        let o = (at - *start) as usize;
+        b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    fn walk(f: &Fake) -> std::result::Result<Vec<(u64, u64)>, String> {
+        let rw: Vec<&Map> = f.maps.iter().filter(|m| m.file().is_some()).collect();
+        let pm = find(f, None, None, &rw, "service").map_err(|p| p.to_string())?;
+        let h = walk_heap(f, pm, "mimalloc 3.3.2 (static)").map_err(|e| e.to_string())?;
+        Ok(h.live.iter().map(|c| (c.mem, c.usable)).collect())
+    }
+
+    #[test]
+    fn the_page_map_found_by_shape_gives_each_pages_blocks_less_its_free_list() {
+        assert_eq!(walk(&heap(|_| {})).unwrap(), vec![(BLOCKS, 64), (BLOCKS + 64, 64)]);
+    }
+
+    #[test]
+    fn a_loop_a_page_larger_than_its_slices_and_misplaced_metadata_are_refused() {
+        // Block 3's next is block 2: a loop.
+        let e = walk(&heap(|r| set(r, BLOCKS + 192, BLOCKS + 128))).unwrap_err();
+        assert!(e.contains("free list loops") && e.contains(&format!("{PAGE_AT:#x}")), "{e}");
+        // 4096 blocks reserved: more than the one slice the map names.
+        let e = walk(&heap(|r| set(r, PAGE_AT + P_RESERVED, 4096))).unwrap_err();
+        assert!(e.contains("capacity does not fit the slices the page map gives it"), "{e}");
+        // The map names the page again two slices on.
+        let e = walk(&heap(|r| set(r, SUB + 24, PAGE_AT))).unwrap_err();
+        assert!(e.contains("page map names a page at slices apart"), "{e}");
+        // Its metadata is not its arena's entry for its slice.
+        let e = walk(&heap(|r| set(r, ARENA + A_META, META + 8))).unwrap_err();
+        assert!(e.contains("metadata is not its arena's"), "{e}");
+        // No data word points at a page map: not found, not guessed.
+        let e = walk(&heap(|r| set(r, DATA + 64, 0))).unwrap_err();
+        assert!(e.contains("was not found"), "{e}");
+    }
+}
