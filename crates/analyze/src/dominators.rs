@@ -15,6 +15,8 @@ use crate::prefetch::prefetch;
 use crate::slab::Slab;
 
 const NONE: u32 = u32::MAX;
+/// In [`Walk::first`]: the node has more than two edges.
+const MORE: u32 = u32::MAX;
 /// Marks the entry at the front of a node's predecessor list that is its
 /// DFS parent (node numbers stay below 2^31: see
 /// [`crate::heap::MAX_BLOCKS`]).
@@ -124,29 +126,45 @@ pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
 }
 
 /// Leak classes and the dominator tree headed by the lost structures'
-/// leaders. Both cores work from the start: the leak classes on a thread
-/// of their own, the predecessor lists on another, while this one walks
-/// the graph from the roots (which needs the leaks only then, for the
-/// leaders). On a heap held from its roots the walk and the leak classes
-/// are each a walk of the whole graph; on a heap that is mostly lost the
-/// walk from the roots is short and the leaders are waited for.
+/// leaders. Both cores work from the start: this thread walks the graph
+/// from the roots (which needs the leaks only then, for the leaders)
+/// while another classifies the blocks and hands the classes over. The
+/// predecessor lists (needed once the whole walk is done) are built by
+/// whichever thread is free first: on a heap held from its roots, the
+/// other one, while this one walks; on a heap that is mostly lost, whose
+/// walk from the roots is short, this one, while the classes are waited
+/// for (built beside the leak classes from the start, the lists had
+/// taken half of their core: the wait was 0.7 s of `retained` on
+/// benches/c/mostly_lost.c's 10 M blocks).
 pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -> (crate::leaks::Leaks, Dominators) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let claimed = AtomicBool::new(false);
+    let claim = || !claimed.swap(true, Ordering::Relaxed);
     std::thread::scope(|s| {
-        let mut leaks = Some(s.spawn(|| crate::leaks::analyze(heap, contents)));
-        let predecessors = s.spawn(|| Predecessors::of(heap));
+        let (classes, given) = std::sync::mpsc::sync_channel(1);
+        let other = s.spawn(move || {
+            // Nobody waiting means the walk has stopped: its panic goes on.
+            let _ = classes.send(crate::leaks::analyze(heap, contents));
+            claim().then(|| Predecessors::of(heap))
+        });
+        let mine = std::cell::RefCell::new(None);
         let mut got = None;
         let d = compute_in(
             heap,
             || {
-                let l: crate::leaks::Leaks = leaks.take().map(joined).expect("asked once");
-                let heads = l.heads();
-                got = Some(l);
-                heads
+                if given.try_recv().map(|l| got = Some(l)).is_err() && claim() {
+                    *mine.borrow_mut() = Some(Predecessors::of(heap));
+                }
+                match got.take().map_or_else(|| given.recv(), Ok) {
+                    Ok(l) => got.insert(l).heads(),
+                    // The other thread panicked: joining it, for the
+                    // predecessor lists, carries its panic on.
+                    Err(_) => Vec::new(),
+                }
             },
-            || joined(predecessors),
+            || joined(other).or_else(|| mine.borrow_mut().take()).expect("one thread built the lists"),
         );
-        let leaks = got.unwrap_or_else(|| leaks.take().map(joined).expect("not taken"));
-        (leaks, d)
+        (got.expect("the leak classes were given"), d)
     })
 }
 
@@ -171,17 +189,6 @@ pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> 
     })
 }
 
-/// Asks for the preorder numbers and edge ranges of the nodes `targets`
-/// (raw edges) point at, which a walk about to enter them reads next.
-#[inline(always)]
-fn ask_for(targets: &[u32], dfn: &[u32], starts: &[u32]) {
-    for &u in targets {
-        let v = ((u & !INTERIOR) + 1) as usize;
-        prefetch(dfn, v);
-        prefetch(starts, v - 1);
-    }
-}
-
 /// The dominator computation, `predecessors` giving the heap's
 /// predecessor lists once the depth-first walk is done.
 fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecessors: impl FnOnce() -> Predecessors) -> Dominators {
@@ -203,86 +210,104 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             root_children.push(v);
         }
     }
-    // The walk's tables (each node's preorder number, 1-based, 0 =
-    // unvisited; by number, each node's DFS parent and next edge) live in
-    // the memory the semidominator records take after them: 12 bytes a
-    // node either way, which the kernel then faults in once (fresh pages
-    // cost about 2 us each on a VM: 60 ms for these at 10 M blocks).
-    // Held as u64s (two records to three words) so that, once the
-    // idoms are known, the same memory holds the retained sizes in
-    // preorder, then by block (see below).
+    // The walk's state by node (see [`Walk`]), and by preorder number each
+    // node's DFS parent, in the memory the semidominator records take
+    // after them (12 bytes a node, fresh pages the kernel faults in once:
+    // about 2 us each on a VM). Held as u64s (two records to three words)
+    // so that, once the idoms are known, the same memory holds the
+    // retained sizes in preorder, then by block (see below).
     let mut info_words: Vec<u64> = bytemuck::allocation::zeroed_vec(3 * n.div_ceil(2));
     let info: &mut [Info] = &mut bytemuck::cast_slice_mut::<u64, Info>(&mut info_words)[..n];
-    let (dfn, rest) = bytemuck::cast_slice_mut::<Info, u32>(info).split_at_mut(n);
-    let (parent, next) = rest.split_at_mut(n);
-    // Iterative DFS: preorder numbers (1-based; 0 = unvisited), parents.
-    // Instead of a stack, each numbered node keeps the index of its next
-    // edge in the edge table (`next`), and the walk climbs back through
-    // `parent`: four bytes a node, where a stack of (node, edge) pairs as
-    // deep as a long list took eight, doubled by its growth. Node v's
-    // edges are `targets[starts[v - 1]..starts[v]]`; the virtual root's
-    // are `root_children`, walked below, one walk from each.
-    let mut vertex: Vec<u32> = Vec::with_capacity(n); // dfn-1 -> node
-    const AHEAD: usize = 16;
+    let (parent, rest) = bytemuck::cast_slice_mut::<Info, u32>(info).split_at_mut(n);
+    let dfn = &mut rest[..n];
+    let mut walk: Vec<Walk> = bytemuck::allocation::zeroed_vec(n);
     let (starts, targets) = heap.raw_edges();
     let node = |t: u32| (t & !INTERIOR) + 1;
-    let mut dfs_from = |start: u32, parent_dfn: u32, dfn: &mut [u32], vertex: &mut Vec<u32>, parent: &mut [u32]| {
-        parent[vertex.len()] = parent_dfn;
-        next[vertex.len()] = starts[start as usize - 1];
-        vertex.push(start);
-        dfn[start as usize] = vertex.len() as u32;
-        let first = vertex.len() - 1;
-        let mut cur = first;
-        let mut end = starts[start as usize] as usize;
+    Walk::fill(&mut walk, starts, targets);
+    // Iterative DFS: preorder numbers (1-based; 0 = unvisited), parents.
+    // Instead of a stack, each node keeps its next edge in its record
+    // and the walk climbs back through `parent`. Node v's edges are its
+    // record's `first` or `targets[starts[v - 1]..starts[v]]`; the virtual
+    // root's are `root_children`, walked below, one walk from each.
+    let mut vertex: Vec<u32> = Vec::with_capacity(n); // dfn-1 -> node
+    const AHEAD: usize = 16;
+    // Entering w from the node numbered p (0-based): its record is
+    // already asked for (entering its parent asked for those of its
+    // targets), and entering it asks for those of its own.
+    let enter = |w: u32, p: u32, walk: &mut [Walk], vertex: &mut Vec<u32>, parent: &mut [u32]| {
+        parent[vertex.len()] = p;
+        vertex.push(w);
+        let r = &mut walk[w as usize];
+        r.number = vertex.len() as u32;
+        if r.first[0] == MORE {
+            let (k, end) = (starts[w as usize - 1], starts[w as usize]);
+            r.next = k;
+            if end - k <= AHEAD as u32 {
+                for &u in &targets[k as usize..end as usize] {
+                    prefetch(walk, node(u) as usize);
+                }
+            }
+        } else {
+            let first = r.first;
+            prefetch(walk, first[0] as usize);
+            prefetch(walk, first[1] as usize);
+        }
+    };
+    let dfs_from = |start: u32, walk: &mut [Walk], vertex: &mut Vec<u32>, parent: &mut [u32]| {
+        let root = vertex.len();
+        enter(start, 0, walk, vertex, parent);
+        let mut cur = root;
+        let mut v = start;
         loop {
-            let k = next[cur] as usize;
-            if k < end {
-                // A node of many edges (an array of pointers, a hash
-                // table: where most of a large heap hangs) is read a few
-                // edges ahead, in three stages: a target's edge range,
-                // then its edge list, then its number and those of its
-                // first few targets, which the walk reads when it enters
-                // it (otherwise a miss each, one after the other: the walk
-                // of benches/c/dense.c's 10 M blocks of two random
-                // pointers, held from one array, took 2.2 s without this,
-                // 1.1 s with it).
-                if k + 3 * AHEAD < end {
-                    prefetch(starts, node(targets[k + 3 * AHEAD]) as usize - 1);
-                }
-                if k + 2 * AHEAD < end {
-                    prefetch(targets, starts[node(targets[k + 2 * AHEAD]) as usize - 1] as usize);
-                }
-                if k + AHEAD < end {
-                    let t = node(targets[k + AHEAD]) as usize;
-                    prefetch(dfn, t);
-                    for &u in targets[starts[t - 1] as usize..starts[t] as usize].iter().take(4) {
-                        prefetch(dfn, node(u) as usize);
+            let r = &mut walk[v as usize];
+            let w = if r.first[0] != MORE {
+                // A node of two edges or fewer (most of a heap's nodes):
+                // its targets are in its record.
+                match r.first.get(r.next as usize) {
+                    Some(&w) if w != 0 => {
+                        r.next += 1;
+                        w
                     }
+                    _ => 0,
                 }
-                next[cur] += 1;
-                let w = node(targets[k]);
-                if dfn[w as usize] == 0 {
-                    parent[vertex.len()] = cur as u32;
-                    next[vertex.len()] = starts[w as usize - 1];
-                    vertex.push(w);
-                    dfn[w as usize] = vertex.len() as u32;
+            } else {
+                let (k, end) = (r.next as usize, starts[v as usize] as usize);
+                if k < end {
+                    r.next += 1;
+                    // A node of many edges (an array of pointers, a hash
+                    // table: where most of a large heap hangs) is read a
+                    // few edges ahead, in two stages: a target's record,
+                    // then those of its own first targets, which the walk
+                    // reads when it enters it (otherwise a miss each, one
+                    // after the other: the walk of benches/c/dense.c's
+                    // 10 M blocks of two random pointers, held from one
+                    // array, took 2.2 s without this, 1.1 s with it).
+                    if let Some(&t) = targets[..end].get(k + 2 * AHEAD) {
+                        prefetch(walk, node(t) as usize);
+                    }
+                    if let Some(&t) = targets[..end].get(k + AHEAD) {
+                        let first = walk[node(t) as usize].first;
+                        if first[0] != MORE {
+                            prefetch(walk, first[0] as usize);
+                            prefetch(walk, first[1] as usize);
+                        }
+                    }
+                    node(targets[k])
+                } else {
+                    0
+                }
+            };
+            if w != 0 {
+                if walk[w as usize].number == 0 {
+                    enter(w, cur as u32, walk, vertex, parent);
                     cur = vertex.len() - 1;
-                    end = starts[w as usize] as usize;
-                    // A node of few edges (most of a heap that is mostly
-                    // lost, walked from millions of leaders) gets none of
-                    // the read-ahead above: its targets' numbers and edge
-                    // ranges are asked for together now, rather than each
-                    // waited for in turn as the walk reaches it.
-                    let k = next[cur] as usize;
-                    if end - k <= AHEAD {
-                        ask_for(&targets[k..end], dfn, starts);
-                    }
+                    v = w;
                 }
-            } else if cur == first {
+            } else if cur == root {
                 break;
             } else {
                 cur = parent[cur] as usize;
-                end = starts[vertex[cur] as usize] as usize;
+                v = vertex[cur];
             }
         }
     };
@@ -291,37 +316,33 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // neither reaches.
     parent[0] = NONE;
     vertex.push(0);
-    dfn[0] = 1;
+    walk[0].number = 1;
     for &c in &root_children {
-        if dfn[c as usize] == 0 {
-            dfs_from(c, 0, dfn, &mut vertex, parent);
+        if walk[c as usize].number == 0 {
+            dfs_from(c, &mut walk, &mut vertex, parent);
         }
     }
     // The extra roots, in order, each a walk (most of them short on a
-    // heap that is mostly lost): the edges of those a few places on, then
-    // their targets' numbers and edge ranges, read ahead.
+    // heap that is mostly lost), their records read a few places ahead.
     let extra = extra_roots();
     for (j, b) in extra.iter().enumerate() {
-        if let Some(a) = extra.get(j + 2 * AHEAD) {
-            prefetch(starts, a.index());
-        }
         if let Some(a) = extra.get(j + AHEAD) {
-            ask_for(&targets[starts[a.index()] as usize..starts[a.index() + 1] as usize], dfn, starts);
+            prefetch(&walk, a.index() + 1);
         }
         let v = b.0 + 1;
         if child(v) {
             root_children.push(v);
-            if dfn[v as usize] == 0 {
-                dfs_from(v, 0, dfn, &mut vertex, parent);
+            if walk[v as usize].number == 0 {
+                dfs_from(v, &mut walk, &mut vertex, parent);
             }
         }
     }
     drop(extra);
     drop(is_child);
     for start in 1..n as u32 {
-        if dfn[start as usize] == 0 {
+        if walk[start as usize].number == 0 {
             root_children.push(start);
-            dfs_from(start, 0, dfn, &mut vertex, parent);
+            dfs_from(start, &mut walk, &mut vertex, parent);
         }
     }
     let count = vertex.len();
@@ -330,8 +351,15 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // The heap's predecessor lists (by node, built while the walk ran),
     // renumbered in place to preorder numbers (0-based), each node's DFS
     // parent moved to the front of its list and marked: then the parents
-    // go (a child of the virtual root, whose number 0 no list holds,
-    // has no mark). Two threads, each over half of the nodes.
+    // and the walk's records go (a child of the virtual root, whose number
+    // 0 no list holds, has no mark). Two threads, each over half of the
+    // nodes.
+    // The preorder numbers, by node, packed four bytes each (the lists'
+    // renumbering reads them at random: a quarter of the pages).
+    for (d, r) in dfn.iter_mut().zip(&walk) {
+        *d = r.number;
+    }
+    drop(walk);
     let Predecessors { start, mut preds } = predecessors();
     let mid = n / 2;
     let (low, high) = preds.split_at_mut(start[mid] as usize);
@@ -435,7 +463,23 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
         r.best = x as u32;
         r.semi = (x >> 32) as u32;
     };
+    // Each step reads its block's size and count and its dominator's
+    // record, number and count, all over the tables: asked for a few
+    // steps ahead, in two stages (the dominator's block number first).
+    const SUM_AHEAD: usize = 16;
+    let packed: &[crate::heap::Packed] = &heap.blocks.packed;
     for w in (1..count).rev() {
+        if let Some(a) = w.checked_sub(2 * SUM_AHEAD) {
+            prefetch(&vertex, info[a].ancestor as usize);
+        }
+        if let Some(a) = w.checked_sub(SUM_AHEAD).filter(|&a| a > 0) {
+            let (ab, d) = ((vertex[a] - 1) as usize, info[a].ancestor as usize);
+            prefetch(packed, ab);
+            prefetch(&dominated, ab);
+            prefetch(&idom, ab);
+            prefetch(info, d);
+            prefetch(&dominated, (vertex[d].wrapping_sub(1)) as usize);
+        }
         let b = (vertex[w] - 1) as usize;
         let r = get(&info[w]) + heap.size(BlockId(b as u32));
         set(&mut info[w], r);
@@ -587,6 +631,45 @@ fn renumber(dfn: &[u32], parent: &[u32], first: usize, start: &[u32], preds: &mu
         if let Some(i) = list.iter().position(|&x| x == p) {
             list.swap(0, i);
             list[0] |= FIRST;
+        }
+    }
+}
+
+/// A node's state in the depth-first walk: 16 bytes, so that the one
+/// cache miss entering a node costs brings all the walk reads of it
+/// there (its number, and the targets of a node of two edges or fewer:
+/// most nodes of most heaps). Through the edge table, a node's targets
+/// were a second miss, which could be asked for only once the first had
+/// arrived: on a heap that is mostly lost, walked from millions of
+/// leaders in short walks that read-ahead cannot follow, the two were
+/// waited for in turn at every node (the walk of benches/c/mostly_lost.c's
+/// 10 M blocks took about 2.2 s, now about 1.2 s).
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(16))]
+struct Walk {
+    /// Preorder number, 1-based (0: not yet walked).
+    number: u32,
+    /// The node's targets, as node numbers (0: none), when it has two
+    /// edges or fewer; `[MORE, _]` when it has more (in the edge table).
+    first: [u32; 2],
+    /// The next edge to follow: an index into `first`, or into the edge
+    /// table for a node of more edges (set on entering it).
+    next: u32,
+}
+
+impl Walk {
+    /// Each node's targets, from the heap's edge table (node v's are
+    /// `targets[starts[v - 1]..starts[v]]`).
+    fn fill(walk: &mut [Walk], starts: &[u32], targets: &[u32]) {
+        let node = |k: u32| (targets[k as usize] & !INTERIOR) + 1;
+        for (v, r) in walk.iter_mut().enumerate().skip(1) {
+            let (s, e) = (starts[v - 1], starts[v]);
+            r.first = match e - s {
+                0 => [0, 0],
+                1 => [node(s), 0],
+                2 => [node(s), node(s + 1)],
+                _ => [MORE, 0],
+            };
         }
     }
 }
