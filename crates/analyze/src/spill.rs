@@ -19,9 +19,10 @@
 //! The file has no name from the start (`O_TMPFILE`, or created and
 //! unlinked at once where the file system lacks it): nothing is left
 //! behind when the process ends, however it ends. It goes in the caches'
-//! directory, or the temporary one (`$TMPDIR`) for a question without
-//! caches; never on a file system held in memory (tmpfs, ramfs: its pages
-//! would be shared memory, no less resident than the tables).
+//! directory, or for a question without caches the temporary one
+//! (`$TMPDIR`, else `/tmp`), or `/var/tmp`; never on a file system held in
+//! memory (tmpfs, ramfs: its pages would be shared memory, no less
+//! resident than the tables).
 
 use crate::heap::Heap;
 use std::io;
@@ -139,11 +140,6 @@ pub(crate) fn move_pages(bytes: &[u8], f: &std::fs::File, at: &mut u64, moving: 
     Ok(true)
 }
 
-/// Where the file goes: the caches' directory, else the temporary one.
-pub(crate) fn dir_for(cache_dir: Option<&Path>) -> std::path::PathBuf {
-    cache_dir.map_or_else(std::env::temp_dir, Path::to_path_buf)
-}
-
 impl Heap {
     /// Moves the pages of the heap's large tables (blocks, edges, their
     /// offsets, the block of each record) to an unnamed file in `dir`,
@@ -173,10 +169,20 @@ impl Heap {
 
 /// Before the dominators of a heap are computed: its tables moved to a
 /// file (see [`Heap::spill`]) when it is large, in the caches' directory
-/// `cache_dir` or the temporary one; kept where they are when that cannot
-/// be.
+/// `cache_dir`, else the temporary one, or `/var/tmp` when that one is in
+/// memory (as `/tmp` is on many systems); kept where they are when none
+/// will take them.
 pub(crate) fn before_dominators(heap: &Heap, cache_dir: Option<&Path>) {
-    if heap.len() >= FROM_BLOCKS {
-        let _ = heap.spill(&dir_for(cache_dir));
+    if heap.len() < FROM_BLOCKS {
+        return;
+    }
+    let dirs = match cache_dir {
+        Some(d) => vec![d.to_path_buf()],
+        None => vec![std::env::temp_dir(), "/var/tmp".into()],
+    };
+    for d in dirs {
+        if heap.spill(&d).unwrap_or(false) {
+            return;
+        }
     }
 }

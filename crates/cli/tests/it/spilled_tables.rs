@@ -28,7 +28,8 @@ fn a_large_heap_answers_the_same_from_its_tables_file_and_leaves_nothing() {
         .output()
         .unwrap());
     // $TMPDIR on disk (the build's directory), where the tables go without
-    // caches, against one in memory (tmpfs), where they stay in memory.
+    // caches, against one in memory (tmpfs), which they pass over (for
+    // /var/tmp, or memory when that will not take them either).
     let disk = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("spill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&disk);
     std::fs::create_dir_all(&disk).unwrap();
