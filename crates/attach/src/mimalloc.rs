@@ -272,10 +272,10 @@ struct ExeSymbols {
 
 /// The symbols of the executable mapped at `base` (its first mapping),
 /// from its file (`bytes`): a Rust release build keeps its symbol table.
-fn exe_symbols(bytes: &[u8], base: u64) -> ExeSymbols {
+fn exe_symbols<'d, R: object::ReadRef<'d>>(file: R, base: u64) -> ExeSymbols {
     use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
     let mut out = ExeSymbols::default();
-    let Ok(e) = object::File::parse(bytes) else { return out };
+    let Ok(e) = object::File::parse(file) else { return out };
     out.printed = printed_version(&e);
     // The load bias: where the segment at file offset 0 is mapped.
     let Some(first) = e.segments().find(|s| s.file_range().0 == 0) else { return out };
@@ -317,10 +317,11 @@ fn exe_symbols(bytes: &[u8], base: u64) -> ExeSymbols {
 /// different numbers gives no version). `None` when any of it is
 /// missing, a register is set to two values there, or a number is not a
 /// version's.
-fn printed_version(e: &object::File) -> Option<u32> {
+fn printed_version<'d, R: object::ReadRef<'d>>(e: &object::File<'d, R>) -> Option<u32> {
     use object::{Object, ObjectSection, SectionKind};
     let message = b"v%i.%i.%i%s%s (built on";
-    let text = e.sections().find_map(|s| {
+    let read_only = [SectionKind::ReadOnlyData, SectionKind::ReadOnlyString, SectionKind::ReadOnlyDataWithRel];
+    let text = e.sections().filter(|s| read_only.contains(&s.kind())).find_map(|s| {
         let d = s.data().ok()?;
         Some(s.address() + memchr::memmem::find(d, message)? as u64)
     })?;
@@ -397,14 +398,22 @@ fn static_copy(mem: &dyn Memory) -> Option<std::result::Result<Found, Problem>> 
     // The executable's file: a core's (which leaves read-only data out),
     // or, once its memory says it holds mimalloc, a live process's own.
     let mut file = Vec::new();
-    let opened = if in_memory { mem.exe_file().or_else(|| mem.host_file(&exe)) } else { mem.host_file(&exe) };
-    if let Some(Ok(f)) = opened {
-        let _ = f.take(512 << 20).read_to_end(&mut file);
-    }
-    if !in_memory && !marked(&file) {
-        return None;
-    }
-    let syms = exe_symbols(&file, first.start);
+    let syms = if in_memory {
+        // Only the parts read (headers, symbols, code and read-only
+        // data), not its debug information.
+        match mem.exe_file().or_else(|| mem.host_file(&exe)) {
+            Some(Ok(f)) => exe_symbols(&object::read::ReadCache::new(f), first.start),
+            _ => ExeSymbols::default(),
+        }
+    } else {
+        if let Some(Ok(f)) = mem.host_file(&exe) {
+            let _ = f.take(512 << 20).read_to_end(&mut file);
+        }
+        if !marked(&file) {
+            return None;
+        }
+        exe_symbols(&*file, first.start)
+    };
     let strings = if in_memory { &data } else { &file };
     let generation = if has(strings, b"deprecated_max_segment_reclaim") {
         Some(3)
