@@ -13,6 +13,7 @@ command -v valgrind >/dev/null || need+=(valgrind)
 command -v gcore >/dev/null || need+=(gdb)
 [ -x /usr/bin/time ] || need+=(time)   # the peak memory of a capture (attach_in_containers_and_crafted_cores)
 command -v gcc >/dev/null || need+=(gcc)
+command -v strip >/dev/null || need+=(binutils)  # the static mimalloc tests strip a program
 command -v g++ >/dev/null || need+=(g++)
 command -v go >/dev/null || need+=(golang-go)
 command -v dot >/dev/null || need+=(graphviz)
