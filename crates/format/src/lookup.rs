@@ -1,9 +1,7 @@
 //! Which block a word points into, over blocks sorted by address: what
-//! attach's compact scan and the analysis load ask, made to serve the
-//! runtime's compact dump too (inside the traced process, with the world
-//! stopped: no allocation, the caller's storage), whose index still has
-//! its own directory until the switch is measured neutral (BENCHMARKS.md,
-//! "One address lookup").
+//! the runtime's compact dump (inside the traced process, with the world
+//! stopped: no allocation, the caller's storage), attach's compact scan
+//! and the analysis load ask (BENCHMARKS.md, "One address lookup").
 //!
 //! The blocks are cut into runs wherever the next block starts a gap or
 //! more past the end of every block before it (the brk heap, each arena,
@@ -755,12 +753,19 @@ impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
     /// The granule (in its run) of the last block start at or before word
     /// `w` of line `li` (`bits` being that word's starts at or before the
     /// granule looked up), searched back over at most four lines (16 KiB).
-    #[inline]
+    /// Inline where the word has a start (a word pointing into the first
+    /// 1 KiB of its block, most of them): no call on the common path.
+    #[inline(always)]
     fn last_start(&self, r: &Run, li: usize, w: usize, bits: u64) -> Option<usize> {
-        let at = |li: usize, w: usize, bits: u64| (li - r.line) * LINE_GRANULES + w * 64 + 63 - bits.leading_zeros() as usize;
         if bits != 0 {
-            return Some(at(li, w, bits));
+            return Some((li - r.line) * LINE_GRANULES + w * 64 + 63 - bits.leading_zeros() as usize);
         }
+        self.last_start_before(r, li, w)
+    }
+
+    /// [`Directory::last_start`] in the words before word `w` of line `li`.
+    #[inline(never)]
+    fn last_start_before(&self, r: &Run, li: usize, w: usize) -> Option<usize> {
         let lines = self.lines.as_ref();
         let (mut li, mut w) = (li, w);
         for _ in 0..4 * 4 {
@@ -774,7 +779,7 @@ impl<R: AsRef<[Run]>, K: AsRef<[u32]>, L: AsRef<[Line]>> Directory<R, K, L> {
             w -= 1;
             let bits = lines.get(li)?.starts[w];
             if bits != 0 {
-                return Some(at(li, w, bits));
+                return Some((li - r.line) * LINE_GRANULES + w * 64 + 63 - bits.leading_zeros() as usize);
             }
         }
         None
@@ -800,7 +805,7 @@ fn set_full(ls: &mut [Line], from: usize, to: usize) {
 /// or before `v` is in `[from - 1, to)` (every block before `from` starts
 /// before `v`'s bucket, every block from `to` on after it). Its index and
 /// the offset of `v` in it, when `v` is inside it or at its start.
-#[inline]
+#[inline(always)]
 pub fn holder<B: Blocks + ?Sized>(b: &B, from: usize, to: usize, v: u64) -> Option<(usize, u64)> {
     let to = to.min(b.len());
     let i = b.first_after(from.min(to), to, v).checked_sub(1)?;

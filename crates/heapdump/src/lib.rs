@@ -34,8 +34,9 @@
 //! - `table/`: the live table (`slots`, `shadow`, `overflow`, `counters`)
 //!   and a marked thread's log of its own blocks (`marks`);
 //! - `sites/`: allocation sites (`unwind`, `sampling`);
-//! - `dump/`: writing a dump (`index` and its `directory`, `scan`,
-//!   `roots`, `modules`, the `assist` and `writer` threads);
+//! - `dump/`: writing a dump (`index`, with the format's lookup for its
+//!   directory, `scan`, `roots`, `modules`, the `assist` and `writer`
+//!   threads);
 //! - `trigger/`: when and where to dump (`fatal`, `limit`, `helper_pipe`,
 //!   `output`, `report`).
 //!

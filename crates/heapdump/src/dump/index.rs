@@ -4,22 +4,135 @@
 //! The compact scan asks that of every word of every block and root. A
 //! binary search of the whole index (10 M entries: some twenty dependent
 //! cache misses) made a compact dump of a dense heap 46 times slower than a
-//! full one. The directory cuts the address range into clusters (runs of
-//! blocks with no gap of 16 MiB or more: the brk heap, each arena, the
-//! mapped blocks) and each cluster into buckets of a power-of-two size
-//! holding a few blocks on average; a bucket holds the index of the first
-//! block starting in it, so a lookup is a search of the few clusters, one
-//! bucket read and a search of a handful of entries.
-//!
-//! Written by hand: it is built and used with the world stopped, inside
-//! the traced process, from memory mapped from the kernel.
+//! full one. The directory is the format's ([`heapdump_format::lookup`]):
+//! the address range cut into runs of blocks with no gap of 16 MiB or more
+//! (the brk heap, each arena, the mapped blocks); a dense run of small
+//! 16-byte-aligned blocks gets a granule map (a word's block from one cache
+//! line), any other buckets of a power-of-two size holding a few blocks on
+//! average (one bucket read and a search of a handful of entries). This
+//! file gives it the index's entries and its storage, mapped from the
+//! kernel: built and used with the world stopped, inside the traced
+//! process, without the tracked heap.
 
 use crate::dump::outcome::DumpError;
 
-use crate::dump::directory::{prefetch, Directory, NO_LINES};
 use crate::entry::Entry;
-use crate::sys;
+use crate::sys::{self, Mapping};
 use crate::table::Table;
+use heapdump_format::lookup::{self, prefetch, Line, Run, Shape};
+
+/// Runs cut at a gap of 16 MiB; buckets of at least 16 bytes (no two
+/// 16-byte-aligned blocks start in one bucket less), four blocks to a
+/// bucket on average; a granule map where it costs at most 16 bytes per
+/// block (the index entry itself is 24).
+const SHAPE: Shape = Shape { gap: 16 << 20, min_shift: 4, buckets: 1, per_blocks: 4, line_budget: 16 };
+
+/// The index's entries as the directory reads them.
+struct Entries<'a>(&'a [Entry]);
+
+impl lookup::Blocks for Entries<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline]
+    fn start(&self, i: usize) -> u64 {
+        self.0[i].addr
+    }
+    #[inline]
+    fn size(&self, i: usize) -> u64 {
+        self.0[i].size
+    }
+    #[inline(always)]
+    fn first_after(&self, from: usize, to: usize, v: u64) -> usize {
+        self.0.get(from..to).map_or(to, |s| from + s.partition_point(|e| e.addr <= v))
+    }
+}
+
+/// `len` values of `T` in a mapping of their own: the directory's storage.
+struct Part<T> {
+    ptr: *mut T,
+    len: usize,
+    /// Owns the memory (unmapped when dropped); none when `len` is 0.
+    _map: Option<Mapping>,
+}
+
+impl<T: Copy> Part<T> {
+    fn none() -> Part<T> {
+        Part { ptr: core::ptr::NonNull::dangling().as_ptr(), len: 0, _map: None }
+    }
+
+    /// Maps room for `len` values (with huge pages when `huge`: the
+    /// lookups read it at random).
+    ///
+    /// # Safety
+    /// Every bit pattern is a `T`, and `T` needs at most page alignment.
+    unsafe fn map(len: usize, huge: bool) -> Result<Part<T>, i32> {
+        if len == 0 {
+            return Ok(Part::none());
+        }
+        let bytes = len.checked_mul(core::mem::size_of::<T>()).ok_or(libc::ENOMEM)?.next_multiple_of(4096);
+        let mut map = Mapping::anon(bytes)?;
+        if huge {
+            // A hint; refused is fine.
+            let _ = sys::huge_pages(map.bytes().as_ptr() as usize, bytes);
+        }
+        // SAFETY: any bits are a `T` and the mapping is page aligned (the
+        // caller's word); it holds `bytes / size_of::<T>() >= len` of them.
+        let ptr = unsafe { map.typed_mut::<T>() }.as_mut_ptr();
+        Ok(Part { ptr, len, _map: Some(map) })
+    }
+}
+
+impl<T> AsRef<[T]> for Part<T> {
+    #[inline(always)]
+    fn as_ref(&self) -> &[T] {
+        // SAFETY: `ptr` is dangling with `len` 0, or `len` values of the
+        // mapping this part owns (alive while it is), valid whatever their
+        // bits (`Part::map`) and reached through this part alone.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<T> AsMut<[T]> for Part<T> {
+    #[inline(always)]
+    fn as_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `as_ref`; `&mut self` makes the view unique.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// The directory over the index's entries, in its mappings.
+type Directory = lookup::Directory<Part<Run>, Part<u32>, Part<Line>>;
+
+/// The directory of no entries.
+fn no_directory() -> Directory {
+    Directory::empty(Part::none(), Part::none(), Part::none())
+}
+
+/// The directory of `s`, in mappings of its own.
+fn build_directory(s: &[Entry]) -> Result<Directory, i32> {
+    if s.is_empty() {
+        return Ok(no_directory());
+    }
+    let sizes = SHAPE.sizes(&Entries(s));
+    // SAFETY: a `Run` is integers (u64s, usizes, a u32), a `Line` eight
+    // u64s: any bits are one; none needs more than 64-byte alignment.
+    let (runs, words, lines) = unsafe { (Part::map(sizes.runs, false)?, Part::map(sizes.words, true)?, Part::map(sizes.lines, true)?) };
+    // None only for more entries than a u32 counts.
+    Directory::build(&SHAPE, &Entries(s), runs, words, lines).ok_or(libc::EOVERFLOW)
+}
+
+/// [`lookup::Directory::find`] with the processor's population count (the
+/// portable one is a dozen instructions per word counted, four words per
+/// lookup in a granule map).
+///
+/// # Safety
+/// The processor must have POPCNT.
+#[target_feature(enable = "popcnt")]
+unsafe fn find_popcnt(dir: &Directory, s: &[Entry], v: u64) -> Option<(usize, u64)> {
+    dir.find(&Entries(s), v)
+}
 
 /// The live allocations sorted by address: the lookup index of the compact
 /// scan, and the order allocations are written in (so their contents are
@@ -29,9 +142,9 @@ pub(crate) struct Index {
     ptr: *mut Entry,
     len: usize,
     map_len: usize,
-    lo: u64,
-    hi: u64,
     dir: Directory,
+    /// Whether the processor counts bits in one instruction.
+    popcnt: bool,
     /// The largest blocks of [`HUGE`] bytes or more.
     huge: Huge,
 }
@@ -101,45 +214,24 @@ impl Index {
     /// order) and the offset of `v` in it.
     #[inline]
     pub(crate) fn find(&self, v: u64) -> Option<(usize, u64)> {
-        if v < self.lo || v >= self.hi {
+        // Most words of a heap point nowhere near it: answered here, inline,
+        // before the call (its code built for POPCNT is not inlined).
+        let (lo, hi) = self.dir.bounds();
+        if v < lo || v >= hi {
             return None;
         }
-        let s = self.as_slice();
-        let c = self.dir.cluster_of(v)?;
-        if c.lines != NO_LINES {
-            if self.dir.popcnt {
-                // SAFETY: the processor has POPCNT (checked when built).
-                return unsafe { self.dir.granule_find_popcnt(&c, v, s) };
-            }
-            return self.dir.granule_find(&c, v, s);
+        if self.popcnt {
+            // SAFETY: the processor has POPCNT (checked when built).
+            return unsafe { find_popcnt(&self.dir, self.as_slice(), v) };
         }
-        let k = ((v - c.lo) >> c.shift) as usize;
-        // SAFETY: k + 1 < the cluster's bucket count ((hi - lo) >> shift
-        // + 2), since v - lo < hi - lo.
-        let (from, to) = unsafe { (*self.dir.buckets.add(c.buckets + k) as usize, *self.dir.buckets.add(c.buckets + k + 1) as usize) };
-        // The last entry starting at or before v lies in [from - 1, to):
-        // every entry before `from` starts before v's bucket, every entry
-        // from `to` on after it.
-        let i = from + s[from..to].partition_point(|e| e.addr <= v);
-        let e = s.get(i.checked_sub(1)?)?;
-        (v < e.addr + e.size || v == e.addr).then_some((i - 1, v - e.addr))
+        self.dir.find(&Entries(self.as_slice()), v)
     }
 
     /// Starts the memory reads that a lookup of `v` will make (the
     /// granule map's line, or the directory's bucket). Only a hint.
     #[inline]
     pub(crate) fn prefetch_value(&self, v: u64) {
-        if v < self.lo || v >= self.hi {
-            return;
-        }
-        let Some(c) = self.dir.cluster_of(v) else { return };
-        if c.lines != NO_LINES {
-            let li = c.line_of(v);
-            prefetch(self.dir.lines.wrapping_add(li) as usize);
-            prefetch(self.dir.ranks.wrapping_add(li) as usize);
-        } else {
-            prefetch(self.dir.buckets.wrapping_add(c.buckets + ((v - c.lo) >> c.shift) as usize) as usize);
-        }
+        self.dir.prefetch_word(v);
     }
 
     /// Starts the memory reads that [`Index::hits`] will make for the
@@ -150,7 +242,7 @@ impl Index {
     pub(crate) fn prefetch(&self, addr: u64, size: u64, entries: bool) {
         // A granule map's line answers alone: with no bucket cluster
         // there are no entries to prefetch.
-        if addr % 8 != 0 || (entries && self.dir.nbuckets == 0) {
+        if addr % 8 != 0 || (entries && !self.dir.has_buckets()) {
             return;
         }
         let words = (size / 8).min(64);
@@ -163,21 +255,15 @@ impl Index {
                 self.prefetch_value(v);
                 continue;
             }
-            if v < self.lo || v >= self.hi {
-                continue;
-            }
             // A granule map's line answers alone: no entries to prefetch.
-            let Some(c) = self.dir.cluster_of(v).filter(|c| c.lines == NO_LINES) else { continue };
-            let k = ((v - c.lo) >> c.shift) as usize;
+            let Some((from, to)) = self.dir.locate(v).and_then(|l| self.dir.window(l)) else { continue };
             // Every line of the window the lookup searches, from the entry
             // before it (at most 8 lines).
-            // SAFETY: as in `find`: buckets k and k + 1 exist.
-            let (from, to) = unsafe { (*self.dir.buckets.add(c.buckets + k), *self.dir.buckets.add(c.buckets + k + 1)) };
-            let first = self.ptr.wrapping_add((from as usize).saturating_sub(1)) as usize & !63;
-            let last = self.ptr.wrapping_add(to as usize) as usize;
+            let first = self.ptr.wrapping_add(from) as usize & !63;
+            let last = self.ptr.wrapping_add(to) as usize;
             let mut line = first;
             while line < last && line < first + 8 * 64 {
-                prefetch(line);
+                prefetch(line as *const u8);
                 line += 64;
             }
         }
@@ -189,7 +275,8 @@ impl Index {
             unsafe { sys::munmap(self.ptr.cast(), self.map_len) };
             self.ptr = core::ptr::null_mut();
         }
-        self.dir.release();
+        // Its mappings go with it.
+        self.dir = no_directory();
     }
 }
 
@@ -374,17 +461,17 @@ pub(crate) fn build_index(table: &Table, mut prepared: Option<Prepared>) -> Resu
     let n = n - dropped;
     // SAFETY: our mapping, no longer referenced.
     unsafe { sys::munmap(tmp.cast(), tmp_len) };
-    let mut index = Index { ptr, len: n, map_len, lo: 0, hi: 0, dir: Directory::EMPTY, huge };
-    match Directory::build(index.as_slice()) {
+    // std_detect's answer is cached in a static after one CPUID: it does
+    // not allocate.
+    let popcnt = std::arch::is_x86_feature_detected!("popcnt");
+    let mut index = Index { ptr, len: n, map_len, dir: no_directory(), popcnt, huge };
+    match build_directory(index.as_slice()) {
         Ok(d) => index.dir = d,
         Err(errno) => {
             index.release();
             return Err(map_err(errno));
         }
     }
-    // The clusters' bounds, found while building them: no second pass
-    // over the entries with the world stopped.
-    (index.lo, index.hi) = index.dir.bounds();
     Ok(index)
 }
 
@@ -495,8 +582,15 @@ mod tests {
         }
     }
 
+    /// The index's own use of the format's lookup (whose tests check its
+    /// answers on every layout, the runtime's heaps among them): its
+    /// directory in mappings of its own, a dense heap's granule map beside
+    /// the buckets of the mapped blocks, an 8-byte-aligned heap's buckets,
+    /// the processor's population count or the portable one, the
+    /// read-ahead of a word's lookup and of a block's words (hints, which
+    /// change nothing).
     #[test]
-    fn the_directory_answers_as_a_search_of_every_block() {
+    fn the_index_finds_what_a_search_of_every_block_finds() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut rnd = move || {
             x ^= x << 13;
@@ -505,55 +599,51 @@ mod tests {
             x
         };
         let (mut with_lines, mut with_buckets) = (0, 0);
-        for layout in 0..60 {
-            // Clusters far apart (a brk heap, arenas, mapped blocks), blocks
-            // of 0 bytes to 1 MiB, packed or with gaps; every third layout
-            // dense and small-blocked (granule maps), some 8-byte aligned
-            // (buckets only).
-            let dense = layout % 3 == 0;
-            let align = if layout % 5 == 1 { 8 } else { 16 };
+        for layout in 0..4 {
+            let align = if layout % 2 == 1 { 8 } else { 16 };
             let mut entries = Vec::new();
             let mut addr = 0x5555_0000_0000u64 + (rnd() % 4096) * 16;
-            for _ in 0..(1 + rnd() % 3000) {
+            for _ in 0..(500 + rnd() % 1500) {
                 let size = match rnd() % 10 {
                     0 => 0,
-                    1 if dense => 16 * (1 + rnd() % 2000),
-                    1 => 1 << 20,
-                    2..=4 => 16 + rnd() % 64,
-                    _ => 8 * (1 + rnd() % 8),
+                    1 => 16 * (1 + rnd() % 64),
+                    _ => 16 + rnd() % 64,
                 };
                 entries.push(Entry::new(addr as *mut u8, size as usize, 16, 0, false));
-                addr += (size.max(1)).next_multiple_of(align) + if dense { 16 * (rnd() % 2) } else { 0 };
-                match rnd() % if dense { 1000 } else { 50 } {
-                    0 => addr += 1 << (24 + rnd() % 20),
-                    1..=5 if !dense => addr += 16 * (rnd() % 100_000),
-                    _ => {}
-                }
+                addr += size.max(1).next_multiple_of(align) + 16 * (rnd() % 2);
             }
-            let lo = entries[0].addr;
-            let hi = entries.iter().map(|e| (e.addr + e.size).max(e.addr + 1)).max().unwrap();
-            let dir = Directory::build(&entries).unwrap();
-            assert_eq!(dir.bounds(), (lo, hi), "layout {layout}: the clusters' bounds are the index's");
-            // SAFETY: the directory's clusters.
-            let cl = unsafe { core::slice::from_raw_parts(dir.clusters, dir.nclusters) };
-            with_lines += cl.iter().filter(|c| c.lines != NO_LINES).count();
-            with_buckets += cl.iter().filter(|c| c.lines == NO_LINES).count();
-            let index = Index { ptr: entries.as_mut_ptr(), len: entries.len(), map_len: 0, lo, hi, dir, huge: Huge::NONE };
+            // The mapped blocks, far above.
+            let mut addr = 0x7f00_0000_0000u64;
+            for _ in 0..20 {
+                entries.push(Entry::new(addr as *mut u8, 1 << 20, 16, 0, false));
+                addr += (2 << 20) + (rnd() % 64) * 4096;
+            }
+            let dir = build_directory(&entries).unwrap();
+            with_lines += dir.runs().iter().filter(|r| r.has_lines()).count();
+            with_buckets += dir.runs().iter().filter(|r| !r.has_lines()).count();
+            let popcnt = std::arch::is_x86_feature_detected!("popcnt");
+            let mut index = Index { ptr: entries.as_mut_ptr(), len: entries.len(), map_len: 0, dir, popcnt, huge: Huge::NONE };
+            let (lo, hi) = index.dir.bounds();
             let mut probes: Vec<u64> = entries
                 .iter()
                 .flat_map(|e| [e.addr, e.addr + e.size / 2, e.addr + e.size, e.addr + e.size.saturating_sub(1), e.addr.wrapping_sub(1)])
                 .collect();
-            probes.extend((0..3000).map(|_| lo.wrapping_sub(1 << 20) + rnd() % (hi - lo + (2 << 20))));
-            for v in probes {
-                assert_eq!(index.find(v), brute(&entries, v), "layout {layout}: {v:#x}");
-                assert_eq!(index.hits(v), brute(&entries, v).is_some(), "layout {layout}: {v:#x}");
+            probes.extend((0..1000).map(|_| lo.wrapping_sub(1 << 20) + rnd() % (hi - lo + (2 << 20))));
+            for popcnt in [popcnt, false] {
+                index.popcnt = popcnt;
+                for &v in &probes {
+                    index.prefetch_value(v);
+                    assert_eq!(index.find(v), brute(&entries, v), "layout {layout}: {v:#x}");
+                    assert_eq!(index.hits(v), brute(&entries, v).is_some(), "layout {layout}: {v:#x}");
+                }
             }
-            let mut index = index;
-            index.dir.release();
+            // A block's words read ahead: its own entries' addresses.
+            let words: Vec<u64> = probes.iter().take(64).copied().collect();
+            index.prefetch(words.as_ptr() as u64, 8 * words.len() as u64, false);
+            index.prefetch(words.as_ptr() as u64, 8 * words.len() as u64, true);
+            // The entries are the test's: only the directory is given back.
+            index.dir = no_directory();
         }
-        assert!(
-            with_lines >= 10 && with_buckets >= 10,
-            "both kinds of cluster tested: {with_lines} granule maps, {with_buckets} bucket arrays"
-        );
+        assert!(with_lines >= 2 && with_buckets >= 4, "both kinds of run: {with_lines} granule maps, {with_buckets} bucket runs");
     }
 }

@@ -9,9 +9,9 @@
 //! configuration) and [`Request`] (what was asked and why): it knows
 //! nothing of the runtime's global state or its triggers.
 //!
-//! The room owns the writing: this file (the sequence), `index` with its
-//! `directory` (the live blocks sorted, and which block a word points
-//! into), `scan` (memory into records), `roots` (what outside the heap is
+//! The room owns the writing: this file (the sequence), `index` (the live
+//! blocks sorted, and which block a word points into, through the format's
+//! lookup), `scan` (memory into records), `roots` (what outside the heap is
 //! a root), `modules` (the module map), `assist` (a second thread scanning
 //! for compact dumps), `writer` (a second thread writing the bytes),
 //! `collapse` (huge pages before a forked dump) and `outcome` (what a dump
@@ -21,7 +21,6 @@
 
 pub(crate) mod assist;
 pub(crate) mod collapse;
-mod directory;
 pub(crate) mod index;
 pub(crate) mod modules;
 pub(crate) mod outcome;
