@@ -346,13 +346,22 @@ fn write_temporary(path: &Path, tmp: PathBuf, f: std::fs::File, body: impl FnOnc
 }
 
 /// The most the caches of a directory may take together, and the most
-/// files: past either, the least recently written go.
+/// files: past either, the least recently written go, other dumps' first.
 const KEEP_BYTES: u64 = 2 << 30;
 const KEEP_FILES: usize = 64;
 
-/// Removes the oldest caches of `dir` (never `keep`) while they take more
-/// than [`KEEP_BYTES`] or number more than [`KEEP_FILES`].
+/// Removes the oldest caches of `dir` while they take more than
+/// [`KEEP_BYTES`] or number more than [`KEEP_FILES`], never those of the
+/// dump `keep` belongs to (its name's stem: its graph, its analysis and
+/// their parts). One dump's files can take more than the whole budget
+/// (at 100 M blocks they are some 7 GB): evicted by one another, each
+/// written file would remove the one before it, and the next opening
+/// would find none of them.
 fn evict(dir: &Path, keep: &Path) {
+    evict_within(dir, keep, KEEP_BYTES, KEEP_FILES);
+}
+
+fn evict_within(dir: &Path, keep: &Path, keep_bytes: u64, keep_files: usize) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
         .filter_map(Result::ok)
@@ -365,11 +374,12 @@ fn evict(dir: &Path, keep: &Path) {
     files.sort();
     let mut total: u64 = files.iter().map(|f| f.1).sum();
     let mut count = files.len();
+    let own = keep.file_stem();
     for (_, len, path) in files {
-        if total <= KEEP_BYTES && count <= KEEP_FILES {
+        if total <= keep_bytes && count <= keep_files {
             break;
         }
-        if path != keep && std::fs::remove_file(&path).is_ok() {
+        if path.file_stem() != own && std::fs::remove_file(&path).is_ok() {
             total -= len;
             count -= 1;
         }
@@ -449,5 +459,39 @@ impl<'a> Reader<'a> {
     /// Counted bytes, as text.
     pub(crate) fn string(&mut self) -> Result<String, CacheProblem> {
         Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dump whose own files take more than the budget keeps them all
+    /// (each written one used to remove the ones before it: the next
+    /// opening found only the last); other dumps' go, oldest first.
+    #[test]
+    fn a_dumps_own_files_are_never_evicted_by_one_another() {
+        let dir = std::env::temp_dir().join(format!("heapdump-evict-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str| {
+            std::fs::write(dir.join(name), [0u8; 100]).unwrap();
+            // Distinct times, in the order written.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        write("other.hdcache");
+        write("other.hdgraph");
+        for ext in ["hdgraph", "hdcache", "hdtree"] {
+            write(&format!("big.{ext}"));
+            evict_within(&dir, &dir.join(format!("big.{ext}")), 250, 64);
+        }
+        let mut left: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["big.hdcache", "big.hdgraph", "big.hdtree"]);
+        // Files not of the caches are never counted nor removed.
+        write("notes.txt");
+        evict_within(&dir, &dir.join("big.hdtree"), 0, 0);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
