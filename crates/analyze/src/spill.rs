@@ -55,8 +55,9 @@ fn in_memory(dir: &Path) -> io::Result<bool> {
 }
 
 fn page_size() -> usize {
-    // SAFETY: sysconf reads a constant of the system.
-    #[allow(unsafe_code)]
+    // SAFETY: sysconf reads a constant of the system. (The analysis is
+    // not the traced process: it calls the C library directly.)
+    #[allow(unsafe_code, clippy::disallowed_methods)]
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(p).unwrap_or(4096)
 }
@@ -82,7 +83,7 @@ fn map_over(addr: usize, len: usize, f: Option<(&std::fs::File, u64)>) -> io::Re
     // read-write mapping of the same bytes (the file's, just written from
     // them) or, when their allocation goes, by zeros: nothing reads other
     // bytes there than it read before.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, clippy::disallowed_methods)]
     let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, libc::PROT_READ | libc::PROT_WRITE, flags | libc::MAP_FIXED, fd, off) };
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
