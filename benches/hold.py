@@ -7,6 +7,14 @@ default: where a user's dumps go). Rounds alternate the libraries' order;
 prints each run's pause (from `summary --json`) and the load, then the
 medians and the median over rounds of each library's pause over the first's.
 
+With --nice N (root: N < 0), each traced program runs in a session of its
+own whose autogroup is set to N as well as its nice value: with
+kernel.sched_autogroup_enabled=1 (Debian's and Ubuntu's default) a nice
+value weighs only against the same session's threads, so `nice -n -15`
+alone leaves the dump's three threads one share of the CPUs among every
+other session's (at load 7-9 on this 2-core machine, 10 M blocks held
+2-3.4 s at nice -15, 0.8-1.2 s with the autogroup at -15 too).
+
   benches/hold.py --heapdump target/release/heapdump --preload OLD/libheapdump_preload.so \\
       --preload NEW/libheapdump_preload.so --sizes 10000000 --rounds 4 [--dir /var/tmp]
 """
@@ -22,6 +30,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--fork", action="store_true", help="--fork dumps")
+    ap.add_argument("--nice", type=int, help="the traced program's nice value and its session's autogroup's")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         prog = os.path.join(tmp, "mostly_lost")
@@ -36,6 +45,8 @@ def main():
                     load = os.getloadavg()[0]
                     cmd = [a.heapdump, "run", "--mode", "compact", "--no-at-exit"] + (["--fork"] if a.fork else []) + \
                           ["-o", out, "--", prog, str(n), out]
+                    if a.nice is not None:
+                        cmd = ["setsid", "sh", "-c", f'echo {a.nice} > /proc/self/autogroup; exec nice -n {a.nice} "$@"', "sh"] + cmd
                     run = subprocess.run(cmd, env=dict(os.environ, HEAPDUMP_PRELOAD=p), capture_output=True, text=True)
                     if run.returncode != 0 or not os.path.exists(out):
                         sys.exit(f"{p}: no dump: {run.stderr}")
