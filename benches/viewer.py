@@ -6,7 +6,7 @@ dominator tree's first page), and how long each expansion of a tree node
 takes (the children of the largest nodes, three levels down, each node
 expanded for the first time). Run once with no caches (a fresh
 XDG_CACHE_HOME: the first analysis of the dump) and once more with the
-caches the first run left.
+caches the first run left (once its cache writers are done).
 
   benches/viewer.py --heapdump target/release/heapdump --dump d10.hdump [--rounds 3]
 
@@ -58,6 +58,14 @@ def one(heapdump, dump, cache):
         p.kill()
         p.wait()
 
+def writers_done(cache):
+    """Waits until the first run's cache writers (forked children that
+    outlive the viewer) have renamed their temporary files into place: at
+    100 M blocks they write for minutes, and a second run started meanwhile
+    waits for them, then computes its own, measuring no caches at all."""
+    while any(n.endswith(".tmp") for _, _, ns in os.walk(cache) for n in ns):
+        time.sleep(0.5)
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--heapdump", required=True)
@@ -68,7 +76,9 @@ def main():
     for _ in range(a.rounds):
         with tempfile.TemporaryDirectory() as cache:
             rows["no caches"].append(one(a.heapdump, a.dump, cache))
+            writers_done(cache)
             rows["caches"].append(one(a.heapdump, a.dump, cache))
+            writers_done(cache)
     print(f"| {os.path.basename(a.dump)} | address printed (s) | first page's requests (s) | to the first page (s) | expansion, median (ms) | expansion, slowest (ms) | block page (ms) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for k, rs in rows.items():
