@@ -1028,42 +1028,34 @@ impl<'h> Analysis<'h> {
             last = Some(((k, site), g));
             g
         };
-        // Each definitely lost block's group (plus one; zero: none), for
-        // the blocks it leads: four bytes a block where the leaders lie
-        // anywhere, rather than their class and site read from the
-        // blocks' table (16 bytes a block, whose pages at 100 M blocks are
-        // far past what the TLB covers: the crediting took a quarter of
-        // `leaks` there).
-        let mut lead_group: Vec<u32> = if credit_indirect { bytemuck::allocation::zeroed_vec(n) } else { Vec::new() };
         for (i, (k, size)) in l.kind.iter().zip(heap.blocks.sizes()).enumerate() {
             if wanted(*k) && !is_suppressed(i) {
                 let gi = find(*k, i, &mut groups);
                 let g = &mut groups[gi];
                 g.blocks += 1;
                 g.bytes += size;
-                if *k == LeakKind::DefinitelyLost && credit_indirect {
-                    lead_group[i] = gi as u32 + 1;
-                }
             }
         }
         if credit_indirect {
             for (i, (k, size)) in l.kind.iter().zip(heap.blocks.sizes()).enumerate() {
                 // The leaders lie anywhere: theirs read a few blocks ahead.
                 if let Some(ahead) = (i + 16 < n).then(|| l.leader_of(BlockId((i + 16) as u32))).flatten() {
-                    crate::prefetch::prefetch(&lead_group, ahead.index());
+                    crate::prefetch::prefetch(&l.kind, ahead.index());
+                    crate::prefetch::prefetch(&heap.blocks.packed, ahead.index());
                 }
                 if *k != LeakKind::IndirectlyLost || is_suppressed(i) {
                     continue;
                 }
                 let Some(leader) = l.leader_of(BlockId(i as u32)) else { continue };
-                if let Some(gi) = lead_group[leader.index()].checked_sub(1) {
-                    let g = &mut groups[gi as usize];
+                let (lk, li) = (l.kind[leader.index()], leader.index());
+                if wanted(lk) && !is_suppressed(li) {
+                    let gi = find(lk, li, &mut groups);
+                    let g = &mut groups[gi];
                     g.indirect_blocks += 1;
                     g.indirect_bytes += size;
                 }
             }
         }
-        drop(lead_group);
         groups.sort_by(|a, b| {
             (b.bytes + b.indirect_bytes)
                 .cmp(&(a.bytes + a.indirect_bytes))
