@@ -457,6 +457,8 @@ pub unsafe fn release_deferred() {
 
 /// Sets or clears this thread's mark bit (see [`MARKED`]); false when the
 /// thread has no thread-local storage left (very late in its teardown).
+/// Only `heapdump::testing`'s marks set it.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn set_marked(on: bool) -> bool {
     if get().is_none() {
         return false;

@@ -106,6 +106,7 @@ pub fn raw_fork() -> Result<u32, i32> {
 /// `fork(3)`, with the `atfork` handlers (the C library's allocator and
 /// the runtime's own locks are left usable in the child): for the test
 /// side only (`testing`'s check), never the dump path. 0 in the child.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn fork() -> Result<u32, i32> {
     // SAFETY: fork has no memory-safety preconditions; the child's one
     // thread continues from here with a copy of the caller's memory.
