@@ -8,10 +8,13 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// A dump as `run`'s line gives it: its path, reason and live bytes.
+type Wrote = (PathBuf, Option<String>, u64);
+
 /// `heapdump run`'s "wrote" lines: each dump's reason and live bytes
 /// (`None` and 0 for a dump whose program ended after the file was whole
 /// but before reporting it: a signal's default action may end it there).
-fn wrote(stderr: &str) -> Vec<(PathBuf, Option<String>, u64)> {
+fn wrote(stderr: &str) -> Vec<Wrote> {
     stderr
         .lines()
         .filter_map(|l| l.strip_prefix("heapdump: wrote "))
@@ -72,7 +75,7 @@ fn a_threshold_dumps_once_per_step_as_the_heap_first_crosses_it() {
 /// `awaits_signals` under `heapdump run` with `extra`: sends it `first`
 /// (and waits for the dump it should take), then `then`, then closes its
 /// stdin; returns run's status, its dumps and its stderr.
-fn signalled(d: &Scratch, extra: &[&str], first: Option<&str>, then: &str) -> (Option<i32>, Vec<(PathBuf, Option<String>, u64)>, String) {
+fn signalled(d: &Scratch, extra: &[&str], first: Option<&str>, then: &str) -> (Option<i32>, Vec<Wrote>, String) {
     ensure_preload();
     let prog = compile(d, "awaits_signals.c", &["-O0", "-g"]);
     let out = d.path("s.hdump");
