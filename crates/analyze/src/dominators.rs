@@ -152,10 +152,13 @@ pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -
         let d = compute_in(
             heap,
             || {
-                if given.try_recv().map(|l| got = Some(l)).is_err() && claim() {
-                    *mine.borrow_mut() = Some(Predecessors::of(heap));
-                }
-                match got.take().map_or_else(|| given.recv(), Ok) {
+                let classes = given.try_recv().or_else(|_| {
+                    if claim() {
+                        *mine.borrow_mut() = Some(Predecessors::of(heap));
+                    }
+                    given.recv()
+                });
+                match classes {
                     Ok(l) => got.insert(l).heads(),
                     // The other thread panicked: joining it, for the
                     // predecessor lists, carries its panic on.
