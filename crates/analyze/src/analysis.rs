@@ -41,8 +41,15 @@ pub struct Analysis<'h> {
     tree_seen: std::cell::Cell<bool>,
     reach: OnceCell<Reach>,
     cache: Option<CacheFile>,
-    /// What the cache gave, taken by the first use of each part.
+    /// What the cache gave, taken by the first use of each part (read
+    /// when the leak classes or the tree are first asked for).
     cached: RefCell<Option<Cached>>,
+    /// Whether the cache was read into `cached`.
+    cache_read: std::cell::Cell<bool>,
+    /// The tree read from the cache a node at a time (the viewer's pages:
+    /// `kept_tree.rs`), until the whole tree is read or it is refused.
+    kept_tree: OnceCell<Option<crate::kept_tree::KeptTree>>,
+    kept_tree_refused: std::cell::Cell<bool>,
     /// What happened to the cache (for `HEAPDUMP_CACHE_REPORT`), the
     /// writings still going on among it (waited for when it is read, or
     /// when the analysis is dropped).
@@ -401,7 +408,7 @@ pub struct SiteTotal {
 }
 
 /// The cache part holding the dominator tree's children lists.
-const TREE: &str = "hdtree";
+pub(crate) const TREE: &str = "hdtree";
 /// The cache part holding the blocks vtables name.
 const NAMES: &str = "hdnames";
 /// The cache part holding the breadth-first tree from the roots.
@@ -432,6 +439,17 @@ fn largest_retained(retained: &[u64], k: usize) -> Vec<usize> {
         }
     }
     best.into_iter().map(|(_, i)| i).collect()
+}
+
+/// Lost groups in the report's order: largest (direct and indirect bytes)
+/// first, then by site and example.
+pub(crate) fn sort_groups(groups: &mut [LeakGroup]) {
+    groups.sort_by(|a, b| {
+        (b.bytes + b.indirect_bytes)
+            .cmp(&(a.bytes + a.indirect_bytes))
+            .then_with(|| a.site.cmp(&b.site))
+            .then_with(|| a.example.cmp(&b.example))
+    });
 }
 
 /// The children lists of `d` from a cache part, checked against it.
@@ -505,24 +523,68 @@ impl<'h> Analysis<'h> {
             reach: OnceCell::new(),
             cache: None,
             cached: RefCell::new(None),
+            cache_read: std::cell::Cell::new(false),
+            kept_tree: OnceCell::new(),
+            kept_tree_refused: std::cell::Cell::new(false),
             cache_events: RefCell::new(Vec::new()),
             names_looked_up: std::cell::Cell::new(false),
         }
     }
 
     /// Reads the leak classes and dominators from `cache` when it holds
-    /// this dump's (checked), and writes them there once computed.
+    /// this dump's (checked, when first asked for), and writes them there
+    /// once computed.
     pub fn with_cache(mut self, cache: CacheFile) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Reads the cache's leak classes and dominators, once (the whole
+    /// file checked: see `cache.rs`).
+    fn read_cache(&self) {
+        let Some(cache) = self.cache.as_ref().filter(|_| !self.cache_read.replace(true)) else { return };
         match cache.read(self.heap) {
             Ok(Some(c)) => {
                 self.note(format!("hit {}", cache.path().display()));
-                *self.cached.get_mut() = Some(c);
+                *self.cached.borrow_mut() = Some(c);
             }
             Ok(None) => self.note(format!("miss {}", cache.path().display())),
             Err(why) => self.note(format!("rebuilt {} ({why})", cache.path().display())),
         }
-        self.cache = Some(cache);
-        self
+    }
+
+    /// The cache these answers are kept in, if any.
+    pub(crate) fn cache_file(&self) -> Option<&CacheFile> {
+        self.cache.as_ref()
+    }
+
+    /// The dominator tree kept in the cache, read a node at a time (see
+    /// `kept_tree.rs`): while the tree is not read whole (nor computed),
+    /// and not refused.
+    pub(crate) fn kept_tree(&self) -> Option<&crate::kept_tree::KeptTree> {
+        if self.dominators.get().is_some() || self.kept_tree_refused.get() {
+            return None;
+        }
+        self.kept_tree
+            .get_or_init(|| {
+                let c = self.cache.as_ref()?;
+                match crate::kept_tree::KeptTree::open(c, self.heap) {
+                    Ok(t) => t,
+                    Err(why) => {
+                        self.refused(why);
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The kept tree refused (a damaged chunk, or entries that disagree):
+    /// the questions are answered from the whole cache, checked whole, or
+    /// computed again.
+    pub(crate) fn refuse_kept_tree(&self, why: CacheProblem) {
+        self.kept_tree_refused.set(true);
+        self.refused(why);
     }
 
     /// A part of the cache refused when taken (it is computed, and the
@@ -581,7 +643,7 @@ impl<'h> Analysis<'h> {
 
     /// Part `ext` of the cache when a good copy is kept, noting whether it
     /// was there (`hit`, `miss`) or refused (`rebuilt`, with why).
-    fn read_part<T>(
+    pub(crate) fn read_part<T>(
         &self,
         c: &CacheFile,
         ext: &str,
@@ -606,7 +668,7 @@ impl<'h> Analysis<'h> {
 
     /// Keeps part `ext` in the cache, if there is one, noting whether it
     /// was written.
-    fn keep_part(&self, ext: &str, bytes: usize, body: impl FnOnce(&mut crate::cache_file::Out)) {
+    pub(crate) fn keep_part(&self, ext: &str, bytes: usize, body: impl FnOnce(&mut crate::cache_file::Out)) {
         if let Some(c) = &self.cache {
             self.note_writing(c.write_part(ext, bytes, body));
         }
@@ -667,6 +729,7 @@ impl<'h> Analysis<'h> {
         if let Some(l) = self.leaks.get() {
             return l;
         }
+        self.read_cache();
         let cached = self.cached.borrow_mut().as_mut().and_then(|c| c.take_leaks(self.heap));
         match cached {
             Some(Ok(l)) => {
@@ -688,6 +751,7 @@ impl<'h> Analysis<'h> {
         if let Some(d) = self.dominators.get() {
             return d;
         }
+        self.read_cache();
         if self.cached.borrow().as_ref().is_some_and(Cached::has_dominators) {
             let kinds = &self.leaks().kind;
             match self.cached.borrow_mut().as_mut().and_then(|c| c.take_dominators(self.heap, kinds)) {
@@ -1056,12 +1120,7 @@ impl<'h> Analysis<'h> {
                 }
             }
         }
-        groups.sort_by(|a, b| {
-            (b.bytes + b.indirect_bytes)
-                .cmp(&(a.bytes + a.indirect_bytes))
-                .then_with(|| a.site.cmp(&b.site))
-                .then_with(|| a.example.cmp(&b.example))
-        });
+        sort_groups(&mut groups);
         let [definitely_lost, indirectly_lost, possibly_lost, still_reachable] = classes;
         LeakReport {
             definitely_lost,

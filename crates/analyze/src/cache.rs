@@ -2,18 +2,19 @@
 //! classes and the dominator tree with its retained sizes (the costly part
 //! of `leaks`, `retained`, `path` and the exports). A cache file names the
 //! dump it belongs to (the dump's checksum, length, time and pid) and the
-//! version of the tool that wrote it, and ends with a CRC of its contents:
-//! a stale or damaged one is rebuilt, never trusted. It is written to a
+//! version of the tool that wrote it, and ends with a seal (a CRC of every
+//! 64 KiB of its contents: `cache_file.rs`): a stale or damaged one is
+//! rebuilt, never trusted. It is written to a
 //! temporary name and renamed, with mode 0600 (a dump's contents are
 //! secrets: so are its classes), so that two analyses at once never see
 //! half of one.
 //!
-//! Layout (little endian): magic `HDCACHE\x04`, the key (five u64: tool
+//! Layout (little endian): magic `HDCACHE\x05`, the key (five u64: tool
 //! version hash, checksum, file length, time, pid), the block count, the
 //! leak classes (a byte per block), the leaders (u32), four counts (bytes,
 //! blocks), the heuristics' counts (count, then kind byte, bytes, blocks),
 //! whether dominators follow (u8), then idom (u32), retained (u64) and
-//! dominated (u32) per block, and the CRC-32 of everything before it. The
+//! dominated (u32) per block, and the seal of everything before it. The
 //! arrays of u32 and u64 are counted and start at a multiple of 8 bytes
 //! (zeros before them): a repeat analysis reads them in place from the
 //! mapping ([`Slab`]).
@@ -41,9 +42,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 // 4: hashbrown tables proven with their room (#39): classes cached by an
-// older analysis of the same dump are not this one's.
-const MAGIC: &[u8; 8] = b"HDCACHE\x04";
-const PART_MAGIC: &[u8; 8] = b"HDPART\x01\0";
+// older analysis of the same dump are not this one's. 5 (parts 2): sealed
+// by a CRC per chunk, not one for the whole file (#43).
+const MAGIC: &[u8; 8] = b"HDCACHE\x05";
+const PART_MAGIC: &[u8; 8] = b"HDPART\x02\0";
 
 /// What a cache holds, each part checked against the heap when first
 /// taken (a question that needs neither, `top`, pays for neither check).
@@ -116,7 +118,7 @@ impl CacheFile {
     /// [`CacheFile::for_dump`] names once it is.
     pub fn for_file(dir: &Path, file: &crate::DumpFile, version: &str) -> Option<CacheFile> {
         let dump = file.dump().ok()?;
-        let checksum = dump.checksum_if_intact()?;
+        let checksum = checksum_if_intact(file.bytes())?;
         let trailer = trailer_of(file.bytes())?;
         Some(CacheFile {
             dump: Some((*dump.header(), trailer)),
@@ -163,21 +165,18 @@ impl CacheFile {
     /// apart (the dominator tree's children lists, the blocks named by
     /// vtables): its body, read back by `parse` from a [`Reader`] (its
     /// arrays in place from the mapping), when a good copy is kept. The
-    /// file is the magic `HDPART\x01\0`, the part's name (counted), the
-    /// key, the body and a CRC of everything before it: a part of another
+    /// file is the magic `HDPART\x02\0`, the part's name (counted), the
+    /// key, the body and the seal of everything before it: a part of another
     /// dump or version, or a damaged one, is refused.
     pub(crate) fn read_part<T>(
         &self,
         ext: &str,
         parse: impl FnOnce(&mut Reader<'_>, &Arc<memmap2::Mmap>) -> Result<T, CacheProblem>,
     ) -> Result<Option<T>, CacheProblem> {
-        let Some(map) = map_checked(&self.part_path(ext))? else { return Ok(None) };
-        let mut r = Reader::body(&map);
-        if r.take(8)? != PART_MAGIC || r.bytes()? != ext.as_bytes() {
-            return Err(CacheProblem::Stale("not this part of a heapdump cache"));
-        }
-        r.key(&self.key)?;
-        let v = parse(&mut r, &map)?;
+        let Some(sealed) = map_checked(&self.part_path(ext))? else { return Ok(None) };
+        let (mut r, map) = (Reader::body(&sealed), sealed.map());
+        read_part_header(&mut r, self, ext)?;
+        let v = parse(&mut r, map)?;
         r.end()?;
         Ok(Some(v))
     }
@@ -208,18 +207,12 @@ impl CacheFile {
     /// contents disagree with the dump or with themselves is refused, as a
     /// damaged one is.
     pub fn read(&self, heap: &Heap) -> Result<Option<Cached>, CacheProblem> {
-        let Some(map) = map_checked(&self.path)? else { return Ok(None) };
-        let mut r = Reader::body(&map);
-        if r.take(8)? != MAGIC {
-            return Err(CacheProblem::Stale("not a heapdump cache"));
-        }
-        r.key(&self.key)?;
-        let n = usize::try_from(r.u64()?).map_err(|_| CacheProblem::Stale("block count"))?;
-        if n != heap.len() {
-            return Err(CacheProblem::Stale("block count differs"));
-        }
+        let Some(sealed) = map_checked(&self.path)? else { return Ok(None) };
+        let (mut r, map) = (Reader::body(&sealed), sealed.map());
+        let n = heap.len();
+        read_header(&mut r, self, n)?;
         let kind = r.take(n)?.iter().map(|&k| kind_of(k).ok_or(CacheProblem::Stale("bad leak class"))).collect::<Result<Vec<_>, _>>()?;
-        let leader: Slab<u32> = r.slab(&map)?;
+        let leader: Slab<u32> = r.slab(map)?;
         let mut counts = [Count::default(); 4];
         for c in &mut counts {
             c.bytes = r.u64()?;
@@ -238,7 +231,7 @@ impl CacheFile {
         let leaks = Leaks { kind, leader, definitely_lost, indirectly_lost, possibly_lost, still_reachable, via_heuristic: via };
         let tree = match r.take(1)?[0] {
             0 => None,
-            1 => Some((r.slab(&map)?, r.slab(&map)?, r.slab(&map)?)),
+            1 => Some((r.slab(map)?, r.slab(map)?, r.slab(map)?)),
             _ => return Err(CacheProblem::Stale("bad flag")),
         };
         r.end()?;
@@ -280,6 +273,55 @@ impl CacheFile {
             }
         })
     }
+}
+
+/// The analysis file's magic, `cache`'s key and the block count, `n`.
+pub(crate) fn read_header(r: &mut Reader<'_>, cache: &CacheFile, n: usize) -> Result<(), CacheProblem> {
+    if r.take(8)? != MAGIC {
+        return Err(CacheProblem::Stale("not a heapdump cache"));
+    }
+    r.key(&cache.key)?;
+    if usize::try_from(r.u64()?).ok() != Some(n) {
+        return Err(CacheProblem::Stale("block count differs"));
+    }
+    Ok(())
+}
+
+/// A part's magic, its name, `ext`, and `cache`'s key.
+pub(crate) fn read_part_header(r: &mut Reader<'_>, cache: &CacheFile, ext: &str) -> Result<(), CacheProblem> {
+    if r.take(8)? != PART_MAGIC || r.bytes()? != ext.as_bytes() {
+        return Err(CacheProblem::Stale("not this part of a heapdump cache"));
+    }
+    r.key(&cache.key)
+}
+
+/// The checksum of a complete dump, `bytes`, when its bytes match it (as
+/// `heapdump_format::Dump::checksum_if_intact` says), its halves hashed
+/// on two threads and combined: at 100 M blocks the dump is 1.7 GB, a
+/// fifth of a second of one core before a cache is looked at.
+fn checksum_if_intact(bytes: &[u8]) -> Option<u32> {
+    if !heapdump_format::ends_with_trailer(bytes) {
+        return None;
+    }
+    let at = bytes.len() - heapdump_format::raw::END_SIZE + 64;
+    let claimed = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
+    let (a, b) = bytes[..at].split_at(at / 2);
+    let hash = |part: &[u8]| {
+        let mut h = crc32fast::Hasher::new();
+        h.update(part);
+        h
+    };
+    let h = if at < 16 << 20 {
+        hash(&bytes[..at])
+    } else {
+        std::thread::scope(|s| {
+            let second = s.spawn(|| hash(b));
+            let mut h = hash(a);
+            h.combine(&second.join().unwrap_or_else(|_| hash(b)));
+            h
+        })
+    };
+    (h.finalize() == claimed).then_some(claimed)
 }
 
 /// The trailer of a complete dump, `bytes` (its last record: see
@@ -516,7 +558,7 @@ pub(crate) fn check_reach(heap: &Heap, kinds: &[LeakKind], pred: &[u32], via: &[
     Ok(())
 }
 
-fn kind_byte(k: LeakKind) -> u8 {
+pub(crate) fn kind_byte(k: LeakKind) -> u8 {
     match k {
         LeakKind::StillReachable => 0,
         LeakKind::PossiblyLost => 1,
@@ -525,11 +567,11 @@ fn kind_byte(k: LeakKind) -> u8 {
     }
 }
 
-fn kind_of(b: u8) -> Option<LeakKind> {
+pub(crate) fn kind_of(b: u8) -> Option<LeakKind> {
     [LeakKind::StillReachable, LeakKind::PossiblyLost, LeakKind::DefinitelyLost, LeakKind::IndirectlyLost].get(usize::from(b)).copied()
 }
 
-fn heuristic_byte(h: Heuristic) -> u8 {
+pub(crate) fn heuristic_byte(h: Heuristic) -> u8 {
     match h {
         Heuristic::Stdstring => 0,
         Heuristic::Length64 => 1,
@@ -538,6 +580,6 @@ fn heuristic_byte(h: Heuristic) -> u8 {
     }
 }
 
-fn heuristic_of(b: u8) -> Option<Heuristic> {
+pub(crate) fn heuristic_of(b: u8) -> Option<Heuristic> {
     [Heuristic::Stdstring, Heuristic::Length64, Heuristic::Newarray, Heuristic::Hashbrown].get(usize::from(b)).copied()
 }

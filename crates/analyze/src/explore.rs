@@ -6,8 +6,10 @@
 
 use crate::address::Address;
 use crate::analysis::{hex, Analysis, Holder, PathStep};
+use crate::cache::CacheProblem;
 use crate::error::{AnalyzeError, Result};
 use crate::heap::{BlockId, RootSource};
+use crate::kept_tree::KeptTree;
 use crate::leaks::LeakKind;
 use crate::symbols::Frame;
 use heapdump_format::{ContentsRef, Record};
@@ -139,6 +141,14 @@ impl Analysis<'_> {
     /// virtual root for `None`) in the dominator tree, `n` from `offset`.
     pub fn tree_children(&self, parent: Option<u64>, offset: usize, n: usize) -> Result<TreePage> {
         let p = parent.map(|a| self.block_at(a)).transpose()?;
+        // From the cache, a node at a time, while it is kept and good; else
+        // from the whole tree.
+        if let Some(t) = self.kept_tree() {
+            match self.kept_children(t, p, offset, n) {
+                Ok(page) => return Ok(page),
+                Err(why) => self.refuse_kept_tree(why),
+            }
+        }
         let all = self.dominated_by(p);
         let page = all.iter().skip(offset).take(n).map(|&c| self.tree_node(BlockId(c))).collect();
         let retained = match p {
@@ -154,13 +164,64 @@ impl Analysis<'_> {
         })
     }
 
+    /// Block `b`'s retained bytes, dominated count and immediate
+    /// dominator (`None`: the virtual root), from the kept tree while it
+    /// is good, else from the whole tree.
+    fn dominance_of(&self, b: BlockId) -> (u64, u32, Option<BlockId>) {
+        if let Some(t) = self.kept_tree() {
+            let i = b.index();
+            let kept = (|| {
+                let ((r, c, _, _), d) = (t.node(self.heap(), i)?, t.idom(i)?);
+                if d != u32::MAX && t.retained(d as usize)? < r {
+                    return Err(CacheProblem::Stale("bad retained size"));
+                }
+                Ok((r, c, (d != u32::MAX).then_some(BlockId(d))))
+            })();
+            match kept {
+                Ok(v) => return v,
+                Err(why) => self.refuse_kept_tree(why),
+            }
+        }
+        let d = self.dominators();
+        (d.retained[b.index()], d.dominated[b.index()], d.idom(b))
+    }
+
+    /// [`Analysis::tree_children`] from the tree kept in the cache (see
+    /// `kept_tree.rs`): the page's entries checked as they are read.
+    fn kept_children(&self, t: &KeptTree, p: Option<BlockId>, offset: usize, n: usize) -> std::result::Result<TreePage, CacheProblem> {
+        let (page, total) = t.children(self.heap(), p.map(BlockId::index), offset, n)?;
+        let nodes = page.iter().map(|&c| self.kept_node(t, BlockId(c))).collect::<std::result::Result<Vec<_>, _>>()?;
+        let retained = match p {
+            Some(b) => t.retained(b.index())?,
+            None => t.heap_bytes(self.heap()),
+        };
+        Ok(TreePage { parent: p.map_or_else(|| "root".to_string(), |b| hex(self.heap().block(b).addr)), total, offset, retained, nodes })
+    }
+
+    /// [`Analysis::tree_node`] from the kept tree, checked against its
+    /// children (see `KeptTree::node`).
+    fn kept_node(&self, t: &KeptTree, b: BlockId) -> std::result::Result<TreeNode, CacheProblem> {
+        let blk = self.heap().block(b);
+        let (retained, dominated, children, class) = t.node(self.heap(), b.index())?;
+        Ok(TreeNode {
+            address: Address(blk.addr),
+            size: blk.size,
+            retained,
+            dominated,
+            children,
+            site: self.site_label(blk.site),
+            ty: self.type_of_block(b),
+            class,
+        })
+    }
+
     /// The page of the block holding `addr`: `n` pointers out and `n`
     /// holders at most.
     pub fn block_page(&self, addr: u64, n: usize) -> Result<BlockPage> {
         let b = self.block_at(addr)?;
         let heap = self.heap();
         let blk = heap.block(b);
-        let d = self.dominators();
+        let (retained, dominated, dominator) = self.dominance_of(b);
         let pointers_total = heap.edges(b).len();
         let pointers = heap
             .edges(b)
@@ -179,9 +240,9 @@ impl Analysis<'_> {
             stack: self.program_frames(blk.site).iter().take(32).map(Frame::label).collect(),
             ty: self.type_of_block(b),
             class: self.leaks().kind[b.index()],
-            retained: d.retained[b.index()],
-            dominated: d.dominated[b.index()],
-            dominator: d.idom(b).map_or_else(|| "root".to_string(), |p| hex(heap.block(p).addr)),
+            retained,
+            dominated,
+            dominator: dominator.map_or_else(|| "root".to_string(), |p| hex(heap.block(p).addr)),
             contents_truncated: contents.is_some_and(|c| c.len() > CONTENTS_MAX),
             contents: contents.map(|c| c.iter().take(CONTENTS_MAX).map(|x| format!("{x:02x}")).collect()),
             pointers,

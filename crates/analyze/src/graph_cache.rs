@@ -2,7 +2,8 @@
 //! question then reads arrays instead of walking and decoding every
 //! record. Written beside the analysis cache (`cache.rs`), with the same
 //! key and the same care: a temporary name renamed into place, mode 0600,
-//! a CRC at the end; read back with every index checked, so that a damaged
+//! a seal at the end (`cache_file.rs`); read back with every chunk and every
+//! index checked, so that a damaged
 //! file is refused (and rebuilt) rather than trusted.
 
 use crate::cache_file::{CacheProblem, Out, Reader};
@@ -16,8 +17,8 @@ use std::sync::Arc;
 /// Version 2: the large arrays start at multiples of 8 bytes, read in
 /// place from the mapping ([`Slab`]); 4: the first words that could be
 /// vtable pointers follow; 5: the edges' offsets a byte each
-/// ([`Offsets`]).
-const MAGIC: &[u8; 8] = b"HDGRAPH\x05";
+/// ([`Offsets`]); 6: sealed by a CRC per chunk.
+const MAGIC: &[u8; 8] = b"HDGRAPH\x06";
 
 fn bad(what: &'static str) -> CacheProblem {
     CacheProblem::Stale(what)
@@ -170,8 +171,8 @@ pub(crate) fn encode(heap: &Heap, key: &[u64; 5], w: &mut Out) {
 /// those of the key (and `dump`'s own, when given), its blocks as many as
 /// the trailer counts, their sizes adding up to its total, in address
 /// order and apart, as a load leaves them.
-fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Result<Heap, CacheProblem> {
-    let mut r = Reader::body(map);
+fn decode(sealed: &crate::cache_file::Sealed, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Result<Heap, CacheProblem> {
+    let (mut r, map) = (Reader::body(sealed), sealed.map());
     if r.take(8)? != MAGIC {
         return Err(bad("not a heapdump graph cache"));
     }
@@ -236,26 +237,17 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trail
         wide.insert(i, (r.u64()?, SiteId(r.u32()?)));
     }
     heap.blocks = Blocks { packed, wide };
-    // One pass: in address order, apart (a block of no bytes takes one,
-    // as the load counts it), none past the end of the address space, and
-    // their sizes' total.
-    let mut total = 0u64;
-    let mut end = 0u64;
-    for (i, (p, size)) in heap.blocks.packed.iter().zip(heap.blocks.sizes()).enumerate() {
-        if (i > 0 && p.addr < end) || p.addr.checked_add(size).is_none() {
-            return Err(bad("blocks out of order or overlapping"));
-        }
-        end = p.addr.saturating_add(size.max(1));
-        total = total.wrapping_add(size);
-    }
     heap.edge_start = r.slab(map)?;
     heap.edge_target = r.slab(map)?;
     let edges = heap.edge_target.len();
-    let (mut targets_in_range, mut interior) = (true, 0usize);
-    for &t in heap.edge_target.iter() {
-        targets_in_range &= ((t & !INTERIOR) as usize) < blocks;
-        interior += usize::from(t & INTERIOR != 0);
-    }
+    // The blocks on a second thread, the edges on this one (each a pass
+    // over hundreds of megabytes at 100 M blocks).
+    let (blocks_apart, (targets_in_range, interior)) = std::thread::scope(|s| {
+        let other = s.spawn(|| blocks_apart(&heap.blocks));
+        let mine = targets(&heap.edge_target, blocks);
+        (other.join().unwrap_or(None), mine)
+    });
+    let total = blocks_apart.ok_or(bad("blocks out of order or overlapping"))?;
     if heap.edge_start.len() != blocks + 1
         || heap.edge_start.windows(2).any(|w| w[0] > w[1])
         || heap.edge_start.first().is_some_and(|&s| s != 0)
@@ -399,10 +391,37 @@ fn decode(map: &Arc<memmap2::Mmap>, key: &[u64; 5], dump: Option<&(Header, Trail
     Ok(heap)
 }
 
+/// The blocks' sizes' total, when they are in address order and apart (a
+/// block of no bytes takes one, as the load counts it), none past the end
+/// of the address space.
+fn blocks_apart(blocks: &Blocks) -> Option<u64> {
+    let mut total = 0u64;
+    let mut end = 0u64;
+    for (i, (p, size)) in blocks.packed.iter().zip(blocks.sizes()).enumerate() {
+        if (i > 0 && p.addr < end) || p.addr.checked_add(size).is_none() {
+            return None;
+        }
+        end = p.addr.saturating_add(size.max(1));
+        total = total.wrapping_add(size);
+    }
+    Some(total)
+}
+
+/// Whether every edge's target is one of the `blocks`, and how many point
+/// inside their target.
+fn targets(target: &[u32], blocks: usize) -> (bool, usize) {
+    let (mut in_range, mut interior) = (true, 0usize);
+    for &t in target {
+        in_range &= ((t & !INTERIOR) as usize) < blocks;
+        interior += usize::from(t & INTERIOR != 0);
+    }
+    (in_range, interior)
+}
+
 /// Reads `path`'s graph for `key` (`Ok(None)`: no such file).
 pub fn read(path: &Path, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Result<Option<Heap>, CacheProblem> {
     match crate::cache_file::map_checked(path)? {
-        Some(map) => decode(&map, key, dump).map(Some),
+        Some(sealed) => decode(&sealed, key, dump).map(Some),
         None => Ok(None),
     }
 }

@@ -38,6 +38,8 @@ pub mod group;
 mod growth;
 mod heap;
 pub mod input;
+mod kept_report;
+mod kept_tree;
 pub mod leaks;
 mod load;
 mod names;

@@ -469,7 +469,8 @@ impl Site<'_, '_> {
                 Reply { status: 200, kind: "image/svg+xml", body }
             }
             "/api/summary" => Reply::json(&crate::views::summary_json(&Summary::of(self.file)?, || crate::views::peak_json_of(a))?),
-            "/api/leaks" => Reply::json(&a.leak_report()),
+            // Kept in the cache: the first page reads it, not the classes.
+            "/api/leaks" => Reply::json(&a.leak_report_kept()),
             "/api/top" => {
                 let mut rows = a.top(q.group("by", GroupBy::Site, true)?);
                 rows.truncate(n);

@@ -153,7 +153,7 @@ struct Forger<'a> {
 
 impl<'a> Forger<'a> {
     fn new(b: &'a [u8]) -> Self {
-        Forger { b: &b[..b.len() - 4], at: 0, fields: Vec::new() }
+        Forger { b: &b[..body_len(b)], at: 0, fields: Vec::new() }
     }
     fn read(&self, at: usize, width: usize) -> u64 {
         let mut w = [0u8; 8];
@@ -433,10 +433,23 @@ fn forged(b: &[u8], field: &Field, value: u64) -> Vec<u8> {
     out
 }
 
+/// The length of a cache file's contents: its seal follows (a CRC-32 per
+/// 64 KiB of them, their length, a CRC-32 of both).
+fn body_len(b: &[u8]) -> usize {
+    u64::from_le_bytes(b[b.len() - 12..b.len() - 4].try_into().unwrap()) as usize
+}
+
+/// The seal of a cache file made right for its contents, as a forger
+/// would.
 fn recrc(b: &mut [u8]) {
-    let n = b.len() - 4;
-    let crc = crc32fast::hash(&b[..n]);
-    b[n..].copy_from_slice(&crc.to_le_bytes());
+    let n = body_len(b);
+    for (i, c) in (0..n).step_by(64 << 10).enumerate() {
+        let crc = crc32fast::hash(&b[c..(c + (64 << 10)).min(n)]);
+        b[n + 4 * i..n + 4 * i + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+    let t = b.len() - 4;
+    let crc = crc32fast::hash(&b[n..t]);
+    b[t..].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// The good caches of the test dump, made once.

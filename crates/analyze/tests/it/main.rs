@@ -5,4 +5,5 @@ mod build;
 mod cache_lies;
 mod graphs;
 mod hostile;
+mod kept_pages;
 mod spilled;

@@ -1,0 +1,239 @@
+//! The dominator tree read from the cache a node at a time, for the
+//! viewer: its first page and a node's expansion read a few hundred
+//! entries of arrays of gigabytes (at 100 M blocks the analysis' file is
+//! 2.1 GB, the children lists 0.8 GB), so each entry is checked when it is
+//! read, not the whole file at opening (`cache.rs`'s checks pass over
+//! every block: 5 s at 100 M blocks). Never trusted: each chunk of the
+//! files read is checked against the file's seal the first time it is
+//! touched ([`Sealed::check`]), and what is read against the rest of what
+//! is read: every index in range, each child of a node's page under that
+//! node (its immediate dominator) and the page largest first, each node's
+//! counts no less than its children's, and for each node shown or
+//! expanded that has at most [`SUMS_CHECKED`] children, its retained size
+//! and dominated count their exact sums (as `check_dominators` checks
+//! every node), its leak class one a block under it may have. A damaged chunk
+//! or a disagreement is an `Err`: the caller then drops this tree and
+//! answers from the whole cache, checked whole (or rebuilt).
+
+use crate::cache::CacheFile;
+use crate::cache_file::{CacheProblem, Reader, Sealed};
+use crate::heap::Heap;
+use crate::leaks::LeakKind;
+use std::ops::Range;
+
+/// A node whose children are at most this many has its retained size and
+/// dominated count checked as the exact sums of theirs when it is shown
+/// or expanded (a node of millions of children, the virtual root of a
+/// heap that is mostly lost, is checked against the page read alone).
+pub(crate) const SUMS_CHECKED: usize = 1 << 12;
+
+/// The tree's arrays where the cache files hold them.
+pub(crate) struct KeptTree {
+    analysis: Sealed,
+    children: Sealed,
+    n: usize,
+    kind: Range<usize>,
+    idom: Range<usize>,
+    retained: Range<usize>,
+    dominated: Range<usize>,
+    start: Range<usize>,
+    list: Range<usize>,
+    /// The bytes of the four leak classes together: the heap's, which the
+    /// virtual root retains (when the dump's trailer agrees).
+    class_bytes: u64,
+}
+
+fn bad(what: &'static str) -> CacheProblem {
+    CacheProblem::Stale(what)
+}
+
+impl KeptTree {
+    /// The tree of `heap` in `cache`'s files: `Ok(None)` when either is
+    /// missing or holds no tree. Reads the files' headers (their chunks
+    /// checked) and where their arrays are, no more.
+    pub(crate) fn open(cache: &CacheFile, heap: &Heap) -> Result<Option<KeptTree>, CacheProblem> {
+        let Some(analysis) = Sealed::open(cache.path())? else { return Ok(None) };
+        let Some(children) = Sealed::open(&cache.part_path(crate::analysis::TREE))? else { return Ok(None) };
+        let n = heap.len();
+        let (kind, idom, retained, dominated, class_bytes) = {
+            let mut r = Reader::body(&analysis);
+            crate::cache::read_header(&mut r, cache, n)?;
+            let kind = r.skip_bytes(n)?;
+            r.skip_slab::<u32>()?;
+            let mut class_bytes = 0u64;
+            for _ in 0..4 {
+                class_bytes = class_bytes.wrapping_add(r.u64()?);
+                r.u64()?;
+            }
+            let nh = r.u64()?;
+            if nh > 16 {
+                return Err(bad("bad heuristic count"));
+            }
+            for _ in 0..nh {
+                r.take(17)?;
+            }
+            match r.u8()? {
+                0 => return Ok(None),
+                1 => {}
+                _ => return Err(bad("bad flag")),
+            }
+            let idom = r.skip_slab::<u32>()?;
+            let retained = r.skip_slab::<u64>()?;
+            let dominated = r.skip_slab::<u32>()?;
+            r.end()?;
+            (kind, idom, retained, dominated, class_bytes)
+        };
+        let (start, list) = {
+            let mut r = Reader::body(&children);
+            crate::cache::read_part_header(&mut r, cache, crate::analysis::TREE)?;
+            let start = r.skip_slab::<u32>()?;
+            let list = r.skip_slab::<u32>()?;
+            r.end()?;
+            (start, list)
+        };
+        if [idom.len(), dominated.len(), list.len()] != [4 * n; 3] || retained.len() != 8 * n || start.len() != 4 * (n + 2) {
+            return Err(bad("dominators of another heap"));
+        }
+        Ok(Some(KeptTree { analysis, children, n, kind, idom, retained, dominated, start, list, class_bytes }))
+    }
+
+    /// The bytes of `heap`'s blocks, what the virtual root retains: the
+    /// leak classes' total where the dump's trailer says the same (a
+    /// graph read from the cache was checked to add up to its trailer),
+    /// else counted.
+    pub(crate) fn heap_bytes(&self, heap: &Heap) -> u64 {
+        match heap.trailer {
+            Some(t) if t.alloc_bytes == self.class_bytes && t.allocations == self.n as u64 => t.alloc_bytes,
+            _ => heap.total_bytes(),
+        }
+    }
+
+    fn u32_at(s: &Sealed, r: &Range<usize>, i: usize) -> Result<u32, CacheProblem> {
+        let at = r.start + 4 * i;
+        s.check(at..at + 4)?;
+        Ok(u32::from_le_bytes(s.body()[at..at + 4].try_into().map_err(|_| bad("cut short"))?))
+    }
+
+    /// Block `b`'s leak class.
+    pub(crate) fn kind(&self, b: usize) -> Result<LeakKind, CacheProblem> {
+        let at = self.kind.start + b;
+        self.analysis.check(at..at + 1)?;
+        crate::cache::kind_of(self.analysis.body()[at]).ok_or(bad("bad leak class"))
+    }
+
+    /// Block `b`'s immediate dominator (`u32::MAX`: the virtual root).
+    pub(crate) fn idom(&self, b: usize) -> Result<u32, CacheProblem> {
+        let d = Self::u32_at(&self.analysis, &self.idom, b)?;
+        if d != u32::MAX && d as usize >= self.n {
+            return Err(bad("bad dominator"));
+        }
+        Ok(d)
+    }
+
+    /// Bytes block `b` retains.
+    pub(crate) fn retained(&self, b: usize) -> Result<u64, CacheProblem> {
+        let at = self.retained.start + 8 * b;
+        self.analysis.check(at..at + 8)?;
+        Ok(u64::from_le_bytes(self.analysis.body()[at..at + 8].try_into().map_err(|_| bad("cut short"))?))
+    }
+
+    /// Blocks block `b` dominates, itself included.
+    pub(crate) fn dominated(&self, b: usize) -> Result<u32, CacheProblem> {
+        let c = Self::u32_at(&self.analysis, &self.dominated, b)?;
+        if c == 0 || c as usize > self.n {
+            return Err(bad("bad dominated count"));
+        }
+        Ok(c)
+    }
+
+    /// Where the children of `p` (`n`: the virtual root) are in the list.
+    fn span(&self, p: usize) -> Result<Range<usize>, CacheProblem> {
+        let (s, e) = (Self::u32_at(&self.children, &self.start, p)? as usize, Self::u32_at(&self.children, &self.start, p + 1)? as usize);
+        if s > e || e > self.n {
+            return Err(bad("dominator children of another heap"));
+        }
+        Ok(s..e)
+    }
+
+    /// Block `b` as a node: its retained bytes, dominated count, number
+    /// of children and leak class, checked against its children (see
+    /// [`KeptTree::check_node`]) and its class against its place (a
+    /// definitely lost block heads its structure, under the virtual root).
+    pub(crate) fn node(&self, heap: &Heap, b: usize) -> Result<(u64, u32, usize, LeakKind), CacheProblem> {
+        let span = self.span(b)?;
+        self.check_node(heap, b, &span)?;
+        let class = self.kind(b)?;
+        if class == LeakKind::DefinitelyLost && self.idom(b)? != u32::MAX {
+            return Err(bad("bad dominator"));
+        }
+        Ok((self.retained(b)?, self.dominated(b)?, span.len(), class))
+    }
+
+    /// The children of `p` (`None`: the virtual root), `count` from
+    /// `offset`, largest retained size first, checked against one another
+    /// and against `p` (see the module's text); with how many there are.
+    pub(crate) fn children(&self, heap: &Heap, p: Option<usize>, offset: usize, count: usize) -> Result<(Vec<u32>, usize), CacheProblem> {
+        let span = self.span(p.unwrap_or(self.n))?;
+        let total = span.len();
+        let parent = p.map_or(u32::MAX, |p| p as u32);
+        // The page, and the child before it (the order holds across).
+        let from = offset.min(total).saturating_sub(1);
+        let to = offset.saturating_add(count).min(total);
+        let mut page = Vec::with_capacity(to.saturating_sub(offset));
+        let mut before: Option<(u64, u32)> = None;
+        for i in from..to {
+            let c = Self::u32_at(&self.children, &self.list, span.start + i)?;
+            if c as usize >= self.n || self.idom(c as usize)? != parent {
+                return Err(bad("dominator children of another heap"));
+            }
+            let key = (self.retained(c as usize)?, c);
+            if before.is_some_and(|(r, b)| (std::cmp::Reverse(r), b) >= (std::cmp::Reverse(key.0), key.1)) {
+                return Err(bad("dominator children of another heap"));
+            }
+            before = Some(key);
+            if i >= offset {
+                page.push(c);
+            }
+        }
+        match p {
+            Some(p) => self.check_node(heap, p, &span)?,
+            // The virtual root retains the heap.
+            None if total <= SUMS_CHECKED => {
+                let mut r = 0u64;
+                for i in span {
+                    r = r.wrapping_add(self.retained(Self::u32_at(&self.children, &self.list, i)? as usize)?);
+                }
+                if r != self.heap_bytes(heap) {
+                    return Err(bad("bad retained size"));
+                }
+            }
+            None => {}
+        }
+        Ok((page, total))
+    }
+
+    /// Node `p` against its children (listed at `span`): its counts no
+    /// less than theirs, and their exact sums when they are few.
+    fn check_node(&self, heap: &Heap, p: usize, span: &Range<usize>) -> Result<(), CacheProblem> {
+        let (retained, dominated) = (self.retained(p)?, self.dominated(p)?);
+        let size = heap.blocks.size(p);
+        if (dominated as usize) <= span.len() || retained < size {
+            return Err(bad("bad dominated count"));
+        }
+        if span.len() <= SUMS_CHECKED {
+            let (mut r, mut d) = (size, 1u64);
+            for i in span.clone() {
+                let c = Self::u32_at(&self.children, &self.list, i)? as usize;
+                if c >= self.n || self.idom(c)? as usize != p {
+                    return Err(bad("dominator children of another heap"));
+                }
+                r = r.wrapping_add(self.retained(c)?);
+                d += u64::from(self.dominated(c)?);
+            }
+            if r != retained || d != u64::from(dominated) {
+                return Err(bad("bad retained size"));
+            }
+        }
+        Ok(())
+    }
+}
