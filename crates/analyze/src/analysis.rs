@@ -579,6 +579,22 @@ impl<'h> Analysis<'h> {
             .as_ref()
     }
 
+    /// Block `b`'s leak class and leader (see [`Leaks::leader_of`]): from
+    /// the kept tree while the classes are not read whole (a block's page
+    /// in the viewer), else from them.
+    pub(crate) fn class_and_leader(&self, b: BlockId) -> (LeakKind, Option<BlockId>) {
+        if self.leaks.get().is_none() {
+            if let Some(t) = self.kept_tree() {
+                match t.kind(b.index()).and_then(|k| Ok((k, t.leader(b.index())?.map(|h| BlockId(h as u32))))) {
+                    Ok(v) => return v,
+                    Err(why) => self.refuse_kept_tree(why),
+                }
+            }
+        }
+        let l = self.leaks();
+        (l.kind[b.index()], l.leader_of(b))
+    }
+
     /// The kept tree refused (a damaged chunk, or entries that disagree):
     /// the questions are answered from the whole cache, checked whole, or
     /// computed again.
@@ -1227,17 +1243,10 @@ impl<'h> Analysis<'h> {
     pub fn path(&self, addr: u64) -> Result<PathReport> {
         let heap = self.heap;
         let (target, _) = heap.find(addr).ok_or(AnalyzeError::NoSuchAllocation { address: addr })?;
-        let l = self.leaks();
-        let fallback = l.leader_of(target);
+        let (class, fallback) = self.class_and_leader(target);
         let tb = heap.block(target);
-        let mut report = PathReport {
-            address: Address(tb.addr),
-            size: tb.size,
-            class: l.kind[target.index()],
-            site: self.site_label(tb.site),
-            start: None,
-            steps: Vec::new(),
-        };
+        let mut report =
+            PathReport { address: Address(tb.addr), size: tb.size, class, site: self.site_label(tb.site), start: None, steps: Vec::new() };
         if fallback == Some(target) {
             return Ok(report);
         }
@@ -1322,7 +1331,6 @@ impl<'h> Analysis<'h> {
                 });
             }
         }
-        let l = self.leaks();
         // The pointers to the target, found in the edge table in one pass
         // (building every edge of the heap, its offset and interior
         // target, only to compare its target cost seconds at 10 M blocks),
@@ -1345,7 +1353,7 @@ impl<'h> Analysis<'h> {
                 interior: e.interior,
                 size: Some(b.size),
                 site: Some(self.site_label(b.site)),
-                class: Some(l.kind[i]),
+                class: Some(self.class_and_leader(BlockId(i as u32)).0),
                 path,
                 block: Some(BlockId(i as u32)),
             });

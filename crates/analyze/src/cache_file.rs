@@ -420,9 +420,25 @@ fn wait_for_writer(path: &Path) -> bool {
     path.exists()
 }
 
-/// Whether this process has one thread (`/proc/self/task` lists them).
+/// Whether this process has one thread (`/proc/self/task` lists them). A
+/// thread just joined (the checks' and checksums' scoped threads) can be
+/// listed a moment longer, exiting: one whose state is zombie or dead is
+/// not counted.
 fn single_threaded() -> bool {
-    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return false };
+    let running = |e: &std::fs::DirEntry| {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // `tid (name) S ...`: the state follows the name's last parenthesis.
+        !stat.rfind(')').and_then(|at| stat[at + 1..].trim_start().chars().next()).is_some_and(|c| matches!(c, 'Z' | 'X' | 'x'))
+    };
+    if tasks.filter_map(Result::ok).filter(running).take(2).count() == 1 {
+        return true;
+    }
+    // Still exiting: looked at again for a few milliseconds.
+    (0..20).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.filter_map(Result::ok).filter(running).take(2).count() == 1)
+    })
 }
 
 /// The temporary file a cache file is written to (mode 0600, locked

@@ -239,7 +239,7 @@ impl Analysis<'_> {
             site: self.site_label(blk.site),
             stack: self.program_frames(blk.site).iter().take(32).map(Frame::label).collect(),
             ty: self.type_of_block(b),
-            class: self.leaks().kind[b.index()],
+            class: self.class_and_leader(b).0,
             retained,
             dominated,
             dominator: dominator.map_or_else(|| "root".to_string(), |p| hex(heap.block(p).addr)),

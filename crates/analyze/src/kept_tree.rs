@@ -33,6 +33,7 @@ pub(crate) struct KeptTree {
     children: Sealed,
     n: usize,
     kind: Range<usize>,
+    leader: Range<usize>,
     idom: Range<usize>,
     retained: Range<usize>,
     dominated: Range<usize>,
@@ -55,11 +56,11 @@ impl KeptTree {
         let Some(analysis) = Sealed::open(cache.path())? else { return Ok(None) };
         let Some(children) = Sealed::open(&cache.part_path(crate::analysis::TREE))? else { return Ok(None) };
         let n = heap.len();
-        let (kind, idom, retained, dominated, class_bytes) = {
+        let (kind, leader, idom, retained, dominated, class_bytes) = {
             let mut r = Reader::body(&analysis);
             crate::cache::read_header(&mut r, cache, n)?;
             let kind = r.skip_bytes(n)?;
-            r.skip_slab::<u32>()?;
+            let leader = r.skip_slab::<u32>()?;
             let mut class_bytes = 0u64;
             for _ in 0..4 {
                 class_bytes = class_bytes.wrapping_add(r.u64()?);
@@ -81,7 +82,7 @@ impl KeptTree {
             let retained = r.skip_slab::<u64>()?;
             let dominated = r.skip_slab::<u32>()?;
             r.end()?;
-            (kind, idom, retained, dominated, class_bytes)
+            (kind, leader, idom, retained, dominated, class_bytes)
         };
         let (start, list) = {
             let mut r = Reader::body(&children);
@@ -91,10 +92,10 @@ impl KeptTree {
             r.end()?;
             (start, list)
         };
-        if [idom.len(), dominated.len(), list.len()] != [4 * n; 3] || retained.len() != 8 * n || start.len() != 4 * (n + 2) {
+        if [leader.len(), idom.len(), dominated.len(), list.len()] != [4 * n; 4] || retained.len() != 8 * n || start.len() != 4 * (n + 2) {
             return Err(bad("dominators of another heap"));
         }
-        Ok(Some(KeptTree { analysis, children, n, kind, idom, retained, dominated, start, list, class_bytes }))
+        Ok(Some(KeptTree { analysis, children, n, kind, leader, idom, retained, dominated, start, list, class_bytes }))
     }
 
     /// The bytes of `heap`'s blocks, what the virtual root retains: the
@@ -119,6 +120,27 @@ impl KeptTree {
         let at = self.kind.start + b;
         self.analysis.check(at..at + 1)?;
         crate::cache::kind_of(self.analysis.body()[at]).ok_or(bad("bad leak class"))
+    }
+
+    /// The definitely lost block heading the lost structure `b` is part
+    /// of (`None`: `b` is not lost), checked as `check_leaks` checks every
+    /// block: a leader exactly for the lost blocks, always a definitely
+    /// lost block, itself for one.
+    pub(crate) fn leader(&self, b: usize) -> Result<Option<usize>, CacheProblem> {
+        let k = self.kind(b)?;
+        let l = Self::u32_at(&self.analysis, &self.leader, b)?;
+        let lost = matches!(k, LeakKind::DefinitelyLost | LeakKind::IndirectlyLost);
+        if lost != (l != crate::leaks::NO_LEADER) {
+            return Err(bad("bad leader"));
+        }
+        if !lost {
+            return Ok(None);
+        }
+        let head = !l as usize;
+        if head >= self.n || self.kind(head)? != LeakKind::DefinitelyLost || (k == LeakKind::DefinitelyLost && head != b) {
+            return Err(bad("bad leader"));
+        }
+        Ok(Some(head))
     }
 
     /// Block `b`'s immediate dominator (`u32::MAX`: the virtual root).

@@ -137,6 +137,8 @@ fn the_viewers_pages_from_the_cache_are_exact_and_damage_is_refused_where_it_is_
     };
     let kept = Analysis::new(&file, &heap).with_cache(CacheFile::for_file(&caches, &file, VERSION).unwrap());
     assert_eq!(block(&kept), block(&Analysis::new(&file, &heap)));
+    let events = kept.cache_events();
+    assert!(!events.iter().any(|e| e.contains(".hdcache") || e.starts_with("rebuilt")), "the classes not read whole: {events:?}");
     let good = std::fs::read(&analysis).unwrap();
     let tree = cache.part_path("hdtree");
     let good_tree = std::fs::read(&tree).unwrap();
