@@ -94,6 +94,22 @@ impl Out {
         self.u64(b.len() as u64);
         self.raw(b);
     }
+    /// One counted array of `parts` one after another, as [`Out::slab`]
+    /// writes their concatenation (with no copy of it made).
+    pub(crate) fn slab_of_parts(&mut self, parts: &[&[u32]]) {
+        self.u64(parts.iter().map(|p| p.len() as u64).sum());
+        let pad = (8 - self.len % 8) % 8;
+        self.raw(&[0u8; 8][..pad as usize]);
+        for p in parts {
+            if cfg!(target_endian = "little") {
+                self.raw(bytemuck::cast_slice(p));
+            } else {
+                for x in *p {
+                    self.u32(*x);
+                }
+            }
+        }
+    }
     /// A counted array, its items starting at a multiple of 8 bytes (zeros
     /// before them) so that [`Reader::slab`] can read them in place;
     /// little endian.

@@ -25,6 +25,7 @@
 
 use crate::address::Address;
 use crate::analysis::{hex, Analysis, Origin, PathStep};
+use crate::explore::{Kept, Tree};
 use crate::heap::{BlockId, SiteId};
 use crate::leaks::LeakKind;
 use serde::Serialize;
@@ -99,41 +100,56 @@ impl<'h> Analysis<'h> {
     /// site (and has its size, where the site has no stack) and that `b`
     /// points to. `None` when there is no such block, or more than one.
     pub fn list_next(&self, b: BlockId) -> Option<(BlockId, u64)> {
+        self.list_next_in(Tree::Whole, b).unwrap_or(None)
+    }
+
+    /// [`Analysis::list_next`] in tree `t` (an `Err` only from a kept
+    /// tree that disagrees with itself).
+    pub(crate) fn list_next_in(&self, t: Tree<'_>, b: BlockId) -> Kept<Option<(BlockId, u64)>> {
         let heap = self.heap();
-        let children = self.dominated_by(Some(b));
+        let children = self.kids_in(t, b)?;
         if children.is_empty() {
-            return None;
+            return Ok(None);
         }
         let blk = heap.block(b);
         let by_size = heap.sites.get(&blk.site).is_none_or(|f| f.is_empty());
         let mut next = None;
-        for &c in children {
+        for &c in children.iter() {
             let cb = heap.block(BlockId(c));
             if cb.site == blk.site && (!by_size || cb.size == blk.size) {
                 if next.is_some() {
-                    return None;
+                    return Ok(None);
                 }
                 next = Some(BlockId(c));
             }
         }
-        let next = next?;
+        let Some(next) = next else { return Ok(None) };
         // A start pointer first (as valgrind's reachability prefers them).
         let mut edges = heap.edges(b).filter(|e| e.target == next);
-        let first = edges.next()?;
+        let Some(first) = edges.next() else { return Ok(None) };
         let offset = if first.interior { edges.find(|e| !e.interior).unwrap_or(first).offset } else { first.offset };
-        Some((next, offset))
+        Ok(Some((next, offset)))
     }
 
     /// The list from `b` on (`b` its first node), when `b` has a next
     /// node; its nodes are [`Analysis::list_nodes`].
     pub fn list_from(&self, b: BlockId) -> Option<Chain> {
-        let (mut last, next_offset) = self.list_next(b)?;
+        self.list_from_in(Tree::Whole, b).unwrap_or(None)
+    }
+
+    /// [`Analysis::list_from`] in tree `t`.
+    pub(crate) fn list_from_in(&self, t: Tree<'_>, b: BlockId) -> Kept<Option<Chain>> {
+        let Some((mut last, next_offset)) = self.list_next_in(t, b)? else { return Ok(None) };
         let mut nodes = 2u32;
-        while let Some((n, _)) = self.list_next(last) {
+        // Bounded by the blocks (a kept tree that loops is refused).
+        while let Some((n, _)) = self.list_next_in(t, last)? {
             last = n;
             nodes = nodes.saturating_add(1);
+            if nodes as usize > self.heap().len() {
+                return Err(crate::cache::CacheProblem::Stale("a list that loops"));
+            }
         }
-        Some(Chain { head: b, last, nodes, next_offset })
+        Ok(Some(Chain { head: b, last, nodes, next_offset }))
     }
 
     /// The whole list `b` is a node of (from its first node), if any.
@@ -157,39 +173,46 @@ impl<'h> Analysis<'h> {
 
     /// `c` named, with what its nodes hold, for a view.
     pub fn list_summary(&self, c: &Chain) -> ListSummary {
+        self.list_summary_in(Tree::Whole, c).unwrap_or_else(|_| unreachable!("the whole tree is never refused"))
+    }
+
+    /// [`Analysis::list_summary`] in tree `t`.
+    pub(crate) fn list_summary_in(&self, t: Tree<'_>, c: &Chain) -> Kept<ListSummary> {
         let heap = self.heap();
-        let d = self.dominators();
         let mut names = HashMap::new();
         let mut node_bytes = 0u64;
         // What the nodes hold directly, by site (then named).
         let mut direct: HashMap<SiteId, (u64, BlockId)> = HashMap::new();
         let mut prev: Option<BlockId> = None;
-        for b in self.list_nodes(c) {
+        let (mut at, mut left) = (Some(c.head), c.nodes);
+        while let Some(b) = at.filter(|_| left > 0) {
+            left -= 1;
             node_bytes += heap.size(b);
             if let Some(p) = prev {
-                for &k in self.dominated_by(Some(p)) {
+                for &k in self.kids_in(t, p)?.iter() {
                     if k != b.0 {
                         direct.entry(heap.block(BlockId(k)).site).or_insert((0, BlockId(k))).0 += 1;
                     }
                 }
             }
             prev = Some(b);
+            at = if left > 0 { self.list_next_in(t, b)?.map(|(n, _)| n) } else { None };
         }
         if let Some(p) = prev {
-            for &k in self.dominated_by(Some(p)) {
+            for &k in self.kids_in(t, p)?.iter() {
                 direct.entry(heap.block(BlockId(k)).site).or_insert((0, BlockId(k))).0 += 1;
             }
         }
         let nodes = u64::from(c.nodes);
-        let payload_blocks = u64::from(d.dominated[c.head.index()]).saturating_sub(nodes);
-        let payload_bytes = d.retained[c.head.index()].saturating_sub(node_bytes);
+        let payload_blocks = u64::from(self.dominated_in(t, c.head)?).saturating_sub(nodes);
+        let payload_bytes = self.retained_in(t, c.head)?.saturating_sub(node_bytes);
         let all: u64 = direct.values().map(|v| v.0).sum();
         let top = direct.values().max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1))).copied();
         let (payload, payload_named) = match top {
             Some((count, example)) if count * 2 >= all => (Some(self.block_name(example, &mut names)), count),
             _ => (None, 0),
         };
-        ListSummary {
+        Ok(ListSummary {
             nodes: c.nodes,
             node: self.block_name(c.head, &mut names),
             next_offset: c.next_offset,
@@ -200,8 +223,8 @@ impl<'h> Analysis<'h> {
             payload_named,
             head: Address(heap.block(c.head).addr),
             last: Address(heap.block(c.last).addr),
-            held_by: self.list_holder(c.head),
-        }
+            held_by: self.list_holder_in(t, c.head)?,
+        })
     }
 
     /// What holds `b`, in a few words: a root pointing to it (a start
@@ -209,6 +232,11 @@ impl<'h> Analysis<'h> {
     /// else the block dominating it, else `nothing (definitely lost)` for
     /// the head of a lost structure, else `several blocks`.
     pub fn list_holder(&self, b: BlockId) -> String {
+        self.list_holder_in(Tree::Whole, b).unwrap_or_else(|_| unreachable!("the whole tree is never refused"))
+    }
+
+    /// [`Analysis::list_holder`] in tree `t`.
+    pub(crate) fn list_holder_in(&self, t: Tree<'_>, b: BlockId) -> Kept<String> {
         let heap = self.heap();
         let mut roots = heap.roots.iter().filter(|r| r.target == b);
         let first = roots.next();
@@ -217,15 +245,15 @@ impl<'h> Analysis<'h> {
             other => other,
         };
         if let Some(r) = root {
-            return self.name_root(r).words();
+            return Ok(self.name_root(r).words());
         }
-        if let Some(p) = self.dominators().idom(b) {
-            return format!("`{}` {}", self.block_name(p, &mut HashMap::new()), hex(heap.block(p).addr));
+        if let Some(p) = self.idom_in(t, b)? {
+            return Ok(format!("`{}` {}", self.block_name(p, &mut HashMap::new()), hex(heap.block(p).addr)));
         }
-        match self.leaks().kind[b.index()] {
+        Ok(match self.kind_in(t, b)? {
             LeakKind::DefinitelyLost => "nothing (definitely lost)".into(),
             _ => "several blocks".into(),
-        }
+        })
     }
 
     /// `steps` (a path's) as lines to show: runs of hops through the nodes

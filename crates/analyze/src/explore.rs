@@ -387,38 +387,103 @@ pub enum RowsOf {
 /// The shortest list collapsed into one row.
 pub const CHAIN_MIN: usize = 3;
 
-/// The members of one group of siblings, largest retained first.
-struct Grouped {
-    members: Vec<u32>,
-    retained: u64,
-    bytes: u64,
+/// The members of one group of siblings, largest retained first, and
+/// their figures (`members` left empty for the root's groups kept in the
+/// cache: `kept_rows.rs` reads them a page at a time).
+pub(crate) struct Grouped {
+    pub(crate) site: u32,
+    pub(crate) lost: bool,
+    pub(crate) first: u32,
+    pub(crate) count: u64,
+    pub(crate) retained: u64,
+    pub(crate) bytes: u64,
+    pub(crate) dominated: u64,
+    pub(crate) members: Vec<u32>,
 }
 
+/// The dominator tree a page is read from: the whole tree, or the one
+/// kept in the cache, read a node at a time (`kept_tree.rs`).
+#[derive(Clone, Copy)]
+pub(crate) enum Tree<'t> {
+    Whole,
+    Kept(&'t KeptTree),
+}
+
+/// An answer from tree `t`: an `Err` only from a kept tree found damaged
+/// or disagreeing with itself (the answer is then taken from the whole).
+pub(crate) type Kept<T> = std::result::Result<T, CacheProblem>;
+
 impl Analysis<'_> {
+    /// The children of `b` in `t`, largest retained first.
+    pub(crate) fn kids_in(&self, t: Tree<'_>, b: BlockId) -> Kept<std::borrow::Cow<'_, [u32]>> {
+        Ok(match t {
+            Tree::Whole => std::borrow::Cow::Borrowed(self.dominated_by(Some(b))),
+            Tree::Kept(k) => std::borrow::Cow::Owned(k.children(self.heap(), Some(b.index()), 0, usize::MAX)?.0),
+        })
+    }
+
+    /// Bytes `b` retains in `t`.
+    pub(crate) fn retained_in(&self, t: Tree<'_>, b: BlockId) -> Kept<u64> {
+        match t {
+            Tree::Whole => Ok(self.dominators().retained[b.index()]),
+            Tree::Kept(k) => k.retained(b.index()),
+        }
+    }
+
+    /// Blocks `b` dominates in `t`, itself included.
+    pub(crate) fn dominated_in(&self, t: Tree<'_>, b: BlockId) -> Kept<u32> {
+        match t {
+            Tree::Whole => Ok(self.dominators().dominated[b.index()]),
+            Tree::Kept(k) => k.dominated(b.index()),
+        }
+    }
+
+    /// `b`'s leak class.
+    pub(crate) fn kind_in(&self, t: Tree<'_>, b: BlockId) -> Kept<LeakKind> {
+        match t {
+            Tree::Whole => Ok(self.leaks().kind[b.index()]),
+            Tree::Kept(k) => k.kind(b.index()),
+        }
+    }
+
+    /// `b`'s immediate dominator in `t` (`None`: the virtual root).
+    pub(crate) fn idom_in(&self, t: Tree<'_>, b: BlockId) -> Kept<Option<BlockId>> {
+        match t {
+            Tree::Whole => Ok(self.dominators().idom(b)),
+            Tree::Kept(k) => Ok(Some(k.idom(b.index())?).filter(|&d| d != u32::MAX).map(BlockId)),
+        }
+    }
+
     /// The children of `p` grouped by site and type, the groups (of one
     /// block or more) largest retained first.
-    fn grouped(&self, p: Option<BlockId>) -> Vec<Grouped> {
+    pub(crate) fn grouped(&self, t: Tree<'_>, p: Option<BlockId>) -> Kept<Vec<Grouped>> {
         let heap = self.heap();
-        let d = self.dominators();
         let mut index: HashMap<(u32, bool, String), usize> = HashMap::new();
         let mut groups: Vec<Grouped> = Vec::new();
-        for &c in self.dominated_by(p) {
+        let kids = match (t, p) {
+            (_, Some(p)) => self.kids_in(t, p)?,
+            (Tree::Whole, None) => std::borrow::Cow::Borrowed(self.dominated_by(None)),
+            (Tree::Kept(k), None) => std::borrow::Cow::Owned(k.children(heap, None, 0, usize::MAX)?.0),
+        };
+        for &c in kids.iter() {
             let b = heap.block(BlockId(c));
             // Lost blocks apart from reachable ones: two structures.
-            let lost = matches!(self.leaks().kind[c as usize], LeakKind::DefinitelyLost | LeakKind::IndirectlyLost);
+            let lost = matches!(self.kind_in(t, BlockId(c))?, LeakKind::DefinitelyLost | LeakKind::IndirectlyLost);
             let key = (b.site.0, lost, self.type_of_block(BlockId(c)));
             let i = *index.entry(key).or_insert_with(|| {
-                groups.push(Grouped { members: Vec::new(), retained: 0, bytes: 0 });
+                groups.push(Grouped { site: b.site.0, lost, first: c, count: 0, retained: 0, bytes: 0, dominated: 0, members: Vec::new() });
                 groups.len() - 1
             });
             let g = &mut groups[i];
             g.members.push(c);
-            g.retained += d.retained[c as usize];
+            g.count += 1;
+            g.retained += self.retained_in(t, BlockId(c))?;
+            g.dominated += u64::from(self.dominated_in(t, BlockId(c))?);
             g.bytes += b.size;
         }
         // Children come largest first: so do each group's members.
-        groups.sort_by(|a, b| b.retained.cmp(&a.retained).then(a.members[0].cmp(&b.members[0])));
-        groups
+        groups.sort_by(|a, b| b.retained.cmp(&a.retained).then(a.first.cmp(&b.first)));
+        Ok(groups)
     }
 
     /// The root that holds `b` (a static first, then a stack, then a
@@ -496,15 +561,26 @@ impl Analysis<'_> {
 
     /// One block as a row (a chain's head collapsed when `chains`).
     fn node_row(&self, b: BlockId, chains: bool, named: bool) -> TreeRow {
+        self.node_row_in(Tree::Whole, b, chains, named).unwrap_or_else(|_| unreachable!("the whole tree is never refused"))
+    }
+
+    /// [`Analysis::node_row`] from tree `t`.
+    fn node_row_in(&self, t: Tree<'_>, b: BlockId, chains: bool, named: bool) -> Kept<TreeRow> {
         let heap = self.heap();
-        let d = self.dominators();
         let blk = heap.block(b);
-        let list = if chains { self.list_from(b).filter(|c| c.nodes as usize >= CHAIN_MIN) } else { None };
+        let list = if chains { self.list_from_in(t, b)?.filter(|c| c.nodes as usize >= CHAIN_MIN) } else { None };
         let ty = self.type_of_block(b);
         let site = self.site_label(blk.site);
         let what = if ty != crate::types::UNKNOWN { ty.clone() } else { site.clone() };
+        let (retained, dominated, children, class) = match t {
+            Tree::Whole => {
+                let d = self.dominators();
+                (d.retained[b.index()], d.dominated[b.index()], self.dominated_by(Some(b)).len(), self.leaks().kind[b.index()])
+            }
+            Tree::Kept(k) => k.node(heap, b.index())?,
+        };
         let held_by = if named {
-            Some(self.root_name(b).unwrap_or_else(|| match self.leaks().kind[b.index()] {
+            Some(self.root_name(b).unwrap_or_else(|| match class {
                 LeakKind::DefinitelyLost | LeakKind::IndirectlyLost => "lost: nothing points to it".to_string(),
                 _ => "no root: lost, possibly".to_string(),
             }))
@@ -513,129 +589,222 @@ impl Analysis<'_> {
         };
         if let Some(c) = list {
             // Named as `retained` names it, the holder included.
-            let summary = self.list_summary(&c);
-            return TreeRow {
+            let summary = self.list_summary_in(t, &c)?;
+            return Ok(TreeRow {
                 kind: RowKind::Chain,
                 address: Address(blk.addr),
                 name: summary.to_string(),
                 held_by: None,
                 site,
                 ty,
-                class: self.leaks().kind[b.index()],
+                class,
                 count: u64::from(c.nodes),
                 bytes: summary.node_bytes,
-                retained: d.retained[b.index()],
-                dominated: d.dominated[b.index()] as u64,
+                retained,
+                dominated: dominated as u64,
                 children: c.nodes as usize,
                 group: None,
                 next: None,
-            };
+            });
         }
-        TreeRow {
+        Ok(TreeRow {
             kind: RowKind::Node,
             address: Address(blk.addr),
             name: what,
             held_by,
             site,
             ty,
-            class: self.leaks().kind[b.index()],
+            class,
             count: 1,
             bytes: blk.size,
-            retained: d.retained[b.index()],
-            dominated: d.dominated[b.index()] as u64,
-            children: self.dominated_by(Some(b)).len(),
+            retained,
+            dominated: dominated as u64,
+            children,
             group: None,
             next: None,
-        }
+        })
     }
 
     /// Rows below a node, a group or a chain, `n` from `offset` in `order`:
     /// siblings of one site and type grouped, chains collapsed, the
-    /// root's children named by the roots holding them.
+    /// root's children named by the roots holding them. From the tree kept
+    /// in the cache while it is good (the root's groups kept with it:
+    /// `kept_rows.rs`), else from the whole tree.
     pub fn tree_rows(&self, of: RowsOf, order: RowOrder, offset: usize, n: usize) -> Result<TreeRows> {
+        if let Some(t) = self.kept_tree() {
+            let root = matches!(of, RowsOf::Children(None) | RowsOf::Group(None, _));
+            let kept = (|| {
+                // Without the root's groups kept, they are computed from the
+                // whole tree (and kept then).
+                let groups = if root { crate::kept_rows::open(self, Tree::Kept(t))? } else { None };
+                if root && groups.is_none() {
+                    return Ok(None);
+                }
+                self.tree_rows_in(Tree::Kept(t), groups.as_ref(), of, order, offset, n).map(Some)
+            })();
+            match kept {
+                Ok(Some(rows)) => return rows,
+                Ok(None) => {}
+                Err(why) => {
+                    if root {
+                        crate::kept_rows::forget(self);
+                    }
+                    self.refuse_kept_tree(why);
+                }
+            }
+        }
+        match self.tree_rows_in(Tree::Whole, None, of, order, offset, n) {
+            Ok(rows) => rows,
+            Err(_) => unreachable!("the whole tree is never refused"),
+        }
+    }
+
+    /// [`Analysis::tree_rows`] from tree `t`, the root's groups `kept`
+    /// (when read from the cache).
+    fn tree_rows_in(
+        &self,
+        t: Tree<'_>,
+        kept: Option<&crate::kept_rows::KeptGroups>,
+        of: RowsOf,
+        order: RowOrder,
+        offset: usize,
+        n: usize,
+    ) -> Kept<Result<TreeRows>> {
         let heap = self.heap();
-        let d = self.dominators();
         let parent_name = |p: Option<BlockId>| p.map_or_else(|| "root".to_string(), |b| hex(heap.block(b).addr));
+        let resolve = |p: Option<u64>| p.map(|a| self.block_at(a)).transpose();
+        let computed;
+        let groups_of = |p: Option<BlockId>, computed: &mut Vec<Grouped>| -> Kept<()> {
+            if p.is_some() || kept.is_none() {
+                *computed = self.grouped(t, p)?;
+                if p.is_none() && matches!(t, Tree::Whole) {
+                    crate::kept_rows::keep(self, computed);
+                }
+            }
+            Ok(())
+        };
+        // The members of group `k`, `n` from `offset`.
+        let members = |g: &Grouped, k: usize, offset: usize, n: usize| -> Kept<Vec<u32>> {
+            match kept {
+                Some(kg) if g.members.is_empty() => kg.members(self, t, k, offset, n),
+                _ => Ok(g.members.iter().skip(offset).take(n).copied().collect()),
+            }
+        };
         let (parent, mut rows): (String, Vec<TreeRow>) = match of {
             RowsOf::Children(p) => {
-                let p = p.map(|a| self.block_at(a)).transpose()?;
+                let p = match resolve(p) {
+                    Ok(p) => p,
+                    Err(e) => return Ok(Err(e)),
+                };
                 let named = p.is_none();
-                let groups = self.grouped(p);
-                // Rows are made for the page only, but the order needs
-                // each row's figures: groups have theirs; a single block
-                // is made a row (cheap) to know whether it heads a chain.
-                let mut rows = Vec::with_capacity(groups.len());
-                for (i, g) in groups.iter().enumerate() {
-                    if g.members.len() == 1 {
-                        rows.push(self.node_row(BlockId(g.members[0]), true, named));
-                        continue;
+                let mut own = Vec::new();
+                groups_of(p, &mut own)?;
+                computed = own;
+                let groups: &[Grouped] = match (kept, p) {
+                    (Some(kg), None) => &kg.groups,
+                    _ => &computed,
+                };
+                let row = |i: usize, g: &Grouped| -> Kept<TreeRow> {
+                    let first = BlockId(g.first);
+                    if g.count == 1 {
+                        return self.node_row_in(t, first, true, named);
                     }
-                    let first = BlockId(g.members[0]);
                     let blk = heap.block(first);
                     let ty = self.type_of_block(first);
                     let site = self.site_label(blk.site);
                     let what = if ty != crate::types::UNKNOWN { ty.clone() } else { site.clone() };
-                    let held_by = named.then(|| self.group_holder(&g.members));
-                    rows.push(TreeRow {
+                    let held_by = if named { Some(self.group_holder(&members(g, i, 0, 1000)?)) } else { None };
+                    Ok(TreeRow {
                         kind: RowKind::Group,
                         address: Address(blk.addr),
-                        name: format!("{} × {what}", g.members.len()),
+                        name: format!("{} × {what}", g.count),
                         held_by,
                         site,
                         ty,
-                        class: self.leaks().kind[first.index()],
-                        count: g.members.len() as u64,
+                        class: self.kind_in(t, first)?,
+                        count: g.count,
                         bytes: g.bytes,
                         retained: g.retained,
-                        dominated: g.members.iter().map(|&m| d.dominated[m as usize] as u64).sum(),
-                        children: g.members.len(),
+                        dominated: g.dominated,
+                        children: g.count as usize,
                         group: Some(i),
                         next: None,
-                    });
+                    })
+                };
+                // The groups are in the rows' retained order (retained, then
+                // the first member's address: blocks are numbered in address
+                // order): only the page is made into rows.
+                if order == RowOrder::Retained {
+                    let rows = groups.iter().enumerate().skip(offset).take(n).map(|(i, g)| row(i, g)).collect::<Kept<Vec<_>>>()?;
+                    return Ok(Ok(TreeRows { parent: parent_name(p), total: groups.len(), offset, rows }));
                 }
-                (parent_name(p), rows)
+                (parent_name(p), groups.iter().enumerate().map(|(i, g)| row(i, g)).collect::<Kept<Vec<_>>>()?)
             }
             RowsOf::Group(p, k) => {
-                let p = p.map(|a| self.block_at(a)).transpose()?;
-                let groups = self.grouped(p);
-                let g = groups.get(k).ok_or(AnalyzeError::NoSuchGroup { group: k })?;
+                let p = match resolve(p) {
+                    Ok(p) => p,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let mut own = Vec::new();
+                groups_of(p, &mut own)?;
+                computed = own;
+                let groups: &[Grouped] = match (kept, p) {
+                    (Some(kg), None) => &kg.groups,
+                    _ => &computed,
+                };
+                let Some(g) = groups.get(k) else { return Ok(Err(AnalyzeError::NoSuchGroup { group: k })) };
                 let named = p.is_none();
                 // Only the page is made into rows unless another order
                 // than the members' (retained) is asked for.
                 if order == RowOrder::Retained {
-                    let rows = g.members.iter().skip(offset).take(n).map(|&m| self.node_row(BlockId(m), true, named)).collect();
-                    return Ok(TreeRows { parent: parent_name(p), total: g.members.len(), offset, rows });
+                    let rows = members(g, k, offset, n)?
+                        .into_iter()
+                        .map(|m| self.node_row_in(t, BlockId(m), true, named))
+                        .collect::<Kept<Vec<_>>>()?;
+                    return Ok(Ok(TreeRows { parent: parent_name(p), total: g.count as usize, offset, rows }));
                 }
-                (parent_name(p), g.members.iter().map(|&m| self.node_row(BlockId(m), true, named)).collect())
+                let all = members(g, k, 0, usize::MAX)?;
+                (parent_name(p), all.into_iter().map(|m| self.node_row_in(t, BlockId(m), true, named)).collect::<Kept<Vec<_>>>()?)
             }
             RowsOf::Payload(a) => {
-                let b = self.block_at(a)?;
-                let next = self.list_next(b).map(|(n, _)| n);
-                let kids: Vec<u32> = self.dominated_by(Some(b)).iter().copied().filter(|&c| Some(BlockId(c)) != next).collect();
-                (hex(heap.block(b).addr), kids.iter().map(|&c| self.node_row(BlockId(c), true, false)).collect())
+                let b = match self.block_at(a) {
+                    Ok(b) => b,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let next = self.list_next_in(t, b)?.map(|(n, _)| n);
+                let kids: Vec<u32> = self.kids_in(t, b)?.iter().copied().filter(|&c| Some(BlockId(c)) != next).collect();
+                (hex(heap.block(b).addr), kids.iter().map(|&c| self.node_row_in(t, BlockId(c), true, false)).collect::<Kept<Vec<_>>>()?)
             }
             RowsOf::Chain(a) => {
-                let head = self.block_at(a)?;
-                let Some(c) = self.list_from(head) else {
-                    return Ok(TreeRows { parent: hex(heap.block(head).addr), total: 0, offset, rows: Vec::new() });
+                let head = match self.block_at(a) {
+                    Ok(b) => b,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let Some(c) = self.list_from_in(t, head)? else {
+                    return Ok(Ok(TreeRows { parent: hex(heap.block(head).addr), total: 0, offset, rows: Vec::new() }));
                 };
                 // Walked to the page's end only: a list is in its own order.
-                let rows = self
-                    .list_nodes(&c)
-                    .skip(offset)
-                    .take(n)
-                    .map(|m| {
-                        let next = self.list_next(m).map(|(n, _)| n);
-                        let mut r = self.node_row(m, false, false);
+                let mut rows = Vec::new();
+                let (mut at, mut left, mut i) = (Some(c.head), c.nodes, 0usize);
+                while let Some(m) = at.filter(|_| left > 0 && i < offset.saturating_add(n)) {
+                    left -= 1;
+                    let next = self.list_next_in(t, m)?.map(|(n, _)| n);
+                    if i >= offset {
+                        let mut r = self.node_row_in(t, m, false, false)?;
                         // A node retains the rest of its list: shown is
                         // what it adds (itself and its payload).
-                        r.retained -= next.map_or(0, |x| d.retained[x.index()]);
+                        r.retained -= match next {
+                            Some(x) => self.retained_in(t, x)?,
+                            None => 0,
+                        };
                         r.children -= usize::from(next.is_some());
                         r.next = next.map(|x| Address(heap.block(x).addr));
-                        r
-                    })
-                    .collect();
-                return Ok(TreeRows { parent: hex(heap.block(head).addr), total: c.nodes as usize, offset, rows });
+                        rows.push(r);
+                    }
+                    i += 1;
+                    at = if left > 0 { next } else { None };
+                }
+                return Ok(Ok(TreeRows { parent: hex(heap.block(head).addr), total: c.nodes as usize, offset, rows }));
             }
         };
         match order {
@@ -646,7 +815,7 @@ impl Analysis<'_> {
         }
         let total = rows.len();
         let rows = rows.into_iter().skip(offset).take(n).collect();
-        Ok(TreeRows { parent, total, offset, rows })
+        Ok(Ok(TreeRows { parent, total, offset, rows }))
     }
 
     /// What holds a group of the root's children: one root's name when

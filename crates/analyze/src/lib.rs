@@ -39,6 +39,7 @@ mod growth;
 mod heap;
 pub mod input;
 mod kept_report;
+mod kept_rows;
 mod kept_tree;
 pub mod leaks;
 mod load;

@@ -6,4 +6,5 @@ mod cache_lies;
 mod graphs;
 mod hostile;
 mod kept_pages;
+mod kept_rows;
 mod spilled;
