@@ -13,6 +13,7 @@
 use crate::heap::{BlockId, Heap, INTERIOR};
 use crate::prefetch::prefetch;
 use crate::slab::Slab;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 const NONE: u32 = u32::MAX;
 /// In [`Walk::first`]: the node has more than two edges.
@@ -256,7 +257,13 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
             prefetch(walk, first[1] as usize);
         }
     };
-    let dfs_from = |start: u32, walk: &mut [Walk], vertex: &mut Vec<u32>, parent: &mut [u32]| {
+    // Where the numbers can divide into two runs of whole walks (see
+    // [`Run`]): the first end of a walk in each of [`PARTS`] parts of the
+    // numbers (the work in each part is counted as the lists are
+    // renumbered, and the run split at the end nearest half of it).
+    let part = part_of(n);
+    let mut ends: Vec<usize> = Vec::new();
+    let mut dfs_from = |start: u32, walk: &mut [Walk], vertex: &mut Vec<u32>, parent: &mut [u32]| {
         let root = vertex.len();
         enter(start, 0, walk, vertex, parent);
         let mut cur = root;
@@ -312,6 +319,10 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
                 cur = parent[cur] as usize;
                 v = vertex[cur];
             }
+        }
+        let end = vertex.len();
+        if ends.last().is_none_or(|&e| part(e) < part(end)) {
+            ends.push(end);
         }
     };
     // The virtual root, numbered 1, then a walk from each of its children
@@ -391,91 +402,46 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     let Predecessors { start, mut preds } = predecessors();
     let mid = n / 2;
     let (low, high) = preds.split_at_mut(start[mid] as usize);
-    std::thread::scope(|s| {
+    let work = std::thread::scope(|s| {
         let (dfn, parent, start) = (&*dfn, &*parent, &start);
-        s.spawn(move || renumber(dfn, parent, mid, &start[mid..], high));
-        renumber(dfn, parent, 0, &start[..=mid], low);
+        let other = s.spawn(move || renumber(dfn, parent, mid, &start[mid..], high, &part));
+        let mut work = renumber(dfn, parent, 0, &start[..=mid], low, &part);
+        for (w, o) in work.iter_mut().zip(joined(other)) {
+            *w += o;
+        }
+        work
     });
-    // The virtual root's children have their semidominator in it.
+    // The virtual root's children, by number (0-based): their
+    // semidominator is it.
     for c in root_children.iter_mut() {
         *c = dfn[*c as usize] - 1;
     }
-    // Node v's list, and its DFS parent's number (0-based).
-    let list = |v: u32| &preds[start[v as usize] as usize..start[v as usize + 1] as usize];
-    let parent_of = |list: &[u32]| list.first().filter(|&&p| p & FIRST != 0).map_or(0, |&p| p & !FIRST);
-
-    // Semi-NCA in dfn space (0-based). Each node's record holds, side by
-    // side so that one cache miss fetches them: its ancestor in the
-    // linked forest (its DFS parent until path compression shortens it; a
-    // node is linked once its number is past the one being processed), the
-    // smallest semidominator number on its compressed path (`best`, what
-    // Lengauer–Tarjan's `eval` returns the label of), and its own
-    // semidominator number.
-    const INIT_AHEAD: usize = 16;
+    // Semi-NCA in dfn space (0-based), on two threads when the walks
+    // divide near the middle (see [`Run`]), each over its run of whole
+    // walks: semidominators and immediate dominators in one pass, then,
+    // once the predecessor lists are spent and their memory holds the
+    // immediate dominators and counts by block, the retained sums.
     let info = &mut info[..count];
-    for (w, record) in info.iter_mut().enumerate() {
-        if let Some(&v) = vertex.get(w + 2 * INIT_AHEAD) {
-            prefetch(&start, v as usize);
+    let runs = {
+        let total: u64 = work.iter().sum();
+        let before = |e: usize| work[..part(e)].iter().sum::<u64>();
+        let split = ends.iter().copied().filter(|&e| e > 1 && e < count).min_by_key(|&e| (2 * before(e)).abs_diff(total));
+        split.map(|e| e as u32)
+    };
+    {
+        let (start, preds, vertex, root_children) = (&start[..], &preds[..], &vertex[..], &root_children[..]);
+        match runs {
+            Some(mid) => {
+                let (low, high) = info.split_at_mut(mid as usize);
+                std::thread::scope(|s| {
+                    s.spawn(move || Run { info: high, base: mid, vertex }.dominators(start, preds, root_children));
+                    Run { info: low, base: 0, vertex }.dominators(start, preds, root_children);
+                });
+            }
+            None => Run { info: &mut *info, base: 0, vertex }.dominators(start, preds, root_children),
         }
-        if let Some(&v) = vertex.get(w + INIT_AHEAD) {
-            prefetch(&preds, start[v as usize] as usize);
-        }
-        *record = Info { ancestor: parent_of(list(vertex[w])), best: w as u32, semi: w as u32 };
-    }
-    for &c in &root_children {
-        info[c as usize].semi = 0;
     }
     drop(root_children);
-    {
-        let mut path: Vec<u32> = Vec::new();
-        // The nodes this loop reads a few steps on, prefetched in four
-        // stages: a node's list bounds, its list, its predecessors, then
-        // (once they have arrived) their ancestors.
-        const AHEAD: usize = 8;
-        for w in (1..count).rev() {
-            if let Some(&v) = w.checked_sub(4 * AHEAD).and_then(|a| vertex.get(a)) {
-                prefetch(&start, v as usize);
-            }
-            if let Some(&v) = w.checked_sub(3 * AHEAD).and_then(|a| vertex.get(a)) {
-                prefetch(&preds, start[v as usize] as usize);
-            }
-            if let Some(&v) = w.checked_sub(2 * AHEAD).and_then(|a| vertex.get(a)) {
-                for &p in list(v) {
-                    prefetch(info, (p & !FIRST) as usize);
-                }
-            }
-            if let Some(&v) = w.checked_sub(AHEAD).and_then(|a| vertex.get(a)) {
-                for &p in list(v) {
-                    prefetch(info, info[(p & !FIRST) as usize].ancestor as usize);
-                }
-            }
-            let mut s = info[w].semi;
-            for &p in list(vertex[w]) {
-                s = s.min(eval(p & !FIRST, w as u32 + 1, info, &mut path));
-            }
-            info[w].semi = s;
-            info[w].best = s;
-        }
-    }
-    // Immediate dominators, in place over the ancestors (idom[w] needs
-    // only idom of smaller numbers and semi[w] itself).
-    for w in 1..count {
-        if let Some(&v) = vertex.get(w + 2 * INIT_AHEAD) {
-            prefetch(&start, v as usize);
-        }
-        if let Some(&v) = vertex.get(w + INIT_AHEAD) {
-            prefetch(&preds, start[v as usize] as usize);
-        }
-        let s = info[w].semi;
-        let mut d = parent_of(list(vertex[w]));
-        while d > s {
-            d = info[d as usize].ancestor;
-        }
-        info[w].ancestor = d;
-        // Semi and best are spent: they hold w's retained size from now.
-        info[w].best = 0;
-        info[w].semi = 0;
-    }
 
     // Retained sizes bottom-up in reverse preorder, in preorder space in
     // the records (`best` and `semi` hold one's low and high halves: no
@@ -486,39 +452,17 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     let nb = heap.len();
     let mut idom = reuse(preds, nb, NONE);
     let mut dominated = reuse(start, nb, 0);
-    let get = |r: &Info| r.best as u64 | (r.semi as u64) << 32;
-    let set = |r: &mut Info, x: u64| {
-        r.best = x as u32;
-        r.semi = (x >> 32) as u32;
-    };
-    // Each step reads its block's size and count and its dominator's
-    // record, number and count, all over the tables: asked for a few
-    // steps ahead, in two stages (the dominator's block number first).
-    const SUM_AHEAD: usize = 16;
-    let packed: &[crate::heap::Packed] = &heap.blocks.packed;
-    for w in (1..count).rev() {
-        if let Some(a) = w.checked_sub(2 * SUM_AHEAD) {
-            prefetch(&vertex, info[a].ancestor as usize);
-        }
-        if let Some(a) = w.checked_sub(SUM_AHEAD).filter(|&a| a > 0) {
-            let (ab, d) = ((vertex[a] - 1) as usize, info[a].ancestor as usize);
-            prefetch(packed, ab);
-            prefetch(&dominated, ab);
-            prefetch(&idom, ab);
-            prefetch(info, d);
-            prefetch(&dominated, (vertex[d].wrapping_sub(1)) as usize);
-        }
-        let b = (vertex[w] - 1) as usize;
-        let r = get(&info[w]) + heap.size(BlockId(b as u32));
-        set(&mut info[w], r);
-        dominated[b] += 1;
-        let d = info[w].ancestor as usize;
-        if d != 0 {
-            let db = (vertex[d] - 1) as usize;
-            let rd = get(&info[d]) + r;
-            set(&mut info[d], rd);
-            dominated[db] += dominated[b];
-            idom[b] = db as u32;
+    {
+        let (idom, dominated, vertex) = (atomics(&mut idom), atomics(&mut dominated), &vertex[..]);
+        match runs {
+            Some(mid) => {
+                let (low, high) = info.split_at_mut(mid as usize);
+                std::thread::scope(|s| {
+                    s.spawn(move || Run { info: high, base: mid, vertex }.sums(heap, idom, dominated));
+                    Run { info: low, base: 0, vertex }.sums(heap, idom, dominated);
+                });
+            }
+            None => Run { info: &mut *info, base: 0, vertex }.sums(heap, idom, dominated),
         }
     }
     // The retained sizes packed to the front of the records' memory (a
@@ -665,9 +609,13 @@ impl Predecessors {
 /// Renumbers the lists of the nodes from `first` on that `start` bounds
 /// (`start[0]` at `preds[0]`) from nodes to preorder numbers (0-based),
 /// and moves each one's DFS parent to its front, marked [`FIRST`].
-fn renumber(dfn: &[u32], parent: &[u32], first: usize, start: &[u32], preds: &mut [u32]) {
+/// Returns the work of the semidominators and dominators these nodes
+/// make, by [`PARTS`] of their numbers (`part`): a node's own, weighed
+/// as [`NODE`] predecessors, and its predecessors'.
+fn renumber(dfn: &[u32], parent: &[u32], first: usize, start: &[u32], preds: &mut [u32], part: &impl Fn(usize) -> usize) -> [u64; PARTS] {
     const AHEAD: usize = 16;
     let base = start[0] as usize;
+    let mut work = [0u64; PARTS];
     for i in 0..start.len() - 1 {
         let v = first + i;
         if let Some(&ahead) = dfn.get(v + AHEAD) {
@@ -681,12 +629,30 @@ fn renumber(dfn: &[u32], parent: &[u32], first: usize, start: &[u32], preds: &mu
             }
             preds[k] = dfn[preds[k] as usize] - 1;
         }
+        work[part(dfn[v] as usize - 1)] += NODE + range.len() as u64;
         let list = &mut preds[range];
         if let Some(i) = list.iter().position(|&x| x == p) {
             list.swap(0, i);
             list[0] |= FIRST;
         }
     }
+    work
+}
+
+/// The parts the preorder numbers are counted in, to divide the nodes
+/// into two runs of about equal work (see [`Run`]): a node's work is its
+/// own (reading its records and lists, weighed as [`NODE`] predecessors)
+/// and its predecessors' (each evaluated). (By nodes alone, on
+/// benches/c/mostly_lost.c's 10 M blocks, whose first third, held from
+/// the roots, has most of the edges into it, the first run took twice
+/// the second's time.)
+const PARTS: usize = 256;
+const NODE: u64 = 3;
+
+/// Which of [`PARTS`] parts of `n` numbers a number is in.
+fn part_of(n: usize) -> impl Fn(usize) -> usize + Copy + Sync {
+    let scale = ((PARTS as u64) << 32) / n.max(1) as u64;
+    move |number: usize| (((number as u64 * scale) >> 32) as usize).min(PARTS - 1)
 }
 
 /// A node's state in the depth-first walk: 16 bytes, so that the one
@@ -728,6 +694,186 @@ impl Walk {
     }
 }
 
+/// A run of nodes numbered `base..base + info.len()` (0-based preorder
+/// numbers), made of whole walks from the virtual root's children (DFS
+/// trees under it), and their records. Two runs are computed apart, on
+/// two threads, with nothing shared but what both only read. A
+/// predecessor `p` of a node `w` in another run is one of two cases,
+/// each answered without its records. After the run (a later walk):
+/// every node of its walk is processed when `w` is, so `eval(p)` climbs
+/// to the walk's first node, a child of the root, whose semidominator is
+/// the root: 0. Before the run (an earlier walk, numbered below `w`): not
+/// processed yet, so `eval(p)` is its own number, `p`. Every other
+/// record a node's computation reads (its forest ancestors, its
+/// dominators) lies in its own walk, or is the root's, 0, which the
+/// climbs stop at before reading it.
+struct Run<'a> {
+    info: &'a mut [Info],
+    base: u32,
+    vertex: &'a [u32],
+}
+
+impl Run<'_> {
+    /// Semidominators, then immediate dominators (in place over the
+    /// forest's ancestors), from the predecessor lists (renumbered, the
+    /// DFS parent first and marked) and the virtual root's children.
+    fn dominators(self, start: &[u32], preds: &[u32], root_children: &[u32]) {
+        let Run { info, base, vertex } = self;
+        let end = base + info.len() as u32;
+        let list = |w: u32| {
+            let v = vertex[w as usize] as usize;
+            &preds[start[v] as usize..start[v + 1] as usize]
+        };
+        let parent_of = |list: &[u32]| list.first().filter(|&&p| p & FIRST != 0).map_or(0, |&p| p & !FIRST);
+        // Each node's record holds, side by side so that one cache miss
+        // fetches them: its ancestor in the linked forest (its DFS parent
+        // until path compression shortens it; a node is linked once its
+        // number is past the one being processed), the smallest
+        // semidominator number on its compressed path (`best`, what
+        // Lengauer–Tarjan's `eval` returns the label of), and its own
+        // semidominator number.
+        const INIT_AHEAD: usize = 16;
+        let at = |x: u32| (x - base) as usize;
+        let first = base.max(1);
+        for w in base..end {
+            if let Some(&v) = vertex.get(w as usize + 2 * INIT_AHEAD) {
+                prefetch(start, v as usize);
+            }
+            if let Some(&v) = vertex.get(w as usize + INIT_AHEAD) {
+                prefetch(preds, start[v as usize] as usize);
+            }
+            info[at(w)] = Info { ancestor: parent_of(list(w)), best: w, semi: w };
+        }
+        for &c in root_children.iter().filter(|&&c| (base..end).contains(&c)) {
+            info[at(c)].semi = 0;
+        }
+        let mut path: Vec<u32> = Vec::new();
+        // The nodes this loop reads a few steps on, prefetched in four
+        // stages: a node's list bounds, its list, its predecessors, then
+        // (once they have arrived) their ancestors. (A predecessor in
+        // another run has no record here: `get` and `prefetch` skip it.)
+        const AHEAD: u32 = 8;
+        let ahead = |w: u32, k: u32| w.checked_sub(k * AHEAD).filter(|&a| a >= first);
+        for w in (first..end).rev() {
+            if let Some(a) = ahead(w, 4) {
+                prefetch(start, vertex[a as usize] as usize);
+            }
+            if let Some(a) = ahead(w, 3) {
+                prefetch(preds, start[vertex[a as usize] as usize] as usize);
+            }
+            if let Some(a) = ahead(w, 2) {
+                for &p in list(a) {
+                    prefetch(info, ((p & !FIRST) as usize).wrapping_sub(base as usize));
+                }
+            }
+            if let Some(a) = ahead(w, 1) {
+                for &p in list(a) {
+                    if let Some(r) = info.get(((p & !FIRST) as usize).wrapping_sub(base as usize)) {
+                        prefetch(info, (r.ancestor as usize).wrapping_sub(base as usize));
+                    }
+                }
+            }
+            let mut s = info[at(w)].semi;
+            for &p in list(w) {
+                let p = p & !FIRST;
+                let e = if p >= end {
+                    0
+                } else if p < base {
+                    p
+                } else {
+                    eval(p, w + 1, info, base, &mut path)
+                };
+                s = s.min(e);
+            }
+            info[at(w)].semi = s;
+            info[at(w)].best = s;
+        }
+        // Immediate dominators, in place over the ancestors (idom[w] needs
+        // only idom of smaller numbers and semi[w] itself).
+        for w in first..end {
+            if let Some(&v) = vertex.get(w as usize + 2 * INIT_AHEAD) {
+                prefetch(start, v as usize);
+            }
+            if let Some(&v) = vertex.get(w as usize + INIT_AHEAD) {
+                prefetch(preds, start[v as usize] as usize);
+            }
+            let s = info[at(w)].semi;
+            let mut d = parent_of(list(w));
+            while d > s {
+                d = info[at(d)].ancestor;
+            }
+            info[at(w)].ancestor = d;
+            // Semi and best are spent: they hold w's retained size from now.
+            info[at(w)].best = 0;
+            info[at(w)].semi = 0;
+        }
+    }
+
+    /// Retained sizes bottom-up in reverse preorder, in the records
+    /// (`best` and `semi` hold one's low and high halves); each block's
+    /// immediate dominator and dominated count by block, in `idom` and
+    /// `dominated` (a run writes only its own blocks' entries).
+    fn sums(self, heap: &Heap, idom: &[AtomicU32], dominated: &[AtomicU32]) {
+        let Run { info, base, vertex } = self;
+        let end = base + info.len() as u32;
+        let at = |x: u32| (x - base) as usize;
+        let get = |r: &Info| r.best as u64 | (r.semi as u64) << 32;
+        let set = |r: &mut Info, x: u64| {
+            r.best = x as u32;
+            r.semi = (x >> 32) as u32;
+        };
+        // Each step reads its block's size and count and its dominator's
+        // record, number and count, all over the tables: asked for a few
+        // steps ahead, in two stages (the dominator's block number first).
+        const SUM_AHEAD: u32 = 16;
+        let first = base.max(1);
+        let ahead = |w: u32, k: u32| w.checked_sub(k * SUM_AHEAD).filter(|&a| a >= first);
+        let packed: &[crate::heap::Packed] = &heap.blocks.packed;
+        let (load, store) = (|a: &AtomicU32| a.load(Ordering::Relaxed), |a: &AtomicU32, x| a.store(x, Ordering::Relaxed));
+        for w in (first..end).rev() {
+            if let Some(a) = ahead(w, 2) {
+                prefetch(vertex, info[at(a)].ancestor as usize);
+            }
+            if let Some(a) = ahead(w, 1) {
+                let (ab, d) = ((vertex[a as usize] - 1) as usize, info[at(a)].ancestor);
+                prefetch(packed, ab);
+                prefetch(dominated, ab);
+                prefetch(idom, ab);
+                if d != 0 {
+                    prefetch(info, at(d));
+                    prefetch(dominated, (vertex[d as usize] - 1) as usize);
+                }
+            }
+            let b = (vertex[w as usize] - 1) as usize;
+            let r = get(&info[at(w)]) + heap.size(BlockId(b as u32));
+            set(&mut info[at(w)], r);
+            let own = load(&dominated[b]) + 1;
+            store(&dominated[b], own);
+            let d = info[at(w)].ancestor;
+            if d != 0 {
+                let db = (vertex[d as usize] - 1) as usize;
+                let rd = get(&info[at(d)]) + r;
+                set(&mut info[at(d)], rd);
+                store(&dominated[db], load(&dominated[db]) + own);
+                store(&idom[b], db as u32);
+            }
+        }
+    }
+}
+
+/// `v` seen as atomics, so that two threads each write their own
+/// entries of it (relaxed loads and stores: plain moves).
+fn atomics(v: &mut [u32]) -> &[AtomicU32] {
+    #[allow(unsafe_code)]
+    // SAFETY: `AtomicU32` has the same size, alignment and bit validity as
+    // `u32` (its documentation), and `v` is borrowed exclusively for as
+    // long as the view lives, so nothing reads or writes it other than
+    // through the view.
+    unsafe {
+        &*(v as *mut [u32] as *const [AtomicU32])
+    }
+}
+
 /// A node's state in the semi-NCA computation (see [`compute_with`]).
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
@@ -740,25 +886,27 @@ struct Info {
 /// Lengauer–Tarjan's `eval` with path compression, iterative: the smallest
 /// semidominator number on the path from `v` up to (not including) the
 /// root of its tree in the forest of nodes numbered `linked` and above.
-fn eval(v: u32, linked: u32, info: &mut [Info], path: &mut Vec<u32>) -> u32 {
+/// `info` holds the records of the nodes from `base` on (a [`Run`]'s).
+fn eval(v: u32, linked: u32, info: &mut [Info], base: u32, path: &mut Vec<u32>) -> u32 {
+    let at = |x: u32| (x - base) as usize;
     let mut x = v;
-    if info[x as usize].ancestor < linked {
+    if info[at(x)].ancestor < linked {
         // Unlinked (its best is its own number), or a root's child.
-        return info[x as usize].best;
+        return info[at(x)].best;
     }
     path.clear();
     loop {
         path.push(x);
-        x = info[x as usize].ancestor;
-        if info[x as usize].ancestor < linked {
+        x = info[at(x)].ancestor;
+        if info[at(x)].ancestor < linked {
             break;
         }
     }
     // x is the path's top (its ancestor is the root): compress from there
     // down, each node pointing at the root and keeping the smallest best.
-    let (root, mut best) = (info[x as usize].ancestor, info[x as usize].best);
+    let (root, mut best) = (info[at(x)].ancestor, info[at(x)].best);
     while let Some(y) = path.pop() {
-        let node = &mut info[y as usize];
+        let node = &mut info[at(y)];
         node.ancestor = root;
         if best < node.best {
             node.best = best;
