@@ -413,11 +413,27 @@ pub(crate) enum Tree<'t> {
 /// or disagreeing with itself (the answer is then taken from the whole).
 pub(crate) type Kept<T> = std::result::Result<T, CacheProblem>;
 
+/// Most children of a node read whole from the kept tree (each checked
+/// under its node and in order): a node of more (the dense heap's table of
+/// 10 M) is read faster from the whole tree, checked whole.
+const KEPT_CHILDREN_MAX: usize = 1 << 20;
+
+/// Why a page is not read from the kept tree though nothing is wrong with
+/// it (see [`KEPT_CHILDREN_MAX`]).
+const TOO_MANY_CHILDREN: &str = "a node of too many children for the kept tree";
+
+/// Whether `why` says the page is better read from the whole tree, not
+/// that the kept tree is wrong.
+fn too_many_children(why: &CacheProblem) -> bool {
+    matches!(why, CacheProblem::Stale(s) if *s == TOO_MANY_CHILDREN)
+}
+
 impl Analysis<'_> {
     /// The children of `b` in `t`, largest retained first.
     pub(crate) fn kids_in(&self, t: Tree<'_>, b: BlockId) -> Kept<std::borrow::Cow<'_, [u32]>> {
         Ok(match t {
             Tree::Whole => std::borrow::Cow::Borrowed(self.dominated_by(Some(b))),
+            Tree::Kept(k) if k.child_count(b.index())? > KEPT_CHILDREN_MAX => return Err(CacheProblem::Stale(TOO_MANY_CHILDREN)),
             Tree::Kept(k) => std::borrow::Cow::Owned(k.children(self.heap(), Some(b.index()), 0, usize::MAX)?.0),
         })
     }
@@ -465,10 +481,19 @@ impl Analysis<'_> {
             (Tree::Whole, None) => std::borrow::Cow::Borrowed(self.dominated_by(None)),
             (Tree::Kept(k), None) => std::borrow::Cow::Owned(k.children(heap, None, 0, usize::MAX)?.0),
         };
+        // The whole tree's arrays read directly (its figures a lookup each).
+        let whole = match t {
+            Tree::Whole => Some((self.dominators(), &self.leaks().kind)),
+            Tree::Kept(_) => None,
+        };
         for &c in kids.iter() {
             let b = heap.block(BlockId(c));
+            let (kind, retained, dominated) = match whole {
+                Some((d, kinds)) => (kinds[c as usize], d.retained[c as usize], d.dominated[c as usize]),
+                None => (self.kind_in(t, BlockId(c))?, self.retained_in(t, BlockId(c))?, self.dominated_in(t, BlockId(c))?),
+            };
             // Lost blocks apart from reachable ones: two structures.
-            let lost = matches!(self.kind_in(t, BlockId(c))?, LeakKind::DefinitelyLost | LeakKind::IndirectlyLost);
+            let lost = matches!(kind, LeakKind::DefinitelyLost | LeakKind::IndirectlyLost);
             let key = (b.site.0, lost, self.type_of_block(BlockId(c)));
             let i = *index.entry(key).or_insert_with(|| {
                 groups.push(Grouped { site: b.site.0, lost, first: c, count: 0, retained: 0, bytes: 0, dominated: 0, members: Vec::new() });
@@ -477,8 +502,8 @@ impl Analysis<'_> {
             let g = &mut groups[i];
             g.members.push(c);
             g.count += 1;
-            g.retained += self.retained_in(t, BlockId(c))?;
-            g.dominated += u64::from(self.dominated_in(t, BlockId(c))?);
+            g.retained += retained;
+            g.dominated += u64::from(dominated);
             g.bytes += b.size;
         }
         // Children come largest first: so do each group's members.
@@ -645,6 +670,7 @@ impl Analysis<'_> {
             match kept {
                 Ok(Some(rows)) => return rows,
                 Ok(None) => {}
+                Err(why) if too_many_children(&why) => {}
                 Err(why) => {
                     if root {
                         crate::kept_rows::forget(self);

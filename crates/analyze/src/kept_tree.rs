@@ -177,6 +177,11 @@ impl KeptTree {
         Ok(s..e)
     }
 
+    /// How many children `p` (`n`: the virtual root) has.
+    pub(crate) fn child_count(&self, p: usize) -> Result<usize, CacheProblem> {
+        Ok(self.span(p)?.len())
+    }
+
     /// Block `b` as a node: its retained bytes, dominated count, number
     /// of children and leak class, checked against its children (see
     /// [`KeptTree::check_node`]) and its class against its place (a
