@@ -13,7 +13,7 @@
 use crate::heap::{BlockId, Heap, INTERIOR};
 use crate::prefetch::prefetch;
 use crate::slab::Slab;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const NONE: u32 = u32::MAX;
 /// In [`Walk::first`]: the node has more than two edges.
@@ -129,44 +129,31 @@ pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
 /// Leak classes and the dominator tree headed by the lost structures'
 /// leaders. Both cores work from the start: this thread walks the graph
 /// from the roots (which needs the leaks only then, for the leaders)
-/// while another classifies the blocks and hands the classes over. The
-/// predecessor lists (needed once the whole walk is done) are built by
-/// whichever thread is free first: on a heap held from its roots, the
-/// other one, while this one walks; on a heap that is mostly lost, whose
-/// walk from the roots is short, this one, while the classes are waited
-/// for (built beside the leak classes from the start, the lists had
-/// taken half of their core: the wait was 0.7 s of `retained` on
-/// benches/c/mostly_lost.c's 10 M blocks).
+/// while another classifies the blocks, hands the classes over, then
+/// builds the predecessor lists (needed once the whole walk is done)
+/// while this one walks on from the leaders. (Built by this thread while
+/// it waited for the classes, on a heap that is mostly lost, whose walk
+/// from the roots is short, the lists came after the classes, and the
+/// walk from the leaders waited for them: 0.1-0.25 s of `retained` on
+/// benches/c/mostly_lost.c's 10 M blocks.)
 pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -> (crate::leaks::Leaks, Dominators) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let claimed = AtomicBool::new(false);
-    let claim = || !claimed.swap(true, Ordering::Relaxed);
     std::thread::scope(|s| {
         let (classes, given) = std::sync::mpsc::sync_channel(1);
         let other = s.spawn(move || {
             // Nobody waiting means the walk has stopped: its panic goes on.
             let _ = classes.send(crate::leaks::analyze(heap, contents));
-            claim().then(|| Predecessors::of(heap))
+            Predecessors::of(heap)
         });
-        let mine = std::cell::RefCell::new(None);
         let mut got = None;
         let d = compute_in(
             heap,
-            || {
-                let classes = given.try_recv().or_else(|_| {
-                    if claim() {
-                        *mine.borrow_mut() = Some(Predecessors::of(heap));
-                    }
-                    given.recv()
-                });
-                match classes {
-                    Ok(l) => got.insert(l).heads(),
-                    // The other thread panicked: joining it, for the
-                    // predecessor lists, carries its panic on.
-                    Err(_) => Vec::new(),
-                }
+            || match given.recv() {
+                Ok(l) => got.insert(l).heads(),
+                // The other thread panicked: joining it, for the
+                // predecessor lists, carries its panic on.
+                Err(_) => Vec::new(),
             },
-            || joined(other).or_else(|| mine.borrow_mut().take()).expect("one thread built the lists"),
+            || joined(other),
         );
         (got.expect("the leak classes were given"), d)
     })
@@ -452,40 +439,25 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     let nb = heap.len();
     let mut idom = reuse(preds, nb, NONE);
     let mut dominated = reuse(start, nb, 0);
+    // Each block's retained size, written by block as its sum is final.
+    let retained: Vec<AtomicU64> = (0..nb).map(|_| AtomicU64::new(0)).collect();
     {
         let (idom, dominated, vertex) = (atomics(&mut idom), atomics(&mut dominated), &vertex[..]);
+        let retained = &retained[..];
         match runs {
             Some(mid) => {
                 let (low, high) = info.split_at_mut(mid as usize);
                 std::thread::scope(|s| {
-                    s.spawn(move || Run { info: high, base: mid, vertex }.sums(heap, idom, dominated));
-                    Run { info: low, base: 0, vertex }.sums(heap, idom, dominated);
+                    s.spawn(move || Run { info: high, base: mid, vertex }.sums(heap, idom, dominated, retained));
+                    Run { info: low, base: 0, vertex }.sums(heap, idom, dominated, retained);
                 });
             }
-            None => Run { info: &mut *info, base: 0, vertex }.sums(heap, idom, dominated),
+            None => Run { info: &mut *info, base: 0, vertex }.sums(heap, idom, dominated, retained),
         }
     }
-    // The retained sizes packed to the front of the records' memory (a
-    // word each, read before it is overwritten: record w's halves lie at
-    // or past word w's bytes) and the rest given back, then scattered to
-    // block order (reads in order, independent writes: a permutation in
-    // place by its cycles would be a chain of dependent misses).
-    let retained = {
-        let words = bytemuck::cast_slice_mut::<u64, u32>(&mut info_words);
-        for w in 0..count {
-            let (lo, hi) = (words[3 * w + 1], words[3 * w + 2]);
-            words[2 * w] = lo;
-            words[2 * w + 1] = hi;
-        }
-        let mut by_dfn = info_words;
-        by_dfn.truncate(count);
-        by_dfn.shrink_to_fit();
-        let mut retained = vec![0u64; nb];
-        for w in 1..count {
-            retained[(vertex[w] - 1) as usize] = by_dfn[w];
-        }
-        retained
-    };
+    drop(info_words);
+    // (In place: the same layout.)
+    let retained: Vec<u64> = retained.into_iter().map(AtomicU64::into_inner).collect();
     // The children lists (`vertex`'s memory filling them).
     let (start, list) = children_lists(&idom, &retained, Vec::new(), vertex);
     Dominators {
@@ -522,9 +494,21 @@ pub(crate) fn children_lists(idom: &[u32], retained: &[u64], mut list: Vec<u32>,
         fill[p] += 1;
     }
     drop(fill);
-    for p in 0..=n {
-        by_retained(&mut list[start[p] as usize..start[p + 1] as usize], retained);
-    }
+    // Sorted on two threads, each over about half of the children (the
+    // lists from the first to reach the middle on: on a heap that is
+    // mostly lost, the virtual root's alone).
+    let q = start[..=n].partition_point(|&s| (s as usize) < n / 2).min(n);
+    let (low, high) = list.split_at_mut(start[q] as usize);
+    let sort = |lists: std::ops::Range<usize>, part: &mut [u32]| {
+        let base = start[lists.start] as usize;
+        for p in lists {
+            by_retained(&mut part[start[p] as usize - base..start[p + 1] as usize - base], retained);
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| sort(q..n + 1, high));
+        sort(0..q, low);
+    });
     (start, list)
 }
 
@@ -809,11 +793,13 @@ impl Run<'_> {
         }
     }
 
-    /// Retained sizes bottom-up in reverse preorder, in the records
-    /// (`best` and `semi` hold one's low and high halves); each block's
+    /// Retained sizes bottom-up in reverse preorder, summed in the
+    /// records (`best` and `semi` hold one's low and high halves), each
+    /// written to `retained` by block once final (when its node is
+    /// reached: its subtree's nodes are numbered after it); each block's
     /// immediate dominator and dominated count by block, in `idom` and
     /// `dominated` (a run writes only its own blocks' entries).
-    fn sums(self, heap: &Heap, idom: &[AtomicU32], dominated: &[AtomicU32]) {
+    fn sums(self, heap: &Heap, idom: &[AtomicU32], dominated: &[AtomicU32], retained: &[AtomicU64]) {
         let Run { info, base, vertex } = self;
         let end = base + info.len() as u32;
         let at = |x: u32| (x - base) as usize;
@@ -839,6 +825,7 @@ impl Run<'_> {
                 prefetch(packed, ab);
                 prefetch(dominated, ab);
                 prefetch(idom, ab);
+                prefetch(retained, ab);
                 if d != 0 {
                     prefetch(info, at(d));
                     prefetch(dominated, (vertex[d as usize] - 1) as usize);
@@ -846,7 +833,7 @@ impl Run<'_> {
             }
             let b = (vertex[w as usize] - 1) as usize;
             let r = get(&info[at(w)]) + heap.size(BlockId(b as u32));
-            set(&mut info[at(w)], r);
+            retained[b].store(r, Ordering::Relaxed);
             let own = load(&dominated[b]) + 1;
             store(&dominated[b], own);
             let d = info[at(w)].ancestor;
