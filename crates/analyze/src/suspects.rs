@@ -177,7 +177,7 @@ impl Analysis<'_> {
     }
 
     fn lost(&self, total: u64) -> Vec<Suspect> {
-        let report = self.leak_report();
+        let report = self.leak_report_kept();
         report
             .groups
             .into_iter()

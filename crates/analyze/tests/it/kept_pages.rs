@@ -191,3 +191,40 @@ fn the_viewers_pages_from_the_cache_are_exact_and_damage_is_refused_where_it_is_
 fn top_of(a: &Analysis<'_>) -> u64 {
     a.tree_children(None, 0, 1).unwrap().nodes[0].address.0
 }
+
+/// The viewer's default tab (`/api/suspects`) takes its lost groups from
+/// the kept leak report, as the first page does: the same suspects as
+/// computed with no cache, and a report whose bytes lie under a good seal
+/// (a bit flipped at each of many places, the seal made right) is refused
+/// or harmless, never a wrong suspect (fails before: the suspects
+/// recomputed the report whole, never reading the kept one).
+#[test]
+fn the_suspects_from_the_kept_report_are_exact_and_its_lies_are_refused() {
+    let dir = scratch("suspects");
+    let path = dir.join("d.hdump");
+    std::fs::write(&path, spec().write()).unwrap();
+    let file = DumpFile::open(&path).unwrap();
+    let heap = Heap::load(&file, &mut |_, _| {}).unwrap();
+    let show = |a: &Analysis<'_>| format!("{:?}", a.suspects(None));
+    let truth = show(&Analysis::new(&file, &heap));
+    assert!(truth.contains("Lost"), "{truth}");
+    let caches = dir.join("caches");
+    std::fs::create_dir_all(&caches).unwrap();
+    let cached = || Analysis::new(&file, &heap).with_cache(CacheFile::for_file(&caches, &file, VERSION).unwrap());
+    // The first viewer keeps the report; the second reads it.
+    assert_eq!(show(&cached()), truth);
+    let a = cached();
+    assert_eq!(show(&a), truth, "from the kept report");
+    let report = CacheFile::for_file(&caches, &file, VERSION).unwrap().part_path("hdreport");
+    assert!(a.cache_events().contains(&format!("hit {}", report.display())), "{:?}", a.cache_events());
+    let good = std::fs::read(&report).unwrap();
+    let n = body_len(&good);
+    for at in (0..n).step_by((n / 40).max(1)) {
+        let mut b = good.clone();
+        b[at] ^= 0x01;
+        reseal(&mut b);
+        std::fs::write(&report, &b).unwrap();
+        assert_eq!(show(&cached()), truth, "byte {at} of {n} flipped and resealed");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
