@@ -15,6 +15,7 @@
 //! header say.
 
 use crate::build::Spec;
+use crate::seal::{body_len, reseal};
 use heapdump_analyze::cache::CacheFile;
 use heapdump_analyze::group::GroupBy;
 use heapdump_analyze::{Analysis, BlockId, DumpFile, Heap};
@@ -429,27 +430,8 @@ fn graph_fields(f: &mut Forger<'_>) {
 fn forged(b: &[u8], field: &Field, value: u64) -> Vec<u8> {
     let mut out = b.to_vec();
     out[field.at..field.at + field.width].copy_from_slice(&value.to_le_bytes()[..field.width]);
-    recrc(&mut out);
+    reseal(&mut out);
     out
-}
-
-/// The length of a cache file's contents: its seal follows (a CRC-32 per
-/// 64 KiB of them, their length, a CRC-32 of both).
-fn body_len(b: &[u8]) -> usize {
-    u64::from_le_bytes(b[b.len() - 12..b.len() - 4].try_into().unwrap()) as usize
-}
-
-/// The seal of a cache file made right for its contents, as a forger
-/// would.
-fn recrc(b: &mut [u8]) {
-    let n = body_len(b);
-    for (i, c) in (0..n).step_by(64 << 10).enumerate() {
-        let crc = crc32fast::hash(&b[c..(c + (64 << 10)).min(n)]);
-        b[n + 4 * i..n + 4 * i + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-    let t = b.len() - 4;
-    let crc = crc32fast::hash(&b[n..t]);
-    b[t..].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// The good caches of the test dump, made once.
@@ -571,7 +553,7 @@ fn another_dumps_cache_under_this_dumps_key_is_refused() {
             // The key follows the magic (and a part's counted name).
             let at = if ext == "hdcache" || ext == "hdgraph" { 8 } else { 8 + 8 + ext.len() };
             b[at..at + 40].copy_from_slice(&good[at..at + 40]);
-            recrc(&mut b);
+            reseal(&mut b);
             refused(&format!("other-{label}-{ext}"), ext, &b, &format!("{label} dump's {ext}"));
         }
     }

@@ -8,6 +8,7 @@
 //! good seal is refused where it is read, and the pages are still exact.
 
 use crate::build::Spec;
+use crate::seal::{body_len, reseal};
 use heapdump_analyze::cache::CacheFile;
 use heapdump_analyze::{Analysis, DumpFile, Heap};
 use std::path::{Path, PathBuf};
@@ -89,23 +90,6 @@ fn retained_at(b: &[u8], n: usize) -> usize {
     at += 8 + 17 * u64_at(at) + 1;
     at = align(at + 8) + 4 * u64_at(at);
     align(at + 8)
-}
-
-/// The length of a cache file's contents (its seal follows).
-fn body_len(b: &[u8]) -> usize {
-    u64::from_le_bytes(b[b.len() - 12..b.len() - 4].try_into().unwrap()) as usize
-}
-
-/// The seal made right for the contents, as a forger would.
-fn reseal(b: &mut [u8]) {
-    let n = body_len(b);
-    for (i, c) in (0..n).step_by(64 << 10).enumerate() {
-        let crc = crc32fast::hash(&b[c..(c + (64 << 10)).min(n)]);
-        b[n + 4 * i..n + 4 * i + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-    let t = b.len() - 4;
-    let crc = crc32fast::hash(&b[n..t]);
-    b[t..].copy_from_slice(&crc.to_le_bytes());
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! the rows still exact, the part kept again.
 
 use crate::build::Spec;
+use crate::seal::{body_len, reseal};
 use heapdump_analyze::cache::CacheFile;
 use heapdump_analyze::explore::{RowKind, RowOrder, RowsOf};
 use heapdump_analyze::{Analysis, DumpFile, Heap};
@@ -100,23 +101,6 @@ fn ask(file: &DumpFile, heap: &Heap, dir: &Path) -> (String, Vec<String>) {
     let a = Analysis::new(file, heap).with_cache(CacheFile::for_file(dir, file, VERSION).unwrap());
     let out = rows(&a);
     (out, a.cache_events())
-}
-
-/// The length of a cache file's contents (its seal follows).
-fn body_len(b: &[u8]) -> usize {
-    u64::from_le_bytes(b[b.len() - 12..b.len() - 4].try_into().unwrap()) as usize
-}
-
-/// The seal made right for the contents, as a forger would.
-fn reseal(b: &mut [u8]) {
-    let n = body_len(b);
-    for (i, c) in (0..n).step_by(64 << 10).enumerate() {
-        let crc = crc32fast::hash(&b[c..(c + (64 << 10)).min(n)]);
-        b[n + 4 * i..n + 4 * i + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-    let t = b.len() - 4;
-    let crc = crc32fast::hash(&b[n..t]);
-    b[t..].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Where the groups start in the part (after the magic, its counted

@@ -7,4 +7,5 @@ mod graphs;
 mod hostile;
 mod kept_pages;
 mod kept_rows;
+mod seal;
 mod spilled;
