@@ -204,11 +204,9 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // The walk's state by node (see [`Walk`]), and by preorder number each
     // node's DFS parent, in the memory the semidominator records take
     // after them (12 bytes a node, fresh pages the kernel faults in once:
-    // about 2 us each on a VM). Held as u64s (two records to three words)
-    // so that, once the idoms are known, the same memory holds the
-    // retained sizes in preorder, then by block (see below).
-    let mut info_words: Vec<u64> = bytemuck::allocation::zeroed_vec(3 * n.div_ceil(2));
-    let info: &mut [Info] = &mut bytemuck::cast_slice_mut::<u64, Info>(&mut info_words)[..n];
+    // about 2 us each on a VM).
+    let mut records: Vec<Info> = bytemuck::allocation::zeroed_vec(n);
+    let info = &mut records[..];
     let (parent, rest) = bytemuck::cast_slice_mut::<Info, u32>(info).split_at_mut(n);
     let dfn = &mut rest[..n];
     let mut walk: Vec<Walk> = bytemuck::allocation::zeroed_vec(n);
@@ -415,19 +413,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
         let split = ends.iter().copied().filter(|&e| e > 1 && e < count).min_by_key(|&e| (2 * before(e)).abs_diff(total));
         split.map(|e| e as u32)
     };
-    {
-        let (start, preds, vertex, root_children) = (&start[..], &preds[..], &vertex[..], &root_children[..]);
-        match runs {
-            Some(mid) => {
-                let (low, high) = info.split_at_mut(mid as usize);
-                std::thread::scope(|s| {
-                    s.spawn(move || Run { info: high, base: mid, vertex }.dominators(start, preds, root_children));
-                    Run { info: low, base: 0, vertex }.dominators(start, preds, root_children);
-                });
-            }
-            None => Run { info: &mut *info, base: 0, vertex }.dominators(start, preds, root_children),
-        }
-    }
+    Run::each(info, runs, &vertex, |r| r.dominators(&start, &preds, &root_children));
     drop(root_children);
 
     // Retained sizes bottom-up in reverse preorder, in preorder space in
@@ -442,20 +428,10 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // Each block's retained size, written by block as its sum is final.
     let retained: Vec<AtomicU64> = (0..nb).map(|_| AtomicU64::new(0)).collect();
     {
-        let (idom, dominated, vertex) = (atomics(&mut idom), atomics(&mut dominated), &vertex[..]);
-        let retained = &retained[..];
-        match runs {
-            Some(mid) => {
-                let (low, high) = info.split_at_mut(mid as usize);
-                std::thread::scope(|s| {
-                    s.spawn(move || Run { info: high, base: mid, vertex }.sums(heap, idom, dominated, retained));
-                    Run { info: low, base: 0, vertex }.sums(heap, idom, dominated, retained);
-                });
-            }
-            None => Run { info: &mut *info, base: 0, vertex }.sums(heap, idom, dominated, retained),
-        }
+        let (idom, dominated) = (atomics(&mut idom), atomics(&mut dominated));
+        Run::each(info, runs, &vertex, |r| r.sums(heap, idom, dominated, &retained));
     }
-    drop(info_words);
+    drop(records);
     // (In place: the same layout.)
     let retained: Vec<u64> = retained.into_iter().map(AtomicU64::into_inner).collect();
     // The children lists (`vertex`'s memory filling them).
@@ -697,7 +673,22 @@ struct Run<'a> {
     vertex: &'a [u32],
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// `f` over the records as one run, or as two (split at `runs`: the
+    /// first number of the second) on two threads.
+    fn each(info: &'a mut [Info], runs: Option<u32>, vertex: &'a [u32], f: impl Fn(Run<'_>) + Sync) {
+        match runs {
+            Some(mid) => {
+                let (low, high) = info.split_at_mut(mid as usize);
+                std::thread::scope(|s| {
+                    s.spawn(|| f(Run { info: high, base: mid, vertex }));
+                    f(Run { info: low, base: 0, vertex });
+                });
+            }
+            None => f(Run { info, base: 0, vertex }),
+        }
+    }
+
     /// Semidominators, then immediate dominators (in place over the
     /// forest's ancestors), from the predecessor lists (renumbered, the
     /// DFS parent first and marked) and the virtual root's children.
