@@ -699,15 +699,18 @@ impl Analysis<'_> {
         let heap = self.heap();
         let parent_name = |p: Option<BlockId>| p.map_or_else(|| "root".to_string(), |b| hex(heap.block(b).addr));
         let resolve = |p: Option<u64>| p.map(|a| self.block_at(a)).transpose();
-        let computed;
-        let groups_of = |p: Option<BlockId>, computed: &mut Vec<Grouped>| -> Kept<()> {
-            if p.is_some() || kept.is_none() {
-                *computed = self.grouped(t, p)?;
-                if p.is_none() && matches!(t, Tree::Whole) {
-                    crate::kept_rows::keep(self, computed);
-                }
+        // A node's groups made now (kept for the next viewer when they
+        // are the root's, from the whole tree): `None` for the root's
+        // when they were read from the cache (`kept`).
+        let grouped_now = |p: Option<BlockId>| -> Kept<Option<Vec<Grouped>>> {
+            if p.is_none() && kept.is_some() {
+                return Ok(None);
             }
-            Ok(())
+            let g = self.grouped(t, p)?;
+            if p.is_none() && matches!(t, Tree::Whole) {
+                crate::kept_rows::keep(self, &g);
+            }
+            Ok(Some(g))
         };
         // The members of group `k`, `n` from `offset`.
         let members = |g: &Grouped, k: usize, offset: usize, n: usize| -> Kept<Vec<u32>> {
@@ -723,13 +726,8 @@ impl Analysis<'_> {
                     Err(e) => return Ok(Err(e)),
                 };
                 let named = p.is_none();
-                let mut own = Vec::new();
-                groups_of(p, &mut own)?;
-                computed = own;
-                let groups: &[Grouped] = match (kept, p) {
-                    (Some(kg), None) => &kg.groups,
-                    _ => &computed,
-                };
+                let own = grouped_now(p)?;
+                let groups: &[Grouped] = own.as_deref().or(kept.map(|kg| &kg.groups[..])).expect("groups made or kept");
                 let row = |i: usize, g: &Grouped| -> Kept<TreeRow> {
                     let first = BlockId(g.first);
                     if g.count == 1 {
@@ -771,13 +769,8 @@ impl Analysis<'_> {
                     Ok(p) => p,
                     Err(e) => return Ok(Err(e)),
                 };
-                let mut own = Vec::new();
-                groups_of(p, &mut own)?;
-                computed = own;
-                let groups: &[Grouped] = match (kept, p) {
-                    (Some(kg), None) => &kg.groups,
-                    _ => &computed,
-                };
+                let own = grouped_now(p)?;
+                let groups: &[Grouped] = own.as_deref().or(kept.map(|kg| &kg.groups[..])).expect("groups made or kept");
                 let Some(g) = groups.get(k) else { return Ok(Err(AnalyzeError::NoSuchGroup { group: k })) };
                 let named = p.is_none();
                 // Only the page is made into rows unless another order
