@@ -66,6 +66,9 @@ fn write_tree(out: &mut dyn Write, n: &Node, total: u64) -> std::io::Result<()> 
 pub fn write_html(ex: &Analysis<'_>, diff: Option<&heapdump_analyze::group::Diff>, out: &mut dyn Write) -> crate::Result<()> {
     let heap = ex.heap();
     let total = heap.total_bytes();
+    // The dominators before the leak classes: computed together, at one
+    // peak (see `write_json`).
+    ex.dominators();
     let l = &ex.leaks();
     let mut svg = Vec::new();
     crate::flame::write_svg(ex, &mut svg)?;

@@ -54,6 +54,10 @@ pub fn dump_id(ex: &Analysis<'_>) -> String {
 /// Writes the five tables into `dir` (made when missing): `dir/blocks.parquet`, ….
 pub fn write_parquet(ex: &Analysis<'_>, dir: &Path) -> crate::Result<Vec<Written>> {
     std::fs::create_dir_all(dir)?;
+    // The dominators before the leak classes (the blocks' table needs
+    // both): asked for first, they are computed together, at one peak (see
+    // `write_json`).
+    ex.dominators();
     let id = dump_id(ex);
     let summary = Summary::of(ex.file()).map_err(other)?;
     let peak = if summary.truncated.is_none() { peak_of(ex)? } else { None };

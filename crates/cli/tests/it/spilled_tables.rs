@@ -35,9 +35,26 @@ fn a_large_heap_answers_the_same_from_its_tables_file_and_leaves_nothing() {
     std::fs::create_dir_all(&disk).unwrap();
     let in_memory = Path::new("/dev/shm");
     let answer = |tmp: &Path, args: &[&str]| ok(&heapdump().env("TMPDIR", tmp).args(args).arg("--no-cache").arg(&dump).output().unwrap());
-    for args in [&["retained"][..], &["summary", "--json"]] {
+    for args in [&["retained"][..], &["summary", "--json"], &["export", "--format", "json", "-o", "-"]] {
         assert_eq!(answer(&disk, args), answer(in_memory, args), "{args:?}");
     }
+    assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0, "nothing left in $TMPDIR");
+
+    // The JSON export asks for the dominators before the leak classes (so
+    // that both are computed together, at one peak of memory): its leak
+    // classes and top retainers are the commands' own.
+    let json_of = |args: &[&str]| -> serde_json::Value { serde_json::from_str(&answer(&disk, args)).unwrap() };
+    let leaks = json_of(&["leaks", "--json"]);
+    let retained = json_of(&["retained", "--json", "-n", "1"]);
+    let doc = json_of(&["export", "--format", "json", "-o", "-"]);
+    for class in ["definitely_lost", "indirectly_lost", "possibly_lost", "still_reachable"] {
+        assert_eq!(doc["leaks"][class], leaks[class], "{class}");
+    }
+    assert!(leaks["definitely_lost"]["blocks"].as_u64().unwrap() > 100_000, "a heap mostly lost");
+    // The largest retainer (a child of the tree's root: its dominator
+    // would retain more) is the command's.
+    assert_eq!(doc["retainers"][0]["retained"], retained[0]["retained"]);
+    assert_eq!(doc["retainers"][0]["address"], retained[0]["address"]);
     assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0, "nothing left in $TMPDIR");
 
     // Killed while its tables are read from the file: nothing left either.
