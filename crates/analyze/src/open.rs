@@ -183,6 +183,17 @@ impl Dump {
         }
     }
 
+    /// Moves the graph's large tables (blocks, edges) to an unnamed file
+    /// in the caches' directory or the temporary one, read from its
+    /// mapping from then on, when the heap is large (2^20 blocks or more;
+    /// see `spill.rs`): page cache, not anonymous memory. The dominators do
+    /// so for the heap they are computed on; a command that holds several
+    /// dumps (`growth`) does so for each as it is loaded, so that the next
+    /// one is loaded and computed beside page cache. Answers are the same.
+    pub fn tables_to_file(&self) {
+        crate::spill::before_dominators(&self.heap, self.dir.as_deref());
+    }
+
     /// What grew and shrank from the `older` dump to this one, by site and
     /// by type.
     pub fn diff(&self, older: &Dump) -> Diff {

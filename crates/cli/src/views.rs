@@ -483,7 +483,16 @@ pub fn parse_address(s: &str) -> Result<u64> {
 
 /// `growth`: the structures that grow across dumps of one process.
 pub fn growth(paths: &[std::path::PathBuf], n: usize, json: bool) -> Result<()> {
-    let loaded = paths.iter().map(|p| load(p)).collect::<Result<Vec<_>>>()?;
+    // Each dump's tables moved to a file as it is loaded: the next is
+    // loaded beside page cache (issue 43's memory goal).
+    let loaded = paths
+        .iter()
+        .map(|p| {
+            let l = load(p)?;
+            l.tables_to_file();
+            Ok(l)
+        })
+        .collect::<Result<Vec<_>>>()?;
     let dumps: Vec<&Dump> = loaded.iter().map(|l| &**l).collect();
     let g = heapdump_analyze::growth(&dumps, n)?;
     if json {

@@ -4,7 +4,7 @@
    of 20000 records is built once and stays put; churn replaces a ring of
    buffers whose total goes 200, 400, 100, 300 KiB; a 48 MiB buffer lives
    only in phase 2. growth must name the cache, never the table, the
-   churn or the spike. argv[1]: the -o path (later dumps get .<pid>.<n>). */
+   churn or the spike. argv[1]: the -o path (later dumps .<pid>.<n>); argv[2]: the table's records. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,7 @@ struct record { long key; long value[6]; };
 struct cached_response *cache_head;
 struct record **table;
 void *churn[1000];
-char *big;
+char *big; static int records = 20000;
 
 __attribute__((noinline)) static void cache_put(int id) {
     struct cached_response *e = malloc(sizeof *e);
@@ -31,8 +31,8 @@ __attribute__((noinline)) static void cache_put(int id) {
 }
 
 __attribute__((noinline)) static void build_table(void) {
-    table = calloc(20000, sizeof *table);
-    for (int i = 0; i < 20000; i++) { table[i] = malloc(sizeof(struct record)); table[i]->key = i; }
+    table = calloc(records, sizeof *table);
+    for (int i = 0; i < records; i++) { table[i] = malloc(sizeof(struct record)); table[i]->key = i; }
 }
 
 __attribute__((noinline)) static void churn_to(size_t each) {
@@ -51,7 +51,7 @@ static void dump_and_wait(const char *out, int k) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) return 2;
+    if (argc < 2) return 2; if (argc > 2) records = atoi(argv[2]);
     static const size_t churn_kib[4] = {200, 400, 100, 300};
     build_table();
     int id = 0;
@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
         dump_and_wait(argv[1], phase);
     }
     long sum = 0;
-    for (int i = 0; i < 20000; i++) sum += table[i]->key;
+    for (int i = 0; i < records; i++) sum += table[i]->key;
     for (struct cached_response *e = cache_head; e; e = e->next) sum += e->id;
     return sum == 0;
 }

@@ -235,3 +235,34 @@ fn run_every_takes_a_series_in_order_that_growth_reads() {
         assert!(String::from_utf8_lossy(&o.stderr).contains("--every"), "--every {bad}");
     }
 }
+
+#[test]
+fn a_series_of_large_heaps_held_in_files_answers_as_in_memory() {
+    // Issue 43's memory goal: each dump's tables, then each older dump's
+    // answers, moved to an unnamed file as growth goes (heaps of 2^20
+    // blocks and more). The service with a table of 1.1 M records: the
+    // answers read from the files ($TMPDIR on disk) are those held in
+    // memory ($TMPDIR in memory, which the tables never go to), and the
+    // cache still ranks first.
+    let d = Scratch::new("growth-large");
+    let prog = compile(&d, "growing_service.c", &["-O1", "-g"]);
+    let out = d.path("svc.hdump");
+    let (o, dumps) = run_traced(&out, &prog, &[out.to_str().unwrap(), "1100000"], &["--no-at-exit", "--mode", "compact"]);
+    ok(&o);
+    assert_eq!(dumps.len(), 4, "one dump per phase: {dumps:?}");
+    let disk = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("growth-spill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&disk);
+    std::fs::create_dir_all(&disk).unwrap();
+    let answer = |tmp: &std::path::Path| {
+        let o = heapdump().env("TMPDIR", tmp).args(["growth", "--json", "--no-cache"]).args(&dumps).output().unwrap();
+        ok(&o)
+    };
+    let (on_disk, in_memory) = (answer(&disk), answer(std::path::Path::new("/dev/shm")));
+    assert_eq!(on_disk, in_memory);
+    let rows: serde_json::Value = serde_json::from_str(&on_disk).unwrap();
+    assert_eq!(rows[0]["key"], "static cache_head", "{rows}");
+    assert_eq!(rows[0]["steps_grown"], 3);
+    assert!(rows.as_array().unwrap().iter().all(|r| !r["key"].as_str().unwrap().contains("table")), "{rows}");
+    assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0, "nothing left in $TMPDIR");
+    std::fs::remove_dir(&disk).unwrap();
+}
