@@ -368,6 +368,13 @@ impl<'f> Types<'f> {
         self.by_vtable(sym, heap).get(&b.0).cloned().unwrap_or(t)
     }
 
+    /// The name a vtable gives block `b` (its first word, or a fat
+    /// pointer to it), if any: what [`Types::of_block`] falls back on when
+    /// the site says nothing, without a string made per block.
+    pub fn vtable_name(&mut self, sym: &mut Symbolizer<'_>, heap: &Heap, b: BlockId) -> Option<&str> {
+        self.by_vtable(sym, heap).get(&b.0).map(String::as_str)
+    }
+
     /// Whether blocks of one site may have different names (some were
     /// named by vtables). Runs the vtable scan if it has not run.
     pub fn has_block_names(&mut self, sym: &mut Symbolizer<'_>, heap: &Heap) -> bool {

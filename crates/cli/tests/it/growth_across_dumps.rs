@@ -263,6 +263,22 @@ fn a_series_of_large_heaps_held_in_files_answers_as_in_memory() {
     assert_eq!(rows[0]["key"], "static cache_head", "{rows}");
     assert_eq!(rows[0]["steps_grown"], 3);
     assert!(rows.as_array().unwrap().iter().all(|r| !r["key"].as_str().unwrap().contains("table")), "{rows}");
+    // diff holds the older dump's tables in a file while it loads the
+    // newer: the same answer, the cache's 9000 new entries and strings.
+    let diff = |tmp: &std::path::Path| {
+        ok(&heapdump().env("TMPDIR", tmp).args(["diff", "--json", "--no-cache"]).arg(&dumps[0]).arg(&dumps[3]).output().unwrap())
+    };
+    let (on_disk, in_memory) = (diff(&disk), diff(std::path::Path::new("/dev/shm")));
+    assert_eq!(on_disk, in_memory);
+    let d: serde_json::Value = serde_json::from_str(&on_disk).unwrap();
+    let cache: i64 = d["by_site"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["key"].as_str().unwrap().starts_with("cache_put"))
+        .map(|r| r["delta_allocations"].as_i64().unwrap())
+        .sum();
+    assert_eq!(cache, 18000, "{d}");
     assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0, "nothing left in $TMPDIR");
     std::fs::remove_dir(&disk).unwrap();
 }
