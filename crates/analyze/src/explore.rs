@@ -424,7 +424,7 @@ const TOO_MANY_CHILDREN: &str = "a node of too many children for the kept tree";
 
 /// Whether `why` says the page is better read from the whole tree, not
 /// that the kept tree is wrong.
-fn too_many_children(why: &CacheProblem) -> bool {
+pub(crate) fn too_many_children(why: &CacheProblem) -> bool {
     matches!(why, CacheProblem::Stale(s) if *s == TOO_MANY_CHILDREN)
 }
 

@@ -109,6 +109,16 @@ impl KeptTree {
         }
     }
 
+    /// Asks the processor to load entry `i` (of `width` bytes) of the
+    /// array at `r` of `s`, to be read soon: a hint, nothing is read.
+    #[inline]
+    fn prefetch(s: &Sealed, r: &Range<usize>, width: usize, i: usize) {
+        let at = r.start.saturating_add(width.saturating_mul(i));
+        if at < r.end {
+            crate::prefetch::prefetch(s.body(), at);
+        }
+    }
+
     fn u32_at(s: &Sealed, r: &Range<usize>, i: usize) -> Result<u32, CacheProblem> {
         let at = r.start + 4 * i;
         s.check(at..at + 4)?;
@@ -120,6 +130,17 @@ impl KeptTree {
         let at = self.kind.start + b;
         self.analysis.check(at..at + 1)?;
         crate::cache::kind_of(self.analysis.body()[at]).ok_or(bad("bad leak class"))
+    }
+
+    /// The leak classes of blocks `range`, as the cache keeps them (a
+    /// byte each: see `cache::kind_of`), their chunks checked.
+    pub(crate) fn kind_bytes(&self, range: Range<usize>) -> Result<&[u8], CacheProblem> {
+        if range.end > self.n || range.start > range.end {
+            return Err(bad("blocks of another heap"));
+        }
+        let at = self.kind.start + range.start..self.kind.start + range.end;
+        self.analysis.check(at.clone())?;
+        Ok(&self.analysis.body()[at])
     }
 
     /// The definitely lost block heading the lost structure `b` is part
@@ -237,6 +258,96 @@ impl KeptTree {
             None => {}
         }
         Ok((page, total))
+    }
+
+    /// Every block of the subtrees of `tops` (each block once, in no
+    /// particular order), given to `each`; how many there were. For a
+    /// walk whose order does not matter (a tally by site): the nodes are
+    /// read a level at a time, in batches whose entries are loaded in
+    /// tight loops of independent reads (the arrays are gigabytes, each
+    /// read a miss: a node at a time, a walk waits on each in turn). Each
+    /// node is checked as [`KeptTree::children`] checks one but for the
+    /// order (which the walk does not use): every child under it, and a
+    /// node of at most [`SUMS_CHECKED`] children counting one more block
+    /// than they do together (so no child is left out).
+    pub(crate) fn subtrees(&self, heap: &Heap, tops: &[u32], mut each: impl FnMut(u32)) -> Result<u64, CacheProblem> {
+        const BATCH: usize = 4096;
+        let mut level: Vec<u32> = tops.to_vec();
+        let mut next: Vec<u32> = Vec::new();
+        let (mut spans, mut dom, mut kid_idom, mut kid_dom) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut walked = 0u64;
+        while !level.is_empty() {
+            for batch in level.chunks(BATCH) {
+                spans.clear();
+                dom.clear();
+                for &x in batch {
+                    Self::prefetch(&self.children, &self.start, 4, x as usize);
+                    Self::prefetch(&self.analysis, &self.dominated, 4, x as usize);
+                    crate::prefetch::prefetch(&heap.blocks.packed, x as usize);
+                }
+                for &x in batch {
+                    let x = x as usize;
+                    if x >= self.n {
+                        return Err(bad("dominator children of another heap"));
+                    }
+                    spans.push((Self::u32_at(&self.children, &self.start, x)?, Self::u32_at(&self.children, &self.start, x + 1)?));
+                }
+                for &x in batch {
+                    dom.push(Self::u32_at(&self.analysis, &self.dominated, x as usize)?);
+                }
+                let first = next.len();
+                for &(s, e) in &spans {
+                    if s > e || e as usize > self.n {
+                        return Err(bad("dominator children of another heap"));
+                    }
+                    let at = self.list.start + 4 * s as usize..self.list.start + 4 * e as usize;
+                    self.children.check(at.clone())?;
+                    Self::prefetch(&self.children, &self.list, 4, e as usize);
+                    next.extend(self.children.body()[at].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+                }
+                kid_idom.clear();
+                kid_dom.clear();
+                for &c in &next[first..] {
+                    Self::prefetch(&self.analysis, &self.idom, 4, c as usize);
+                    Self::prefetch(&self.analysis, &self.dominated, 4, c as usize);
+                }
+                for &c in &next[first..] {
+                    if c as usize >= self.n {
+                        return Err(bad("dominator children of another heap"));
+                    }
+                    kid_idom.push(Self::u32_at(&self.analysis, &self.idom, c as usize)?);
+                }
+                for &c in &next[first..] {
+                    kid_dom.push(Self::u32_at(&self.analysis, &self.dominated, c as usize)?);
+                }
+                let mut k = 0;
+                for ((&x, &(s, e)), &d) in batch.iter().zip(&spans).zip(&dom) {
+                    let len = (e - s) as usize;
+                    if d == 0 || d as usize > self.n || d as usize <= len {
+                        return Err(bad("bad dominated count"));
+                    }
+                    let mut sum = 1u64;
+                    for i in k..k + len {
+                        if kid_idom[i] != x {
+                            return Err(bad("dominator children of another heap"));
+                        }
+                        sum += u64::from(kid_dom[i]);
+                    }
+                    if len <= SUMS_CHECKED && sum != u64::from(d) {
+                        return Err(bad("bad dominated count"));
+                    }
+                    k += len;
+                    each(x);
+                    walked += 1;
+                }
+            }
+            std::mem::swap(&mut level, &mut next);
+            next.clear();
+            if walked > self.n as u64 {
+                return Err(bad("dominator children of another heap"));
+            }
+        }
+        Ok(walked)
     }
 
     /// Node `p` against its children (listed at `span`): its counts no

@@ -16,11 +16,13 @@
 //! adding the most bytes under it.
 
 use crate::address::Address;
-use crate::analysis::{Analysis, PathStep};
-use crate::explore::{RowKind, RowOrder, RowsOf, TreeRow};
+use crate::analysis::{Analysis, LeakGroup, PathStep};
+use crate::cache_file::CacheProblem;
+use crate::explore::{too_many_children, Kept, RowKind, RowOrder, RowsOf, Tree, TreeRow};
 use crate::group::Diff;
 use crate::growth::Growth;
 use crate::heap::{BlockId, SiteId};
+use crate::kept_tree::KeptTree;
 use crate::leaks::LeakKind;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -37,6 +39,14 @@ const LOST_SHARE: f64 = 0.1;
 const EACH: usize = 3;
 /// The most blocks walked below one suspect for its sites.
 const WALK_MAX: usize = 2_000_000;
+/// The root's children read from the kept tree at a time, for a group's
+/// blocks (from the last).
+const PAGE: usize = 1 << 12;
+/// Blocks' leak classes read from the kept tree at a time (a chunk of
+/// the seal's).
+const SCAN: usize = 1 << 16;
+/// From this many blocks walked whole, the walk is shared by two threads.
+const SHARED: usize = 1 << 14;
 
 /// Why a structure is suspected.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -92,10 +102,18 @@ impl Analysis<'_> {
     /// The suspects, the largest retainers first, then the lost groups,
     /// then (given the diff against a baseline) what grew most.
     pub fn suspects(&self, diff: Option<&Diff>) -> Vec<Suspect> {
+        self.suspects_walking(diff, WALK_MAX)
+    }
+
+    /// [`Analysis::suspects`], at most `walk` blocks walked below each for
+    /// its sites (the tests' small heaps stop their walks part way, as a
+    /// heap of millions of blocks does).
+    #[doc(hidden)]
+    pub fn suspects_walking(&self, diff: Option<&Diff>, walk: usize) -> Vec<Suspect> {
         let total = self.heap().total_bytes().max(1);
         let mut out = Vec::new();
-        out.extend(self.retaining(total));
-        out.extend(self.lost(total));
+        out.extend(self.retaining(total, walk));
+        out.extend(self.lost(total, walk));
         if let Some(d) = diff {
             out.extend(self.grown(d));
         }
@@ -131,7 +149,7 @@ impl Analysis<'_> {
         })
     }
 
-    fn retaining(&self, total: u64) -> Vec<Suspect> {
+    fn retaining(&self, total: u64, walk: usize) -> Vec<Suspect> {
         let share = |b: u64| b as f64 * 100.0 / total as f64;
         let Ok(top) = self.tree_rows(RowsOf::Children(None), RowOrder::Retained, 0, EACH) else { return Vec::new() };
         let mut out = Vec::new();
@@ -170,15 +188,15 @@ impl Analysis<'_> {
                 blocks,
                 address: Some(at.address),
                 path,
-                sites: self.sites_under(&at),
+                sites: self.sites_under(&at, walk),
             });
         }
         out
     }
 
-    fn lost(&self, total: u64) -> Vec<Suspect> {
+    fn lost(&self, total: u64, walk: usize) -> Vec<Suspect> {
         let report = self.leak_report_kept();
-        report
+        let groups: Vec<LeakGroup> = report
             .groups
             .into_iter()
             .take(EACH)
@@ -186,24 +204,29 @@ impl Analysis<'_> {
             // The largest always; the next ones when they are more than crumbs.
             .filter(|(i, g)| *i == 0 || (g.bytes + g.indirect_bytes) as f64 * 100.0 >= LOST_SHARE * total as f64)
             .map(|(_, g)| g)
+            .collect();
+        // Each group's blocks: those of its kind from its example's site.
+        let heap = self.heap();
+        let keys: Vec<Option<LostKey>> = groups
+            .iter()
             .map(|g| {
+                heap.find_start(g.example.0).map(|b| LostKey { kind: g.kind, site: heap.block(b).site, blocks: g.blocks, example: b.0 })
+            })
+            .collect();
+        let below = self.in_tree(|t| self.lost_sites_in(t, &keys, walk)).unwrap_or_else(|| vec![None; keys.len()]);
+        groups
+            .into_iter()
+            .zip(below)
+            .map(|(g, below)| {
                 let bytes = g.bytes + g.indirect_bytes;
                 let kind = if g.kind == LeakKind::PossiblyLost { "possibly lost" } else { "lost" };
                 let each = if g.blocks > 0 && g.bytes % g.blocks == 0 { format!(" of {} B", g.bytes / g.blocks) } else { String::new() };
                 let with = if g.indirect_blocks > 0 { format!(" (with {} blocks they hold)", g.indirect_blocks) } else { String::new() };
                 let name = if g.ty != crate::types::UNKNOWN { format!("{} ", g.ty) } else { String::new() };
                 let mut sites = vec![SuspectSite { site: g.site.clone(), blocks: g.blocks, bytes: g.bytes }];
-                if let Some(b) = self.heap().find_start(g.example.0) {
+                if let Some(below) = below {
                     // Every lost block of the group, and what each holds.
-                    let (site, kinds) = (self.heap().block(b).site, &self.leaks().kind);
-                    let tops: Vec<u32> = (0..self.heap().len() as u32)
-                        .filter(|&i| kinds[i as usize] == g.kind && self.heap().block(BlockId(i)).site == site)
-                        .collect();
-                    for s in self.sites_of(&tops, true) {
-                        if s.site != g.site {
-                            sites.push(s);
-                        }
-                    }
+                    sites.extend(below.into_iter().filter(|s| s.site != g.site));
                     sites.truncate(EACH);
                 }
                 Suspect {
@@ -265,43 +288,256 @@ impl Analysis<'_> {
         }
     }
 
-    /// The sites adding the most bytes below a row (its blocks and what
-    /// they dominate).
-    fn sites_under(&self, row: &TreeRow) -> Vec<SuspectSite> {
-        let Some(b) = self.heap().find_start(row.address.0) else { return Vec::new() };
-        let tops: Vec<u32> = match row.kind {
-            RowKind::Group => {
-                let p = self.dominators().idom(b);
-                let site = self.heap().block(b).site;
-                self.dominated_by(p).iter().copied().filter(|&c| self.heap().block(BlockId(c)).site == site).collect()
-            }
-            _ => vec![b.0],
-        };
-        self.sites_of(&tops, true)
-    }
-
-    /// Bytes by site of `tops` and (with `below`) what they dominate, the
-    /// largest [`EACH`].
-    fn sites_of(&self, tops: &[u32], below: bool) -> Vec<SuspectSite> {
-        let heap = self.heap();
-        let mut acc: HashMap<SiteId, (u64, u64)> = HashMap::new();
-        let mut stack: Vec<u32> = tops.to_vec();
-        let mut walked = 0;
-        while let Some(x) = stack.pop() {
-            walked += 1;
-            if walked > WALK_MAX {
-                break;
-            }
-            let blk = heap.block(BlockId(x));
-            let e = acc.entry(blk.site).or_default();
-            e.0 += 1;
-            e.1 += blk.size;
-            if below {
-                stack.extend_from_slice(self.dominated_by(Some(BlockId(x))));
+    /// `f` over the tree kept in the cache while it is good (the whole
+    /// classes and tree never read: at 100 M blocks that is seconds), else
+    /// over the whole tree; `None` only if the whole tree failed, which it
+    /// never does.
+    fn in_tree<T>(&self, f: impl Fn(Tree<'_>) -> Kept<T>) -> Option<T> {
+        if let Some(k) = self.kept_tree() {
+            match f(Tree::Kept(k)) {
+                Ok(v) => return Some(v),
+                Err(why) if too_many_children(&why) => {}
+                Err(why) => self.refuse_kept_tree(why),
             }
         }
+        f(Tree::Whole).ok()
+    }
+
+    /// The sites adding the most bytes below a row (its blocks and what
+    /// they dominate).
+    fn sites_under(&self, row: &TreeRow, walk: usize) -> Vec<SuspectSite> {
+        let Some(b) = self.heap().find_start(row.address.0) else { return Vec::new() };
+        self.in_tree(|t| self.sites_under_in(t, row.kind, b, walk)).unwrap_or_default()
+    }
+
+    /// [`Analysis::sites_under`] in tree `t`: a group's blocks are its
+    /// parent's children of its site, walked from the last (the list's
+    /// order), the root's read a page at a time from the kept tree (as
+    /// many as the walk takes, each checked under the root and in order).
+    fn sites_under_in(&self, t: Tree<'_>, kind: RowKind, b: BlockId, walk: usize) -> Kept<Vec<SuspectSite>> {
+        let heap = self.heap();
+        if kind != RowKind::Group {
+            let mut one = Some(b.0);
+            return self.tally(t, walk, &mut || Ok(one.take()));
+        }
+        let site = heap.block(b).site;
+        let of_site = |c: u32| heap.block(BlockId(c)).site == site;
+        match (t, self.idom_in(t, b)?) {
+            (Tree::Kept(k), None) => {
+                let (mut end, mut page) = (k.child_count(heap.len())?, Vec::new());
+                self.tally(t, walk, &mut || loop {
+                    match page.pop() {
+                        Some(c) if of_site(c) => return Ok(Some(c)),
+                        Some(_) => {}
+                        None if end == 0 => return Ok(None),
+                        None => {
+                            let from = end.saturating_sub(PAGE);
+                            page = k.children(heap, None, from, end - from)?.0;
+                            end = from;
+                        }
+                    }
+                })
+            }
+            (_, p) => {
+                let kids = match p {
+                    Some(p) => self.kids_in(t, p)?,
+                    None => std::borrow::Cow::Borrowed(self.dominated_by(None)),
+                };
+                let mut tops = kids.iter().copied().filter(|&c| of_site(c)).collect::<Vec<u32>>().into_iter().rev();
+                self.tally(t, walk, &mut || Ok(tops.next()))
+            }
+        }
+    }
+
+    /// The sites below each lost group of `keys` (its blocks and what
+    /// they dominate), in tree `t`. From the kept tree, the classes are
+    /// read as the cache keeps them: the walk takes a group's blocks from
+    /// the last, each block passed on the way checked against its leader
+    /// (see [`KeptTree::leader`]: a block said definitely lost or not
+    /// against its leader, so no definitely lost block is missed or
+    /// added); a possibly lost group's blocks (which have no leader, as
+    /// the reachable ones) are first counted in one pass over the
+    /// classes, as many as the report says, its example the first.
+    fn lost_sites_in(&self, t: Tree<'_>, keys: &[Option<LostKey>], walk: usize) -> Kept<Vec<Option<Vec<SuspectSite>>>> {
+        let heap = self.heap();
+        let n = heap.len();
+        let k = match t {
+            Tree::Whole => {
+                let kinds = &self.leaks().kind;
+                return keys
+                    .iter()
+                    .map(|key| {
+                        key.as_ref()
+                            .map(|key| {
+                                let tops: Vec<u32> = (0..n as u32)
+                                    .filter(|&i| kinds[i as usize] == key.kind && heap.blocks.site(i as usize) == key.site)
+                                    .collect();
+                                let mut tops = tops.into_iter().rev();
+                                self.tally(t, walk, &mut || Ok(tops.next()))
+                            })
+                            .transpose()
+                    })
+                    .collect();
+            }
+            Tree::Kept(k) => k,
+        };
+        let bad = || CacheProblem::Stale("leak classes of another report");
+        let wanted: Vec<Option<(u8, SiteId)>> = keys
+            .iter()
+            .map(|key| {
+                key.as_ref().filter(|key| key.kind != LeakKind::DefinitelyLost).map(|key| (crate::cache::kind_byte(key.kind), key.site))
+            })
+            .collect();
+        let (mut count, mut first) = (vec![0u64; keys.len()], vec![None; keys.len()]);
+        for from in (0..n).step_by(SCAN).take_while(|_| wanted.iter().any(Option::is_some)) {
+            for (j, &kb) in k.kind_bytes(from..(from + SCAN).min(n))?.iter().enumerate() {
+                for (g, w) in wanted.iter().enumerate() {
+                    if w.is_some_and(|(wk, ws)| wk == kb && heap.blocks.site(from + j) == ws) {
+                        count[g] += 1;
+                        first[g].get_or_insert(from + j);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for (g, key) in keys.iter().enumerate() {
+            let Some(key) = key else {
+                out.push(None);
+                continue;
+            };
+            if wanted[g].is_some() && (count[g] != key.blocks || first[g] != Some(key.example as usize)) {
+                return Err(bad());
+            }
+            let (kb, mut at) = (crate::cache::kind_byte(key.kind), n);
+            out.push(Some(self.tally(t, walk, &mut || {
+                while at > 0 {
+                    at -= 1;
+                    k.leader(at)?;
+                    if k.kind_bytes(at..at + 1)?[0] == kb && heap.blocks.site(at) == key.site {
+                        return Ok(Some(at as u32));
+                    }
+                }
+                Ok(None)
+            })?));
+        }
+        Ok(out)
+    }
+
+    /// Bytes by site of the blocks `tops` gives (the last first, as a
+    /// stack of them pops) and what they dominate, at most `walk` blocks
+    /// walked ([`WALK_MAX`] but in tests), the largest [`EACH`].
+    fn tally(&self, t: Tree<'_>, walk: usize, tops: &mut dyn FnMut() -> Kept<Option<u32>>) -> Kept<Vec<SuspectSite>> {
+        let heap = self.heap();
+        if let Tree::Kept(k) = t {
+            return self.tally_kept(k, walk, tops);
+        }
+        let mut acc = Tally::new();
+        let mut stack: Vec<u32> = Vec::new();
+        for _ in 0..walk {
+            let x = match stack.pop() {
+                Some(x) => x,
+                None => match tops()? {
+                    Some(x) => x,
+                    None => break,
+                },
+            };
+            add(&mut acc, heap, x);
+            stack.extend_from_slice(&self.kids_in(t, BlockId(x))?);
+        }
+        Ok(self.largest(acc))
+    }
+
+    /// The largest [`EACH`] sites of a tally, named.
+    fn largest(&self, acc: Tally) -> Vec<SuspectSite> {
         let mut v: Vec<(SiteId, (u64, u64))> = acc.into_iter().collect();
         v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0 .0.cmp(&b.0 .0)));
         v.into_iter().take(EACH).map(|(s, (blocks, bytes))| SuspectSite { site: self.site_label(s), blocks, bytes }).collect()
     }
+
+    /// [`Analysis::tally`] from the kept tree. The walk takes the tops'
+    /// subtrees whole, one after another, until it has walked
+    /// `walk` blocks: from the tops' dominated counts, which tops it
+    /// takes whole is known before walking, and the bytes by site of
+    /// those do not depend on the order they are walked in (read a level
+    /// at a time: [`KeptTree::subtrees`]). Only the last top, the one the
+    /// walk stops inside, is walked in the tree's order (as a stack pops
+    /// its children), as far as the walk goes.
+    fn tally_kept(&self, k: &KeptTree, walk: usize, tops: &mut dyn FnMut() -> Kept<Option<u32>>) -> Kept<Vec<SuspectSite>> {
+        let heap = self.heap();
+        let (mut whole, mut taken, mut last) = (Vec::new(), 0usize, None);
+        while taken < walk {
+            let Some(t) = tops()? else { break };
+            let d = k.dominated(t as usize)? as usize;
+            if taken + d <= walk {
+                whole.push(t);
+                taken += d;
+            } else {
+                last = Some((t, walk - taken));
+                break;
+            }
+        }
+        // On two threads when there is enough to share (each adds up its
+        // own sites; the sums do not depend on the order).
+        let halves: Vec<&[u32]> = if taken >= SHARED {
+            let (a, b) = whole.split_at(whole.len() / 2);
+            vec![a, b]
+        } else {
+            vec![&whole[..]]
+        };
+        let parts: Vec<Kept<(u64, Tally)>> = std::thread::scope(|s| {
+            let walk = |tops: &[u32]| {
+                let mut acc = Tally::new();
+                let n = k.subtrees(heap, tops, |x| add(&mut acc, heap, x))?;
+                Ok((n, acc))
+            };
+            let other = halves.get(1).map(|h| s.spawn(move || walk(h)));
+            let mut parts = vec![walk(halves[0])];
+            parts.extend(other.map(|o| o.join().unwrap_or(Err(CacheProblem::Stale("a walk of the kept tree failed")))));
+            parts
+        });
+        let (mut walked, mut acc) = (0u64, Tally::new());
+        for p in parts {
+            let (n, a) = p?;
+            walked += n;
+            for (site, (blocks, bytes)) in a {
+                let e: &mut (u64, u64) = acc.entry(site).or_default();
+                e.0 += blocks;
+                e.1 += bytes;
+            }
+        }
+        if walked != taken as u64 {
+            return Err(CacheProblem::Stale("bad dominated count"));
+        }
+        if let Some((t, left)) = last {
+            // Fewer blocks under it than its count says: a lie.
+            let mut stack = vec![t];
+            for _ in 0..left {
+                let x = stack.pop().ok_or(CacheProblem::Stale("bad dominated count"))?;
+                add(&mut acc, heap, x);
+                stack.extend_from_slice(&self.kids_in(Tree::Kept(k), BlockId(x))?);
+            }
+        }
+        Ok(self.largest(acc))
+    }
+}
+
+/// Blocks and bytes by site.
+type Tally = HashMap<SiteId, (u64, u64)>;
+
+/// Block `x` counted in `acc`, by its site: a block and its bytes.
+fn add(acc: &mut Tally, heap: &crate::Heap, x: u32) {
+    let blk = heap.block(BlockId(x));
+    let e = acc.entry(blk.site).or_default();
+    e.0 += 1;
+    e.1 += blk.size;
+}
+
+/// A lost group as the walk below it needs it: its kind, its site, how
+/// many blocks it has, its first (example) block.
+#[derive(Clone, Copy)]
+struct LostKey {
+    kind: LeakKind,
+    site: SiteId,
+    blocks: u64,
+    example: u32,
 }

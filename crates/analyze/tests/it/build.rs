@@ -20,6 +20,10 @@ pub struct Spec {
     /// More modules after it: (path, start, length).
     pub more_modules: Vec<(String, u64, u64)>,
     pub site: Vec<u64>,
+    /// More sites (id, frames), and the blocks allocated at each (by
+    /// address; the others at site 1 when `site` is given, else none).
+    pub more_sites: Vec<(u32, Vec<u64>)>,
+    pub block_sites: Vec<(u64, u32)>,
 }
 
 impl Spec {
@@ -60,6 +64,10 @@ impl Spec {
         if !self.site.is_empty() {
             w.site(1, &self.site).unwrap();
         }
+        for (id, frames) in &self.more_sites {
+            w.site(*id, frames).unwrap();
+        }
+        let block_sites: std::collections::HashMap<u64, u32> = self.block_sites.iter().copied().collect();
         let stack: Vec<(u64, u64)> = self.stack.iter().enumerate().map(|(i, &v)| (i as u64 * 8, v)).collect();
         let t = ThreadInfo {
             tid: 7,
@@ -92,7 +100,7 @@ impl Spec {
             let mut p = by_block.remove(&addr).unwrap_or_default();
             p.sort();
             let first_word = self.first_words.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
-            let site = if self.site.is_empty() { 0 } else { 1 };
+            let site = block_sites.get(&addr).copied().unwrap_or(if self.site.is_empty() { 0 } else { 1 });
             let flags = self.flags.iter().find(|x| x.0 == addr).map_or(0, |x| x.1);
             let info = AllocInfo { address: addr, size, site, align_log2: 4, flags, first_word };
             if dense {

@@ -7,5 +7,6 @@ mod graphs;
 mod hostile;
 mod kept_pages;
 mod kept_rows;
+mod kept_suspects;
 mod seal;
 mod spilled;
