@@ -760,6 +760,16 @@ impl<'h> Analysis<'h> {
         l
     }
 
+    /// Whether the leak classes are known without computing them: computed
+    /// already, or in the cache.
+    pub(crate) fn leaks_known(&self) -> bool {
+        if self.leaks.get().is_some() {
+            return true;
+        }
+        self.read_cache();
+        self.cached.borrow().as_ref().is_some_and(Cached::has_leaks)
+    }
+
     /// The dominator tree, lost structures hanging off the virtual root
     /// led by their definitely lost block (computed on first use, with the
     /// leak classes on a second thread when they are not known yet).

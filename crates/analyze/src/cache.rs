@@ -76,6 +76,11 @@ impl Cached {
         self.tree.is_some()
     }
 
+    /// Whether it holds the leak classes (not taken yet).
+    pub fn has_leaks(&self) -> bool {
+        self.leaks.is_some()
+    }
+
     /// The dominator tree, checked against `heap` and its leak classes
     /// `kinds` (see `check_dominators`); `None` once taken.
     pub fn take_dominators(&mut self, heap: &Heap, kinds: &[LeakKind]) -> Option<Result<Dominators, CacheProblem>> {

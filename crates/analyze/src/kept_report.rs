@@ -34,12 +34,12 @@ struct Kept {
 
 impl Analysis<'_> {
     /// [`Analysis::leak_report`], from the cache when it keeps it (see
-    /// the module's text); else computed, and kept there. Without caches
-    /// the dominators are computed first: both callers (the viewer's first
-    /// page, the suspects) ask for them next, and asked for first they
-    /// are computed with the leak classes at one peak of memory (the
-    /// classes alone first stay beside the dominators' computation: 3.5
-    /// bytes a block more on a heap mostly lost).
+    /// the module's text); else computed, and kept there. When the leak
+    /// classes are to be computed, the dominators are computed first: both
+    /// callers (the viewer's first page, the suspects) ask for them next,
+    /// and asked for first they are computed with the leak classes at one
+    /// peak of memory (the classes alone first stay beside the dominators'
+    /// computation: 3.5 bytes a block more on a heap mostly lost).
     pub fn leak_report_kept(&self) -> LeakReport {
         let Some(c) = self.cache_file() else {
             self.dominators();
@@ -47,6 +47,9 @@ impl Analysis<'_> {
         };
         if let Some(r) = self.read_part(c, REPORT, |r, _| self.read_report(r)) {
             return r;
+        }
+        if !self.leaks_known() {
+            self.dominators();
         }
         let report = self.leak_report();
         let heap = self.heap();
