@@ -69,7 +69,7 @@ fn spec() -> Spec {
         more_sites: (2..=6).map(|id| (id, vec![0x40_1000 + 0x10 * u64::from(id)])).collect(),
         ..Default::default()
     };
-    let mut at = |s: &mut Spec, addr: u64, size: u64, site: u32| {
+    let at = |s: &mut Spec, addr: u64, size: u64, site: u32| {
         s.block(addr, size);
         s.block_sites.push((addr, site));
     };
