@@ -296,13 +296,15 @@ impl KeptTree {
                     dom.push(Self::u32_at(&self.analysis, &self.dominated, x as usize)?);
                 }
                 let first = next.len();
+                for &(s, _) in &spans {
+                    Self::prefetch(&self.children, &self.list, 4, s as usize);
+                }
                 for &(s, e) in &spans {
                     if s > e || e as usize > self.n {
                         return Err(bad("dominator children of another heap"));
                     }
                     let at = self.list.start + 4 * s as usize..self.list.start + 4 * e as usize;
                     self.children.check(at.clone())?;
-                    Self::prefetch(&self.children, &self.list, 4, e as usize);
                     next.extend(self.children.body()[at].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
                 }
                 kid_idom.clear();
