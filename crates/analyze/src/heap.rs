@@ -699,6 +699,22 @@ impl Heap {
         self.blocks.len()
     }
 
+    /// Which of the heap's large tables are read from a file (moved or
+    /// built there, or kept in a cache), by name: `blocks`, `edge starts`,
+    /// `edge targets`, `edge offsets`.
+    #[doc(hidden)]
+    pub fn tables_in_files(&self) -> Vec<&'static str> {
+        [
+            ("blocks", self.blocks.packed.in_a_file()),
+            ("edge starts", self.edge_start.in_a_file()),
+            ("edge targets", self.edge_target.in_a_file()),
+            ("edge offsets", self.edge_offset.deltas.in_a_file()),
+        ]
+        .into_iter()
+        .filter_map(|(name, yes)| yes.then_some(name))
+        .collect()
+    }
+
     /// Whether there are no blocks.
     pub fn is_empty(&self) -> bool {
         self.blocks.len() == 0

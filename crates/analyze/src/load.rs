@@ -31,12 +31,18 @@ impl Heap {
     /// itself holds stay reachable; a block merely adjacent to the arena's
     /// top does not become "possibly lost").
     pub fn load(file: &DumpFile, progress: &mut dyn FnMut(u64, u64)) -> Result<Heap> {
-        Self::load_with(file, progress, true)
+        Self::load_with(file, progress, true, None)
     }
 
     /// [`Heap::load`], its first pass split between two threads when
-    /// `may_split` and the dump lends itself to it.
-    pub(crate) fn load_with(file: &DumpFile, progress: &mut dyn FnMut(u64, u64), may_split: bool) -> Result<Heap> {
+    /// `may_split` and the dump lends itself to it, a large heap's tables
+    /// built in a file when `tables` says where (see `spill::TableFile`).
+    pub(crate) fn load_with(
+        file: &DumpFile,
+        progress: &mut dyn FnMut(u64, u64),
+        may_split: bool,
+        tables: Option<crate::spill::TablesIn<'_>>,
+    ) -> Result<Heap> {
         let dump = file.dump()?;
         let total = file.bytes().len() as u64 * 2;
         let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
@@ -51,6 +57,10 @@ impl Heap {
         let mut table: Vec<crate::heap::Packed> =
             bytemuck::allocation::try_zeroed_vec((claimed_allocs as usize).min(fit)).unwrap_or_default();
         let capacity = table.len();
+        let mut tables = tables.and_then(|t| crate::spill::TableFile::new(capacity, t));
+        if let Some(t) = &mut tables {
+            t.build_in(&mut table);
+        }
         // Pass 1: everything but edges. It also picks where pass 2 splits
         // the records between two threads: the first ALLOC record past the
         // middle of the file. Where a quick walk of the records' headers
@@ -198,6 +208,11 @@ impl Heap {
         let mut start = vec![0u32; n + 1];
         let mut target = vec![0u32; pointers[0] + pointers[1]];
         let mut deltas = vec![0u8; pointers[0] + pointers[1]];
+        if let Some(t) = &mut tables {
+            t.build_in(&mut start);
+            t.build_in(&mut target);
+            t.build_in(&mut deltas);
+        }
         let (first, second) = {
             let (s0, s1) = start.split_at_mut(split_n);
             let (t0, t1) = target.split_at_mut(pointers[0]);
@@ -248,6 +263,9 @@ impl Heap {
         heap.block_of = block_of.map(Slab::from);
         heap.roots = roots;
         heap.root_regions = root_regions;
+        if let Some(t) = &tables {
+            t.mark(&heap);
+        }
         Ok(heap)
     }
 }
@@ -1026,7 +1044,7 @@ mod tests {
 
     /// Everything a load gives, comparable.
     fn loaded(file: &DumpFile, split: bool) -> String {
-        match Heap::load_with(file, &mut |_, _| {}, split) {
+        match Heap::load_with(file, &mut |_, _| {}, split, None) {
             Err(e) => format!("error: {e}"),
             Ok(h) => {
                 let edges: Vec<Vec<crate::Edge>> = (0..h.len()).map(|b| h.edges(BlockId(b as u32)).collect()).collect();

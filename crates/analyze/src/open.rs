@@ -41,11 +41,19 @@ pub struct Options {
     /// in place and waited for when dropped (a library does not fork the
     /// program it is part of unasked).
     pub background_writers: bool,
+    /// The questions will ask for the dominator tree (retained sizes, the
+    /// tree, paths, suspects): a large heap's tables are then built in an
+    /// unnamed file from the start (see [`crate::Analysis::dominators`]:
+    /// they are read from a file from then on), rather than moved there
+    /// when the tree is first asked for. Only how memory is used changes,
+    /// never an answer. Default: off (the tables are moved if the tree is
+    /// asked for).
+    pub dominators: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { cache: true, background_writers: false }
+        Options { cache: true, background_writers: false, dominators: false }
     }
 }
 
@@ -53,6 +61,12 @@ impl Options {
     /// With or without the caches.
     pub fn cache(mut self, yes: bool) -> Options {
         self.cache = yes;
+        self
+    }
+
+    /// Whether the questions will ask for the dominator tree.
+    pub fn dominators(mut self, yes: bool) -> Options {
+        self.dominators = yes;
         self
     }
 
@@ -105,7 +119,8 @@ pub fn open_with_progress(path: &Path, options: &Options, progress: &mut dyn FnM
             Err(why) => events.push(Event::Said(format!("rebuilt {at} ({why})"))),
         }
     }
-    let heap = Heap::load(&file, progress)?;
+    let tables = options.dominators.then_some(crate::spill::TablesIn(dir.as_deref()));
+    let heap = Heap::load_with(&file, progress, true, tables)?;
     Ok(Dump::new(path, file, heap, dir, graph, events, options))
 }
 

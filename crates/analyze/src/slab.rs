@@ -82,9 +82,39 @@ impl<T: Pod> Slab<T> {
         }
     }
 
+    /// Whether it is read from a file: a mapped cache's, or moved or built
+    /// in one.
+    pub(crate) fn in_a_file(&self) -> bool {
+        match &self.inner {
+            Inner::Owned(o) => o.in_file.load(std::sync::atomic::Ordering::Acquire),
+            Inner::Mapped { .. } => true,
+        }
+    }
+
     /// Whether it is read in place from a mapping.
     pub fn is_mapped(&self) -> bool {
         matches!(self.inner, Inner::Mapped { .. })
+    }
+
+    /// The bytes of an owned slice not yet marked as read from a file
+    /// (see [`Slab::built_in_file`]).
+    pub(crate) fn owned_bytes(&self) -> Option<Range<usize>> {
+        match &self.inner {
+            Inner::Owned(o) if !o.in_file.load(std::sync::atomic::Ordering::Acquire) => {
+                let start = o.v.as_ptr() as usize;
+                Some(start..start + std::mem::size_of_val(o.v.as_slice()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Marks an owned slice whose whole pages were mapped from a file
+    /// before it was written (`spill::TableFile`): read and given back as
+    /// a moved one is.
+    pub(crate) fn built_in_file(&self) {
+        if let Inner::Owned(o) = &self.inner {
+            o.in_file.store(true, std::sync::atomic::Ordering::Release);
+        }
     }
 
     /// Moves the pages of an owned slice to `f` at `*at` (on): its whole

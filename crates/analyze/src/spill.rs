@@ -44,7 +44,7 @@ const CHUNK: usize = 8 << 20;
 /// (a fault each there): the tables of 10 M blocks (300 MB) took 0.6-1.4
 /// s written in 8 MiB calls, 0.2-0.5 s in 64 KiB ones, 0.24-0.72 s in 4
 /// KiB ones (a call each page), 0.14-0.19 s in 32 KiB ones.
-const WRITE: usize = 32 << 10;
+const WRITE: usize = 4 << 10;
 
 /// Whether `dir` is on a file system that keeps its files in memory.
 fn in_memory(dir: &Path) -> io::Result<bool> {
@@ -141,6 +141,100 @@ pub(crate) fn move_pages(bytes: &[u8], f: &std::fs::File, at: &mut u64, moving: 
     }
     *at = off + p.len() as u64;
     Ok(true)
+}
+
+/// An unnamed file a large heap's tables are built in from the start:
+/// each table's memory, zeroed and not yet written, has the file mapped
+/// over its whole pages (the file's fresh bytes read as zeros too), so
+/// that the load writes the tables straight into page cache and the
+/// dominators find them there, with nothing to move (on
+/// benches/c/mostly_lost.c's 100 M blocks, moving the 3 GB of tables
+/// took 1-11 s, most of it the kernel finding fresh pages for the copy:
+/// on a VM, pages the host has to back first). A table the load then
+/// grows elsewhere (a dump whose trailer understates its blocks), or
+/// makes anew (a dump out of address order), is simply not marked, and
+/// is moved as before.
+/// Where a large heap's tables are built in a file (see [`TableFile`]):
+/// the caches' directory, when they are on.
+#[derive(Clone, Copy)]
+pub(crate) struct TablesIn<'a>(pub(crate) Option<&'a Path>);
+
+pub(crate) struct TableFile {
+    f: std::fs::File,
+    at: u64,
+    /// The address ranges mapped from the file.
+    mapped: Vec<Range<usize>>,
+}
+
+impl TableFile {
+    /// Tables of this many bytes and more are built in the file: their
+    /// memory is a mapping of its own, which the allocator gives back to
+    /// the kernel when it is freed (glibc maps every allocation above 32
+    /// MiB on its own), so that no page of the file stays behind in the
+    /// allocator's heap whichever way the table goes. Smaller ones are
+    /// moved when the dominators are asked for, as before.
+    const FROM_BYTES: usize = 32 << 20;
+
+    /// A file for the tables of a heap of `blocks` blocks, in the caches'
+    /// directory `cache_dir`, else where [`before_dominators`] puts it;
+    /// `None` for a heap too small to move or where no directory takes
+    /// it.
+    pub(crate) fn new(blocks: usize, TablesIn(cache_dir): TablesIn<'_>) -> Option<TableFile> {
+        if blocks < FROM_BLOCKS {
+            return None;
+        }
+        let f = dirs(cache_dir).into_iter().find_map(|d| match in_memory(&d) {
+            Ok(false) => tempfile::tempfile_in(&d).ok(),
+            _ => None,
+        })?;
+        Some(TableFile { f, at: 0, mapped: Vec::new() })
+    }
+
+    /// Maps the file over the whole pages of `v`, zeroed memory nothing
+    /// has written yet (a table of [`TableFile::FROM_BYTES`] or more):
+    /// the same zeros read from there, and what is written goes to the
+    /// file. Nothing changes when the file cannot be grown or mapped.
+    pub(crate) fn build_in<T: bytemuck::Pod>(&mut self, v: &mut [T]) {
+        let base = v.as_ptr() as usize;
+        let bytes = std::mem::size_of_val(v);
+        let p = pages(base..base + bytes);
+        if bytes < Self::FROM_BYTES || p.is_empty() {
+            return;
+        }
+        let off = self.at.next_multiple_of(page_size() as u64);
+        if self.f.set_len(off + p.len() as u64).is_err() || map_over(p.start, p.len(), Some((&self.f, off))).is_err() {
+            return;
+        }
+        // Faulted in a page at a time, as anonymous memory is, not read
+        // ahead in large folios (which on a VM come from memory the host
+        // has to back first: 0.75 s more system time loading 10 M blocks).
+        // SAFETY: the range is the mapping just made; the advice changes
+        // how its pages are faulted in, not what they hold.
+        #[allow(unsafe_code, clippy::disallowed_methods)]
+        let _ = unsafe { libc::madvise(p.start as *mut libc::c_void, p.len(), libc::MADV_RANDOM) };
+        self.at = off + p.len() as u64;
+        self.mapped.push(p);
+    }
+
+    /// Marks each of `heap`'s tables whose whole pages lie in a range
+    /// mapped from the file, as the load left them.
+    pub(crate) fn mark(&self, heap: &Heap) {
+        let built = |b: Option<Range<usize>>| {
+            b.map(pages).is_some_and(|p| !p.is_empty() && self.mapped.iter().any(|m| m.start == p.start && p.end <= m.end))
+        };
+        if built(heap.blocks.packed.owned_bytes()) {
+            heap.blocks.packed.built_in_file();
+        }
+        if built(heap.edge_start.owned_bytes()) {
+            heap.edge_start.built_in_file();
+        }
+        if built(heap.edge_target.owned_bytes()) {
+            heap.edge_target.built_in_file();
+        }
+        if built(heap.edge_offset.deltas.owned_bytes()) {
+            heap.edge_offset.deltas.built_in_file();
+        }
+    }
 }
 
 impl Heap {

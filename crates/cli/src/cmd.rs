@@ -392,6 +392,12 @@ enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     views::set_no_cache(cli.no_cache);
+    // `leaks`, `top`, `check` and `diff` never ask for the dominator tree:
+    // every other question on a dump may.
+    views::set_dominators(!matches!(
+        cli.command,
+        Command::Leaks { .. } | Command::Top { .. } | Command::Check { .. } | Command::Diff { .. }
+    ));
     match cli.command {
         Command::Run {
             mode,

@@ -24,7 +24,18 @@ pub fn set_no_cache(v: bool) {
 /// their large files written by a child that outlives the command (a
 /// short-lived process: see `heapdump_analyze::Options`).
 fn options() -> Options {
-    Options::default().cache(!NO_CACHE.load(std::sync::atomic::Ordering::Relaxed)).background_writers(true)
+    Options::default()
+        .cache(!NO_CACHE.load(std::sync::atomic::Ordering::Relaxed))
+        .background_writers(true)
+        .dominators(DOMINATORS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// The command asks for the dominator tree (see `Options::dominators`).
+static DOMINATORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the command asks for the dominator tree.
+pub fn set_dominators(v: bool) {
+    DOMINATORS.store(v, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// One [`Analysis`] of an opened dump; when it ends,

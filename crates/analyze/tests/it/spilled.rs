@@ -75,6 +75,46 @@ fn a_spilled_heap_answers_as_one_in_memory() {
     std::fs::remove_dir(&dir).unwrap();
 }
 
+/// A heap of 2.2 M blocks (records in address order, as the runtime writes
+/// them), opened for questions that ask for the dominator tree: its block
+/// table, 35 MB, is built in a file as it is loaded (nothing to move
+/// when the tree is asked for), the smaller tables are moved then, and
+/// it answers as the heap opened without, held in memory.
+#[test]
+fn a_heap_built_in_a_file_answers_as_one_in_memory() {
+    let n = 2_200_000;
+    let addr = |i: usize| 0x10_0000 + i as u64 * 0x40;
+    let mut spec = Spec::default();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..n {
+        spec.block(addr(i), 48);
+    }
+    for i in 1..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        spec.ptr(addr(i), 0, addr((x % i as u64) as usize));
+    }
+    spec.stack = (n - 64..n).map(addr).collect();
+    let path = crate::build::tempfile_path::TempPath::new();
+    std::fs::write(&path.0, spec.write()).unwrap();
+    let open = |dominators: bool| {
+        heapdump_analyze::open(&path.0, &heapdump_analyze::Options::default().cache(false).dominators(dominators)).unwrap()
+    };
+    let (held, built) = (open(false), open(true));
+    assert!(held.heap().tables_in_files().is_empty(), "a heap opened without the dominators in mind is held in memory");
+    assert_eq!(built.heap().tables_in_files(), ["blocks"], "the block table is built in a file as it is loaded");
+    assert_eq!(graph(built.heap()), graph(held.heap()));
+    let (a0, a1) = (held.analysis(), built.analysis());
+    let (d0, d1) = (a0.dominators(), a1.dominators());
+    // Asked for the tree, the rest were moved (the blocks' already there).
+    assert_eq!(built.heap().tables_in_files().len(), 4);
+    assert_eq!(d1.parts(), d0.parts());
+    assert_eq!(a1.leaks().kind, a0.leaks().kind);
+    assert_eq!(format!("{:?}", a1.leak_report()), format!("{:?}", a0.leak_report()));
+    assert!(d0.parts().0.iter().any(|&d| d != u32::MAX), "some block has a block for its dominator");
+}
+
 /// A directory whose files live in memory (tmpfs) is no place for them:
 /// the tables stay where they are.
 #[test]
