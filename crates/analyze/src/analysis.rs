@@ -760,6 +760,13 @@ impl<'h> Analysis<'h> {
         l
     }
 
+    /// Lets go of the leak classes (`growth`, once an older dump's
+    /// dominators are computed: it reads none of its classes after).
+    /// Asked for again, they are computed again.
+    pub(crate) fn forget_leaks(&mut self) {
+        self.leaks.take();
+    }
+
     /// Whether the leak classes are known without computing them: computed
     /// already, or in the cache.
     pub(crate) fn leaks_known(&self) -> bool {
@@ -822,11 +829,9 @@ impl<'h> Analysis<'h> {
                 }
             }
             let reach = Reach::of(self.heap);
-            let (pred, via) = reach.parts();
             self.keep_part(REACH, self.heap.len() * 8, |b| {
                 b.u64(REACH_RULE);
-                b.slab(pred);
-                b.slab(via);
+                reach.write_kept(self.heap, b);
             });
             reach
         })

@@ -110,6 +110,30 @@ impl Out {
             }
         }
     }
+    /// A counted array of `len` words, as [`Out::slab`] writes it, made a
+    /// chunk at a time: `fill(range, buf)` pushes the words of the indices
+    /// in `range` onto `buf` (empty), so that no copy of the whole is
+    /// made (a word it leaves out is written 0, one too many dropped).
+    pub(crate) fn slab_by_chunks(&mut self, len: usize, mut fill: impl FnMut(Range<usize>, &mut Vec<u32>)) {
+        const WORDS: usize = 1 << 14;
+        self.u64(len as u64);
+        let pad = (8 - self.len % 8) % 8;
+        self.raw(&[0u8; 8][..pad as usize]);
+        let mut buf = Vec::with_capacity(WORDS);
+        for at in (0..len).step_by(WORDS) {
+            let r = at..(at + WORDS).min(len);
+            buf.clear();
+            fill(r.clone(), &mut buf);
+            buf.resize(r.len(), 0);
+            if cfg!(target_endian = "little") {
+                self.raw(bytemuck::cast_slice(&buf));
+            } else {
+                for &x in &buf {
+                    self.u32(x);
+                }
+            }
+        }
+    }
     /// A counted array, its items starting at a multiple of 8 bytes (zeros
     /// before them) so that [`Reader::slab`] can read them in place;
     /// little endian.

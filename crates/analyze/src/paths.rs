@@ -37,19 +37,57 @@ pub struct Path {
 
 pub(crate) const UNSEEN: u32 = u32::MAX;
 pub(crate) const FROM_ROOT: u32 = u32::MAX - 1;
+/// In a computed tree's `via`: reached from the root whose index is the
+/// rest of the word (edge indices are below 2^31: the load refuses more
+/// pointers).
+const ROOT_BIT: u32 = 1 << 31;
+/// A root's index too large for the rest of the word (never met: a dump
+/// of 2^31 roots): the block's first root is looked for.
+const LATE_ROOT: u32 = ROOT_BIT | (ROOT_BIT - 2);
 
 /// The breadth-first tree of everything the roots reach: for each block,
-/// the block it was first reached from (or a root) and through which
-/// pointer. Built once (and kept in the analysis cache), it gives every
-/// reachable block's shortest chain by following it back: `path --all`
-/// asks that for each holder of a block.
+/// the pointer it was first reached through (a root, or an edge of the
+/// block it was reached from). Built once (and kept in the analysis
+/// cache), it gives every reachable block's shortest chain by following
+/// it back: `path --all` asks that for each holder of a block.
 pub struct Reach {
-    /// The block each block was reached from: [`FROM_ROOT`], or `UNSEEN`
-    /// when no root reaches it.
-    pred: Slab<u32>,
-    /// The edge index it was reached through (the root's index for
-    /// [`FROM_ROOT`]).
-    via: Slab<u32>,
+    tree: Tree,
+}
+
+enum Tree {
+    /// Built: for each block, the edge index it was reached through (its
+    /// predecessor is the block whose edges hold that index: a search in
+    /// the edge starts), `ROOT_BIT | i` for root `i`, or `UNSEEN`. One
+    /// word a block (the predecessor beside it took another 4 bytes a
+    /// block, at the peak of `path` on a heap all reachable).
+    Built(Slab<u32>),
+    /// Read from the cache, whose part keeps the predecessor beside the
+    /// pointer (read in place: no searches, and the part's check walks
+    /// the chains without them): the block each block was reached from
+    /// ([`FROM_ROOT`], or `UNSEEN` when no root reaches it) and the edge
+    /// index it was reached through (the root's index for `FROM_ROOT`, 0
+    /// for `UNSEEN`).
+    Kept { pred: Slab<u32>, via: Slab<u32> },
+}
+
+/// How a block was first reached.
+enum Link {
+    Unseen,
+    Root(usize),
+    /// Through edge `k` of block `from`.
+    Edge {
+        from: u32,
+        k: usize,
+    },
+}
+
+/// The block whose edges hold edge `k`: the last whose edges start at or
+/// before it (`None` when `k` is past the edges).
+fn owner(starts: &[u32], k: usize) -> Option<u32> {
+    if k >= *starts.last()? as usize {
+        return None;
+    }
+    Some((starts.partition_point(|&s| s as usize <= k) - 1) as u32)
 }
 
 impl Reach {
@@ -63,8 +101,7 @@ impl Reach {
     /// layer's start pointers.
     pub fn of(heap: &Heap) -> Reach {
         let n = heap.len();
-        let mut pred = vec![UNSEEN; n];
-        let mut via = vec![0u32; n];
+        let mut via = vec![UNSEEN; n];
         // Each block enters the queue once: its whole length reserved
         // (pages the kernel gives as they are first written), so that it
         // never grows by copying (on a heap all reachable, a doubling's
@@ -74,9 +111,8 @@ impl Reach {
         for interior in [false, true] {
             for (ri, r) in heap.roots.iter().enumerate().filter(|(_, r)| r.interior == interior) {
                 let t = r.target.index();
-                if pred[t] == UNSEEN {
-                    pred[t] = FROM_ROOT;
-                    via[t] = ri as u32;
+                if via[t] == UNSEEN {
+                    via[t] = ROOT_BIT | u32::try_from(ri).unwrap_or(u32::MAX).min(LATE_ROOT & !ROOT_BIT);
                     queue.push(r.target.0);
                 }
             }
@@ -86,13 +122,12 @@ impl Reach {
         let mut layer_end = queue.len();
         // Interior pointers of the layer to blocks not reached yet, taken
         // at its end for those no start pointer of the layer reached.
-        let mut deferred: Vec<(u32, u32)> = Vec::new();
+        let mut deferred: Vec<u32> = Vec::new();
         loop {
             if head == layer_end {
-                for (b, k) in deferred.drain(..) {
+                for k in deferred.drain(..) {
                     let t = (targets[k as usize] & !INTERIOR) as usize;
-                    if pred[t] == UNSEEN {
-                        pred[t] = b;
+                    if via[t] == UNSEEN {
                         via[t] = k;
                         queue.push(t as u32);
                     }
@@ -107,21 +142,20 @@ impl Reach {
             let s = starts[b as usize] as usize;
             for (k, &raw) in targets[s..starts[b as usize + 1] as usize].iter().enumerate().map(|(i, t)| (s + i, t)) {
                 let t = (raw & !INTERIOR) as usize;
-                if pred[t] == UNSEEN {
+                if via[t] == UNSEEN {
                     if raw & INTERIOR != 0 {
-                        deferred.push((b, k as u32));
+                        deferred.push(k as u32);
                         continue;
                     }
-                    pred[t] = b;
                     via[t] = k as u32;
                     queue.push(t as u32);
                 }
             }
         }
-        Reach { pred: pred.into(), via: via.into() }
+        Reach { tree: Tree::Built(via.into()) }
     }
 
-    /// A tree kept by [`Reach::parts`], checked against `heap` (every
+    /// A tree kept by [`Reach::write_kept`], checked against `heap` (every
     /// index in bounds; chains are bounded when followed).
     pub fn from_parts(heap: &Heap, pred: Slab<u32>, via: Slab<u32>) -> Option<Reach> {
         let n = heap.len();
@@ -132,12 +166,69 @@ impl Reach {
                 FROM_ROOT => (v as usize) < heap.roots.len(),
                 p => (p as usize) < n && (v as usize) < heap.edge_count(),
             });
-        ok.then_some(Reach { pred, via })
+        ok.then_some(Reach { tree: Tree::Kept { pred, via } })
     }
 
-    /// The predecessors and the pointers taken (see [`Reach::from_parts`]).
-    pub fn parts(&self) -> (&[u32], &[u32]) {
-        (&self.pred, &self.via)
+    /// Writes the tree as the cache keeps it (see [`Tree::Kept`]): the
+    /// predecessors, then the pointers taken, each array made a chunk at
+    /// a time (no copy of either made whole).
+    pub(crate) fn write_kept(&self, heap: &Heap, out: &mut crate::cache_file::Out) {
+        let n = heap.len();
+        match &self.tree {
+            Tree::Kept { pred, via } => {
+                out.slab(pred);
+                out.slab(via);
+            }
+            Tree::Built(_) => {
+                let pred = |b: usize| match self.link(heap, b as u32) {
+                    Some(Link::Edge { from, .. }) => from,
+                    Some(Link::Root(_)) => FROM_ROOT,
+                    _ => UNSEEN,
+                };
+                out.slab_by_chunks(n, |r, buf| buf.extend(r.map(pred)));
+                // The pointers taken need no search for their blocks.
+                let via = |b: usize| match self.link_unowned(heap, b as u32) {
+                    Some(Link::Edge { k, .. }) => k as u32,
+                    Some(Link::Root(i)) => i as u32,
+                    _ => 0,
+                };
+                out.slab_by_chunks(n, |r, buf| buf.extend(r.map(via)));
+            }
+        }
+    }
+
+    /// How block `b` was first reached (`None`: a kept tree or an index
+    /// that does not hold).
+    fn link(&self, heap: &Heap, b: u32) -> Option<Link> {
+        match self.link_unowned(heap, b)? {
+            Link::Edge { from: u32::MAX, k } => Some(Link::Edge { from: owner(heap.raw_edges().0, k)?, k }),
+            l => Some(l),
+        }
+    }
+
+    /// [`Reach::link`], but an edge of a built tree with its block not
+    /// looked for (`from` is `u32::MAX`).
+    fn link_unowned(&self, heap: &Heap, b: u32) -> Option<Link> {
+        match &self.tree {
+            Tree::Built(via) => match *via.get(b as usize)? {
+                UNSEEN => Some(Link::Unseen),
+                LATE_ROOT => {
+                    // The first root to it in the search's order.
+                    let first = |interior: bool| heap.roots.iter().position(|r| r.target.0 == b && r.interior == interior);
+                    Some(Link::Root(first(false).or_else(|| first(true))?))
+                }
+                v if v & ROOT_BIT != 0 => Some(Link::Root((v & !ROOT_BIT) as usize)),
+                k => Some(Link::Edge { from: u32::MAX, k: k as usize }),
+            },
+            Tree::Kept { pred, via } => {
+                let (&p, &v) = (pred.get(b as usize)?, via.get(b as usize)?);
+                Some(match p {
+                    UNSEEN => Link::Unseen,
+                    FROM_ROOT => Link::Root(v as usize),
+                    p => Link::Edge { from: p, k: v as usize },
+                })
+            }
+        }
     }
 
     /// The shortest chain from a root to `target`, `None` when no root
@@ -147,21 +238,19 @@ impl Reach {
         let mut steps = Vec::new();
         let mut cur = target.0;
         loop {
-            let (&p, &v) = (self.pred.get(cur as usize)?, self.via.get(cur as usize)?);
-            match p {
-                UNSEEN => return None,
-                FROM_ROOT => {
-                    let root = *heap.roots.get(v as usize)?;
+            match self.link(heap, cur)? {
+                Link::Unseen => return None,
+                Link::Root(i) => {
+                    let root = *heap.roots.get(i)?;
                     steps.push(Step { from: None, to: BlockId(cur), offset: root.offset, interior: root.interior });
                     steps.reverse();
                     return Some(Path { start: PathStart::Root(root), steps });
                 }
-                p => {
+                Link::Edge { from: p, k } => {
                     // The pointer must be one of `p`'s, to `cur`: a kept
                     // tree that says otherwise (or loops) is not followed.
-                    let k = v as usize;
                     let (s, e) = (*starts.get(p as usize)? as usize, *starts.get(p as usize + 1)? as usize);
-                    if !(s..e).contains(&k) || targets[k] & !INTERIOR != cur || steps.len() > self.pred.len() {
+                    if !(s..e).contains(&k) || targets[k] & !INTERIOR != cur || steps.len() > heap.len() {
                         return None;
                     }
                     steps.push(Step {
