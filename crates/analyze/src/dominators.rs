@@ -78,6 +78,12 @@ impl Dominators {
         (&self.idom, &self.retained, &self.dominated)
     }
 
+    /// The immediate dominators' table (moved to a file by
+    /// [`crate::spill::after_dominators`]).
+    pub(crate) fn idom_table(&self) -> &Slab<u32> {
+        &self.idom
+    }
+
     /// Immediate dominator, or `None` when it is the root.
     pub fn idom(&self, b: BlockId) -> Option<BlockId> {
         let d = self.idom[b.index()];

@@ -101,17 +101,19 @@ enum Owner {
 /// oldest first), at most `n` of them.
 pub fn growth(dumps: &[&Dump], n: usize) -> Result<Growth> {
     check_series(dumps)?;
-    let analyses: Vec<Analysis<'_>> = dumps.iter().map(|d| d.analysis()).collect();
-    let newest = analyses.last().expect("two or more dumps");
+    crate::spill::freed_tables_back();
+    let mut analyses: Vec<Analysis<'_>> = dumps.iter().map(|d| d.analysis()).collect();
     let (first, last) = (dumps[0], dumps[dumps.len() - 1]);
     // The dumps' dominators one after the other, each older dump's answers
-    // then moved to a file (`spill.rs`): the next dump is computed beside
-    // page cache, not beside the older dumps' tables in memory (issue 43's
-    // memory goal).
-    for a in &analyses[..analyses.len() - 1] {
+    // then moved to a file and its leak classes let go (`spill.rs`): the
+    // next dump is computed beside page cache, not beside the older dumps'
+    // tables in memory (issue 43's memory goal).
+    let older = analyses.len() - 1;
+    for a in &mut analyses[..older] {
         a.dominators();
         crate::spill::after_dominators(a);
     }
+    let newest = analyses.last().expect("two or more dumps");
 
     // Owners and what each holds in each dump: (bytes, blocks, heads).
     let mut owners: Vec<Owner> = Vec::new();

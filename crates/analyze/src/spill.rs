@@ -290,16 +290,19 @@ fn dirs(cache_dir: Option<&Path>) -> Vec<std::path::PathBuf> {
 
 /// Once the dominators of one of several dumps are computed (`growth`
 /// asks every dump of a series, and computes the next one's while it
-/// holds this one's): the answers' large tables (each block's retained
-/// size, dominated count, leak leader, the children lists) moved to a
-/// file as the heap's are (see [`Heap::spill`]), so that the dumps before
-/// the last hold their answers in page cache, not anonymous memory, while
-/// the next is computed. The same bytes are read at the same addresses.
-pub(crate) fn after_dominators(a: &crate::Analysis<'_>) {
+/// holds this one's): the leak classes let go (`growth` reads none of an
+/// older dump's), and the tree's large tables (each block's immediate
+/// dominator, retained size, dominated count, the children lists) moved
+/// to a file as the heap's are (see [`Heap::spill`]), so that the dumps
+/// before the last hold their answers in page cache, not anonymous
+/// memory, while the next is computed. The same bytes are read at the
+/// same addresses.
+pub(crate) fn after_dominators(a: &mut crate::Analysis<'_>) {
     if a.heap().len() < FROM_BLOCKS {
         return;
     }
-    let (l, d) = (a.leaks(), a.dominators());
+    a.forget_leaks();
+    let d = a.dominators();
     let c = d.children();
     let cache_dir = a.cache_file().and_then(|c| c.path().parent());
     for dir in dirs(cache_dir) {
@@ -311,7 +314,7 @@ pub(crate) fn after_dominators(a: &crate::Analysis<'_>) {
             let mut at = 0;
             let mut moved = d.retained.move_to_file(&f, &mut at)?;
             moved |= d.dominated.move_to_file(&f, &mut at)?;
-            moved |= l.leader.move_to_file(&f, &mut at)?;
+            moved |= d.idom_table().move_to_file(&f, &mut at)?;
             moved |= c.start.move_to_file(&f, &mut at)?;
             moved |= c.list.move_to_file(&f, &mut at)?;
             Ok(moved)
@@ -319,5 +322,23 @@ pub(crate) fn after_dominators(a: &crate::Analysis<'_>) {
         if moved.unwrap_or(false) {
             return;
         }
+    }
+}
+
+/// The C library's allocator told to give freed tables of 1 MiB and more
+/// back to the kernel for the rest of the process: each is mapped on its
+/// own, and unmapped when freed. (By default glibc raises that threshold
+/// to the size of the largest such table freed so far, up to 32 MiB, and
+/// serves the next ones from its heap, which keeps their pages when they
+/// are freed: `growth`, which computes one dump's dominators after
+/// another, held some 25 MB of such pages at 10 M blocks beside the last
+/// dump's computation.)
+pub(crate) fn freed_tables_back() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt sets a tunable of the allocator; no memory is
+    // touched. (The analysis is not the traced process.)
+    #[allow(unsafe_code, clippy::disallowed_methods)]
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }

@@ -259,6 +259,17 @@ fn a_series_of_large_heaps_held_in_files_answers_as_in_memory() {
     };
     let (on_disk, in_memory) = (answer(&disk), answer(std::path::Path::new("/dev/shm")));
     assert_eq!(on_disk, in_memory);
+    // With caches: each older dump's leak classes let go once its tree is
+    // computed (the first question) or read from its cache (the second),
+    // the tree's tables then moved to a file (or read from the cache's
+    // mapping): the same answer both times.
+    let cache = disk.with_extension("xdg");
+    let _ = std::fs::remove_dir_all(&cache);
+    for question in ["first", "second"] {
+        let o = heapdump().env("TMPDIR", &disk).env("XDG_CACHE_HOME", &cache).args(["growth", "--json"]).args(&dumps).output().unwrap();
+        assert_eq!(ok(&o), on_disk, "the {question} question with caches");
+    }
+    std::fs::remove_dir_all(&cache).unwrap();
     let rows: serde_json::Value = serde_json::from_str(&on_disk).unwrap();
     assert_eq!(rows[0]["key"], "static cache_head", "{rows}");
     assert_eq!(rows[0]["steps_grown"], 3);
