@@ -437,11 +437,10 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
         let (idom, dominated) = (atomics(&mut idom), atomics(&mut dominated));
         Run::each(info, runs, &vertex, |r| r.sums(heap, idom, dominated, &retained));
     }
-    drop(records);
     // (In place: the same layout.)
     let retained: Vec<u64> = retained.into_iter().map(AtomicU64::into_inner).collect();
-    // The children lists (`vertex`'s memory filling them).
-    let (start, list) = children_lists(&idom, &retained, Vec::new(), vertex);
+    // The children lists in the records' memory and `vertex`'s.
+    let (start, list) = children_lists(&idom, &retained, bytemuck::allocation::cast_vec(records), vertex);
     Dominators {
         idom: idom.into(),
         retained: retained.into(),
@@ -453,44 +452,71 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
 /// The dominator tree's children lists, `(start, list)`: those of block
 /// `b` are `list[start[b]..start[b + 1]]`, the virtual root's at index
 /// `n`, each largest retained size first (then by block). `list` and
-/// `fill` are memory to reuse, whatever they hold.
-pub(crate) fn children_lists(idom: &[u32], retained: &[u64], mut list: Vec<u32>, mut fill: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
+/// `start` are memory to reuse, whatever they hold: past the lists' `n`
+/// entries, `list`'s memory holds the fill's cursors, then the long
+/// lists' sort keys, and is given back at the end (memory the process
+/// has touched: fresh pages cost a fault each).
+pub(crate) fn children_lists(idom: &[u32], retained: &[u64], mut list: Vec<u32>, mut start: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
     let n = idom.len();
-    // What `list` holds past `n` given back before `start` is made.
-    list.truncate(n);
-    list.shrink_to_fit();
     let parent = |i: usize| if idom[i] == NONE { n } else { idom[i] as usize };
-    let mut start = vec![0u32; n + 2];
+    start.clear();
+    start.resize(n + 2, 0);
     for i in 0..n {
         start[parent(i) + 1] += 1;
     }
     for i in 0..=n {
         start[i + 1] += start[i];
     }
-    fill.clear();
-    fill.extend_from_slice(&start);
-    list.resize(n, 0);
-    for i in 0..n {
-        let p = parent(i);
-        list[fill[p] as usize] = i as u32;
-        fill[p] += 1;
+    if list.len() < n {
+        list.resize(n, 0);
     }
-    drop(fill);
+    {
+        let (lists, spare) = list.split_at_mut(n);
+        let mut own = Vec::new();
+        let fill = match spare.get_mut(..=n) {
+            Some(f) => f,
+            None => {
+                own.resize(n + 1, 0);
+                &mut own[..]
+            }
+        };
+        fill.copy_from_slice(&start[..=n]);
+        for i in 0..n {
+            let p = parent(i);
+            lists[fill[p] as usize] = i as u32;
+            fill[p] += 1;
+        }
+    }
     // Sorted on two threads, each over about half of the children (the
     // lists from the first to reach the middle on: on a heap that is
-    // mostly lost, the virtual root's alone).
+    // mostly lost, the virtual root's alone), each with its share of the
+    // spare memory for keys: as much as its longest list needs, where
+    // both fit, else all of it to the one with the longer list.
     let q = start[..=n].partition_point(|&s| (s as usize) < n / 2).min(n);
-    let (low, high) = list.split_at_mut(start[q] as usize);
-    let sort = |lists: std::ops::Range<usize>, part: &mut [u32]| {
+    let (lists, spare) = list.split_at_mut(n);
+    let (_, keys, _) = bytemuck::pod_align_to_mut::<u32, u64>(spare);
+    let longest = |p: std::ops::Range<usize>| p.map(|p| (start[p + 1] - start[p]) as usize).max().unwrap_or(0);
+    let (need_low, need_high) = (longest(0..q), longest(q..n + 1));
+    let (keys_low, keys_high) = if need_low + need_high <= keys.len() {
+        keys.split_at_mut(need_low)
+    } else if need_low > need_high {
+        keys.split_at_mut(keys.len())
+    } else {
+        keys.split_at_mut(0)
+    };
+    let (low, high) = lists.split_at_mut(start[q] as usize);
+    let sort = |lists: std::ops::Range<usize>, part: &mut [u32], keys: &mut [u64]| {
         let base = start[lists.start] as usize;
         for p in lists {
-            by_retained(&mut part[start[p] as usize - base..start[p + 1] as usize - base], retained);
+            by_retained(&mut part[start[p] as usize - base..start[p + 1] as usize - base], retained, keys);
         }
     };
     std::thread::scope(|s| {
-        s.spawn(|| sort(q..n + 1, high));
-        sort(0..q, low);
+        s.spawn(|| sort(q..n + 1, high, keys_high));
+        sort(0..q, low, keys_low);
     });
+    list.truncate(n);
+    list.shrink_to_fit();
     (start, list)
 }
 
@@ -503,8 +529,8 @@ pub(crate) fn children_lists(idom: &[u32], retained: &[u64], mut list: Vec<u32>,
 /// comparison sort of 7.8 M children took 0.34 s at 10 M blocks, 3.6 s
 /// at 100 M); a size of 4 GiB or more, which the key clamps, sorts first
 /// and is then put in order by comparison (at most one such sibling per
-/// 4 GiB of heap).
-fn by_retained(s: &mut [u32], retained: &[u64]) {
+/// 4 GiB of heap). The keys are made in `spare` where it is long enough.
+fn by_retained(s: &mut [u32], retained: &[u64], spare: &mut [u64]) {
     const RADIX_FROM: usize = 1 << 12;
     let cmp = |&a: &u32, &b: &u32| retained[b as usize].cmp(&retained[a as usize]).then(a.cmp(&b));
     if s.len() < RADIX_FROM {
@@ -513,10 +539,20 @@ fn by_retained(s: &mut [u32], retained: &[u64]) {
     }
     debug_assert!(s.is_sorted());
     let clamp = u64::from(u32::MAX);
-    let mut keys: Vec<u64> = s.iter().map(|&b| u64::from(!(retained[b as usize].min(clamp) as u32)) << 32 | u64::from(b)).collect();
-    radsort::sort_by_key(&mut keys, |k| (k >> 32) as u32);
+    let mut own = Vec::new();
+    let keys = match spare.get_mut(..s.len()) {
+        Some(k) => k,
+        None => {
+            own.resize(s.len(), 0);
+            &mut own[..]
+        }
+    };
+    for (k, &b) in keys.iter_mut().zip(s.iter()) {
+        *k = u64::from(!(retained[b as usize].min(clamp) as u32)) << 32 | u64::from(b);
+    }
+    radsort::sort_by_key(keys, |k| (k >> 32) as u32);
     let clamped = keys.partition_point(|&k| k >> 32 == 0);
-    for (b, k) in s.iter_mut().zip(&keys) {
+    for (b, k) in s.iter_mut().zip(keys.iter()) {
         *b = *k as u32;
     }
     s[..clamped].sort_unstable_by(cmp);
@@ -923,14 +959,46 @@ mod tests {
                 13000..16000,
             ),
             keep in 1usize..4,
+            spare in 0usize..20000,
         ) {
             let retained: Vec<u64> = sizes.iter().map(|s| s * 8).collect();
             // Blocks in ascending order, as the lists are filled.
             let mut list: Vec<u32> = (0..retained.len() as u32).filter(|b| *b as usize % keep == 0).collect();
             let mut expected = list.clone();
             expected.sort_by(|&a, &b| retained[b as usize].cmp(&retained[a as usize]).then(a.cmp(&b)));
-            by_retained(&mut list, &retained);
+            // The keys made in spare memory holding anything, or in its own
+            // where the spare is too short.
+            by_retained(&mut list, &retained, &mut vec![u64::MAX; spare]);
             proptest::prop_assert_eq!(list, expected);
+        }
+
+        /// The children lists made in memory that holds anything (the
+        /// records' and the walk's order, in `compute_in`), of any
+        /// length, are those made in fresh memory: a tree whose virtual
+        /// root has a list long enough to be sorted by keys, and lists
+        /// below it.
+        #[test]
+        fn children_lists_in_reused_memory_are_those_in_fresh(
+            up in proptest::collection::vec((0u32..4, 0u32..1000, 0u64..50), 7000..10000),
+            list_len in 0usize..30000,
+            start_len in 0usize..12000,
+        ) {
+            // Block i's immediate dominator: the virtual root (NONE) or a
+            // block before it.
+            let idom: Vec<u32> = up.iter().enumerate().map(|(i, &(k, d, _))| if k < 3 || i == 0 { NONE } else { i as u32 - 1 - d.min(i as u32 - 1) }).collect();
+            let retained: Vec<u64> = up.iter().map(|&(_, _, r)| r * 16).collect();
+            let fresh = children_lists(&idom, &retained, Vec::new(), Vec::new());
+            let reused = children_lists(&idom, &retained, vec![0xdead_beef; list_len], vec![7; start_len]);
+            proptest::prop_assert_eq!(&fresh, &reused);
+            // Every block once, under its own immediate dominator.
+            let (start, list) = fresh;
+            proptest::prop_assert_eq!(list.len(), idom.len());
+            for p in 0..=idom.len() {
+                for &c in &list[start[p] as usize..start[p + 1] as usize] {
+                    let d = idom[c as usize];
+                    proptest::prop_assert_eq!(if d == NONE { idom.len() } else { d as usize }, p);
+                }
+            }
         }
     }
 }
