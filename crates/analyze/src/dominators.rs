@@ -208,14 +208,13 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
         }
     }
     // The walk's state by node (see [`Walk`]), and by preorder number each
-    // node's DFS parent, in the memory the semidominator records take
-    // after them (12 bytes a node, fresh pages the kernel faults in once:
-    // about 2 us each on a VM).
-    let mut records: Vec<Info> = bytemuck::allocation::zeroed_vec(n);
-    let info = &mut records[..];
-    let (parent, rest) = bytemuck::cast_slice_mut::<Info, u32>(info).split_at_mut(n);
-    let dfn = &mut rest[..n];
+    // node's DFS parent. (Once the walk is done, its memory holds the
+    // semidominator records, 12 bytes a node: fresh pages cost a fault
+    // each, on this VM the host's too, 7-30 us.)
+    let mut parents: Vec<u32> = vec![0; n];
+    let parent = &mut parents[..];
     let mut walk: Vec<Walk> = bytemuck::allocation::zeroed_vec(n);
+    debug_assert!(walk.as_ptr().cast::<u8>().align_offset(16) == 0, "records in one cache line each");
     let (starts, targets) = heap.raw_edges();
     let node = |t: u32| (t & !INTERIOR) + 1;
     Walk::fill(&mut walk, starts, targets);
@@ -384,12 +383,24 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // and the walk's records go (a child of the virtual root, whose number
     // 0 no list holds, has no mark). Two threads, each over half of the
     // nodes.
-    // The preorder numbers, by node, packed four bytes each (the lists'
-    // renumbering reads them at random: a quarter of the pages).
-    for (d, r) in dfn.iter_mut().zip(&walk) {
-        *d = r.number;
+    // The preorder numbers, by node, packed four bytes each at the start
+    // of the walk's memory (the lists' renumbering reads them at random:
+    // a quarter of the pages): node v's, the first word of its record,
+    // moved to word v, read before it is written over (in increasing
+    // order, word v lies in record v / 4 or an earlier one, read
+    // already). The DFS parents beside them, then the memory cut to the
+    // records' 12 bytes a node (the rest given back).
+    const _: () = assert!(std::mem::offset_of!(Walk, number) == 0);
+    let mut records: Vec<u32> = bytemuck::allocation::cast_vec(walk);
+    for v in 0..n {
+        records[v] = records[4 * v];
     }
-    drop(walk);
+    records[n..2 * n].copy_from_slice(&parents);
+    drop(parents);
+    records.truncate(3 * n);
+    records.shrink_to_fit();
+    let (dfn, rest) = records.split_at(n);
+    let parent = &rest[..n];
     let Predecessors { start, mut preds } = predecessors();
     let mid = n / 2;
     let (low, high) = preds.split_at_mut(start[mid] as usize);
@@ -412,7 +423,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // walks: semidominators and immediate dominators in one pass, then,
     // once the predecessor lists are spent and their memory holds the
     // immediate dominators and counts by block, the retained sums.
-    let info = &mut info[..count];
+    let info = &mut bytemuck::cast_slice_mut::<u32, Info>(&mut records)[..count];
     let runs = {
         let total: u64 = work.iter().sum();
         let before = |e: usize| work[..part(e)].iter().sum::<u64>();
@@ -440,7 +451,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // (In place: the same layout.)
     let retained: Vec<u64> = retained.into_iter().map(AtomicU64::into_inner).collect();
     // The children lists in the records' memory and `vertex`'s.
-    let (start, list) = children_lists(&idom, &retained, bytemuck::allocation::cast_vec(records), vertex);
+    let (start, list) = children_lists(&idom, &retained, records, vertex);
     Dominators {
         idom: idom.into(),
         retained: retained.into(),
@@ -666,8 +677,11 @@ fn part_of(n: usize) -> impl Fn(usize) -> usize + Copy + Sync {
 /// leaders in short walks that read-ahead cannot follow, the two were
 /// waited for in turn at every node (the walk of benches/c/mostly_lost.c's
 /// 10 M blocks took about 2.2 s, now about 1.2 s).
+/// (Its alignment is a word's, so that its memory is taken over as
+/// words for the semidominator records; the allocator's 16 bytes keep
+/// each record in one cache line.)
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(16))]
+#[repr(C)]
 struct Walk {
     /// Preorder number, 1-based (0: not yet walked).
     number: u32,
