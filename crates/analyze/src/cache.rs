@@ -154,6 +154,13 @@ impl CacheFile {
         crate::graph_cache::read(&self.graph_path(), &self.key, self.dump.as_ref())
     }
 
+    /// [`CacheFile::read_graph`], the edges' tables checked when first
+    /// read (see `graph_cache::EdgesLater`), `on_damage` told if they are
+    /// damaged then.
+    pub(crate) fn read_graph_edges_later(&self, on_damage: fn(&str) -> !) -> Result<Option<Heap>, CacheProblem> {
+        crate::graph_cache::read_edges_later(&self.graph_path(), &self.key, self.dump.as_ref(), on_damage)
+    }
+
     /// Keeps the loaded graph (atomically, mode 0600), in the background
     /// when it can (see [`Writing`]).
     pub fn write_graph(&self, heap: &Heap) -> Writing {

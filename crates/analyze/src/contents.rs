@@ -45,6 +45,7 @@ impl<'a> DumpContents<'a> {
                 wanted.insert(r.target.0);
             }
         }
+        heap.edges_checked();
         for &k in heap.interior_into.keys() {
             wanted.insert(heap.edge_target[k as usize] & !INTERIOR);
         }

@@ -6,13 +6,14 @@
 //! index checked, so that a damaged
 //! file is refused (and rebuilt) rather than trusted.
 
-use crate::cache_file::{CacheProblem, Out, Reader};
-use crate::heap::{Blocks, Heap, ModuleInfo, Offsets, Packed, Root, RootKind, RootRegion, SiteId, ThreadInfo, WideOffset, INTERIOR};
+use crate::cache_file::{CacheProblem, Out, Reader, Sealed};
+use crate::heap::{Blocks, Heap, ModuleInfo, Offsets, Packed, Root, RootKind, RootRegion, SiteId, ThreadInfo, INTERIOR};
 use crate::slab::Slab;
 use heapdump_format::{Backtrace, Header, Mode, Reason, Segment, SignalInfo, Trailer};
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::Arc;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// Version 2: the large arrays start at multiples of 8 bytes, read in
 /// place from the mapping ([`Slab`]); 4: the first words that could be
@@ -165,14 +166,23 @@ pub(crate) fn encode(heap: &Heap, key: &[u64; 5], w: &mut Out) {
     }
 }
 
-/// The graph back from the mapped file `map` (its CRC checked by
-/// `map_checked`), every index checked; its large arrays are read in
-/// place. It must be the dump's that `key` names: its header and trailer
-/// those of the key (and `dump`'s own, when given), its blocks as many as
-/// the trailer counts, their sizes adding up to its total, in address
-/// order and apart, as a load leaves them.
-fn decode(sealed: &crate::cache_file::Sealed, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Result<Heap, CacheProblem> {
+/// The graph back from the mapped file of `sealed`, every index checked;
+/// its large arrays are read in place. It must be the dump's that `key`
+/// names: its header and trailer those of the key (and `dump`'s own, when
+/// given), its blocks as many as the trailer counts, their sizes adding
+/// up to its total, in address order and apart, as a load leaves them.
+/// With `later` (its chunks not checked yet), the edges' tables and the
+/// block of each record are checked when first read ([`EdgesLater`]),
+/// the rest now; without, everything now (its chunks all checked by
+/// `map_checked`).
+fn decode(
+    sealed: &Sealed,
+    key: &[u64; 5],
+    dump: Option<&(Header, Trailer)>,
+    later: bool,
+) -> Result<(Heap, Vec<Range<usize>>), CacheProblem> {
     let (mut r, map) = (Reader::body(sealed), sealed.map());
+    let mut arrays = Arrays { sealed, later, edges: Vec::new() };
     if r.take(8)? != MAGIC {
         return Err(bad("not a heapdump graph cache"));
     }
@@ -225,7 +235,7 @@ fn decode(sealed: &crate::cache_file::Sealed, key: &[u64; 5], dump: Option<&(Hea
         let frames = (0..k).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
         heap.sites.insert(id, frames);
     }
-    let packed: Slab<Packed> = r.slab(map)?;
+    let packed: Slab<Packed> = arrays.read(&mut r, map, false)?;
     let blocks = packed.len();
     let n = r.len(16)?;
     let mut wide = HashMap::with_capacity(n);
@@ -237,72 +247,21 @@ fn decode(sealed: &crate::cache_file::Sealed, key: &[u64; 5], dump: Option<&(Hea
         wide.insert(i, (r.u64()?, SiteId(r.u32()?)));
     }
     heap.blocks = Blocks { packed, wide };
-    heap.edge_start = r.slab(map)?;
-    heap.edge_target = r.slab(map)?;
-    let edges = heap.edge_target.len();
-    // The blocks on a second thread, the edges on this one (each a pass
-    // over hundreds of megabytes at 100 M blocks).
-    let (blocks_apart, (targets_in_range, interior)) = std::thread::scope(|s| {
-        let other = s.spawn(|| blocks_apart(&heap.blocks));
-        let mine = targets(&heap.edge_target, blocks);
-        (other.join().unwrap_or(None), mine)
-    });
-    let total = blocks_apart.ok_or(bad("blocks out of order or overlapping"))?;
-    if heap.edge_start.len() != blocks + 1
-        || heap.edge_start.windows(2).any(|w| w[0] > w[1])
-        || heap.edge_start.first().is_some_and(|&s| s != 0)
-        || heap.edge_start.last().is_some_and(|&e| e as usize != edges)
-        || !targets_in_range
-    {
-        return Err(bad("edges"));
-    }
-    let deltas: Slab<u8> = r.slab(map)?;
-    if deltas.len() != edges {
-        return Err(bad("edge offsets"));
-    }
-    // Each anchored edge's byte says so, and no other's.
-    let anchors: Slab<WideOffset> = r.slab(map)?;
-    if anchors.windows(2).any(|w| w[0].edge >= w[1].edge)
-        || anchors.iter().any(|w| deltas.get(w.edge as usize) != Some(&Offsets::ANCHOR))
-        || deltas.iter().filter(|&&d| d == Offsets::ANCHOR).count() != anchors.len()
-    {
-        return Err(bad("edge offsets kept aside"));
-    }
-    heap.edge_offset = Offsets { deltas, anchors };
-    // Where each interior edge points into its target: inside it, past
-    // its start (as the load finds it), and for those edges alone.
+    heap.edge_start = arrays.read(&mut r, map, true)?;
+    heap.edge_target = arrays.read(&mut r, map, true)?;
+    heap.edge_offset = Offsets { deltas: arrays.read(&mut r, map, true)?, anchors: arrays.read(&mut r, map, true)? };
+    // Where each interior edge points into its target (checked against
+    // the edges with them).
     let n = r.len(12)?;
     for _ in 0..n {
         let k = r.u32()?;
-        let into = r.u64()?;
-        let Some(&t) = heap.edge_target.get(k as usize).filter(|&&t| t & INTERIOR != 0) else { return Err(bad("interior edge")) };
-        if into == 0 || into >= heap.blocks.size((t & !INTERIOR) as usize) || heap.interior_into.insert(k, into).is_some() {
+        if heap.interior_into.insert(k, r.u64()?).is_some() {
             return Err(bad("interior edge"));
         }
     }
-    if heap.interior_into.len() != interior {
-        return Err(bad("interior edge"));
-    }
     heap.block_of = match r.u8()? {
         0 => None,
-        1 => {
-            let m: Slab<u32> = r.slab(map)?;
-            // A permutation of the blocks: each once.
-            let mut seen = vec![0u64; blocks.div_ceil(64)];
-            if m.len() != blocks
-                || m.iter().any(|&b| {
-                    let (w, bit) = (b as usize / 64, 1u64 << (b % 64));
-                    let fresh = (b as usize) < blocks && seen[w] & bit == 0;
-                    if fresh {
-                        seen[w] |= bit;
-                    }
-                    !fresh
-                })
-            {
-                return Err(bad("block order"));
-            }
-            Some(m)
-        }
+        1 => Some(arrays.read(&mut r, map, true)?),
         _ => return Err(bad("flag")),
     };
     let n = r.len(25)?;
@@ -363,6 +322,14 @@ fn decode(sealed: &crate::cache_file::Sealed, key: &[u64; 5], dump: Option<&(Hea
         }
         _ => return Err(bad("flag")),
     };
+    // The blocks on this thread, the edges on a second one when they are
+    // checked now (each a pass over hundreds of megabytes at 10^8 blocks).
+    let (total, edges) = std::thread::scope(|s| {
+        let edges = (!later).then(|| s.spawn(|| check_edges(&heap)));
+        (blocks_apart(&heap.blocks), edges.map(|e| e.join().unwrap_or(Err(bad("edges")))))
+    });
+    let total = total.ok_or(bad("blocks out of order or overlapping"))?;
+    edges.transpose()?;
     // The trailer the key names, counting these blocks and their bytes.
     match (&heap.trailer, dump) {
         (Some(t), _) if u64::from(t.checksum) != key[1] || t.allocations != blocks as u64 || t.alloc_bytes != total => {
@@ -384,11 +351,141 @@ fn decode(sealed: &crate::cache_file::Sealed, key: &[u64; 5], dump: Option<&(Hea
     heap.roots_complete = r.u8()? != 0;
     heap.module_words = match r.u8()? {
         0 => None,
-        1 => Some(r.slab::<[u64; 2]>(map)?.to_vec()),
+        1 => Some(arrays.read::<[u64; 2]>(&mut r, map, false)?.to_vec()),
         _ => return Err(bad("flag")),
     };
     r.end()?;
-    Ok(heap)
+    Ok((heap, arrays.edges))
+}
+
+/// Where a graph's large arrays are, as they are read: the edges' noted
+/// when their check is left for later, the others checked now when the
+/// file's chunks were not all checked at opening.
+struct Arrays<'s> {
+    sealed: &'s Sealed,
+    later: bool,
+    edges: Vec<Range<usize>>,
+}
+
+impl Arrays<'_> {
+    /// The next array (one of the edges' when `edges`), read in place.
+    fn read<T: bytemuck::Pod>(&mut self, r: &mut Reader<'_>, map: &Arc<memmap2::Mmap>, edges: bool) -> Result<Slab<T>, CacheProblem> {
+        let at = r.skip_slab::<T>()?;
+        match (self.later, edges) {
+            (true, true) => self.edges.push(at.clone()),
+            (true, false) => check_ranges(self.sealed, std::slice::from_ref(&at))?,
+            // Every chunk checked by `map_checked`.
+            (false, _) => {}
+        }
+        Slab::mapped(map, at).ok_or(bad("array"))
+    }
+}
+
+/// Checks the chunks of `ranges` of `s`'s contents against its seal, on
+/// up to four threads (pieces of 64 MiB: a table of 10^8 blocks is 1.6 GB).
+fn check_ranges(s: &Sealed, ranges: &[Range<usize>]) -> Result<(), CacheProblem> {
+    const PIECE: usize = 64 << 20;
+    let pieces: Vec<Range<usize>> =
+        ranges.iter().flat_map(|r| (r.start..r.end).step_by(PIECE).map(move |a| a..(a + PIECE).min(r.end))).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4).min(pieces.len()).max(1);
+    if threads == 1 {
+        return pieces.into_iter().try_for_each(|p| s.check(p));
+    }
+    std::thread::scope(|sc| {
+        let parts: Vec<_> = (0..threads)
+            .map(|t| {
+                let pieces = &pieces;
+                sc.spawn(move || pieces.iter().skip(t).step_by(threads).try_for_each(|p| s.check(p.clone())))
+            })
+            .collect();
+        parts.into_iter().try_for_each(|p| p.join().unwrap_or(Err(bad("checksum differs"))))
+    })
+}
+
+/// The edges' tables against the blocks and one another: each block's
+/// edges in order and every target one of the blocks, each offset's byte
+/// saying whether it is kept aside (and only those), each interior edge's
+/// place inside its target, the block of each record a permutation of the
+/// blocks. Reads the tables' fields (never through the heap's accessors,
+/// which wait for this check).
+fn check_edges(heap: &Heap) -> Result<(), CacheProblem> {
+    let (blocks, edges) = (heap.blocks.len(), heap.edge_target.len());
+    let (targets_in_range, interior) = targets(&heap.edge_target, blocks);
+    if heap.edge_start.len() != blocks + 1
+        || heap.edge_start.windows(2).any(|w| w[0] > w[1])
+        || heap.edge_start.first().is_some_and(|&s| s != 0)
+        || heap.edge_start.last().is_some_and(|&e| e as usize != edges)
+        || !targets_in_range
+    {
+        return Err(bad("edges"));
+    }
+    let Offsets { deltas, anchors } = &heap.edge_offset;
+    if deltas.len() != edges {
+        return Err(bad("edge offsets"));
+    }
+    // Each anchored edge's byte says so, and no other's.
+    if anchors.windows(2).any(|w| w[0].edge >= w[1].edge)
+        || anchors.iter().any(|w| deltas.get(w.edge as usize) != Some(&Offsets::ANCHOR))
+        || deltas.iter().filter(|&&d| d == Offsets::ANCHOR).count() != anchors.len()
+    {
+        return Err(bad("edge offsets kept aside"));
+    }
+    // Where each interior edge points into its target: inside it, past
+    // its start (as the load finds it), and for those edges alone.
+    for (&k, &into) in &heap.interior_into {
+        let Some(&t) = heap.edge_target.get(k as usize).filter(|&&t| t & INTERIOR != 0) else { return Err(bad("interior edge")) };
+        if into == 0 || into >= heap.blocks.size((t & !INTERIOR) as usize) {
+            return Err(bad("interior edge"));
+        }
+    }
+    if heap.interior_into.len() != interior {
+        return Err(bad("interior edge"));
+    }
+    if let Some(m) = &heap.block_of {
+        // A permutation of the blocks: each once.
+        let mut seen = vec![0u64; blocks.div_ceil(64)];
+        if m.len() != blocks
+            || m.iter().any(|&b| {
+                let (w, bit) = (b as usize / 64, 1u64 << (b % 64));
+                let fresh = (b as usize) < blocks && seen[w] & bit == 0;
+                if fresh {
+                    seen[w] |= bit;
+                }
+                !fresh
+            })
+        {
+            return Err(bad("block order"));
+        }
+    }
+    Ok(())
+}
+
+/// The edges' tables of a graph read from the cache with their check
+/// left for their first read ([`Heap::edges_checked`]): their chunks
+/// against the file's seal and [`check_edges`], once, on the thread that
+/// first reads them (the others wait for it). A question that reads no
+/// edge (the viewer's summary, leaks and tree pages, a node's expansion) never
+/// pays for it (the suspects' paths and a block's page do).
+pub(crate) struct EdgesLater {
+    sealed: Sealed,
+    /// Their bytes in the file.
+    ranges: Vec<Range<usize>>,
+    path: PathBuf,
+    on_damage: fn(&str) -> !,
+    done: OnceLock<Result<(), CacheProblem>>,
+}
+
+impl EdgesLater {
+    /// Checks `heap`'s edges the first time; when they are damaged,
+    /// removes the file and leaves through the caller's way out (never
+    /// returns).
+    pub(crate) fn check(&self, heap: &Heap) {
+        let done = self.done.get_or_init(|| check_ranges(&self.sealed, &self.ranges).and_then(|()| check_edges(heap)));
+        if let Err(why) = done {
+            let _ = std::fs::remove_file(&self.path);
+            (self.on_damage)(&format!("the kept graph {} is damaged ({why}): removed, the next opening rebuilds it", self.path.display()))
+        }
+    }
 }
 
 /// The blocks' sizes' total, when they are in address order and apart (a
@@ -421,7 +518,26 @@ fn targets(target: &[u32], blocks: usize) -> (bool, usize) {
 /// Reads `path`'s graph for `key` (`Ok(None)`: no such file).
 pub fn read(path: &Path, key: &[u64; 5], dump: Option<&(Header, Trailer)>) -> Result<Option<Heap>, CacheProblem> {
     match crate::cache_file::map_checked(path)? {
-        Some(sealed) => decode(&sealed, key, dump).map(Some),
+        Some(sealed) => decode(&sealed, key, dump, false).map(|(heap, _)| Some(heap)),
+        None => Ok(None),
+    }
+}
+
+/// [`read`], the edges' tables and the block of each record checked when
+/// first read rather than now (see [`EdgesLater`]): `on_damage` is called
+/// with a one-line error if they are found damaged then.
+pub(crate) fn read_edges_later(
+    path: &Path,
+    key: &[u64; 5],
+    dump: Option<&(Header, Trailer)>,
+    on_damage: fn(&str) -> !,
+) -> Result<Option<Heap>, CacheProblem> {
+    match Sealed::open(path)? {
+        Some(sealed) => {
+            let (mut heap, ranges) = decode(&sealed, key, dump, true)?;
+            heap.edges_later = Some(Arc::new(EdgesLater { sealed, ranges, path: path.to_path_buf(), on_damage, done: OnceLock::new() }));
+            Ok(Some(heap))
+        }
         None => Ok(None),
     }
 }
@@ -496,6 +612,86 @@ mod tests {
                 Err(e) => panic!("damage {damage}: {e}"),
                 Ok(_) => panic!("damage {damage}: the graph was read"),
             }
+            let _ = std::fs::remove_dir_all(&d);
+        }
+    }
+
+    /// The way out the tests give a graph whose edges are found damaged
+    /// when first read: a panic they catch, carrying the one-line error.
+    fn late(why: &str) -> ! {
+        std::panic::panic_any(why.to_string())
+    }
+
+    /// What reading `h`'s edges gives: every offset when they are good,
+    /// else the error their late check ended with.
+    fn edges_read(h: &Heap) -> Result<Vec<Vec<u64>>, String> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| offsets(h)))
+            .map_err(|p| p.downcast_ref::<String>().cloned().unwrap_or_else(|| "a panic that is not the late check's".into()))
+    }
+
+    /// Read with its edges checked when first read, a good graph gives
+    /// every offset back, its edges' tables left unchecked until then.
+    #[test]
+    fn a_good_graph_read_with_its_edges_checked_later_is_the_same() {
+        let (h, d) = (heap(), dir("later-good"));
+        let path = keep(&h, &d);
+        let back = super::read_edges_later(&path, &key(&h), None, late).unwrap().expect("the graph is kept");
+        let later = back.edges_later.as_ref().expect("the edges' check left for later");
+        assert_eq!(later.ranges.len(), 4, "edge starts, targets, offsets, those kept aside");
+        assert!(later.done.get().is_none(), "not checked at opening");
+        assert_eq!(edges_read(&back), Ok(offsets(&h)));
+        assert!(matches!(later.done.get(), Some(Ok(()))));
+        assert!(path.exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A bit flipped in the edges' targets: refused at opening when every
+    /// table is checked then; with the edges checked when first read, the
+    /// opening passes (the blocks are good) and the first read of an edge
+    /// ends with a one-line error naming the file, which is removed (the
+    /// next opening rebuilds it), never with an edge read from it. So too
+    /// an edge past the last block under a good seal (a lie, not damage).
+    #[test]
+    fn damaged_edges_are_found_when_first_read_and_never_read() {
+        // Two blocks, the first with 10^5 pointers: its targets take
+        // several of the seal's chunks of 64 KiB, none shared with what the
+        // opening reads.
+        let big = || {
+            let blocks: Vec<Block> =
+                (0..2u64).map(|i| Block { addr: 0x100000 * (i + 1), size: 1 << 20, site: SiteId(0), flags: 0 }).collect();
+            let edges: Vec<(u32, u32, u64, u64)> = (0..100_000).map(|i| (0, 1, 8 * i, 0)).collect();
+            Heap::from_parts(Header::new(Mode::Compact, Reason::Api, 4096, 1, 0), blocks, &edges, vec![], vec![])
+        };
+        for lie in [false, true] {
+            let (mut h, d) = (big(), dir(&format!("later-damaged-{lie}")));
+            if lie {
+                h.edge_target.to_mut()[0] = 7;
+            }
+            let path = keep(&h, &d);
+            if !lie {
+                let good = super::read_edges_later(&path, &key(&h), None, late).unwrap().unwrap();
+                let targets = good.edges_later.as_ref().unwrap().ranges[1].clone();
+                drop(good);
+                let mut bytes = std::fs::read(&path).unwrap();
+                bytes[(targets.start + targets.end) / 2] ^= 0x10;
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            let why = if lie { "edges" } else { "checksum differs" };
+            match super::read(&path, &key(&h), None) {
+                Err(crate::cache_file::CacheProblem::Stale(w)) => assert_eq!(w, why, "lie {lie}"),
+                Err(e) => panic!("lie {lie}: {e}"),
+                Ok(_) => panic!("lie {lie}: read whole, the graph was trusted"),
+            }
+            let back = super::read_edges_later(&path, &key(&h), None, late).unwrap().expect("opened: its blocks are good");
+            assert_eq!(back.len(), 2);
+            let err = edges_read(&back).expect_err("an edge was read from a damaged table");
+            assert_eq!(
+                err,
+                format!("the kept graph {} is damaged ({why}): removed, the next opening rebuilds it", path.display()),
+                "lie {lie}"
+            );
+            assert!(!err.contains('\n'));
+            assert!(!path.exists(), "lie {lie}: the damaged file is removed");
             let _ = std::fs::remove_dir_all(&d);
         }
     }

@@ -49,11 +49,20 @@ pub struct Options {
     /// never an answer. Default: off (the tables are moved if the tree is
     /// asked for).
     pub dominators: bool,
+    /// A graph read back from the cache has its edges' tables (1.4 GB of
+    /// the 3.0 GB of 10^8 blocks) checked when they are first read, not at
+    /// opening: a process that may never read them (the viewer, whose first
+    /// page and expansions read none) opens sooner. If they are found
+    /// damaged then, the file is removed and this is called with a
+    /// one-line error (it does not return: the process ends, say; no
+    /// answer is read from a damaged table). Default: `None`, every table
+    /// checked at opening (a damaged file is then rebuilt).
+    pub edges_checked_when_read: Option<fn(&str) -> !>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { cache: true, background_writers: false, dominators: false }
+        Options { cache: true, background_writers: false, dominators: false, edges_checked_when_read: None }
     }
 }
 
@@ -67,6 +76,13 @@ impl Options {
     /// Whether the questions will ask for the dominator tree.
     pub fn dominators(mut self, yes: bool) -> Options {
         self.dominators = yes;
+        self
+    }
+
+    /// The edges' tables of a kept graph checked when first read, `on_damage`
+    /// told if they are damaged (see [`Options::edges_checked_when_read`]).
+    pub fn edges_checked_when_read(mut self, on_damage: fn(&str) -> !) -> Options {
+        self.edges_checked_when_read = Some(on_damage);
         self
     }
 
@@ -110,7 +126,11 @@ pub fn open_with_progress(path: &Path, options: &Options, progress: &mut dyn FnM
         dir.as_ref().and_then(|d| CacheFile::for_file(d, &file, CACHE_VERSION)).map(|c| c.in_background(options.background_writers));
     if let Some(c) = &graph {
         let at = c.graph_path().display().to_string();
-        match c.read_graph() {
+        let read = match options.edges_checked_when_read {
+            Some(on_damage) => c.read_graph_edges_later(on_damage),
+            None => c.read_graph(),
+        };
+        match read {
             Ok(Some(heap)) => {
                 events.push(Event::Said(format!("hit {at}")));
                 return Ok(Dump::new(path, file, heap, dir, None, events, options));

@@ -64,6 +64,9 @@ const SERIES_ROWS: usize = 100;
 /// of the same process, oldest first), the growth across them and `dump`,
 /// the last point (a series ending with `dump` itself takes it once).
 pub fn serve(dump: &Path, baseline: Option<&Path>, series: &[std::path::PathBuf], port: u16) -> Result<std::process::ExitCode> {
+    // The summary, the leaks and the tree's pages read no edge: a kept graph's
+    // edges are checked when first read, not before the address is out.
+    views::set_edges_checked_when_read(true);
     let loaded = views::load(dump)?;
     let base = baseline.map(views::load).transpose()?;
     let growth = if series.is_empty() {

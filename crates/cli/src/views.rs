@@ -24,10 +24,34 @@ pub fn set_no_cache(v: bool) {
 /// their large files written by a child that outlives the command (a
 /// short-lived process: see `heapdump_analyze::Options`).
 fn options() -> Options {
-    Options::default()
+    let o = Options::default()
         .cache(!NO_CACHE.load(std::sync::atomic::Ordering::Relaxed))
         .background_writers(true)
-        .dominators(DOMINATORS.load(std::sync::atomic::Ordering::Relaxed))
+        .dominators(DOMINATORS.load(std::sync::atomic::Ordering::Relaxed));
+    if EDGES_WHEN_READ.load(std::sync::atomic::Ordering::Relaxed) {
+        o.edges_checked_when_read(damaged_graph)
+    } else {
+        o
+    }
+}
+
+/// The viewer opens its dumps with a kept graph's edges checked when
+/// first read (see `Options::edges_checked_when_read`).
+static EDGES_WHEN_READ: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a kept graph's edges are checked when first read (the viewer:
+/// its summary, leaks and tree pages read none); found damaged then, the process ends with
+/// a one-line error and exit status 1 (the file removed: the next opening
+/// rebuilds it).
+pub fn set_edges_checked_when_read(v: bool) {
+    EDGES_WHEN_READ.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A kept graph found damaged after opening: one line, exit status 1 (no
+/// answer is read from it).
+fn damaged_graph(why: &str) -> ! {
+    eprintln!("heapdump: error: {why}");
+    std::process::exit(1)
 }
 
 /// The command asks for the dominator tree (see `Options::dominators`).
