@@ -464,8 +464,8 @@ fn check_edges(heap: &Heap) -> Result<(), CacheProblem> {
 /// left for their first read ([`Heap::edges_checked`]): their chunks
 /// against the file's seal and [`check_edges`], once, on the thread that
 /// first reads them (the others wait for it). A question that reads no
-/// edge (the viewer's summary, leaks and tree pages, a node's expansion) never
-/// pays for it (the suspects' paths and a block's page do).
+/// edge (the viewer's summary, leaks and tree pages, a node's expansion)
+/// never pays for it (the suspects' paths and a block's page do).
 pub(crate) struct EdgesLater {
     sealed: Sealed,
     /// Their bytes in the file.

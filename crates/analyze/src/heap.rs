@@ -668,8 +668,8 @@ impl Heap {
     }
 
     /// The edges' tables checked, when their check waited for their first
-    /// read (the viewer's summary, leaks and tree pages read none: at 10^8 blocks
-    /// 1.4 GB of the kept graph's 3.0 GB). Every read of the tables comes
+    /// read (the viewer's summary, leaks and tree pages read none: at 10^8
+    /// blocks 1.4 GB of the kept graph's 3.0 GB). Every read of the tables comes
     /// through here first; a damaged table found now ends the process with
     /// the caller's one-line error (`Options::edges_checked_when_read`),
     /// never an answer read from it.

@@ -51,8 +51,8 @@ pub struct Options {
     pub dominators: bool,
     /// A graph read back from the cache has its edges' tables (1.4 GB of
     /// the 3.0 GB of 10^8 blocks) checked when they are first read, not at
-    /// opening: a process that may never read them (the viewer, whose first
-    /// page and expansions read none) opens sooner. If they are found
+    /// opening: a process that may never read them (the viewer, whose
+    /// summary, leaks and tree pages and expansions read none) opens sooner. If they are found
     /// damaged then, the file is removed and this is called with a
     /// one-line error (it does not return: the process ends, say; no
     /// answer is read from a damaged table). Default: `None`, every table

@@ -40,9 +40,9 @@ fn options() -> Options {
 static EDGES_WHEN_READ: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether a kept graph's edges are checked when first read (the viewer:
-/// its summary, leaks and tree pages read none); found damaged then, the process ends with
-/// a one-line error and exit status 1 (the file removed: the next opening
-/// rebuilds it).
+/// its summary, leaks and tree pages read none); found damaged then, the
+/// process ends with a one-line error and exit status 1 (the file removed:
+/// the next opening rebuilds it).
 pub fn set_edges_checked_when_read(v: bool) {
     EDGES_WHEN_READ.store(v, std::sync::atomic::Ordering::Relaxed);
 }
