@@ -76,6 +76,9 @@ extern "C" fn start() {
             // SA_SIGINFO: a process without the helper (a forked child)
             // dumps in the handler, with the interrupted registers.
             sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+            // No stop parks the thread in the handler (the helper's stop
+            // may come before it returns): see `stw::stop_signals`.
+            sa.sa_mask = stw::stop_signals();
             // SAFETY: a valid action, no old one asked for.
             unsafe { sys::sigaction_raw(c.signal, &sa, core::ptr::null_mut()) };
         }
