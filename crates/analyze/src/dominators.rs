@@ -11,6 +11,7 @@
 //! `i` is node `i + 1`.
 
 use crate::heap::{BlockId, Heap, INTERIOR};
+use crate::huge_tables::huge_pages;
 use crate::prefetch::prefetch;
 use crate::slab::Slab;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -212,8 +213,10 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // semidominator records, 12 bytes a node: fresh pages cost a fault
     // each, on this VM the host's too, 7-30 us.)
     let mut parents: Vec<u32> = vec![0; n];
+    huge_pages(&parents);
     let parent = &mut parents[..];
     let mut walk: Vec<Walk> = bytemuck::allocation::zeroed_vec(n);
+    huge_pages(&walk);
     debug_assert!(walk.as_ptr().cast::<u8>().align_offset(16) == 0, "records in one cache line each");
     let (starts, targets) = heap.raw_edges();
     let node = |t: u32| (t & !INTERIOR) + 1;
@@ -224,6 +227,7 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     // record's `first` or `targets[starts[v - 1]..starts[v]]`; the virtual
     // root's are `root_children`, walked below, one walk from each.
     let mut vertex: Vec<u32> = Vec::with_capacity(n); // dfn-1 -> node
+    huge_pages(&vertex);
     const AHEAD: usize = 16;
     // Entering w from the node numbered p (0-based): its record is
     // already asked for (entering its parent asked for those of its
@@ -443,7 +447,9 @@ fn compute_in(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>, predecess
     let mut idom = reuse(preds, nb, NONE);
     let mut dominated = reuse(start, nb, 0);
     // Each block's retained size, written by block as its sum is final.
-    let retained: Vec<AtomicU64> = (0..nb).map(|_| AtomicU64::new(0)).collect();
+    let mut retained: Vec<AtomicU64> = Vec::with_capacity(nb);
+    huge_pages(&retained);
+    retained.extend((0..nb).map(|_| AtomicU64::new(0)));
     {
         let (idom, dominated) = (atomics(&mut idom), atomics(&mut dominated));
         Run::each(info, runs, &vertex, |r| r.sums(heap, idom, dominated, &retained));
@@ -597,6 +603,7 @@ impl Predecessors {
         let (starts, targets) = heap.raw_edges();
         let node_at = |k: usize| targets.get(k).map_or(n, |&t| (t & !INTERIOR) as usize + 1);
         let mut start = vec![0u32; n + 1];
+        huge_pages(&start);
         for k in 0..targets.len() {
             prefetch(&start, node_at(k + AHEAD));
             start[node_at(k)] += 1;
@@ -607,6 +614,7 @@ impl Predecessors {
         }
         start[n] = targets.len() as u32;
         let mut preds = vec![0u32; targets.len()];
+        huge_pages(&preds);
         for b in 0..heap.len() {
             for k in starts[b] as usize..starts[b + 1] as usize {
                 prefetch(&start, node_at(k + AHEAD));

@@ -37,6 +37,7 @@ mod graph_cache;
 pub mod group;
 mod growth;
 mod heap;
+mod huge_tables;
 pub mod input;
 mod kept_report;
 mod kept_rows;
