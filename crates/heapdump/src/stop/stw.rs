@@ -185,8 +185,8 @@ fn handler_of(sig: i32) -> Option<usize> {
 /// dropped block "still reachable" in a third of the dumps). The stop is
 /// delivered as the handler returns, with the program's own registers.
 pub fn stop_signals() -> libc::sigset_t {
-    let sigs: [i32; 64] = core::array::from_fn(|i| i as i32);
-    let candidates = &sigs[(libc::SIGRTMIN() + 5) as usize..libc::SIGRTMAX() as usize];
+    let sigs: [i32; 65] = core::array::from_fn(|i| i as i32);
+    let candidates = sigs.get((libc::SIGRTMIN() + 5) as usize..libc::SIGRTMAX() as usize).unwrap_or(&[]);
     sys::sigset(false, candidates)
 }
 
