@@ -186,8 +186,13 @@ fn handler_of(sig: i32) -> Option<usize> {
 /// delivered as the handler returns, with the program's own registers.
 pub fn stop_signals() -> libc::sigset_t {
     let sigs: [i32; 65] = core::array::from_fn(|i| i as i32);
-    let candidates = sigs.get((libc::SIGRTMIN() + 5) as usize..libc::SIGRTMAX() as usize).unwrap_or(&[]);
-    sys::sigset(false, candidates)
+    let r = stop_candidates();
+    sys::sigset(false, sigs.get(r.start as usize..r.end as usize).unwrap_or(&[]))
+}
+
+/// The real-time signals a stop may claim, in the order it tries them.
+fn stop_candidates() -> core::ops::Range<i32> {
+    libc::SIGRTMIN() + 5..libc::SIGRTMAX()
 }
 
 /// The stop signal, still ours: the first real-time signal from SIGRTMIN+5
@@ -202,7 +207,7 @@ fn claim_signal() -> Result<i32, i32> {
     if cur != 0 && handler_of(cur) == Some(ours) {
         return Ok(cur);
     }
-    for sig in libc::SIGRTMIN() + 5..libc::SIGRTMAX() {
+    for sig in stop_candidates() {
         if sig == cur || handler_of(sig) != Some(libc::SIG_DFL) {
             continue;
         }
