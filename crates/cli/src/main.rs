@@ -38,13 +38,19 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // One line: the error and its causes, no backtrace.
-            eprintln!("heapdump: error: {}", format!("{e:#}").replace('\n', " "));
+            say_error(&format!("{e:#}"));
             if e.downcast_ref::<output::Usage>().is_some() {
                 return ExitCode::from(2);
             }
             ExitCode::from(1)
         }
     }
+}
+
+/// Writes `error` as heapdump's one-line error on stderr (a newline in
+/// it, from a path say, does not break the line).
+pub(crate) fn say_error(error: &str) {
+    eprintln!("heapdump: error: {}", error.replace('\n', " "));
 }
 
 /// A reader that went away (`| head -1`) ends every command quietly (exit

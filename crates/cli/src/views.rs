@@ -50,7 +50,7 @@ pub fn set_edges_checked_when_read(v: bool) {
 /// A kept graph found damaged after opening: one line, exit status 1 (no
 /// answer is read from it).
 fn damaged_graph(why: &str) -> ! {
-    eprintln!("heapdump: error: {why}");
+    crate::say_error(why);
     std::process::exit(1)
 }
 
