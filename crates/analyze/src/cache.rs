@@ -100,6 +100,36 @@ pub struct CacheFile {
     /// Whether a large file may be written by a forked child (see
     /// [`Writing`]; [`CacheFile::in_background`]).
     background: bool,
+    /// How the dump's bytes were found to match its checksum (see
+    /// [`CacheFile::checksum_checked`]).
+    checked: Checked,
+}
+
+/// How a dump's bytes were found to match its checksum before its caches
+/// were looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// Not by this question (a cache named from a loaded dump, checked as
+    /// it was decoded).
+    Loaded,
+    /// Hashed now.
+    Hashed,
+    /// Hashed now, and remembered for the next question on the same file
+    /// unchanged (see `seen.rs`).
+    Remembered,
+    /// Recalled: an earlier question hashed the same file, unchanged since.
+    Recalled,
+}
+
+impl std::fmt::Display for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Checked::Loaded => "checked as loaded",
+            Checked::Hashed => "hashed",
+            Checked::Remembered => "hashed and remembered",
+            Checked::Recalled => "recalled",
+        })
+    }
 }
 
 impl CacheFile {
@@ -115,7 +145,7 @@ impl CacheFile {
     pub(crate) fn keyed(dir: &Path, version: &str, checksum: u32, len: u64, h: &heapdump_format::Header) -> CacheFile {
         let key = [heapdump_format::fnv1a64(version.as_bytes()), u64::from(checksum), len, h.time_ns, u64::from(h.pid)];
         let name = format!("{:016x}.hdcache", heapdump_format::fnv1a64(&key.iter().flat_map(|k| k.to_le_bytes()).collect::<Vec<u8>>()));
-        CacheFile { path: dir.join(name), key, dump: None, background: true }
+        CacheFile { path: dir.join(name), key, dump: None, background: true, checked: Checked::Loaded }
     }
 
     /// The cache of the dump in `file` (complete and intact: its bytes
@@ -123,10 +153,11 @@ impl CacheFile {
     /// [`CacheFile::for_dump`] names once it is.
     pub fn for_file(dir: &Path, file: &crate::DumpFile, version: &str) -> Option<CacheFile> {
         let dump = file.dump().ok()?;
-        let checksum = checksum_if_intact(file.bytes())?;
+        let (checksum, checked) = checked_checksum(dir, file, version)?;
         let trailer = trailer_of(file.bytes())?;
         Some(CacheFile {
             dump: Some((*dump.header(), trailer)),
+            checked,
             ..Self::keyed(dir, version, checksum, file.bytes().len() as u64, dump.header())
         })
     }
@@ -137,6 +168,11 @@ impl CacheFile {
     pub fn in_background(mut self, yes: bool) -> Self {
         self.background = yes;
         self
+    }
+
+    /// How the dump's bytes were found to match its checksum.
+    pub fn checksum_checked(&self) -> Checked {
+        self.checked
     }
 
     /// Whether its large files may be written by a forked child.
@@ -299,6 +335,14 @@ pub(crate) fn read_header(r: &mut Reader<'_>, cache: &CacheFile, n: usize) -> Re
     Ok(())
 }
 
+/// Whether `path` is one of the files the caches' directory counts and
+/// evicts to stay within its bound (at most 2 GiB, 64 files), or the one
+/// that bounds itself (the dumps already checked: `seen.rs`): every file
+/// the caches write is.
+pub fn bounded(path: &Path) -> bool {
+    path.extension().is_some_and(|x| crate::cache_file::EXTENSIONS.iter().chain([&crate::seen::EXT]).any(|k| x == *k))
+}
+
 /// A part's magic, its name, `ext`, and `cache`'s key.
 pub(crate) fn read_part_header(r: &mut Reader<'_>, cache: &CacheFile, ext: &str) -> Result<(), CacheProblem> {
     if r.take(8)? != PART_MAGIC || r.bytes()? != ext.as_bytes() {
@@ -307,16 +351,39 @@ pub(crate) fn read_part_header(r: &mut Reader<'_>, cache: &CacheFile, ext: &str)
     r.key(&cache.key)
 }
 
+/// The checksum of the complete dump in `file`, its bytes matching it:
+/// as an earlier question found it on the same file unchanged (see
+/// `seen.rs`: at 100 M blocks, 1.7 GB not read again), else hashed now,
+/// and then remembered in `dir`.
+fn checked_checksum(dir: &Path, file: &crate::DumpFile, version: &str) -> Option<(u32, Checked)> {
+    let bytes = file.bytes();
+    let identity = file.identity();
+    if let Some(c) = identity.and_then(|(id, _)| crate::seen::recall(dir, &id, version)) {
+        if claimed_checksum(bytes) == Some(c) {
+            return Some((c, Checked::Recalled));
+        }
+    }
+    let c = checksum_if_intact(bytes)?;
+    let kept = identity.is_some_and(|(id, taken)| crate::seen::remember(dir, &id, taken, version, c));
+    Some((c, if kept { Checked::Remembered } else { Checked::Hashed }))
+}
+
+/// The checksum a complete dump, `bytes`, claims in its trailer.
+fn claimed_checksum(bytes: &[u8]) -> Option<u32> {
+    if !heapdump_format::ends_with_trailer(bytes) {
+        return None;
+    }
+    let at = bytes.len() - heapdump_format::raw::END_SIZE + 64;
+    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
 /// The checksum of a complete dump, `bytes`, when its bytes match it (as
 /// `heapdump_format::Dump::checksum_if_intact` says), its halves hashed
 /// on two threads and combined: at 100 M blocks the dump is 1.7 GB, a
 /// fifth of a second of one core before a cache is looked at.
 fn checksum_if_intact(bytes: &[u8]) -> Option<u32> {
-    if !heapdump_format::ends_with_trailer(bytes) {
-        return None;
-    }
+    let claimed = claimed_checksum(bytes)?;
     let at = bytes.len() - heapdump_format::raw::END_SIZE + 64;
-    let claimed = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
     let (a, b) = bytes[..at].split_at(at / 2);
     let hash = |part: &[u8]| {
         let mut h = crc32fast::Hasher::new();

@@ -32,7 +32,7 @@ pub(crate) const CHUNK: usize = 64 << 10;
 const SEAL_TAIL: usize = 12;
 
 /// The extensions of a directory's cache files (what eviction counts).
-pub(crate) const EXTENSIONS: [&str; 6] = ["hdcache", "hdgraph", "hdtree", "hdnames", "hdreach", "hdreport"];
+pub(crate) const EXTENSIONS: [&str; 7] = ["hdcache", "hdgraph", "hdtree", "hdnames", "hdreach", "hdreport", "hdrows"];
 
 /// Why a cache file was not used (it is then rebuilt).
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +171,8 @@ pub(crate) struct Sealed {
     body: usize,
     /// A bit per chunk: checked and good.
     checked: Vec<AtomicU64>,
+    /// Read a few entries at a time, at random ([`Sealed::open_random`]).
+    random: bool,
 }
 
 impl Sealed {
@@ -184,6 +186,23 @@ impl Sealed {
             Err(e) => return Err(e.into()),
         };
         Self::of(map).map(Some)
+    }
+
+    /// [`Sealed::open`] for a file read a few entries at a time, at random
+    /// (the viewer's dominator tree and groups): the kernel is told so
+    /// (`MADV_RANDOM`), else each fault of a cold file reads the window
+    /// around it (`read_ahead_kb`, 8 MiB on this VM's disk: the viewer's
+    /// first page read 750 MB of a tree it reads 50 nodes of); and the
+    /// chunks an entry's check reads are asked for whole first
+    /// (`MADV_WILLNEED`: one read for their 64 KiB, not sixteen).
+    pub(crate) fn open_random(path: &Path) -> Result<Option<Sealed>, CacheProblem> {
+        let mut s = Self::open(path)?;
+        if let Some(s) = &mut s {
+            // Advice only: a kernel that refuses it reads as before.
+            let _ = s.map.advise(memmap2::Advice::Random);
+            s.random = true;
+        }
+        Ok(s)
     }
 
     /// The seal of `map` read: its length and table agreeing with the
@@ -201,7 +220,7 @@ impl Sealed {
         if crc32fast::hash(&map[body..map.len() - 4]).to_le_bytes() != tail[8..] {
             return Err(CacheProblem::Stale("checksum differs"));
         }
-        Ok(Sealed { map, body, checked: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() })
+        Ok(Sealed { map, body, checked: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(), random: false })
     }
 
     /// The contents (the seal left out).
@@ -224,14 +243,23 @@ impl Sealed {
         if range.is_empty() {
             return Ok(());
         }
-        (range.start / CHUNK..=(range.end - 1) / CHUNK).try_for_each(|c| self.check_chunk(c))
+        let chunks = range.start / CHUNK..=(range.end - 1) / CHUNK;
+        if self.random && chunks.clone().any(|c| !self.is_checked(c)) {
+            let (from, to) = (chunks.start() * CHUNK, ((chunks.end() + 1) * CHUNK).min(self.body));
+            let _ = self.map.advise_range(memmap2::Advice::WillNeed, from, to - from);
+        }
+        chunks.into_iter().try_for_each(|c| self.check_chunk(c))
+    }
+
+    fn is_checked(&self, c: usize) -> bool {
+        self.checked[c / 64].load(Ordering::Relaxed) & (1u64 << (c % 64)) != 0
     }
 
     fn check_chunk(&self, c: usize) -> Result<(), CacheProblem> {
-        let (word, bit) = (&self.checked[c / 64], 1u64 << (c % 64));
-        if word.load(Ordering::Relaxed) & bit != 0 {
+        if self.is_checked(c) {
             return Ok(());
         }
+        let (word, bit) = (&self.checked[c / 64], 1u64 << (c % 64));
         let bytes = &self.map[c * CHUNK..((c + 1) * CHUNK).min(self.body)];
         let at = self.body + 4 * c;
         if crc32fast::hash(bytes).to_le_bytes() != self.map[at..at + 4] {
@@ -504,7 +532,21 @@ fn create_temporary(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
 /// `tmp`, renames it to `path` and keeps the directory's caches within
 /// bounds; a failure leaves no file behind.
 fn write_temporary(path: &Path, tmp: PathBuf, f: std::fs::File, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let r = seal_and_rename(path, tmp, f, body);
+    evict(path.parent().unwrap_or(Path::new(".")), path);
+    r
+}
+
+/// A small file that bounds itself (see `seen.rs`), written sealed as a
+/// cache file is, in place, without evicting any other: a few bytes that
+/// would otherwise push out the files they serve.
+pub(crate) fn write_apart(path: &Path, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
+    let (tmp, f) = create_temporary(path)?;
+    seal_and_rename(path, tmp, f, body)
+}
+
+/// [`write_temporary`] but the eviction.
+fn seal_and_rename(path: &Path, tmp: PathBuf, f: std::fs::File, body: impl FnOnce(&mut Out)) -> std::io::Result<()> {
     let mut o =
         Out { file: std::io::BufWriter::with_capacity(1 << 20, f), crc: crc32fast::Hasher::new(), table: Vec::new(), len: 0, error: None };
     body(&mut o);
@@ -529,7 +571,6 @@ fn write_temporary(path: &Path, tmp: PathBuf, f: std::fs::File, body: impl FnOnc
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    evict(dir, path);
     r
 }
 

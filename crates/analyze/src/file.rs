@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 pub struct DumpFile {
     path: PathBuf,
     map: Option<memmap2::Mmap>,
+    /// The mapped file's identity and when it was taken (see `seen.rs`).
+    identity: Option<(crate::seen::Identity, std::time::SystemTime)>,
 }
 
 impl DumpFile {
@@ -17,8 +19,9 @@ impl DumpFile {
         // A FIFO, a device or a directory given as the dump is refused at
         // once (reading a FIFO waits for a writer: `summary` would hang); an
         // empty file is simply not a dump.
-        let map = crate::input::map_regular(&path).map_err(|source| AnalyzeError::Io { path: path.clone(), source })?;
-        Ok(DumpFile { path, map })
+        let mapped = crate::input::map_regular_stated(&path).map_err(|source| AnalyzeError::Io { path: path.clone(), source })?;
+        let identity = mapped.as_ref().map(|(_, m)| (crate::seen::Identity::of(m), std::time::SystemTime::now()));
+        Ok(DumpFile { path, map: mapped.map(|(m, _)| m), identity })
     }
 
     /// The file's path.
@@ -29,6 +32,12 @@ impl DumpFile {
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// The file's identity as the descriptor mapped said it (`None`: an
+    /// empty file), and when that was asked.
+    pub(crate) fn identity(&self) -> Option<(crate::seen::Identity, std::time::SystemTime)> {
+        self.identity
     }
 
     /// Parses the header.

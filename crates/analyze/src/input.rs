@@ -73,16 +73,23 @@ pub fn open_regular(path: &Path) -> io::Result<(File, u64)> {
 
 /// Maps `path` read-only (see [`open_regular`]); `None` when it is empty.
 pub fn map_regular(path: &Path) -> io::Result<Option<memmap2::Mmap>> {
+    Ok(map_regular_stated(path)?.map(|(m, _)| m))
+}
+
+/// [`map_regular`], with what the open descriptor's `fstat` said of the
+/// file mapped (its identity: see `seen.rs`).
+pub(crate) fn map_regular_stated(path: &Path) -> io::Result<Option<(memmap2::Mmap, std::fs::Metadata)>> {
     let (f, len) = open_regular(path)?;
     if len == 0 {
         return Ok(None);
     }
+    let meta = f.metadata()?;
     // SAFETY: a read-only private mapping of a regular file. A file
     // truncated by another process while mapped would raise SIGBUS, the
     // accepted risk of mapping (as ripgrep's searcher documents).
     #[allow(unsafe_code)]
     let map = unsafe { memmap2::Mmap::map(&f) }?;
-    Ok(Some(map))
+    Ok(Some((map, meta)))
 }
 
 #[cfg(test)]

@@ -112,7 +112,7 @@ fn root_in(a: &Analysis<'_>, t: Tree<'_>) -> Kept<(usize, u64)> {
 /// module's text): `Ok(None)` when none are kept.
 pub(crate) fn open(a: &Analysis<'_>, t: Tree<'_>) -> Kept<Option<KeptGroups>> {
     let Some(c) = a.cache_file() else { return Ok(None) };
-    let Some(sealed) = Sealed::open(&c.part_path(ROWS))? else { return Ok(None) };
+    let Some(sealed) = Sealed::open_random(&c.part_path(ROWS))? else { return Ok(None) };
     let heap = a.heap();
     let n = heap.len();
     let (groups, members) = {

@@ -53,8 +53,8 @@ impl KeptTree {
     /// missing or holds no tree. Reads the files' headers (their chunks
     /// checked) and where their arrays are, no more.
     pub(crate) fn open(cache: &CacheFile, heap: &Heap) -> Result<Option<KeptTree>, CacheProblem> {
-        let Some(analysis) = Sealed::open(cache.path())? else { return Ok(None) };
-        let Some(children) = Sealed::open(&cache.part_path(crate::analysis::TREE))? else { return Ok(None) };
+        let Some(analysis) = Sealed::open_random(cache.path())? else { return Ok(None) };
+        let Some(children) = Sealed::open_random(&cache.part_path(crate::analysis::TREE))? else { return Ok(None) };
         let n = heap.len();
         let (kind, leader, idom, retained, dominated, class_bytes) = {
             let mut r = Reader::body(&analysis);

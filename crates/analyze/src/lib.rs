@@ -50,6 +50,7 @@ pub mod paths;
 mod prefetch;
 pub mod private_dir;
 pub mod rtti;
+mod seen;
 pub mod slab;
 mod spill;
 mod summary;

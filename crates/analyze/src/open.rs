@@ -124,6 +124,7 @@ pub fn open_with_progress(path: &Path, options: &Options, progress: &mut dyn FnM
     };
     let graph =
         dir.as_ref().and_then(|d| CacheFile::for_file(d, &file, CACHE_VERSION)).map(|c| c.in_background(options.background_writers));
+    let checked = graph.as_ref().map(CacheFile::checksum_checked);
     if let Some(c) = &graph {
         let at = c.graph_path().display().to_string();
         let read = match options.edges_checked_when_read {
@@ -133,7 +134,9 @@ pub fn open_with_progress(path: &Path, options: &Options, progress: &mut dyn FnM
         match read {
             Ok(Some(heap)) => {
                 events.push(Event::Said(format!("hit {at}")));
-                return Ok(Dump::new(path, file, heap, dir, None, events, options));
+                let mut d = Dump::new(path, file, heap, dir, None, events, options);
+                d.checked = checked;
+                return Ok(d);
             }
             Ok(None) => events.push(Event::Said(format!("miss {at}"))),
             Err(why) => events.push(Event::Said(format!("rebuilt {at} ({why})"))),
@@ -141,7 +144,9 @@ pub fn open_with_progress(path: &Path, options: &Options, progress: &mut dyn FnM
     }
     let tables = options.dominators.then_some(crate::spill::TablesIn(dir.as_deref()));
     let heap = Heap::load_with(&file, progress, true, tables)?;
-    Ok(Dump::new(path, file, heap, dir, graph, events, options))
+    let mut d = Dump::new(path, file, heap, dir, graph, events, options);
+    d.checked = checked;
+    Ok(d)
 }
 
 /// A thing the graph's cache did, or its file being written.
@@ -165,6 +170,9 @@ pub struct Dump {
     graph: RefCell<Option<CacheFile>>,
     events: RefCell<Vec<Event>>,
     background: bool,
+    /// How the dump's bytes were found to match its checksum before the
+    /// caches were looked at (`None`: they were not).
+    checked: Option<crate::cache::Checked>,
 }
 
 impl Dump {
@@ -185,6 +193,7 @@ impl Dump {
             graph: RefCell::new(graph),
             events: RefCell::new(events),
             background: o.background_writers,
+            checked: None,
         }
     }
 
@@ -241,6 +250,13 @@ impl Dump {
         if let Some(c) = self.graph.borrow_mut().take() {
             self.events.borrow_mut().push(Event::Writing(c.write_graph(&self.heap)));
         }
+    }
+
+    /// How the dump's bytes were found to match its checksum before its
+    /// caches were looked at: hashed, or recalled from an earlier question
+    /// on the same file unchanged (`None`: no cache was looked at).
+    pub fn checksum_checked(&self) -> Option<crate::cache::Checked> {
+        self.checked
     }
 
     /// What the graph's cache did since the last call: `hit PATH`, `miss

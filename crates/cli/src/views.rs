@@ -118,6 +118,9 @@ pub fn load(path: &Path) -> Result<Loaded> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    if let Some(c) = dump.checksum_checked().filter(|_| report()) {
+        eprintln!("heapdump: dump checksum: {c}");
+    }
     if let Some(t) = &dump.heap().truncated {
         eprintln!(
             "heapdump: warning: {}: incomplete dump, analysed up to the damage ({t}); allocations after it are missing",

@@ -45,6 +45,11 @@ fn answers(dump: &Path, addr: &str, cache_home: Option<&Path>) -> (Vec<String>, 
     (out, events)
 }
 
+/// What `ask` said on stderr for `args`.
+fn err_of(ask: &impl Fn(&[&str]) -> (String, String), args: &[&str]) -> String {
+    ask(args).1
+}
+
 /// The cache files under `cache_home`, by extension.
 fn files(cache_home: &Path) -> Vec<(&'static str, PathBuf)> {
     let dir = cache_home.join("heapdump/analysis");
@@ -194,6 +199,40 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(!o.status.success() && err.contains("heapdump: error:"), "{err}");
     assert!(!graph(&err).contains(&"hit".to_string()), "{err}");
+    // The dump's checksum: hashed by each question until the file has
+    // settled (2 s after its last change), then remembered by the file's
+    // identity and recalled, the 1.7 GB of a dump of 100 M blocks not read
+    // again; a change to the file in place (a byte flipped, even put back)
+    // makes it hashed again, and a damaged dump is refused, never
+    // answered from the graph its unchanged self left.
+    let checksum = |err: &str| -> Vec<String> {
+        err.lines().filter_map(|l| l.strip_prefix("heapdump: dump checksum: ")).map(str::to_string).collect()
+    };
+    let good = std::fs::read(&dump).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    assert_eq!(checksum(&err_of(&ask, &["leaks", "--json"])), ["hashed and remembered"]);
+    let (again, err) = ask(&["retained", "--json"]);
+    assert_eq!((checksum(&err), graph(&err)), (vec!["recalled".to_string()], vec!["hit".to_string()]), "{err}");
+    assert_eq!(again, first);
+    let mut bytes = good.clone();
+    bytes[mid] ^= 1;
+    std::fs::write(&dump, &bytes).unwrap();
+    let o = heapdump()
+        .env("XDG_CACHE_HOME", &cache_home)
+        .env("HEAPDUMP_CACHE_REPORT", "1")
+        .args(["retained", "--json"])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && err.contains("heapdump: error:"), "altered in place: {err}");
+    assert!(!graph(&err).contains(&"hit".to_string()) && checksum(&err).is_empty(), "{err}");
+    std::fs::write(&dump, &good).unwrap();
+    let (back, err) = ask(&["retained", "--json"]);
+    // (Remembered too, should this question start 2 s after the write.)
+    assert!(checksum(&err).len() == 1 && checksum(&err)[0].starts_with("hashed"), "{err}");
+    assert_eq!(graph(&err), ["hit"], "{err}");
+    assert_eq!(back, first);
     // Paths: the tree of what the roots reach is kept too, and every
     // holder of `path --all` is answered from it.
     let rows: serde_json::Value = serde_json::from_str(&first).unwrap();
@@ -292,7 +331,11 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     assert!(err.contains("written for another dump or tool version"), "{err}");
     assert_eq!(fifth, first);
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left.len(), 5, "the analysis, the graph, the tree, the names and the paths, no temporary file left: {left:?}");
+    assert_eq!(
+        left.len(),
+        6,
+        "the analysis, the graph, the tree, the names, the paths and the dumps checked, no temporary file left: {left:?}"
+    );
 }
 
 /// The caches are written by forked children while the answer is
