@@ -405,7 +405,7 @@ fn checksum_if_intact(bytes: &[u8]) -> Option<u32> {
 
 /// The trailer of a complete dump, `bytes` (its last record: see
 /// FORMAT.md's END).
-fn trailer_of(bytes: &[u8]) -> Option<heapdump_format::Trailer> {
+pub(crate) fn trailer_of(bytes: &[u8]) -> Option<heapdump_format::Trailer> {
     let p = bytes.get(bytes.len().checked_sub(heapdump_format::raw::END_SIZE)?..)?;
     let u64_at = |at: usize| p.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
     let u32_at = |at: usize| p.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);

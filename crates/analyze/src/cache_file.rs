@@ -32,7 +32,7 @@ pub(crate) const CHUNK: usize = 64 << 10;
 const SEAL_TAIL: usize = 12;
 
 /// The extensions of a directory's cache files (what eviction counts).
-pub(crate) const EXTENSIONS: [&str; 7] = ["hdcache", "hdgraph", "hdtree", "hdnames", "hdreach", "hdreport", "hdrows"];
+pub(crate) const EXTENSIONS: [&str; 8] = ["hdcache", "hdgraph", "hdtree", "hdnames", "hdreach", "hdreport", "hdrows", "hdsummary"];
 
 /// Why a cache file was not used (it is then rebuilt).
 #[derive(Debug, thiserror::Error)]

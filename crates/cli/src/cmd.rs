@@ -587,7 +587,7 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
     t.row(vec!["dump".into(), path.display().to_string()]);
     t.row(vec!["program".into(), if s.cmdline.is_empty() { s.exe.clone() } else { s.cmdline.join(" ") }]);
     t.row(vec!["pid".into(), s.pid.to_string()]);
-    t.row(vec!["reason".into(), s.reason.into()]);
+    t.row(vec!["reason".into(), s.reason.clone()]);
     if let Some(g) = &s.signal {
         t.row(vec!["signal".into(), g.describe()]);
     }
@@ -595,7 +595,7 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
         let share = l.used as f64 * 100.0 / l.bytes.max(1) as f64;
         t.row(vec!["limit".into(), format!("{} of {} {} ({share:.0}%)", output::bytes(l.used), output::bytes(l.bytes), l.kind)]);
     }
-    t.row(vec!["mode".into(), s.mode.into()]);
+    t.row(vec!["mode".into(), s.mode.clone()]);
     if let Some(a) = &s.allocator {
         t.row(vec!["allocator".into(), a.clone()]);
     }
@@ -621,7 +621,7 @@ pub(crate) fn print_summary(out: &mut impl Write, path: &Path, s: &Summary) -> s
     ]);
     t.row(vec!["roots".into(), s.roots.to_string()]);
     t.row(vec!["modules".into(), s.modules.to_string()]);
-    let sites = match s.backtrace {
+    let sites = match s.backtrace.as_str() {
         _ if s.outside => "none: captured from outside the process (sizes are the allocator's usable sizes)".to_string(),
         "sampled" => format!("{} (sampled, mean {})", s.sites, output::bytes(s.sample_mean)),
         other => format!("{} ({other})", s.sites),

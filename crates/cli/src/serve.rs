@@ -25,7 +25,7 @@ use anyhow::{anyhow, Result};
 use heapdump_analyze::explore::{RowOrder, RowsOf};
 use heapdump_analyze::group::{Diff, GroupBy};
 use heapdump_analyze::suspects::Suspect;
-use heapdump_analyze::{Analysis, AnalyzeError, DumpFile, Summary};
+use heapdump_analyze::{Analysis, AnalyzeError};
 use rustix::event::{PollFd, PollFlags};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -92,7 +92,6 @@ pub fn serve(dump: &Path, baseline: Option<&Path>, series: &[std::path::PathBuf]
     if let Some(b) = &base {
         b.settle();
     }
-    let file = loaded.file();
     let diff = base.as_ref().map(|b| loaded.diff(b));
     let a = views::session(&loaded);
     let listener = TcpListener::bind(("127.0.0.1", port)).map_err(|e| anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
@@ -101,7 +100,6 @@ pub fn serve(dump: &Path, baseline: Option<&Path>, series: &[std::path::PathBuf]
     let token = token()?;
     let site = Site {
         a: &a,
-        file,
         diff: diff.as_ref(),
         series: growth.as_ref(),
         token: &token,
@@ -353,7 +351,6 @@ fn token() -> Result<String> {
 /// The viewer's state: the analysis and what the page needs.
 struct Site<'a, 'h> {
     a: &'a Analysis<'h>,
-    file: &'a DumpFile,
     diff: Option<&'a Diff>,
     /// The growth across a series of dumps (`--series`).
     series: Option<&'a Series>,
@@ -471,7 +468,7 @@ impl Site<'_, '_> {
                 heapdump_export::write_svg(a, &mut body)?;
                 Reply { status: 200, kind: "image/svg+xml", body }
             }
-            "/api/summary" => Reply::json(&crate::views::summary_json(&Summary::of(self.file)?, || crate::views::peak_json_of(a))?),
+            "/api/summary" => Reply::json(&crate::views::summary_json(&a.summary_kept()?, || crate::views::peak_json_of(a))?),
             // Kept in the cache: the first page reads it, not the classes.
             "/api/leaks" => Reply::json(&a.leak_report_kept()),
             "/api/top" => {

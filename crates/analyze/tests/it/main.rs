@@ -7,6 +7,7 @@ mod graphs;
 mod hostile;
 mod kept_pages;
 mod kept_rows;
+mod kept_summary;
 mod kept_suspects;
 mod seal;
 mod spilled;
