@@ -1143,16 +1143,18 @@ impl<'h> Analysis<'h> {
                 let mut missed = Vec::new();
                 let mut last: Option<((LeakKind, SiteId), usize)> = None;
                 for i in blocks.clone() {
-                    // The leaders lie anywhere: theirs read a few blocks ahead.
+                    // The leaders lie anywhere: their sites read a few
+                    // blocks ahead. (A leader is always definitely lost,
+                    // as `cache::check_leaks` checks of a kept one: its
+                    // class is not read, the one miss left is its site.)
                     if let Some(ahead) = (i + 16 < blocks.end).then(|| l.leader_of(BlockId((i + 16) as u32))).flatten() {
-                        crate::prefetch::prefetch(&l.kind, ahead.index());
                         crate::prefetch::prefetch(&heap.blocks.packed, ahead.index());
                     }
                     if l.kind[i] != LeakKind::IndirectlyLost || is_suppressed(i) {
                         continue;
                     }
                     let Some(leader) = l.leader_of(BlockId(i as u32)) else { continue };
-                    let (lk, li) = (l.kind[leader.index()], leader.index());
+                    let (lk, li) = (LeakKind::DefinitelyLost, leader.index());
                     if wanted(lk) && !is_suppressed(li) {
                         let key = (lk, heap.blocks.site(li));
                         let g = match last {
