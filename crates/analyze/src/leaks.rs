@@ -206,6 +206,7 @@ fn classify(heap: &Heap, contents: &dyn Contents, max_stack: usize) -> Leaks {
     let n = heap.len();
     let max_stack = max_stack.max(1);
     let mut state = vec![UNREACHED; n];
+    crate::huge_tables::huge_pages(&state);
     let mut heur: Vec<Option<Heuristic>> = vec![None; n];
     let mut stack: Vec<u32> = Vec::new();
     let mut pending = false;
@@ -285,6 +286,7 @@ fn classify(heap: &Heap, contents: &dyn Contents, max_stack: usize) -> Leaks {
     // lost list laid out backwards).
     // Each lost block's leader, as `Leaks::leader` holds them (inverted).
     let mut leader = vec![NO_LEADER; n];
+    crate::huge_tables::huge_pages(&leader);
     // Edges read raw (no offsets, no interior lookups: the cliques need
     // only the targets). The blocks are taken in address order, so the
     // states of the targets of a block a few places on are loaded while
