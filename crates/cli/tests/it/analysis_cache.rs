@@ -189,15 +189,21 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 1;
     std::fs::write(&altered, &bytes).unwrap();
-    let o = heapdump()
-        .env("XDG_CACHE_HOME", &cache_home)
-        .env("HEAPDUMP_CACHE_REPORT", "1")
-        .args(["retained", "--json"])
-        .arg(&altered)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success() && err.contains("heapdump: error:"), "{err}");
+    // `retained` on a damaged dump: refused with one error line; what it
+    // said on stderr.
+    let refused = |path: &Path| -> String {
+        let o = heapdump()
+            .env("XDG_CACHE_HOME", &cache_home)
+            .env("HEAPDUMP_CACHE_REPORT", "1")
+            .args(["retained", "--json"])
+            .arg(path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success() && err.contains("heapdump: error:"), "{}: {err}", path.display());
+        err
+    };
+    let err = refused(&altered);
     assert!(!graph(&err).contains(&"hit".to_string()), "{err}");
     // The dump's checksum: hashed by each question until the file has
     // settled (2 s after its last change), then remembered by the file's
@@ -217,15 +223,7 @@ fn a_second_question_is_answered_from_the_cache_and_a_bad_cache_is_rebuilt() {
     let mut bytes = good.clone();
     bytes[mid] ^= 1;
     std::fs::write(&dump, &bytes).unwrap();
-    let o = heapdump()
-        .env("XDG_CACHE_HOME", &cache_home)
-        .env("HEAPDUMP_CACHE_REPORT", "1")
-        .args(["retained", "--json"])
-        .arg(&dump)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success() && err.contains("heapdump: error:"), "altered in place: {err}");
+    let err = refused(&dump);
     assert!(!graph(&err).contains(&"hit".to_string()) && checksum(&err).is_empty(), "{err}");
     std::fs::write(&dump, &good).unwrap();
     let (back, err) = ask(&["retained", "--json"]);
