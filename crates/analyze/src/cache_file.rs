@@ -189,17 +189,18 @@ impl Sealed {
     }
 
     /// [`Sealed::open`] for a file read a few entries at a time, at random
-    /// (the viewer's dominator tree and groups): the kernel is told so
-    /// (`MADV_RANDOM`), else each fault of a cold file reads the window
-    /// around it (`read_ahead_kb`, 8 MiB on this VM's disk: the viewer's
-    /// first page read 750 MB of a tree it reads 50 nodes of); and the
-    /// chunks an entry's check reads are asked for whole first
-    /// (`MADV_WILLNEED`: one read for their 64 KiB, not sixteen).
+    /// (the viewer's dominator tree and groups): the chunks an entry's
+    /// check reads are asked for first, whole (`MADV_WILLNEED`: one read
+    /// of their 64 KiB, or of a walk's window). A page found in the page
+    /// cache that way is not read around: otherwise each fault of a cold
+    /// file reads the window around it (`read_ahead_kb`, 8 MiB on this
+    /// VM's disk: the viewer's first page read 750 MB of a tree it reads
+    /// 50 nodes of). (`MADV_RANDOM` does the same for a cold file, but
+    /// maps one page a fault of a warm one: the suspects' walk 1.4x as
+    /// long.)
     pub(crate) fn open_random(path: &Path) -> Result<Option<Sealed>, CacheProblem> {
         let mut s = Self::open(path)?;
         if let Some(s) = &mut s {
-            // Advice only: a kernel that refuses it reads as before.
-            let _ = s.map.advise(memmap2::Advice::Random);
             s.random = true;
         }
         Ok(s)
@@ -254,10 +255,13 @@ impl Sealed {
         }
         let chunks = range.start / CHUNK..=(range.end - 1) / CHUNK;
         if self.random && chunks.clone().any(|c| !self.is_checked(c)) {
+            // The window asked for in one request, and checked whole while
+            // it is fresh: one request a window, not one a chunk.
             let w = window.max(CHUNK);
             let from = chunks.start() * CHUNK / w * w;
             let to = (((chunks.end() + 1) * CHUNK).div_ceil(w) * w).min(self.body);
             let _ = self.map.advise_range(memmap2::Advice::WillNeed, from, to - from);
+            return (from / CHUNK..to.div_ceil(CHUNK)).try_for_each(|c| self.check_chunk(c));
         }
         chunks.into_iter().try_for_each(|c| self.check_chunk(c))
     }
