@@ -47,6 +47,7 @@ mod load;
 mod names;
 mod open;
 pub mod paths;
+mod phases;
 mod prefetch;
 pub mod private_dir;
 pub mod rtti;

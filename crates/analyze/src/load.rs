@@ -43,6 +43,7 @@ impl Heap {
         may_split: bool,
         tables: Option<crate::spill::TablesIn<'_>>,
     ) -> Result<Heap> {
+        crate::phases::mark("load begins");
         let dump = file.dump()?;
         let total = file.bytes().len() as u64 * 2;
         let fmt_err = |source| AnalyzeError::Format { path: file.path().to_path_buf(), source };
@@ -266,6 +267,7 @@ impl Heap {
         if let Some(t) = &tables {
             t.mark(&heap);
         }
+        crate::phases::mark("loaded");
         Ok(heap)
     }
 }

@@ -444,3 +444,39 @@ fn a_question_asked_while_the_cache_is_written_waits_for_it() {
     assert!(err.contains("graph cache: hit"), "{err}");
     assert_eq!((third, fourth), (first.clone(), first));
 }
+
+/// `HEAPDUMP_PHASES=1` has the analysis say on stderr when each of its
+/// long phases ended, each thread's in order, the answer unchanged; unset,
+/// stderr says nothing of them.
+#[test]
+fn the_phases_are_said_when_asked_and_only_then() {
+    let d = Scratch::new("phases");
+    let dump = demo_dump(&d);
+    let ask = |phases: bool| {
+        let mut c = heapdump();
+        if phases {
+            c.env("HEAPDUMP_PHASES", "1");
+        }
+        let o = c.args(["retained", "--no-cache", "--json"]).arg(&dump).output().unwrap();
+        (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (plain, quiet) = ask(false);
+    assert!(!quiet.contains("phase"), "{quiet}");
+    let (answer, said) = ask(true);
+    assert_eq!(answer, plain, "the answer is the same with the phases said");
+    let mut last: std::collections::HashMap<String, f64> = Default::default();
+    let mut named = Vec::new();
+    for line in said.lines().filter(|l| l.starts_with("heapdump: phase ")) {
+        // "heapdump: phase   0.123 s leak classes (helper)"
+        let rest = line["heapdump: phase ".len()..].trim_start();
+        let (secs, rest) = rest.split_once(" s ").unwrap_or_else(|| panic!("{line}"));
+        let (what, thread) = rest.rsplit_once(" (").unwrap_or_else(|| panic!("{line}"));
+        let t: f64 = secs.parse().unwrap_or_else(|_| panic!("{line}"));
+        let before = last.insert(thread.to_string(), t).unwrap_or(0.0);
+        assert!(t >= before, "{thread}'s phases out of order: {said}");
+        named.push(what.to_string());
+    }
+    for want in ["load begins", "loaded", "leak classes", "predecessor lists", "walk from the leaders", "retained sums", "children lists"] {
+        assert!(named.iter().any(|n| n == want), "no phase {want:?} in {said}");
+    }
+}
