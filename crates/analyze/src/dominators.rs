@@ -572,10 +572,8 @@ pub(crate) fn children_lists(idom: &[u32], retained: &[u64], mut list: Vec<u32>,
     let (lists, root_list) = lists.split_at_mut(others);
     std::thread::scope(|s| {
         s.spawn(|| {
-            let mut k = 0;
-            for (i, _) in idom.iter().enumerate().filter(|(_, &d)| d == NONE) {
-                root_list[k] = i as u32;
-                k += 1;
+            for (slot, (i, _)) in root_list.iter_mut().zip(idom.iter().enumerate().filter(|(_, &d)| d == NONE)) {
+                *slot = i as u32;
             }
             by_retained(root_list, retained, keys_root);
         });
