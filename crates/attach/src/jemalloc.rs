@@ -133,12 +133,93 @@ const EDATA_ALIGN: u64 = 128;
 const EDATA_SIZE: u64 = 128;
 /// The page (LG_PAGE 12: x86-64's).
 const PAGE: u64 = 4096;
-/// Significant bits of an address (LG_VADDR 48).
-const LG_VADDR: u32 = 48;
-/// Bits each of the rtree's two levels distinguishes: (48 - 12) / 2.
-const LEVEL_BITS: u32 = 18;
-/// Slots of the root array and of a leaf.
-const SLOTS: u64 = 1 << LEVEL_BITS;
+
+/// The rtree's shape, which jemalloc's `configure` fixes from the virtual
+/// address bits of the machine it is built on (`LG_VADDR`, from CPUID): 48
+/// gives two levels of 18 bits and leaves of one word a page (the
+/// descriptor's address, its state and size class packed in it); 57 (a
+/// processor with five-level paging: Intel's servers since Ice Lake, AMD's
+/// since Zen 4) three levels of 15 bits and leaves of two words (the
+/// descriptor's address, then the state and size class), as a jemalloc
+/// built from source there has it (tikv-jemallocator's, which Rust
+/// services link).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    /// `LG_VADDR`.
+    lg_vaddr: u32,
+    /// Levels: 2 or 3.
+    height: usize,
+    /// The bits each level distinguishes, root first (`rtree_levels`).
+    bits: [u32; 3],
+    /// One word a leaf slot (`RTREE_LEAF_COMPACT`).
+    compact: bool,
+}
+
+/// The shapes looked for.
+const LAYOUTS: [Layout; 2] = [Layout::of(48), Layout::of(57)];
+
+impl Layout {
+    const fn of(lg_vaddr: u32) -> Layout {
+        // RTREE_NSB: the page number's bits, split as rtree_levels does
+        // (a remainder to the lower levels).
+        let nsb = lg_vaddr - 12;
+        let (height, bits) = if nsb <= 36 {
+            (2, [nsb / 2, nsb / 2 + nsb % 2, 0])
+        } else {
+            (3, [nsb / 3, nsb / 3 + nsb % 3 / 2, nsb / 3 + nsb % 3 - nsb % 3 / 2])
+        };
+        // Compact when the size class fits above the address: 64 -
+        // LG_VADDR >= LG_CEIL(SC_NSIZES), 8.
+        Layout { lg_vaddr, height, bits, compact: 64 - lg_vaddr >= 8 }
+    }
+    /// Bytes of a leaf slot.
+    fn elm(self) -> u64 {
+        if self.compact {
+            8
+        } else {
+            16
+        }
+    }
+    /// Bits a leaf distinguishes.
+    fn leaf_bits(self) -> u32 {
+        self.bits[self.height - 1]
+    }
+    /// Slots of a leaf.
+    fn leaf_slots(self) -> u64 {
+        1 << self.leaf_bits()
+    }
+    /// Bytes of a leaf.
+    fn leaf_bytes(self) -> u64 {
+        self.leaf_slots() * self.elm()
+    }
+    /// Bytes of the root array (in the module's data).
+    fn root_bytes(self) -> u64 {
+        8 << self.bits[0]
+    }
+    /// Slots of a node between the root and the leaves (three levels).
+    fn node_slots(self) -> u64 {
+        1 << self.bits[1]
+    }
+    /// The leaf slot at `off` of `b`; `None` when empty.
+    fn slot(self, b: &[u8], off: usize) -> Option<Slot> {
+        if self.compact {
+            // Bits LG_VADDR..: the size class; 2..5: the state; 0: slab;
+            // the rest the descriptor's address (128-aligned).
+            let bits = word(b, off);
+            (bits != 0).then(|| Slot {
+                edata: bits & ((1 << self.lg_vaddr) - 1) & !(EDATA_ALIGN - 1),
+                state: (bits >> 2) & 7,
+                szind: bits >> self.lg_vaddr,
+                slab: bits & 1 != 0,
+            })
+        } else {
+            // The descriptor, then 32 bits: the size class from bit 5,
+            // the state in 2..5, slab in 0.
+            let (edata, m) = (word(b, off), word(b, off + 8) & 0xffff_ffff);
+            (edata != 0 || m != 0).then_some(Slot { edata, state: (m >> 2) & 7, szind: m >> 5, slab: m & 1 != 0 })
+        }
+    }
+}
 /// Small size classes (`SC_NBINS` with 4 KiB pages).
 const NBINS: u64 = 36;
 /// Size classes (`SC_NSIZES`).
@@ -330,12 +411,6 @@ struct Slot {
     slab: bool,
 }
 
-fn slot(bits: u64) -> Slot {
-    // Bits 48..: the size class; 2..5: the state; 0: slab; the rest the
-    // descriptor's address (128-aligned).
-    Slot { edata: bits & ((1 << LG_VADDR) - 1) & !(EDATA_ALIGN - 1), state: (bits >> 2) & 7, szind: bits >> LG_VADDR, slab: bits & 1 != 0 }
-}
-
 /// An extent's descriptor, read.
 struct Edata {
     bits: u64,
@@ -396,28 +471,26 @@ fn read_edata(mem: &dyn Memory, e: u64) -> Option<Edata> {
     Some(Edata { bits: word(&b, 0), addr: word(&b, 8), size: word(&b, 16) & !(PAGE - 1), bitmap })
 }
 
-/// The root slot a leaf must be in: from the first slot it fills, whose
-/// extent says which page that slot maps. `None`: not a leaf.
-fn root_slot_of(mem: &dyn Memory, leaf: u64) -> Option<u64> {
-    if leaf % 64 != 0 || !anon(mem, leaf, SLOTS * 8) || mem.map_of(leaf).is_none_or(|m| m.end < leaf + SLOTS * 8) {
+/// The page numbers' high part a leaf of layout `l` maps (the page
+/// number shifted right by the leaf's bits): from the first slot it fills,
+/// whose extent says which page that slot maps. `None`: not a leaf.
+fn prefix_of(mem: &dyn Memory, l: Layout, leaf: u64) -> Option<u64> {
+    let bytes = l.leaf_bytes();
+    if leaf % 64 != 0 || !anon(mem, leaf, bytes) || mem.map_of(leaf).is_none_or(|m| m.end < leaf + bytes) {
         return None;
     }
     // Read a page at a time up to the first slot filled: what is not a
     // leaf stops at its first word.
-    let pieces =
-        mem.present(leaf, leaf + SLOTS * 8).into_iter().flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))));
-    for (a, bytes) in pieces.filter_map(|(p, e)| Some((p, mem.bytes(p, e - p).ok()?))) {
-        for (i, w) in bytes.chunks_exact(8).enumerate() {
-            let bits = u64::from_le_bytes(w.try_into().ok()?);
-            if bits == 0 {
-                continue;
-            }
-            let k = (a - leaf) / 8 + i as u64;
-            let s = slot(bits);
+    let pieces = mem.present(leaf, leaf + bytes).into_iter().flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))));
+    let slots = l.leaf_slots();
+    for (a, page_bytes) in pieces.filter_map(|(p, e)| Some((p, mem.bytes(p, e - p).ok()?))) {
+        for i in 0..page_bytes.len() / l.elm() as usize {
+            let Some(s) = l.slot(&page_bytes, i * l.elm() as usize) else { continue };
             // A slot cleared when its extent left names no descriptor.
             if s.edata == 0 {
                 continue;
             }
+            let k = (a - leaf) / l.elm() + i as u64;
             let e = read_edata(mem, s.edata)?;
             if e.size == 0 || e.state() != s.state {
                 return None;
@@ -426,34 +499,54 @@ fn root_slot_of(mem: &dyn Memory, leaf: u64) -> Option<u64> {
             // last page, or a slab's any), and its index is k.
             let first = e.base() >> 12;
             let last = first.checked_add(e.size / PAGE)? - 1;
-            let page = if first & (SLOTS - 1) <= k { (first & !(SLOTS - 1)) | k } else { ((first >> LEVEL_BITS) + 1) << LEVEL_BITS | k };
+            let page =
+                if first & (slots - 1) <= k { (first & !(slots - 1)) | k } else { ((first >> l.leaf_bits()) + 1) << l.leaf_bits() | k };
             if page < first || page > last {
                 return None;
             }
-            return Some(page >> LEVEL_BITS);
+            return Some(page >> l.leaf_bits());
         }
     }
     None
 }
 
-/// The rtree's root array in the module's data: the one place where the
-/// leaves point to sit in their slots.
-fn find_root(mem: &dyn Memory, f: &Found) -> Result<u64> {
-    let mut found: Vec<u64> = Vec::new();
-    let mut tried: HashSet<u64> = HashSet::new();
-    for &(s, e) in &f.rw {
-        for (a, bytes) in touched(mem, s, e) {
-            for (i, w) in bytes.chunks_exact(8).enumerate() {
-                let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-                if v == 0 || v % 64 != 0 || !tried.insert(v) {
-                    continue;
-                }
-                let at = a + 8 * i as u64;
-                let Some(j) = root_slot_of(mem, v) else { continue };
-                let Some(root) = at.checked_sub(8 * j) else { continue };
-                // The whole array lies in the module's writable memory.
-                if f.rw.iter().any(|&(x, y)| root >= x && root + 8 * SLOTS <= y) && !found.contains(&root) {
-                    found.push(root);
+/// The index in the root array of what `v` is, under layout `l`: a leaf
+/// (two levels), or a node of leaves whose first leaf sits in its slot
+/// (three levels). `None`: neither.
+fn root_slot_of(mem: &dyn Memory, l: Layout, v: u64) -> Option<u64> {
+    if l.height == 2 {
+        return prefix_of(mem, l, v);
+    }
+    let bytes = l.node_slots() * 8;
+    if v % 64 != 0 || !anon(mem, v, bytes) {
+        return None;
+    }
+    let node = mem.bytes(v, bytes).ok()?;
+    let (i, leaf) = (0..l.node_slots()).map(|i| (i, word(&node, 8 * i as usize))).find(|&(_, w)| w != 0)?;
+    let prefix = prefix_of(mem, l, leaf)?;
+    (prefix & (l.node_slots() - 1) == i).then_some(prefix >> l.bits[1])
+}
+
+/// The rtree's root array in the module's data and its layout: the one
+/// place where what its slots point to sits in its slot.
+fn find_root(mem: &dyn Memory, f: &Found) -> Result<(u64, Layout)> {
+    let mut found: Vec<(u64, Layout)> = Vec::new();
+    for l in LAYOUTS {
+        let mut tried: HashSet<u64> = HashSet::new();
+        for &(s, e) in &f.rw {
+            for (a, bytes) in touched(mem, s, e) {
+                for (i, w) in bytes.chunks_exact(8).enumerate() {
+                    let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                    if v == 0 || v % 64 != 0 || !tried.insert(v) {
+                        continue;
+                    }
+                    let at = a + 8 * i as u64;
+                    let Some(j) = root_slot_of(mem, l, v) else { continue };
+                    let Some(root) = at.checked_sub(8 * j) else { continue };
+                    // The whole array lies in the module's writable memory.
+                    if f.rw.iter().any(|&(x, y)| root >= x && root + l.root_bytes() <= y) && !found.iter().any(|x| x.0 == root) {
+                        found.push((root, l));
+                    }
                 }
             }
         }
@@ -461,7 +554,7 @@ fn find_root(mem: &dyn Memory, f: &Found) -> Result<u64> {
     match found.len() {
         0 => Err(bad(f.rw.first().map_or(0, |r| r.0), Problem::NoRtree { module: f.module.clone() })),
         1 => Ok(found[0]),
-        _ => Err(bad(found[0], Problem::RtreeUncertain { candidates: found })),
+        _ => Err(bad(found[0].0, Problem::RtreeUncertain { candidates: found.iter().map(|x| x.0).collect() })),
     }
 }
 
@@ -478,33 +571,45 @@ struct Extent {
 /// stats keeps no list of the threads' caches, found then in the threads'
 /// static TLS (each thread's `tsd`).
 pub fn walk_heap(mem: &dyn Memory, f: &Found, tls: &[u64]) -> Result<GlibcHeap> {
-    let root = find_root(mem, f)?;
-    let roots = mem.bytes(root, SLOTS * 8)?;
+    let (root, l) = find_root(mem, f)?;
+    let roots = mem.bytes(root, l.root_bytes())?;
+    // The leaves, each with the page numbers' high part it maps (through
+    // the nodes between, in three levels) and the slot naming it.
+    let mut meta: Vec<(u64, u64)> = Vec::new();
+    let mut leaves: Vec<(u64, u64, u64)> = Vec::new();
+    for j in 0..l.root_bytes() / 8 {
+        let p = word(&roots, 8 * j as usize);
+        if p == 0 {
+            continue;
+        }
+        if l.height == 2 {
+            leaves.push((j, p, root + 8 * j));
+            continue;
+        }
+        let bytes = l.node_slots() * 8;
+        if p % 64 != 0 || !anon(mem, p, bytes) {
+            return Err(bad(root + 8 * j, Problem::BadLeaf { leaf: p }));
+        }
+        meta.push((p, p + bytes));
+        let node = mem.bytes(p, bytes)?;
+        leaves.extend((0..l.node_slots()).map(|i| (j << l.bits[1] | i, word(&node, 8 * i as usize), p + 8 * i)).filter(|x| x.1 != 0));
+    }
     // Every extent the leaves map, by descriptor; the active ones with
     // their size class and slab bit as the rtree says.
     let mut extents: HashMap<u64, (Slot, u64)> = HashMap::new();
-    let mut meta: Vec<(u64, u64)> = Vec::new();
-    for j in 0..SLOTS {
-        let leaf = word(&roots, 8 * j as usize);
-        if leaf == 0 {
-            continue;
+    for (prefix, leaf, at) in leaves {
+        if leaf % 64 != 0 || !anon(mem, leaf, l.leaf_bytes()) {
+            return Err(bad(at, Problem::BadLeaf { leaf }));
         }
-        if leaf % 64 != 0 || !anon(mem, leaf, SLOTS * 8) {
-            return Err(bad(root + 8 * j, Problem::BadLeaf { leaf }));
-        }
-        meta.push((leaf, leaf + SLOTS * 8));
-        for (a, bytes) in touched(mem, leaf, leaf + SLOTS * 8) {
-            for (i, w) in bytes.chunks_exact(8).enumerate() {
-                let bits = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-                if bits == 0 {
-                    continue;
-                }
-                let k = (a - leaf) / 8 + i as u64;
-                let page = (j << (LEVEL_BITS + 12)) | (k << 12);
-                let s = slot(bits);
+        meta.push((leaf, leaf + l.leaf_bytes()));
+        for (a, bytes) in touched(mem, leaf, leaf + l.leaf_bytes()) {
+            for i in 0..bytes.len() / l.elm() as usize {
+                let Some(s) = l.slot(&bytes, i * l.elm() as usize) else { continue };
                 if s.edata == 0 {
                     continue; // cleared
                 }
+                let k = (a - leaf) / l.elm() + i as u64;
+                let page = (prefix << l.leaf_bits() | k) << 12;
                 extents.entry(s.edata).or_insert((s, page));
             }
         }
@@ -585,8 +690,15 @@ pub fn walk_heap(mem: &dyn Memory, f: &Found, tls: &[u64]) -> Result<GlibcHeap> 
     all.sort_unstable();
     let extents_at = merge(all.clone());
     let in_extent = |v: u64| extents_at.partition_point(|r| r.0 <= v).checked_sub(1).is_some_and(|i| v < extents_at[i].1);
-    let (cached, internal) =
-        tcaches(mem, f, root, &|v| !in_extent(v) && mem.map_of(v).is_some_and(|m| base.contains(&m.start)), &live, tls, &mut h.warnings)?;
+    let (cached, internal) = tcaches(
+        mem,
+        f,
+        root..root + l.root_bytes(),
+        &|v| !in_extent(v) && mem.map_of(v).is_some_and(|m| base.contains(&m.start)),
+        &live,
+        tls,
+        &mut h.warnings,
+    )?;
     h.cached_free = cached.len() as u64;
     let mut gone: Vec<u64> = cached.iter().chain(&internal).copied().collect();
     gone.sort_unstable();
@@ -649,7 +761,7 @@ fn merge(r: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 fn tcaches(
     mem: &dyn Memory,
     f: &Found,
-    root: u64,
+    root: std::ops::Range<u64>,
     metadata: &dyn Fn(u64) -> bool,
     live: &Live<'_>,
     tls: &[u64],
@@ -666,7 +778,7 @@ fn tcaches(
             for (i, w) in bytes.chunks_exact(8).enumerate() {
                 let at = a + 8 * i as u64;
                 let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-                if (root..root + 8 * SLOTS).contains(&at) || v == 0 || v % 64 != 0 || arenas.contains(&v) || arenas.len() > 4096 {
+                if root.contains(&at) || v == 0 || v % 64 != 0 || arenas.contains(&v) || arenas.len() > 4096 {
                     continue;
                 }
                 if metadata(v) && anon(mem, v, 4096) {
@@ -835,6 +947,31 @@ mod tests {
         assert_eq!(class_size(NBINS - 1), Some(14336));
         assert_eq!(class_size(NBINS), Some(16384));
         assert_eq!(class_size(NSIZES), None);
+    }
+
+    /// The two shapes as jemalloc's rtree.h derives them, and a leaf slot
+    /// of each read back: descriptor, state, size class, slab.
+    #[test]
+    fn the_rtree_shapes_are_jemallocs() {
+        let (l48, l57) = (Layout::of(48), Layout::of(57));
+        assert_eq!(
+            (l48.height, &l48.bits[..2], l48.compact, l48.leaf_bytes(), l48.root_bytes()),
+            (2, &[18, 18][..], true, 8 << 18, 8 << 18)
+        );
+        assert_eq!(
+            (l57.height, l57.bits, l57.compact, l57.leaf_bytes(), l57.root_bytes(), l57.node_slots()),
+            (3, [15, 15, 15], false, 16 << 15, 8 << 15, 1 << 15)
+        );
+        let (edata, state, szind) = (0x7f12_3456_7880u64, 3u64, 47u64);
+        let compact = (szind << 48 | edata | state << 2 | 1).to_le_bytes();
+        let mut wide = [0u8; 16];
+        wide[..8].copy_from_slice(&edata.to_le_bytes());
+        wide[8..12].copy_from_slice(&((szind << 5 | state << 2 | 1) as u32).to_le_bytes());
+        for (l, b) in [(l48, &compact[..]), (l57, &wide[..])] {
+            let s = l.slot(b, 0).expect("a filled slot");
+            assert_eq!((s.edata, s.state, s.szind, s.slab), (edata, state, szind, true), "{l:?}");
+            assert!(l.slot(&vec![0u8; b.len()], 0).is_none(), "{l:?}: an empty slot");
+        }
     }
 
     #[test]

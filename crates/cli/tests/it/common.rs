@@ -285,14 +285,22 @@ pub fn same_classes_within(ours: [(u64, u64); 4], valgrind: [(u64, u64); 4], wha
 /// with `features` under the workspace's target/fixtures, its binary `bin`
 /// copied into `d` as `service` (a name that says nothing of it).
 pub fn rust_fixture(d: &Scratch, dir: &str, bin: &str, features: &[&str]) -> PathBuf {
+    rust_fixture_in(d, dir, bin, features, "fixtures", &[])
+}
+
+/// [`rust_fixture`] built with `env` set, in target directory `target`
+/// (under the workspace's target: one for each `env`, so that each build
+/// stays and the next test run rebuilds nothing).
+pub fn rust_fixture_in(d: &Scratch, dir: &str, bin: &str, features: &[&str], target: &str, env: &[(&str, &str)]) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(dir);
-    let target = Path::new(env!("CARGO_BIN_EXE_heapdump")).parent().and_then(Path::parent).unwrap().join("fixtures");
+    let target = Path::new(env!("CARGO_BIN_EXE_heapdump")).parent().and_then(Path::parent).unwrap().join(target);
     // One build and copy at a time: another test building the same
     // program with other features replaces its binary.
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _held = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = Command::new(env!("CARGO"));
     c.args(["build", "--release", "--quiet", "--manifest-path"]).arg(dir.join("Cargo.toml")).arg("--target-dir").arg(&target);
+    c.envs(env.iter().copied());
     if !features.is_empty() {
         c.arg("--features").arg(features.join(","));
     }

@@ -204,27 +204,35 @@ fn a_static_jemalloc_is_named_by_run_and_read_by_attach() {
 /// (crates/cli/tests/static_jemalloc): the regions its thread's cache
 /// holds (348 of the 500 freed 48-byte boxes) are free, found through the
 /// thread's TLS; the 1000 kept boxes are reachable and the forgotten 4096
-/// bytes lost, under attach and core.
+/// bytes lost, under attach and core. Built from source, its extent map's
+/// shape is the build machine's: for 48 bits of virtual address two levels
+/// of one-word leaves, for 57 (a processor with five-level paging, where
+/// this test first failed) three levels of two-word leaves; both are
+/// built here (`--with-lg-vaddr`) whatever the machine.
 #[test]
 fn a_tikv_jemallocator_heap_leaves_its_thread_cache_out() {
-    let d = Scratch::new("je-tikv");
-    let prog = rust_fixture(&d, "static_jemalloc", "static-jemalloc", &[]);
-    let mut p = Stopped::start(Command::new(&prog));
-    let check = |out: &Path, o: std::process::Output, what: &str| {
-        let line = ok(&o);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(line.contains("jemalloc 5.3.0") && !err.contains("no thread cache"), "{what}: {line}{err}");
-        let b = blocks(out);
-        assert_eq!(count_size(&b, 48), 0, "{what}: the cached 48-byte regions are free");
-        assert!(count_size(&b, 112) >= 1000, "{what}: the kept boxes");
-        let c = ours(out);
-        assert_eq!((c[0], c[1], c[2]), ((4096, 1), (0, 0), (0, 0)), "{what}: {c:?}");
-    };
-    let out = d.path("a.hdump");
-    check(&out, heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap(), "attach");
-    let core = gcore(&d, p.pid);
-    let out = d.path("c.hdump");
-    check(&out, heapdump().arg("core").arg(&core).arg("--exe").arg(&prog).arg("-o").arg(&out).output().unwrap(), "core");
-    let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
-    assert!(p.child.wait().unwrap().success());
+    for lg_vaddr in ["48", "57"] {
+        let d = Scratch::new(&format!("je-tikv-{lg_vaddr}"));
+        let target = format!("fixtures-lg-vaddr-{lg_vaddr}");
+        let prog = rust_fixture_in(&d, "static_jemalloc", "static-jemalloc", &[], &target, &[("JEMALLOC_SYS_WITH_LG_VADDR", lg_vaddr)]);
+        let mut p = Stopped::start(Command::new(&prog));
+        let check = |out: &Path, o: std::process::Output, what: &str| {
+            let what = format!("{what}, LG_VADDR {lg_vaddr}");
+            let line = ok(&o);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(line.contains("jemalloc 5.3.0") && !err.contains("no thread cache"), "{what}: {line}{err}");
+            let b = blocks(out);
+            assert_eq!(count_size(&b, 48), 0, "{what}: the cached 48-byte regions are free");
+            assert!(count_size(&b, 112) >= 1000, "{what}: the kept boxes");
+            let c = ours(out);
+            assert_eq!((c[0], c[1], c[2]), ((4096, 1), (0, 0), (0, 0)), "{what}: {c:?}");
+        };
+        let out = d.path("a.hdump");
+        check(&out, heapdump().args(["attach", &p.pid.to_string(), "-o"]).arg(&out).output().unwrap(), "attach");
+        let core = gcore(&d, p.pid);
+        let out = d.path("c.hdump");
+        check(&out, heapdump().arg("core").arg(&core).arg("--exe").arg(&prog).arg("-o").arg(&out).output().unwrap(), "core");
+        let _ = Command::new("kill").args(["-CONT", &p.pid.to_string()]).status();
+        assert!(p.child.wait().unwrap().success());
+    }
 }
