@@ -521,8 +521,14 @@ fn root_slot_of(mem: &dyn Memory, l: Layout, v: u64) -> Option<u64> {
     if v % 64 != 0 || !anon(mem, v, bytes) {
         return None;
     }
-    let node = mem.bytes(v, bytes).ok()?;
-    let (i, leaf) = (0..l.node_slots()).map(|i| (i, word(&node, 8 * i as usize))).find(|&(_, w)| w != 0)?;
+    // Its first slot filled, read a page at a time (as a leaf is: each
+    // word of the module's data pointing into a large anonymous mapping
+    // is tried while the target is held, and most stop at their first).
+    let pages = mem.present(v, v + bytes).into_iter().flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))));
+    let (i, leaf) = pages.filter_map(|(p, e)| Some((p, mem.bytes(p, e - p).ok()?))).find_map(|(p, b)| {
+        let k = b.chunks_exact(8).position(|w| w.iter().any(|&x| x != 0))?;
+        Some(((p - v) / 8 + k as u64, word(&b, 8 * k)))
+    })?;
     let prefix = prefix_of(mem, l, leaf)?;
     (prefix & (l.node_slots() - 1) == i).then_some(prefix >> l.bits[1])
 }
