@@ -446,6 +446,15 @@ fn touched(mem: &dyn Memory, start: u64, end: u64) -> Vec<(u64, Vec<u8>)> {
     mem.present(start, end).into_iter().filter_map(|(a, b)| Some((a, mem.bytes(a, b - a).ok()?))).collect()
 }
 
+/// The pages of `[start, end)` the process touched, read one at a time
+/// (a search that stops at a table's first filled slot reads no more).
+fn pages_of(mem: &dyn Memory, start: u64, end: u64) -> impl Iterator<Item = (u64, Vec<u8>)> + '_ {
+    mem.present(start, end)
+        .into_iter()
+        .flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))))
+        .filter_map(|(p, e)| Some((p, mem.bytes(p, e - p).ok()?)))
+}
+
 /// Whether `[a, a + len)` lies in anonymous writable memory.
 fn anon(mem: &dyn Memory, a: u64, len: u64) -> bool {
     let Some(end) = a.checked_add(len) else { return false };
@@ -481,9 +490,8 @@ fn prefix_of(mem: &dyn Memory, l: Layout, leaf: u64) -> Option<u64> {
     }
     // Read a page at a time up to the first slot filled: what is not a
     // leaf stops at its first word.
-    let pieces = mem.present(leaf, leaf + bytes).into_iter().flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))));
     let slots = l.leaf_slots();
-    for (a, page_bytes) in pieces.filter_map(|(p, e)| Some((p, mem.bytes(p, e - p).ok()?))) {
+    for (a, page_bytes) in pages_of(mem, leaf, leaf + bytes) {
         for i in 0..page_bytes.len() / l.elm() as usize {
             let Some(s) = l.slot(&page_bytes, i * l.elm() as usize) else { continue };
             // A slot cleared when its extent left names no descriptor.
@@ -524,8 +532,7 @@ fn root_slot_of(mem: &dyn Memory, l: Layout, v: u64) -> Option<u64> {
     // Its first slot filled, read a page at a time (as a leaf is: each
     // word of the module's data pointing into a large anonymous mapping
     // is tried while the target is held, and most stop at their first).
-    let pages = mem.present(v, v + bytes).into_iter().flat_map(|(a, b)| (a..b).step_by(4096).map(move |p| (p, (p + 4096).min(b))));
-    let (i, leaf) = pages.filter_map(|(p, e)| Some((p, mem.bytes(p, e - p).ok()?))).find_map(|(p, b)| {
+    let (i, leaf) = pages_of(mem, v, v + bytes).find_map(|(p, b)| {
         let k = b.chunks_exact(8).position(|w| w.iter().any(|&x| x != 0))?;
         Some(((p - v) / 8 + k as u64, word(&b, 8 * k)))
     })?;
