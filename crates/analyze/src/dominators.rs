@@ -20,10 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 const NONE: u32 = u32::MAX;
 /// In [`Walk::first`]: the node has more than two edges.
 const MORE: u32 = u32::MAX;
-/// Marks the entry at the front of a node's predecessor list that is its
-/// DFS parent (node numbers stay below 2^31: see
-/// [`crate::heap::MAX_BLOCKS`]).
-const FIRST: u32 = 1 << 31;
 
 /// The dominator tree.
 pub struct Dominators {
@@ -234,9 +230,11 @@ fn compute_in(
         }
     }
     // The walk's state by node (see [`Walk`]), and by preorder number each
-    // node's DFS parent. (Once the walk is done, its memory holds the
-    // semidominator records, 12 bytes a node: fresh pages cost a fault
-    // each, on this VM the host's too, 7-30 us.)
+    // node's DFS parent (kept until the immediate dominators are made:
+    // read in order there, where a parent looked for in the node's
+    // predecessor list was two reads at random). (Once the walk is done,
+    // its memory holds the semidominator records, 12 bytes a node: fresh
+    // pages cost a fault each, on this VM the host's too, 7-30 us.)
     let mut parents: Vec<u32> = vec![0; n];
     huge_pages(&parents);
     let parent = &mut parents[..];
@@ -449,37 +447,31 @@ fn compute_in(
     mark("walk from the leaders");
 
     // The heap's predecessor lists (by node, built while the walk ran),
-    // renumbered in place to preorder numbers (0-based), each node's DFS
-    // parent moved to the front of its list and marked: then the parents
-    // and the walk's records go (a child of the virtual root, whose number
-    // 0 no list holds, has no mark). Two threads, each over half of the
-    // nodes.
+    // renumbered in place to preorder numbers (0-based): then the walk's
+    // records go. Two threads, each over half of the nodes.
     // The preorder numbers, by node, packed four bytes each at the start
     // of the walk's memory (the lists' renumbering reads them at random:
     // a quarter of the pages): node v's, the first word of its record,
     // moved to word v, read before it is written over (in increasing
     // order, word v lies in record v / 4 or an earlier one, read
-    // already). The DFS parents beside them, then the memory cut to the
-    // records' 12 bytes a node (the rest given back).
+    // already). Then the memory cut to the records' 12 bytes a node (the
+    // rest given back).
     const _: () = assert!(std::mem::offset_of!(Walk, number) == 0);
     let mut records: Vec<u32> = bytemuck::allocation::cast_vec(walk);
     for v in 0..n {
         records[v] = records[4 * v];
     }
-    records[n..2 * n].copy_from_slice(&parents);
-    drop(parents);
     records.truncate(3 * n);
     records.shrink_to_fit();
-    let (dfn, rest) = records.split_at(n);
-    let parent = &rest[..n];
+    let dfn = &records[..n];
     let Predecessors { start, mut preds } = predecessors();
     let mid = n / 2;
     let (low, high) = preds.split_at_mut(start[mid] as usize);
     mark("records made (waited for the predecessor lists)");
     let work = std::thread::scope(|s| {
-        let (dfn, parent, start) = (&*dfn, &*parent, &start);
-        let other = s.spawn(move || renumber(dfn, parent, mid, &start[mid..], high, &part));
-        let mut work = renumber(dfn, parent, 0, &start[..=mid], low, &part);
+        let start = &start;
+        let other = s.spawn(move || renumber(dfn, mid, &start[mid..], high, &part));
+        let mut work = renumber(dfn, 0, &start[..=mid], low, &part);
         for (w, o) in work.iter_mut().zip(joined(other)) {
             *w += o;
         }
@@ -503,8 +495,9 @@ fn compute_in(
         split.map(|e| e as u32)
     };
     mark("lists renumbered");
-    Run::each(info, runs, &vertex, |r| r.dominators(&start, &preds, &root_children));
+    Run::each(info, runs, &vertex, |r| r.dominators(&start, &preds, &parents, &root_children));
     drop(root_children);
+    drop(parents);
     mark("semidominators and immediate dominators");
 
     // Retained sizes bottom-up in reverse preorder, in preorder space in
@@ -715,22 +708,17 @@ impl Predecessors {
 }
 
 /// Renumbers the lists of the nodes from `first` on that `start` bounds
-/// (`start[0]` at `preds[0]`) from nodes to preorder numbers (0-based),
-/// and moves each one's DFS parent to its front, marked [`FIRST`].
+/// (`start[0]` at `preds[0]`) from nodes to preorder numbers (0-based).
 /// Returns the work of the semidominators and dominators these nodes
 /// make, by [`PARTS`] of their numbers (`part`): a node's own, weighed
 /// as [`NODE`] predecessors, and its predecessors'.
-fn renumber(dfn: &[u32], parent: &[u32], first: usize, start: &[u32], preds: &mut [u32], part: &impl Fn(usize) -> usize) -> [u64; PARTS] {
+fn renumber(dfn: &[u32], first: usize, start: &[u32], preds: &mut [u32], part: &impl Fn(usize) -> usize) -> [u64; PARTS] {
     const AHEAD: usize = 16;
     let base = start[0] as usize;
     let mut work = [0u64; PARTS];
     for i in 0..start.len() - 1 {
         let v = first + i;
-        if let Some(&ahead) = dfn.get(v + AHEAD) {
-            prefetch(parent, ahead as usize - 1);
-        }
         let range = start[i] as usize - base..start[i + 1] as usize - base;
-        let p = parent[dfn[v] as usize - 1];
         for k in range.clone() {
             if let Some(&ahead) = preds.get(k + AHEAD) {
                 prefetch(dfn, ahead as usize);
@@ -738,11 +726,6 @@ fn renumber(dfn: &[u32], parent: &[u32], first: usize, start: &[u32], preds: &mu
             preds[k] = dfn[preds[k] as usize] - 1;
         }
         work[part(dfn[v] as usize - 1)] += NODE + range.len() as u64;
-        let list = &mut preds[range];
-        if let Some(i) = list.iter().position(|&x| x == p) {
-            list.swap(0, i);
-            list[0] |= FIRST;
-        }
     }
     work
 }
@@ -841,16 +824,18 @@ impl<'a> Run<'a> {
     }
 
     /// Semidominators, then immediate dominators (in place over the
-    /// forest's ancestors), from the predecessor lists (renumbered, the
-    /// DFS parent first and marked) and the virtual root's children.
-    fn dominators(self, start: &[u32], preds: &[u32], root_children: &[u32]) {
+    /// forest's ancestors), from the predecessor lists (renumbered), the
+    /// DFS parents by number (`parent`, the virtual root's [`NONE`]) and
+    /// the virtual root's children.
+    fn dominators(self, start: &[u32], preds: &[u32], parent: &[u32], root_children: &[u32]) {
         let Run { info, base, vertex } = self;
         let end = base + info.len() as u32;
         let list = |w: u32| {
             let v = vertex[w as usize] as usize;
             &preds[start[v] as usize..start[v + 1] as usize]
         };
-        let parent_of = |list: &[u32]| list.first().filter(|&&p| p & FIRST != 0).map_or(0, |&p| p & !FIRST);
+        // A walk's first node has the virtual root (0) for its parent.
+        let parent_of = |w: u32| if w == 0 { 0 } else { parent[w as usize] };
         // Each node's record holds, side by side so that one cache miss
         // fetches them: its ancestor in the linked forest (its DFS parent
         // until path compression shortens it; a node is linked once its
@@ -858,17 +843,10 @@ impl<'a> Run<'a> {
         // semidominator number on its compressed path (`best`, what
         // Lengauer–Tarjan's `eval` returns the label of), and its own
         // semidominator number.
-        const INIT_AHEAD: usize = 16;
         let at = |x: u32| (x - base) as usize;
         let first = base.max(1);
         for w in base..end {
-            if let Some(&v) = vertex.get(w as usize + 2 * INIT_AHEAD) {
-                prefetch(start, v as usize);
-            }
-            if let Some(&v) = vertex.get(w as usize + INIT_AHEAD) {
-                prefetch(preds, start[v as usize] as usize);
-            }
-            info[at(w)] = Info { ancestor: parent_of(list(w)), best: w, semi: w };
+            info[at(w)] = Info { ancestor: parent_of(w), best: w, semi: w };
         }
         for &c in root_children.iter().filter(|&&c| (base..end).contains(&c)) {
             info[at(c)].semi = 0;
@@ -889,19 +867,18 @@ impl<'a> Run<'a> {
             }
             if let Some(a) = ahead(w, 2) {
                 for &p in list(a) {
-                    prefetch(info, ((p & !FIRST) as usize).wrapping_sub(base as usize));
+                    prefetch(info, (p as usize).wrapping_sub(base as usize));
                 }
             }
             if let Some(a) = ahead(w, 1) {
                 for &p in list(a) {
-                    if let Some(r) = info.get(((p & !FIRST) as usize).wrapping_sub(base as usize)) {
+                    if let Some(r) = info.get((p as usize).wrapping_sub(base as usize)) {
                         prefetch(info, (r.ancestor as usize).wrapping_sub(base as usize));
                     }
                 }
             }
             let mut s = info[at(w)].semi;
             for &p in list(w) {
-                let p = p & !FIRST;
                 let e = if p >= end {
                     0
                 } else if p < base {
@@ -916,15 +893,15 @@ impl<'a> Run<'a> {
         }
         // Immediate dominators, in place over the ancestors (idom[w] needs
         // only idom of smaller numbers and semi[w] itself).
+        // (A parent's record read a few nodes ahead: the climb's first
+        // step, at random.)
+        const IDOM_AHEAD: usize = 16;
         for w in first..end {
-            if let Some(&v) = vertex.get(w as usize + 2 * INIT_AHEAD) {
-                prefetch(start, v as usize);
-            }
-            if let Some(&v) = vertex.get(w as usize + INIT_AHEAD) {
-                prefetch(preds, start[v as usize] as usize);
+            if let Some(&p) = parent.get(w as usize + IDOM_AHEAD).filter(|&&p| p >= base && p < end) {
+                prefetch(info, at(p));
             }
             let s = info[at(w)].semi;
-            let mut d = parent_of(list(w));
+            let mut d = parent_of(w);
             while d > s {
                 d = info[at(d)].ancestor;
             }
