@@ -134,23 +134,18 @@ pub fn compute(heap: &Heap, extra_roots: &[BlockId]) -> Dominators {
 /// leaders. Both cores work from the start: this thread walks the graph
 /// from the roots (which needs the leaks only then, for the leaders)
 /// while another classifies the blocks, hands the classes over, then
-/// counts the predecessor lists (needed once the whole walk is done) and
-/// starts filling them while this one walks on from the leaders; this
-/// one helps fill them once its walk is done (see [`PredecessorLists`]). (Built by this thread while
+/// builds the predecessor lists (needed once the whole walk is done)
+/// while this one walks on from the leaders. (Built by this thread while
 /// it waited for the classes, on a heap that is mostly lost, whose walk
 /// from the roots is short, the lists came after the classes, and the
 /// walk from the leaders waited for them: 0.1-0.25 s of `retained` on
 /// benches/c/mostly_lost.c's 10 M blocks.)
 pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -> (crate::leaks::Leaks, Dominators) {
     let given_flag = AtomicBool::new(false);
-    let lists = std::sync::Arc::new(PredecessorLists::new(heap));
     std::thread::scope(|s| {
         let (classes, given) = std::sync::mpsc::sync_channel(1);
         let ready = &given_flag;
-        let helper_lists = lists.clone();
         let other = s.spawn(move || {
-            let lists = helper_lists;
-            let _abandon = lists.abandon_unless_counted();
             let leaks = crate::leaks::analyze(heap, contents);
             mark("leak classes");
             // The leaders listed here, on the thread whose work waits
@@ -160,10 +155,9 @@ pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -
             // Nobody waiting means the walk has stopped: its panic goes on.
             let _ = classes.send((leaks, heads));
             ready.store(true, Ordering::Release);
-            lists.count();
-            mark("predecessor counts");
-            lists.fill();
+            let p = Predecessors::of(heap);
             mark("predecessor lists");
+            p
         });
         let mut got = None;
         let d = compute_in(
@@ -178,7 +172,7 @@ pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -
                 Err(_) => Vec::new(),
             },
             Some(ready),
-            || filled(lists, other),
+            || joined(other),
         );
         (got.expect("the leak classes were given"), d)
     })
@@ -187,17 +181,6 @@ pub fn with_leaks(heap: &Heap, contents: &(dyn crate::leaks::Contents + Sync)) -
 /// A scoped thread's result (its panic carried on).
 fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
     h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
-}
-
-/// The predecessor lists, filled by this thread beside `helper` (which
-/// counts them, then fills), once `helper` has ended.
-fn filled(lists: std::sync::Arc<PredecessorLists<'_>>, helper: std::thread::ScopedJoinHandle<'_, ()>) -> Predecessors {
-    lists.fill();
-    joined(helper);
-    match std::sync::Arc::try_unwrap(lists) {
-        Ok(lists) => lists.done(),
-        Err(_) => unreachable!("the helper, ended, held the only other reference"),
-    }
 }
 
 /// [`with_leaks`] over a loaded dump, the heuristics reading its contents.
@@ -210,16 +193,9 @@ pub fn of_dump(file: &crate::DumpFile, heap: &Heap) -> (crate::leaks::Leaks, Dom
 /// among the virtual root's children). The predecessor lists are built on
 /// a second thread while the walk runs.
 pub fn compute_with(heap: &Heap, extra_roots: impl FnOnce() -> Vec<BlockId>) -> Dominators {
-    let lists = std::sync::Arc::new(PredecessorLists::new(heap));
     std::thread::scope(|s| {
-        let helper_lists = lists.clone();
-        let helper = s.spawn(move || {
-            let lists = helper_lists;
-            let _abandon = lists.abandon_unless_counted();
-            lists.count();
-            lists.fill();
-        });
-        compute_in(heap, extra_roots, None, || filled(lists, helper))
+        let helper = s.spawn(|| Predecessors::of(heap));
+        compute_in(heap, extra_roots, None, || helper.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
     })
 }
 
@@ -697,163 +673,37 @@ struct Predecessors {
     preds: Vec<u32>,
 }
 
-/// The predecessor lists in the making, shared by two threads: one
-/// counts each node's predecessors (while the other walks the graph),
-/// then both fill the lists from their ends, taking the blocks' edges a
-/// chunk at a time, whoever is free (the walk's thread joins once its
-/// walk is done). A slot of a list is taken by an atomic decrement of its
-/// end, so the two threads never write the same one; the order of a
-/// list's entries then depends on the timing, which no answer reads (a
-/// node's semidominator is the least over its predecessors). (On
-/// benches/c/mostly_lost.c's 100 M blocks the walk ended 2.2 s before
-/// the lists, built on the other thread alone, were done.)
-struct PredecessorLists<'h> {
-    heap: &'h Heap,
-    start: Vec<AtomicU32>,
-    preds: Vec<AtomicU32>,
-    stage: std::sync::Mutex<Stage>,
-    counted: std::sync::Condvar,
-    /// The first block whose edges no thread has taken yet.
-    next: std::sync::atomic::AtomicUsize,
-    /// Blocks a thread takes at a time.
-    chunk: usize,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    Counting,
-    Counted,
-    /// The counting thread stopped (a panic) before the counts were made.
-    Abandoned,
-}
-
-/// Sets a [`PredecessorLists`] to [`Stage::Abandoned`] when dropped
-/// before its counts are made, so that a thread waiting to fill does not
-/// wait for ever.
-struct AbandonUnlessCounted<'a, 'h>(&'a PredecessorLists<'h>);
-
-impl Drop for AbandonUnlessCounted<'_, '_> {
-    fn drop(&mut self) {
-        let mut stage = self.0.stage.lock().unwrap_or_else(|e| e.into_inner());
-        if *stage == Stage::Counting {
-            *stage = Stage::Abandoned;
-            self.0.counted.notify_all();
-        }
-    }
-}
-
-impl<'h> PredecessorLists<'h> {
-    const AHEAD: usize = 16;
-
-    /// The tables, zeroed memory not touched yet.
-    fn new(heap: &'h Heap) -> Self {
+impl Predecessors {
+    /// Counts each node's predecessors, then fills the lists from their
+    /// ends, reading the heap's edges in order (a target's count
+    /// prefetched a few edges ahead: the writes go all over the tables).
+    fn of(heap: &Heap) -> Predecessors {
+        const AHEAD: usize = 16;
         let n = heap.len() + 1;
-        let start: Vec<AtomicU32> = bytemuck::allocation::zeroed_vec(n + 1);
-        huge_pages(&start);
-        let preds: Vec<AtomicU32> = bytemuck::allocation::zeroed_vec(heap.raw_edges().1.len());
-        huge_pages(&preds);
-        PredecessorLists {
-            heap,
-            start,
-            preds,
-            stage: std::sync::Mutex::new(Stage::Counting),
-            counted: std::sync::Condvar::new(),
-            next: Default::default(),
-            chunk: 1 << 14,
-        }
-    }
-
-    /// The guard the counting thread holds from its start (see
-    /// [`AbandonUnlessCounted`]).
-    fn abandon_unless_counted(&self) -> AbandonUnlessCounted<'_, 'h> {
-        AbandonUnlessCounted(self)
-    }
-
-    /// Counts each node's predecessors, reading the heap's edges in order
-    /// (a target's count prefetched a few edges ahead: the writes go all
-    /// over the table), and sums them into the lists' ends; then the
-    /// lists may be filled. One thread only.
-    fn count(&self) {
-        let n = self.heap.len() + 1;
-        let targets = self.heap.raw_edges().1;
+        let (starts, targets) = heap.raw_edges();
         let node_at = |k: usize| targets.get(k).map_or(n, |&t| (t & !INTERIOR) as usize + 1);
-        let start = &self.start[..];
-        let (get, set) = (|a: &AtomicU32| a.load(Ordering::Relaxed), |a: &AtomicU32, x| a.store(x, Ordering::Relaxed));
+        let mut start = vec![0u32; n + 1];
+        huge_pages(&start);
         for k in 0..targets.len() {
-            prefetch(start, node_at(k + Self::AHEAD));
-            let c = &start[node_at(k)];
-            set(c, get(c) + 1);
+            prefetch(&start, node_at(k + AHEAD));
+            start[node_at(k)] += 1;
         }
         // start[v]: the end of v's list.
         for v in 1..n {
-            set(&start[v], get(&start[v]) + get(&start[v - 1]));
+            start[v] += start[v - 1];
         }
-        set(&start[n], targets.len() as u32);
-        *self.stage.lock().unwrap_or_else(|e| e.into_inner()) = Stage::Counted;
-        self.counted.notify_all();
-    }
-
-    /// Fills the lists with the edges of the blocks no thread has taken
-    /// yet, a chunk at a time, once the counts are made (waiting for
-    /// them); returns at once when their thread stopped before.
-    fn fill(&self) {
-        {
-            let mut stage = self.stage.lock().unwrap_or_else(|e| e.into_inner());
-            while *stage == Stage::Counting {
-                stage = self.counted.wait(stage).unwrap_or_else(|e| e.into_inner());
-            }
-            if *stage == Stage::Abandoned {
-                return;
+        start[n] = targets.len() as u32;
+        let mut preds = vec![0u32; targets.len()];
+        huge_pages(&preds);
+        for b in 0..heap.len() {
+            for k in starts[b] as usize..starts[b + 1] as usize {
+                prefetch(&start, node_at(k + AHEAD));
+                let w = node_at(k);
+                start[w] -= 1;
+                preds[start[w] as usize] = b as u32 + 1;
             }
         }
-        let nb = self.heap.len();
-        let (starts, targets) = self.heap.raw_edges();
-        let node_at = |k: usize| targets.get(k).map_or(nb + 1, |&t| (t & !INTERIOR) as usize + 1);
-        let (start, preds) = (&self.start[..], &self.preds[..]);
-        loop {
-            let first = self.next.fetch_add(self.chunk, Ordering::Relaxed);
-            if first >= nb {
-                return;
-            }
-            for b in first..(first + self.chunk).min(nb) {
-                for k in starts[b] as usize..starts[b + 1] as usize {
-                    prefetch(start, node_at(k + Self::AHEAD));
-                    let slot = start[node_at(k)].fetch_sub(1, Ordering::Relaxed) - 1;
-                    preds[slot as usize].store(b as u32 + 1, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-
-    /// The lists, once every thread's [`PredecessorLists::fill`] has
-    /// returned.
-    fn done(self) -> Predecessors {
-        Predecessors { start: plain(self.start), preds: plain(self.preds) }
-    }
-}
-
-impl Predecessors {
-    /// The lists made by this thread alone.
-    #[cfg(test)]
-    fn of(heap: &Heap) -> Predecessors {
-        let lists = PredecessorLists::new(heap);
-        lists.count();
-        lists.fill();
-        lists.done()
-    }
-}
-
-/// A table of atomics as the plain numbers it holds, in place.
-fn plain(v: Vec<AtomicU32>) -> Vec<u32> {
-    let mut v = std::mem::ManuallyDrop::new(v);
-    let (p, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
-    #[allow(unsafe_code)]
-    // SAFETY: `AtomicU32` has the same size, alignment and bit validity as
-    // `u32` (its documentation), so the allocation, its length and its
-    // capacity are those of a `Vec<u32>` holding the same numbers; `v` is
-    // not used or dropped after.
-    unsafe {
-        Vec::from_raw_parts(p.cast::<u32>(), len, cap)
+        Predecessors { start, preds }
     }
 }
 
@@ -1250,9 +1100,7 @@ mod tests {
         /// (`compute_in` with the leaders not ready) as when they come at
         /// once: lost cycles (whose leader has a predecessor), blocks
         /// pointing to themselves, lost blocks pointing into the reached
-        /// part, interior pointers. The first tree's predecessor lists
-        /// are filled by two threads a block at a time (their entries in
-        /// whatever order the threads take them), the second's by one.
+        /// part, interior pointers.
         #[test]
         fn walking_first_from_the_unpointed_blocks_changes_no_dominator(
             n in 1usize..80,
@@ -1281,16 +1129,7 @@ mod tests {
             let h = Heap::from_parts(Header::new(Mode::Compact, Reason::Api, 4096, 1, 0), blocks, &edges, roots, vec![region]);
             let l = crate::leaks::analyze(&h, &crate::leaks::NoContents);
             let late = AtomicBool::new(false);
-            let by_two = || {
-                let lists = PredecessorLists { chunk: 1, ..PredecessorLists::new(&h) };
-                lists.count();
-                std::thread::scope(|s| {
-                    s.spawn(|| lists.fill());
-                    lists.fill();
-                });
-                lists.done()
-            };
-            let first = compute_in(&h, || l.heads(), Some(&late), by_two);
+            let first = compute_in(&h, || l.heads(), Some(&late), || Predecessors::of(&h));
             let at_once = compute_in(&h, || l.heads(), None, || Predecessors::of(&h));
             proptest::prop_assert_eq!(first.parts(), at_once.parts());
             proptest::prop_assert_eq!(first.children().of(n), at_once.children().of(n));
