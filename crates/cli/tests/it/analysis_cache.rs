@@ -467,10 +467,13 @@ fn the_phases_are_said_when_asked_and_only_then() {
     let mut last: std::collections::HashMap<String, f64> = Default::default();
     let mut named = Vec::new();
     for line in said.lines().filter(|l| l.starts_with("heapdump: phase ")) {
-        // "heapdump: phase   0.123 s leak classes (helper)"
+        // "heapdump: phase   0.123 s leak classes (helper) cpu 0.10 s user 0.02 s system"
         let rest = line["heapdump: phase ".len()..].trim_start();
         let (secs, rest) = rest.split_once(" s ").unwrap_or_else(|| panic!("{line}"));
+        let (rest, cpu) = rest.rsplit_once(") cpu ").unwrap_or_else(|| panic!("{line}"));
         let (what, thread) = rest.rsplit_once(" (").unwrap_or_else(|| panic!("{line}"));
+        let cpu: Vec<f64> = cpu.split(' ').filter_map(|w| w.parse().ok()).collect();
+        assert_eq!(cpu.len(), 2, "user and system time in {line}");
         let t: f64 = secs.parse().unwrap_or_else(|_| panic!("{line}"));
         let before = last.insert(thread.to_string(), t).unwrap_or(0.0);
         assert!(t >= before, "{thread}'s phases out of order: {said}");
