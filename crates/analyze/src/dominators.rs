@@ -456,14 +456,15 @@ fn compute_in(
     // a quarter of the pages): node v's, the first word of its record,
     // moved to word v, read before it is written over (in increasing
     // order, word v lies in record v / 4 or an earlier one, read
-    // already). The records take 12 bytes a node; the rest of the walk's
-    // memory is given back only when the retained sizes' table is made
-    // (see there).
+    // already). Then the memory cut to the records' 12 bytes a node (the
+    // rest given back).
     const _: () = assert!(std::mem::offset_of!(Walk, number) == 0);
     let mut records: Vec<u32> = bytemuck::allocation::cast_vec(walk);
     for v in 0..n {
         records[v] = records[4 * v];
     }
+    records.truncate(3 * n);
+    records.shrink_to_fit();
     let dfn = &records[..n];
     let Predecessors { start, mut preds } = predecessors();
     let mid = n / 2;
@@ -488,7 +489,7 @@ fn compute_in(
     // walks: semidominators and immediate dominators in one pass, then,
     // once the predecessor lists are spent and their memory holds the
     // immediate dominators and counts by block, the retained sums.
-    let info = bytemuck::cast_slice_mut::<u32, Info>(&mut records[..3 * count]);
+    let info = &mut bytemuck::cast_slice_mut::<u32, Info>(&mut records)[..count];
     let runs = {
         let total: u64 = work.iter().sum();
         let before = |e: usize| work[..part(e)].iter().sum::<u64>();
@@ -497,6 +498,8 @@ fn compute_in(
     };
     mark("lists renumbered");
     Run::each(info, runs, &vertex, |r| r.dominators(&start, &preds, &parents, &root_children));
+    drop(root_children);
+    drop(parents);
     mark("semidominators and immediate dominators");
 
     // Retained sizes bottom-up in reverse preorder, in preorder space in
@@ -505,21 +508,7 @@ fn compute_in(
     // immediate dominators and counts in block space, in the lists'
     // tables, done with (memory the process has touched already: fresh
     // pages cost a fault each).
-    //
-    // Memory is given back right before new memory is asked for, as much
-    // of it as can be: on a VM whose host takes back the pages a guest
-    // frees (free page reporting, a few seconds after), a page the kernel
-    // hands out again at once costs nothing more, and one given back
-    // earlier costs a fault in the host too (fresh huge pages: 2-5 s per
-    // GiB on this machine). So the records' spare third (the walk's last
-    // 4 bytes a node) and the lists' spare memory go back here, where
-    // the retained sizes' table is made; the DFS parents and the virtual
-    // root's children, where the children lists' sort takes its scratch
-    // (benches/c/mostly_lost.c's 100 M blocks: 0.4 and 0.5 GB that were
-    // fresh memory).
     let nb = heap.len();
-    records.truncate(3 * n);
-    records.shrink_to_fit();
     let mut idom = reuse(preds, nb, NONE);
     let mut dominated = reuse(start, nb, 0);
     // Each block's retained size, written by block as its sum is final:
@@ -529,7 +518,6 @@ fn compute_in(
     // first touch).
     let retained: Vec<AtomicU64> = bytemuck::allocation::zeroed_vec(nb);
     huge_pages(&retained);
-    let info = bytemuck::cast_slice_mut::<u32, Info>(&mut records[..3 * count]);
     {
         let (idom, dominated) = (atomics(&mut idom), atomics(&mut dominated));
         Run::each(info, runs, &vertex, |r| r.sums(heap, idom, dominated, &retained));
@@ -538,8 +526,6 @@ fn compute_in(
     let retained: Vec<u64> = retained.into_iter().map(AtomicU64::into_inner).collect();
     mark("retained sums");
     // The children lists in the records' memory and `vertex`'s.
-    drop(root_children);
-    drop(parents);
     let (start, list) = children_lists(&idom, &retained, records, vertex);
     mark("children lists");
     Dominators {
