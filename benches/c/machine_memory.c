@@ -71,33 +71,10 @@ static void reads(size_t mib, int huge) {
     munmap(t, n * 8);
 }
 
-static void touches(size_t mib, int huge) {
-    size_t bytes = mib << 20;
-    for (int again = 0; again < 2; again++) {
-        char *p = fresh(bytes, huge);
-        double t0 = now();
-        for (size_t i = 0; i < bytes; i += 4096) p[i] = 1;
-        double d = now() - t0;
-        printf("first touch, %5zu MiB, %s pages, %s: %.2f s a GiB\n", mib, huge ? "huge " : "small",
-               again ? "memory this process just gave back" : "fresh memory      ", d / ((double)bytes / (1 << 30)));
-        munmap(p, bytes);
-    }
-}
-
-/* 3. (`--reuse`) How soon memory given back must be taken again to cost
-   nothing: fresh memory touched, given back, and touched again after a
-   gap of 0, 1, 3 and 6 s (a guest's free page reporting hands the freed
-   pages to the host some seconds after); then fresh memory on small
-   pages by size (small pages come first from the guest's free blocks
-   below 2 MiB, which reporting leaves alone: cheap until they run out).
-   Each fresh touch waits 8 s first, so that the last one's memory has
-   been reported. */
-static double touch_once(size_t bytes, int huge, double gap) {
+/* Fresh memory of `bytes` mapped, each page touched once, given back:
+   the touch's seconds a GiB. */
+static double touch_rate(size_t bytes, int huge) {
     char *p = fresh(bytes, huge);
-    for (size_t i = 0; i < bytes; i += 4096) p[i] = 1;
-    munmap(p, bytes);
-    if (gap > 0) usleep((useconds_t)(gap * 1e6));
-    p = fresh(bytes, huge);
     double t0 = now();
     for (size_t i = 0; i < bytes; i += 4096) p[i] = 1;
     double d = now() - t0;
@@ -105,24 +82,35 @@ static double touch_once(size_t bytes, int huge, double gap) {
     return d / ((double)bytes / (1 << 30));
 }
 
+static void touches(size_t mib, int huge) {
+    for (int again = 0; again < 2; again++)
+        printf("first touch, %5zu MiB, %s pages, %s: %.2f s a GiB\n", mib, huge ? "huge " : "small",
+               again ? "memory this process just gave back" : "fresh memory      ", touch_rate(mib << 20, huge));
+}
+
+/* 3. (`--reuse`) How soon memory given back must be taken again to cost
+   nothing: fresh memory touched, given back, and touched again after a
+   gap of 0, 1, 3 and 6 s (a guest's free page reporting hands the freed
+   pages to the host some seconds after); then fresh memory by size, on
+   small pages and huge ones (small pages come first from the guest's
+   free blocks below 2 MiB, which reporting leaves alone: cheap until
+   they run out). Each measure waits 8 s first, so that the last one's
+   memory has been reported. */
 static void reuse(void) {
     const double gaps[] = {0, 1, 3, 6};
     for (int i = 0; i < 4; i++) {
         sleep(8);
+        touch_rate(1024 << 20, 1);
+        usleep((useconds_t)(gaps[i] * 1e6));
         printf("touched again %.0f s after it was given back, 1024 MiB, huge pages: %.2f s a GiB\n", gaps[i],
-               touch_once(1024 << 20, 1, gaps[i]));
+               touch_rate(1024 << 20, 1));
     }
     const size_t mibs[] = {1024, 6144};
     for (int i = 0; i < 2; i++)
         for (int huge = 0; huge < 2; huge++) {
             sleep(8);
-            char *p = fresh(mibs[i] << 20, huge);
-            double t0 = now();
-            for (size_t k = 0; k < mibs[i] << 20; k += 4096) p[k] = 1;
-            double d = now() - t0;
-            munmap(p, mibs[i] << 20);
             printf("first touch, %5zu MiB, %s pages, fresh memory: %.2f s a GiB\n", mibs[i], huge ? "huge " : "small",
-                   d / ((double)(mibs[i] << 20) / (1 << 30)));
+                   touch_rate(mibs[i] << 20, huge));
         }
 }
 
