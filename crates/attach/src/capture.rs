@@ -46,8 +46,12 @@ pub struct CaptureInfo {
     /// Whether `glibc` is only the oldest version the program's strings
     /// allow (a static program without glibc's banner).
     pub glibc_inferred: bool,
-    /// How long the process was held (live captures).
+    /// How long the process was held (live captures): every stop's, when
+    /// it was stopped more than once.
     pub pause_ns: u64,
+    /// How many times it was stopped (live captures: again after a stop
+    /// that found an allocator's lock taken, or a heap mid-update).
+    pub stops: usize,
     /// What the user should know (memory a core did not hold, a locked
     /// arena, …).
     pub warnings: Vec<String>,

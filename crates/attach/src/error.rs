@@ -60,6 +60,10 @@ pub enum Error {
         pid: i32,
         /// The thread.
         tid: i32,
+        /// What it was doing, in words (its state and kernel function).
+        state: String,
+        /// How long it had.
+        within: std::time::Duration,
     },
     /// The process's executable (`/proc/PID/exe`) cannot be read:
     /// another user's process.
@@ -364,6 +368,24 @@ pub enum Damage {
         /// The per-thread cache.
         cache: u64,
     },
+    /// A per-thread cache's list leads to no chunk of its size class (at:
+    /// where it leads).
+    TcacheBroken {
+        /// The list's index.
+        list: usize,
+        /// The per-thread cache.
+        cache: u64,
+    },
+    /// A per-thread cache's list holds other than its count (at: the
+    /// cache).
+    TcacheCount {
+        /// The list's index.
+        list: usize,
+        /// Its count.
+        count: usize,
+        /// The chunks it leads through.
+        held: usize,
+    },
 }
 
 /// Why a chunk's size is refused.
@@ -500,7 +522,11 @@ impl fmt::Display for Error {
             }
             Error::TraceDenied { pid, cause, needs_privilege: true } => write!(f, "cannot trace process {pid}: {cause}: {NEEDS}"),
             Error::TraceDenied { pid, cause, needs_privilege: false } => write!(f, "cannot trace process {pid}: {cause}"),
-            Error::ThreadDidNotStop { pid, tid } => write!(f, "thread {tid} of process {pid} did not stop"),
+            Error::ThreadDidNotStop { pid, tid, state, within } => write!(
+                f,
+                "thread {tid} of process {pid} did not stop within {} s: it is {state}; the process was let go, nothing was read (try again once the call returns)",
+                within.as_secs_f64()
+            ),
             Error::ExeUnreadable { path, cause } => write!(f, "cannot read {path}: {cause}: another user's process {NEEDS}"),
             Error::NotX86_64 { path } => write!(f, "{path} is not an x86-64 program: attach reads x86-64 processes only"),
             Error::NotACore { path, why } => write!(f, "{}: not an x86-64 ELF core file ({why})", path.display()),
@@ -627,6 +653,14 @@ fn damage(f: &mut fmt::Formatter<'_>, at: u64, what: &Damage) -> fmt::Result {
         Damage::TcacheLoop { list, cache } => {
             write!(f, "list {list} of the per-thread cache at {cache:#x} meets chunk {at:#x} a second time (a loop): a damaged heap")
         }
+        Damage::TcacheBroken { list, cache } => write!(
+            f,
+            "list {list} of the per-thread cache at {cache:#x} leads to {at:#x}, no freed chunk of its size (a write into a freed block?): a damaged heap"
+        ),
+        Damage::TcacheCount { list, count, held } => write!(
+            f,
+            "list {list} of the per-thread cache at {at:#x} counts {count} chunks but leads through {held}: a damaged heap"
+        ),
     }
 }
 

@@ -779,7 +779,10 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
         }
     }
     let mut caches: HashSet<u64> = HashSet::new();
-    for s in seen.iter().filter(|s| s.in_use && s.size == TCACHE_CHUNK) {
+    // (A cache carved from a free chunk only 16 bytes larger takes it
+    // whole: glibc splits off no remainder under 32 bytes. Busy threads
+    // over few arenas make such caches often.)
+    for s in seen.iter().filter(|s| s.in_use && (s.size == TCACHE_CHUNK || s.size == TCACHE_CHUNK + 16)) {
         if let Some(entries) = tcache_entries(mem, version, s, &seen, &index)? {
             caches.insert(s.chunk);
             for c in entries {
@@ -801,44 +804,60 @@ pub fn walk_heap(mem: &dyn Memory) -> Result<GlibcHeap> {
 }
 
 /// When the in-use chunk `s` is a thread's cache (`tcache_perthread_struct`):
-/// the chunks its lists hold. Every list must lead through chunks of its
-/// size class, as many as its count, and end; an empty cache counts only
-/// as the first chunk of a heap (where a thread's first allocation puts
-/// it), so that a program's own zeroed block of that size stays live. A
-/// list that comes back to a chunk it has passed is a damaged heap.
+/// the chunks its lists hold. It is one when every list's count and head
+/// agree (both naught, or a count and a chunk of the list's size class
+/// in use) and some list holds a chunk; an empty cache counts only as the
+/// first chunk of a heap (where a thread's first allocation puts it), so
+/// that a program's own zeroed block of that size stays live. In a
+/// cache, a list that leads past its head to no chunk of its size class,
+/// comes back to a chunk it has passed, or holds other than its count is
+/// a damaged heap (a write into a freed block, most often), not a block
+/// of the program's.
 fn tcache_entries(mem: &dyn Memory, version: (u32, u32), s: &Seen, seen: &[Seen], index: &Index<'_>) -> Result<Option<Vec<u64>>> {
     let Ok(body) = mem.bytes(s.chunk + 16, 2 * TCACHE_BINS + 8 * TCACHE_BINS) else { return Ok(None) };
     let count = |i: usize| u16::from_le_bytes([body[2 * i], body[2 * i + 1]]) as usize;
     let entry = |i: usize| u64::from_le_bytes(body[128 + 8 * i..136 + 8 * i].try_into().unwrap_or([0; 8]));
+    let cache = s.chunk + 16;
+    // The chunk of list `i`'s entry `e`, when it is one of its class in use.
+    let of_list = |i: usize, e: u64| {
+        let c = e.checked_sub(16)?;
+        let k = index.get(c)?;
+        (seen[k].size == 32 + 16 * i as u64 && seen[k].in_use).then_some(c)
+    };
+    let mut any = false;
+    for i in 0..TCACHE_BINS as usize {
+        let (n, e) = (count(i), entry(i));
+        if (n == 0) != (e == 0) || (e != 0 && of_list(i, e).is_none()) {
+            return Ok(None);
+        }
+        any |= e != 0;
+    }
+    if !any {
+        return Ok(s.first.then_some(Vec::new()));
+    }
     let mut out = Vec::new();
     let mut met: HashSet<u64> = HashSet::new();
     for i in 0..TCACHE_BINS as usize {
         let (n, mut e) = (count(i), entry(i));
-        if (n == 0) != (e == 0) {
-            return Ok(None);
-        }
         // Followed to its end (a loop is met within as many steps as
         // there are chunks), then held to its count.
         let mut len = 0;
         while e != 0 {
-            let Some(c) = e.checked_sub(16) else { return Ok(None) };
-            let Some(k) = index.get(c) else { return Ok(None) };
-            if seen[k].size != 32 + 16 * i as u64 || !seen[k].in_use {
-                return Ok(None);
-            }
+            let broken = |at| Error::DamagedHeap { at, what: Damage::TcacheBroken { list: i, cache } };
+            let c = of_list(i, e).ok_or(broken(e))?;
             if !met.insert(c) {
-                return Err(Error::DamagedHeap { at: c, what: Damage::TcacheLoop { list: i, cache: s.chunk + 16 } });
+                return Err(Error::DamagedHeap { at: c, what: Damage::TcacheLoop { list: i, cache } });
             }
             out.push(c);
             len += 1;
-            let Ok(stored) = mem.u64(e) else { return Ok(None) };
+            let stored = mem.u64(e).map_err(|_| broken(e))?;
             e = reveal(version, e, stored);
         }
         if len != n {
-            return Ok(None);
+            return Err(Error::DamagedHeap { at: cache, what: Damage::TcacheCount { list: i, count: n, held: len } });
         }
     }
-    Ok((!out.is_empty() || s.first).then_some(out))
+    Ok(Some(out))
 }
 
 /// The chunks glibc mapped by themselves: at a page start of an anonymous

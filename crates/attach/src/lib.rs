@@ -44,40 +44,50 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
     check_machine(pid)?;
     // A thread stopped inside malloc holds its arena's lock with the lists
     // half updated: let the process run a moment and stop it again, a
-    // bounded number of times (the capture then says which arena).
+    // bounded number of times and for a bounded time held in all (a
+    // process of hundreds of busy threads always has a lock taken: it
+    // is then read as it is, and the capture says which arena was
+    // locked).
     let mut tries = 0;
     let mut rereads = 0;
+    // The time every stop so far held the process, and their number.
+    let mut held_before = std::time::Duration::ZERO;
+    let mut stops = 0;
     'attempt: loop {
         let (p, held) = loop {
             let held = std::time::Instant::now();
             let p = live::Process::stop(pid)?;
             tries += 1;
+            stops += 1;
+            let last = tries >= 50 || held_before + held.elapsed() >= RETRY_HOLD;
+            let mut again = |p: live::Process| {
+                drop(p);
+                held_before += held.elapsed();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            };
             // tcmalloc: held when no central free list is locked.
             if let Some(t) = tcmalloc::find(&p)? {
-                if tries >= 50 || tcmalloc::settled(&t) {
+                if last || tcmalloc::settled(&t) {
                     break (p, held);
                 }
-                drop(p);
-                std::thread::sleep(std::time::Duration::from_millis(1));
+                again(p);
                 continue;
             }
             // mimalloc takes no lock on its pages: held when no thread is
             // stopped in its code.
             if let Some(f) = mimalloc::find(&p)? {
-                if tries >= 50 || mimalloc::settled(&f, p.threads()?.iter().map(|t| t.regs[16])) {
+                if last || mimalloc::settled(&f, p.threads()?.iter().map(|t| t.regs[16])) {
                     break (p, held);
                 }
-                drop(p);
-                std::thread::sleep(std::time::Duration::from_millis(1));
+                again(p);
                 continue;
             }
             // (jemalloc's and musl's locks are not read: their walks check
             // what they read.)
-            if tries >= 50 || jemalloc::find(&p)?.is_some() || musl::find(&p)?.is_some() || glibc::locked_arenas(&p)? == 0 {
+            if last || jemalloc::find(&p)?.is_some() || musl::find(&p)?.is_some() || glibc::locked_arenas(&p)? == 0 {
                 break (p, held);
             }
-            drop(p);
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            again(p);
         };
         // The runtime's helper thread (a program under `heapdump run`, or
         // one with `Tracked`) is held with the others, but it is no thread of
@@ -92,16 +102,19 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
         // was stopped in the middle of changing (in a system call an allocator
         // made, outside its code): read again after a moment, up to five
         // times; a heap still not adding up is damaged, and said so.
+        let held = held.elapsed();
         if let Err(e) = &snap {
             if e.damaged_at().is_some() && !e.is_refusal() && rereads < 5 {
                 rereads += 1;
+                held_before += held;
                 std::thread::sleep(std::time::Duration::from_millis(1));
                 continue 'attempt;
             }
         }
-        let pause = held.elapsed().as_nanos() as u64;
         let who = Identity { pid: pid as u32, exe, cmdline };
-        return capture::write(&snap?, &who, mode, Reason::Attach, out, pause);
+        let mut info = capture::write(&snap?, &who, mode, Reason::Attach, out, (held_before + held).as_nanos() as u64)?;
+        info.stops = stops;
+        return Ok(info);
     }
 }
 
@@ -117,6 +130,12 @@ pub fn core(path: &Path, exe: Option<&Path>, mode: Mode, out: &Path) -> Result<C
     let snap = capture::snapshot(&c, c.threads(), &[])?;
     capture::write(&snap, &who, mode, Reason::Core, out, 0)
 }
+
+/// The time the process may be held in all, over the stops that found an
+/// allocator's lock taken, before it is read as it is: each stop of a
+/// process of 200 busy threads held them 10-650 ms, and 50 such stops
+/// held it for up to 70 s.
+const RETRY_HOLD: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The name the runtime (crates/heapdump) gives its helper thread.
 const RUNTIME_THREAD: &str = "heapdump";

@@ -3,7 +3,9 @@
 //! `PTRACE_INTERRUPT`: no signal is sent, the program's own handlers and
 //! state are untouched), its memory read through `/proc/PID/mem`, its
 //! registers with `PTRACE_GETREGS`; detached when dropped, and the
-//! process goes on.
+//! process goes on. (A call Linux does not restart after a stop,
+//! `epoll_wait` and a few others, returns `EINTR` to a thread held
+//! inside it, as it does after gdb's or `gcore`'s stop: signal(7).)
 
 use crate::error::{on_file, Error, FileOp, Result, Unread};
 use crate::memory::{parse_maps, Map, Memory};
@@ -44,6 +46,77 @@ pub struct Process {
     /// signal-delivery-stop instead of the interrupt's stop): given back
     /// when it is let go.
     pending: Vec<i32>,
+    /// Threads seized and asked to stop that had not stopped when the
+    /// attach gave up on them.
+    late: Vec<i32>,
+}
+
+/// How long every thread has to stop, from the first asked: a thread in
+/// an uninterruptible sleep (`vfork`, a read of a hung NFS or FUSE file
+/// system, a core being written) cannot stop until its call returns,
+/// and meanwhile the threads already stopped would be held with it.
+const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How one thread's wait for its stop ended.
+enum Stop {
+    /// Stopped: its wait status.
+    Stopped(i32),
+    /// It exited, or is no longer this tracer's (another thread's exec
+    /// ends every other thread).
+    Gone,
+    /// Still running at the deadline.
+    Late,
+}
+
+/// Waits for seized and interrupted thread `t` to stop, until `deadline`:
+/// without blocking, a short sleep between looks (most threads stop at
+/// once; a blocking wait would hold the process for as long as one
+/// thread does not).
+fn wait_stopped(t: i32, deadline: std::time::Instant) -> Stop {
+    let mut pause = std::time::Duration::from_micros(20);
+    loop {
+        let mut status = 0;
+        // SAFETY: a plain int out-parameter; WNOHANG never blocks.
+        let w = unsafe { libc::waitpid(t, &mut status, libc::WNOHANG | libc::__WALL) };
+        if w == t {
+            if libc::WIFSTOPPED(status) {
+                return Stop::Stopped(status);
+            }
+            return Stop::Gone; // exited or killed
+        }
+        if w < 0 {
+            return Stop::Gone; // ECHILD: not ours any more
+        }
+        if std::time::Instant::now() >= deadline {
+            return Stop::Late;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(1));
+    }
+}
+
+/// What a thread is doing, in words, from `/proc/PID/task/TID/stat` and
+/// `wchan`: "uninterruptible sleep in vfork_completion" and the like.
+fn thread_state(pid: i32, t: i32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).unwrap_or_default();
+    // The state follows the name, which is in parentheses and may hold any byte.
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_ascii_whitespace().next()).unwrap_or("?");
+    let words = match state {
+        "D" => "in an uninterruptible sleep",
+        "R" => "running",
+        "S" => "sleeping",
+        "T" | "t" => "stopped",
+        "Z" => "a zombie",
+        "X" | "" | "?" => "gone",
+        _ => "in state",
+    };
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/wchan")).unwrap_or_default();
+    let wchan = wchan.trim();
+    if wchan.is_empty() || wchan == "0" {
+        format!("{words} ({state})")
+    } else {
+        format!("{words} ({state}, in {wchan})")
+    }
 }
 
 fn threads_of(pid: i32) -> Result<Vec<i32>> {
@@ -107,15 +180,20 @@ impl Process {
             mem: File::open("/dev/null").map_err(on_file(FileOp::Open, "/dev/null"))?,
             tids: Vec::new(),
             pending: Vec::new(),
+            late: Vec::new(),
         };
         // Threads may start while others are being seized: list again
-        // until every one listed is held.
+        // until every one listed is held. Each round seizes and interrupts
+        // every new thread first, then waits for them: the first ones are
+        // not held while the last are asked.
+        let deadline = std::time::Instant::now() + STOP_WITHIN;
         for _ in 0..100 {
             let all = threads_of(pid)?;
             let new: Vec<i32> = all.iter().copied().filter(|t| !p.tids.contains(t)).collect();
             if new.is_empty() {
                 break;
             }
+            let mut asked = Vec::with_capacity(new.len());
             for t in new {
                 // SAFETY: PTRACE_SEIZE takes a tid and no pointer (addr and
                 // data 0: no options).
@@ -127,19 +205,28 @@ impl Process {
                     }
                     return Err(refusal(pid, errno));
                 }
-                p.tids.push(t);
                 // SAFETY: as above; the thread is ours to interrupt.
                 unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, t, 0usize, 0usize) };
-                let mut status = 0;
-                // SAFETY: a plain int out-parameter.
-                let w = unsafe { libc::waitpid(t, &mut status, libc::__WALL) };
-                if w != t {
-                    return Err(Error::ThreadDidNotStop { pid, tid: t });
+                asked.push(t);
+            }
+            for (i, &t) in asked.iter().enumerate() {
+                match wait_stopped(t, deadline) {
+                    // A signal that arrived first stops the thread for it
+                    // (its stop carries no ptrace event): kept to give back.
+                    Stop::Stopped(status) => {
+                        let sig = if status >> 16 == 0 { libc::WSTOPSIG(status) } else { 0 };
+                        p.tids.push(t);
+                        p.pending.push(sig);
+                    }
+                    // It ended (or an exec in another thread ended it).
+                    Stop::Gone => {}
+                    Stop::Late => {
+                        // Let go when they stop (see `Drop`), the stopped
+                        // ones at once.
+                        p.late.extend_from_slice(&asked[i..]);
+                        return Err(Error::ThreadDidNotStop { pid, tid: t, state: thread_state(pid, t), within: STOP_WITHIN });
+                    }
                 }
-                // A signal that arrived first stops the thread for it (its
-                // stop carries no ptrace event): keep it to give back.
-                let sig = if libc::WIFSTOPPED(status) && status >> 16 == 0 { libc::WSTOPSIG(status) } else { 0 };
-                p.pending.push(sig);
             }
         }
         let maps = format!("/proc/{pid}/maps");
@@ -243,6 +330,18 @@ impl Drop for Process {
             // SAFETY: detaching a thread we seized; it resumes as it was,
             // with the signal it was stopped for, if any.
             unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0usize, give_back) };
+        }
+        // A thread that had not stopped can be detached only once it has:
+        // looked for a moment; past that it stays seized, with its
+        // interrupt pending, until this tracer exits (the kernel then
+        // detaches it, its stop undone) — the command line exits at once.
+        let soon = std::time::Instant::now() + std::time::Duration::from_millis(10);
+        for &t in &self.late {
+            if let Stop::Stopped(status) = wait_stopped(t, soon) {
+                let sig = if status >> 16 == 0 { libc::WSTOPSIG(status) as usize } else { 0 };
+                // SAFETY: as above: a thread we seized, now stopped.
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0usize, sig) };
+            }
         }
     }
 }

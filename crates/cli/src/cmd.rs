@@ -551,6 +551,7 @@ fn outside(what: Outside, mode: DumpMode, output: Option<PathBuf>) -> Result<Exi
         eprintln!("heapdump: warning: {w}");
     }
     let held = match what {
+        Outside::Attach(_) if info.stops > 1 => format!(", held {:.1} ms in {} stops", info.pause_ns as f64 / 1e6, info.stops),
         Outside::Attach(_) => format!(", held {:.1} ms", info.pause_ns as f64 / 1e6),
         Outside::Core(..) => String::new(),
     };

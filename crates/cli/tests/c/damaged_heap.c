@@ -4,6 +4,9 @@
      zero         a chunk's size 0
      past         a chunk's size far past the heap's end
      tcache-loop  a per-thread cache list whose chunk leads to itself
+     tcache-uaf   a per-thread cache list whose second chunk's link is
+                  written over (a write into a freed block): it leads to
+                  a live block of another size
      fastbin-loop a fastbin whose last chunk leads back to its first
      bin-loop     a chunk in a large bin that leads to itself (the walk
                   does not follow the bins: the heap is still walked right)
@@ -55,6 +58,12 @@ int main(int argc, char **argv) {
         free(y); /* the list: y, x */
         *(uintptr_t *)y = protect(y, y);
         named = (uintptr_t)y - 16;
+    } else if (!strcmp(how, "tcache-uaf")) {
+        void *x = malloc(40), *y = malloc(40);
+        free(x);
+        free(y); /* the list: y, x */
+        *(uintptr_t *)x = protect(x, live[5]);
+        named = (uintptr_t)live[5];
     } else if (!strcmp(how, "fastbin-loop")) {
         void *t[7], *p, *q;
         for (int i = 0; i < 7; i++) t[i] = malloc(56);

@@ -319,3 +319,42 @@ fn mapped_blocks_written_only_at_their_start_are_found() {
         assert!(sizes.contains(&usable), "no block of {usable} bytes for malloc({req}): {sizes:?}");
     }
 }
+
+#[test]
+fn a_thread_that_cannot_stop_is_not_waited_for() {
+    // A thread in vfork() cannot stop until its child ends: attach gives
+    // up on it within its deadline, in one line naming the thread and
+    // what it is doing, lets the rest of the process go (before, the
+    // threads already stopped were held until the call returned, however
+    // long: a hung NFS read holds them for good), and once the call has
+    // returned the process is attached as always.
+    let d = Scratch::new("vfork-thread");
+    let prog = compile(&d, "vfork_thread.c", &["-O0", "-g"]);
+    let mut child = Command::new(&prog).arg("4").stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id() as i32;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let vfork_child: i32 = line.trim().strip_prefix("child ").unwrap_or_else(|| panic!("{line}")).parse().unwrap();
+    let out = d.path("a.hdump");
+    let o = heapdump().args(["attach", &pid.to_string(), "-o"]).arg(&out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let running = Path::new(&format!("/proc/{vfork_child}")).exists();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("did not stop within") && err.contains("uninterruptible"), "{err}");
+    assert!(running, "attach waited for the vfork child {vfork_child} to end: {err}");
+    assert!(!out.exists());
+    // Once the call returned: attached, the program still running.
+    for _ in 0..1000 {
+        if !Path::new(&format!("/proc/{vfork_child}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let line = attach(pid, &out, "compact");
+    assert!(line.contains("2 threads"), "{line}");
+    assert!(child.try_wait().unwrap().is_none(), "the program ended");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -162,12 +162,41 @@ fn every_allocation_api_is_walked_right() {
 }
 
 #[test]
+fn a_thread_cache_in_a_larger_chunk_is_still_a_cache() {
+    // glibc gives a thread's cache a chunk 16 bytes larger than its own
+    // when that is the free chunk it finds (no remainder under 32 bytes):
+    // read as a block of the program's, its ~280 freed chunks were
+    // counted live (and most of them lost). Every block the program
+    // holds is found, and no more than the few glibc keeps for itself.
+    let d = Scratch::new("tcache-2a0");
+    let prog = compile(&d, "tcache_whole_chunk.c", &["-O0", "-g"]);
+    let told = d.path("told.txt");
+    let mut cmd = Command::new(&prog);
+    cmd.arg(&told);
+    let p = Stopped::start_in(cmd, |_, pid| pid);
+    let want = listed(&std::fs::read_to_string(&told).unwrap());
+    assert_eq!(want.len(), 102);
+    for (how, out) in [("attach", d.path("a.hdump")), ("core", d.path("c.hdump"))] {
+        let o = if how == "attach" { attach(p.pid, &out) } else { core(&d, p.pid, &out) };
+        ok(&o);
+        let got: BTreeMap<u64, u64> = blocks(&out).into_iter().collect();
+        let wrong: Vec<_> = want.iter().filter(|(a, s)| got.get(a) != Some(s)).take(5).collect();
+        assert!(wrong.is_empty(), "{how}: blocks not found with their usable size: {wrong:x?}");
+        let extra: Vec<_> = got.iter().filter(|(a, _)| !want.contains_key(a)).collect();
+        assert!(extra.len() <= 3, "{how}: {} blocks the program does not hold: {:x?}", extra.len(), &extra[..extra.len().min(8)]);
+    }
+}
+
+#[test]
 fn damaged_heaps_are_refused_at_the_damage() {
     // Each damage is refused in one line naming where the heap stops
     // adding up, by attach and by core, without walking on: a size
     // pointing backwards, followed, loops the walk until it takes 3 GB.
     // A loop in a bin the walk does not follow leaves it right.
-    for how in ["backward", "zero", "past", "tcache-loop", "fastbin-loop", "arena-next", "heap-loop", "bin-loop"] {
+    // A write into a freed block that breaks a per-thread cache's list
+    // is damage too, not a cue that the cache is a block of the
+    // program's (which counted the cache and every chunk it holds live).
+    for how in ["backward", "zero", "past", "tcache-loop", "tcache-uaf", "fastbin-loop", "arena-next", "heap-loop", "bin-loop"] {
         let d = Scratch::new("damaged");
         let prog = compile(&d, "damaged_heap.c", &["-O0", "-g"]);
         let told = d.path("told.txt");
