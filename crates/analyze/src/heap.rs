@@ -886,7 +886,20 @@ impl Heap {
             return b.size as f64;
         }
         let s = b.size as f64;
-        s / (1.0 - (-s / self.sample_mean as f64).exp())
+        let x = s / self.sample_mean as f64;
+        // The chance the block was sampled. Where `x` is too small for
+        // `1 - e^-x` to differ from 0 (a mean near 2^64 in a damaged or
+        // crafted dump), that form gave an infinite weight, then NaN, and
+        // `top` dropped every row: `expm1` keeps it finite there.
+        let p = match 1.0 - (-x).exp() {
+            p if p > 0.0 => p,
+            _ => -(-x).exp_m1(),
+        };
+        if p > 0.0 && p.is_finite() {
+            s / p
+        } else {
+            s
+        }
     }
 
     /// (bytes factor, count factor) of the sampled excess, or `None` when

@@ -50,7 +50,7 @@ pub fn check(o: CheckOptions) -> Result<ExitCode> {
     // verdict.
     let mut sup = Suppressions::default();
     for path in &o.suppressions {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read suppressions {}", path.display()))?;
+        let text = crate::cmd::read_suppressions(path)?;
         sup.extend(Suppressions::parse(&text).map_err(|e| Usage(format!("{}: {e}", path.display())))?);
     }
     // Only what the program's exit dumps need: no dump signal of ours in

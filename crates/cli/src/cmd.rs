@@ -477,7 +477,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             });
             let mut sup = None;
             for path in &suppressions {
-                let text = std::fs::read_to_string(path).with_context(|| format!("cannot read suppressions {}", path.display()))?;
+                let text = read_suppressions(path)?;
                 let parsed = heapdump_analyze::suppress::Suppressions::parse(&text)
                     .map_err(|e| crate::output::Usage(format!("{}: {e}", path.display())))?;
                 sup.get_or_insert_with(heapdump_analyze::suppress::Suppressions::default).extend(parsed);
@@ -498,6 +498,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             export(&dump, format, &output, address.as_deref(), depth, max_nodes)
         }
         Command::Report { dump, output, baseline } => {
+            not_over_input(&output, [Some(&dump), baseline.as_ref()].into_iter().flatten())?;
             let loaded = views::load(&dump)?;
             let diff = match &baseline {
                 Some(b) => {
@@ -710,7 +711,26 @@ fn write_file(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>
     Ok(())
 }
 
+/// Refuses an output that is one of the command's input dumps (the same
+/// file, by any path): written in its place, the dump would be lost.
+fn not_over_input<'a>(output: &Path, inputs: impl IntoIterator<Item = &'a PathBuf>) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = std::fs::metadata(output) else { return Ok(()) };
+    for input in inputs {
+        if std::fs::metadata(input).is_ok_and(|i| (i.dev(), i.ino()) == (out.dev(), out.ino())) {
+            return Err(output::Usage(format!(
+                "-o {} is the dump {} itself: writing there would replace it (name another file)",
+                output.display(),
+                input.display()
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
 fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, depth: usize, max_nodes: usize) -> Result<ExitCode> {
+    not_over_input(output, [&dump.to_path_buf()])?;
     let address = address.map(views::parse_address).transpose()?;
     let loaded = views::load(dump)?;
     let ex = views::session(&loaded);
@@ -871,4 +891,20 @@ fn man(command: Option<&str>, dir: Option<&Path>) -> Result<ExitCode> {
     out.write_all(&roff)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A suppressions file's text: a regular file of at most 16 MiB (valgrind's
+/// suppression files run to a few hundred KiB), never a device or a FIFO,
+/// which would be read without end.
+pub(crate) fn read_suppressions(path: &Path) -> Result<String> {
+    use std::io::Read;
+    const MAX: u64 = 16 << 20;
+    let cannot = || format!("cannot read suppressions {}", path.display());
+    let (f, len) = heapdump_analyze::input::open_regular(path).with_context(cannot)?;
+    if len > MAX {
+        anyhow::bail!("cannot read suppressions {}: {} bytes, more than a suppressions file's {MAX}", path.display(), len);
+    }
+    let mut text = String::new();
+    f.take(MAX).read_to_string(&mut text).with_context(cannot)?;
+    Ok(text)
 }

@@ -121,3 +121,48 @@ fn arguments_that_do_not_parse_are_bad_usage() {
     // input (1), not bad usage.
     assert_eq!(heapdump().args(["path", dump, "0x10"]).output().unwrap().status.code(), Some(1));
 }
+
+#[test]
+fn an_output_that_is_the_input_dump_is_refused_and_the_dump_kept() {
+    // `export D -o D` (or `report`, by another name of the same file)
+    // wrote the export in the dump's place: the dump was lost.
+    let d = Scratch::new("over-input");
+    let dump = demo_dump(&d);
+    let before = std::fs::read(&dump).unwrap();
+    let link = d.path("link.hdump");
+    std::os::unix::fs::symlink(&dump, &link).unwrap();
+    let (dump_s, link_s) = (dump.to_str().unwrap(), link.to_str().unwrap());
+    for args in [
+        &["export", dump_s, "--format", "folded", "-o", dump_s][..],
+        &["export", dump_s, "--format", "pprof", "-o", link_s],
+        &["report", dump_s, "-o", link_s],
+        &["report", link_s, "--baseline", dump_s, "-o", dump_s],
+    ] {
+        let o = heapdump().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "heapdump {args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "heapdump {args:?}: {err}");
+        assert!(err.contains("itself"), "heapdump {args:?}: {err}");
+        assert_eq!(std::fs::read(&dump).unwrap(), before, "heapdump {args:?} changed the dump");
+    }
+    // Another file is written as always.
+    let o = heapdump().args(["export", dump_s, "--format", "folded", "-o"]).arg(d.path("out.folded")).output().unwrap();
+    ok(&o);
+}
+
+#[test]
+fn a_suppressions_file_that_is_no_file_is_refused_at_once() {
+    // `--suppressions /dev/zero` read without end (6 GB in 5 s); a FIFO
+    // nobody writes would wait for good. Refused in one line, as dumps are.
+    let d = Scratch::new("supp-devices");
+    let dump = demo_dump(&d);
+    let big = d.path("big.supp");
+    std::fs::File::create(&big).unwrap().set_len(64 << 20).unwrap();
+    for supp in [std::path::Path::new("/dev/zero"), &big, &d.path("missing.supp")] {
+        let o = heapdump().arg("leaks").arg(&dump).arg("--suppressions").arg(supp).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{}: {err}", supp.display());
+        assert_eq!(err.lines().count(), 1, "{}: {err}", supp.display());
+        assert!(err.contains("cannot read suppressions"), "{}: {err}", supp.display());
+    }
+}

@@ -239,3 +239,22 @@ fn mutated_full_dumps_never_break_a_command() {
     ok(&o);
     campaign("hostile-f", &dumps[0], 1001, 16);
 }
+
+#[test]
+fn a_sample_mean_near_the_top_of_its_range_keeps_every_row() {
+    // tests/data/sampled-mean-max.hdump: a dump of two sampled blocks whose
+    // header's sample mean was set to 2^64 - 1 (the checksum made good). A
+    // block's chance of being sampled, 1 - e^(-size/mean), rounded to 0:
+    // its weight was infinite, the sums NaN, and `top` printed no row,
+    // `--json` an empty list, the folded export nothing, all with exit 0.
+    let dump = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sampled-mean-max.hdump");
+    let s = json(&["summary".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    let top = json(&["top".as_ref(), "--json".as_ref(), dump.as_os_str()]);
+    let rows = top.as_array().unwrap();
+    assert!(!rows.is_empty(), "{top}");
+    let n: u64 = rows.iter().map(|r| r["allocations"].as_u64().unwrap()).sum();
+    assert_eq!(n, s["allocations"].as_u64().unwrap(), "{top}");
+    assert!(rows.iter().all(|r| r["bytes"].as_u64().is_some_and(|b| b > 0)), "{top}");
+    let o = heapdump().arg("export").arg(&dump).args(["--format", "folded", "-o", "-"]).output().unwrap();
+    assert!(!ok(&o).trim().is_empty(), "the folded export is empty");
+}
