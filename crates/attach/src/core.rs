@@ -51,6 +51,9 @@ pub struct Core {
     pid: u32,
     exe: String,
     cmdline: Vec<u8>,
+    /// The bytes its program headers describe (more than `data` holds:
+    /// the file is cut short).
+    wanted: u64,
 }
 
 fn u64_at(b: &[u8], off: usize) -> Option<u64> {
@@ -217,7 +220,12 @@ impl Core {
         }
         let exe = first_file.unwrap_or_default();
         let Parsed { segments, maps, threads, pid, cmdline } = core;
-        Ok(Core { data, segments, maps, threads, pid, exe, cmdline })
+        Ok(Core { data, segments, maps, threads, pid, exe, cmdline, wanted })
+    }
+
+    /// `(bytes held, bytes described)` when the file is cut short.
+    pub fn cut_short(&self) -> Option<(u64, u64)> {
+        (self.wanted > self.data.len() as u64).then_some((self.data.len() as u64, self.wanted))
     }
 
     /// The threads' registers.

@@ -72,6 +72,9 @@ pub enum Error {
         path: String,
         /// The error.
         cause: std::io::Error,
+        /// The process is this user's: it made itself not dumpable
+        /// (`prctl(PR_SET_DUMPABLE, 0)`, as ssh-agent and gpg-agent do).
+        own: bool,
     },
     /// The process is not an x86-64 program.
     NotX86_64 {
@@ -95,6 +98,18 @@ pub enum Error {
         len: u64,
         /// The bytes its program headers describe.
         wanted: u64,
+    },
+    /// The core file is cut short, and its heap could not be read: what
+    /// failed is likely in the part missing.
+    CoreCutShortHeap {
+        /// The core file.
+        path: PathBuf,
+        /// The bytes the file holds.
+        len: u64,
+        /// The bytes its program headers describe.
+        wanted: u64,
+        /// What failed.
+        cause: Box<Error>,
     },
     /// The process allocates with another allocator (jemalloc, …).
     OtherAllocator {
@@ -453,6 +468,7 @@ impl Error {
                 | Error::NotX86_64 { .. }
                 | Error::NotACore { .. }
                 | Error::CoreCutShort { .. }
+                | Error::CoreCutShortHeap { .. }
                 | Error::OtherAllocator { .. }
                 | Error::Musl { .. }
                 | Error::NoGlibc { .. }
@@ -527,9 +543,18 @@ impl fmt::Display for Error {
                 "thread {tid} of process {pid} did not stop within {} s: it is {state}; the process was let go, nothing was read (try again once the call returns)",
                 within.as_secs_f64()
             ),
-            Error::ExeUnreadable { path, cause } => write!(f, "cannot read {path}: {cause}: another user's process {NEEDS}"),
+            Error::ExeUnreadable { path, cause, own: false } => write!(f, "cannot read {path}: {cause}: another user's process {NEEDS}"),
+            Error::ExeUnreadable { path, cause, own: true } => write!(
+                f,
+                "cannot read {path}: {cause}: the process is yours but made itself not dumpable (prctl PR_SET_DUMPABLE, as ssh-agent and gpg-agent do): reading it {NEEDS}"
+            ),
             Error::NotX86_64 { path } => write!(f, "{path} is not an x86-64 program: attach reads x86-64 processes only"),
             Error::NotACore { path, why } => write!(f, "{}: not an x86-64 ELF core file ({why})", path.display()),
+            Error::CoreCutShortHeap { path, len, wanted, cause } => write!(
+                f,
+                "{}: the core file is cut short ({len} of {wanted} bytes) and its heap cannot be read without the part missing (what failed: {cause})",
+                path.display()
+            ),
             Error::CoreCutShort { path, len, wanted } => write!(
                 f,
                 "{}: the core file is cut short ({len} of {wanted} bytes): its thread registers (NT_PRSTATUS) are in the part missing",

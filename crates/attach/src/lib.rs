@@ -127,7 +127,12 @@ pub fn core(path: &Path, exe: Option<&Path>, mode: Mode, out: &Path) -> Result<C
     }
     let (exe, cmdline) = c.identity();
     let who = Identity { pid: c.pid(), exe, cmdline };
-    let snap = capture::snapshot(&c, c.threads(), &[])?;
+    let snap = capture::snapshot(&c, c.threads(), &[]).map_err(|e| match c.cut_short() {
+        // Whatever failed, the first thing to know is that the file is
+        // incomplete (a full disk, a killed writer, a core size limit).
+        Some((len, wanted)) => Error::CoreCutShortHeap { path: path.to_path_buf(), len, wanted, cause: Box::new(e) },
+        None => e,
+    })?;
     capture::write(&snap, &who, mode, Reason::Core, out, 0)
 }
 
@@ -143,11 +148,15 @@ const RUNTIME_THREAD: &str = "heapdump";
 /// Refuses a program that is not x86-64 (the only layout read): its
 /// executable as the process sees it (`/proc/PID/exe`, a container's too).
 fn check_machine(pid: i32) -> Result<()> {
-    let exe = format!("/proc/{pid}/exe");
+    // (A main thread that has ended has no executable: a live thread's.)
+    let exe = match live::live_thread(pid) {
+        Some(t) if t != pid => format!("/proc/{pid}/task/{t}/exe"),
+        _ => format!("/proc/{pid}/exe"),
+    };
     let mut head = [0u8; 20];
     let f = std::fs::File::open(&exe).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => live::no_process(pid),
-        _ => Error::ExeUnreadable { path: exe.clone(), cause: e },
+        _ => Error::ExeUnreadable { path: exe.clone(), cause: e, own: own_process(pid) },
     })?;
     use std::io::Read;
     let _ = (&f).read(&mut head);
@@ -155,4 +164,14 @@ fn check_machine(pid: i32) -> Result<()> {
         return Err(Error::NotX86_64 { path: exe });
     }
     Ok(())
+}
+
+/// Whether process `pid` runs as this process's user (its real, effective
+/// and saved ids all ours, as `/proc/PID/status` says: readable whatever
+/// the process's dumpable flag).
+fn own_process(pid: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    // SAFETY: geteuid reads this process's id; it cannot fail.
+    let me = unsafe { libc::geteuid() }.to_string();
+    status.lines().find_map(|l| l.strip_prefix("Uid:")).is_some_and(|ids| ids.split_whitespace().take(3).all(|id| id == me))
 }

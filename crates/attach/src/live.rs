@@ -49,6 +49,9 @@ pub struct Process {
     /// Threads seized and asked to stop that had not stopped when the
     /// attach gave up on them.
     late: Vec<i32>,
+    /// The thread whose `/proc` files are read for the process's (see
+    /// [`live_thread`]).
+    reader: i32,
 }
 
 /// How long every thread has to stop, from the first asked: a thread in
@@ -119,13 +122,31 @@ fn thread_state(pid: i32, t: i32) -> String {
     }
 }
 
+/// The threads of `pid` that can be held: not a zombie (a main thread
+/// that called `pthread_exit` stays one while the others run on, and
+/// cannot be seized).
 fn threads_of(pid: i32) -> Result<Vec<i32>> {
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map_err(|cause| Error::ListThreads { pid, cause })?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&t| !is_zombie(pid, t))
         .collect();
     v.sort_unstable();
     Ok(v)
+}
+
+/// Whether thread `t` of `pid` has ended and waits to be reaped with its
+/// process (state Z).
+fn is_zombie(pid: i32, t: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).unwrap_or_default();
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_ascii_whitespace().next()) == Some("Z")
+}
+
+/// A live thread of `pid` (the main thread unless it has ended), whose
+/// `/proc/PID/task/TID` files (`maps`, `mem`, `exe`, `pagemap`) are the
+/// process's: a main thread that has ended has none.
+pub(crate) fn live_thread(pid: i32) -> Option<i32> {
+    threads_of(pid).ok()?.into_iter().next()
 }
 
 /// "no process PID", with what to do when this tracer is in a PID
@@ -181,6 +202,7 @@ impl Process {
             tids: Vec::new(),
             pending: Vec::new(),
             late: Vec::new(),
+            reader: pid,
         };
         // Threads may start while others are being seized: list again
         // until every one listed is held. Each round seizes and interrupts
@@ -229,10 +251,13 @@ impl Process {
                 }
             }
         }
-        let maps = format!("/proc/{pid}/maps");
+        if let Some(&t) = p.tids.first() {
+            p.reader = t;
+        }
+        let maps = format!("/proc/{pid}/task/{}/maps", p.reader);
         let text = std::fs::read_to_string(&maps).map_err(on_file(FileOp::Read, maps))?;
         p.maps = parse_maps(&text);
-        let mem = format!("/proc/{pid}/mem");
+        let mem = format!("/proc/{pid}/task/{}/mem", p.reader);
         p.mem = File::open(&mem).map_err(on_file(FileOp::Open, mem))?;
         Ok(p)
     }
@@ -266,8 +291,9 @@ impl Process {
 
     /// The executable's path and the command line (NUL-separated).
     pub fn identity(&self) -> (String, Vec<u8>) {
-        let exe = std::fs::read_link(format!("/proc/{}/exe", self.pid)).map(|p| p.display().to_string()).unwrap_or_default();
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid)).unwrap_or_default();
+        let at = format!("/proc/{}/task/{}", self.pid, self.reader);
+        let exe = std::fs::read_link(format!("{at}/exe")).map(|p| p.display().to_string()).unwrap_or_default();
+        let cmdline = std::fs::read(format!("{at}/cmdline")).unwrap_or_default();
         (exe, cmdline)
     }
 }
@@ -282,12 +308,12 @@ impl Memory for Process {
     }
 
     fn exe_file(&self) -> Option<std::io::Result<File>> {
-        Some(File::open(format!("/proc/{}/exe", self.pid)))
+        Some(File::open(format!("/proc/{}/task/{}/exe", self.pid, self.reader)))
     }
 
     /// From `/proc/PID/pagemap`: the pages present or swapped.
     fn present(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let Ok(pm) = File::open(format!("/proc/{}/pagemap", self.pid)) else { return vec![(start, end)] };
+        let Ok(pm) = File::open(format!("/proc/{}/task/{}/pagemap", self.pid, self.reader)) else { return vec![(start, end)] };
         let mut out: Vec<(u64, u64)> = Vec::new();
         let mut buf = vec![0u8; 8 * 65536];
         let mut page = start / 4096;

@@ -734,6 +734,13 @@ fn export(dump: &Path, format: Format, output: &Path, address: Option<&str>, dep
     let address = address.map(views::parse_address).transpose()?;
     let loaded = views::load(dump)?;
     let ex = views::session(&loaded);
+    // The subgraph's centre, looked for before anything is written: a
+    // question about the dump (exit 1), not a failure to write the output.
+    if let (Some(a), Format::Dot | Format::Mermaid) = (address, format) {
+        if ex.heap().find(a).is_none() {
+            return Err(heapdump_analyze::AnalyzeError::NoSuchAllocation { address: a }.into());
+        }
+    }
     if let Format::Parquet = format {
         return export_parquet(&ex, output);
     }

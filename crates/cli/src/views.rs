@@ -299,15 +299,30 @@ pub fn leaks(path: &Path, n: usize, kind: Option<LeakKind>, mut sup: Option<Supp
     let loaded = load(path)?;
     let a = session(&loaded);
     let r = a.leak_report_with(kind, sup.as_mut());
+    // A dump cut before its roots were complete: the classes are what was
+    // read, and the report says first that they are no verdict (its
+    // "No lost blocks." read as a clean bill), `--json` in `verdict`.
+    let verdict = a.leak_verdict();
     if json {
-        output::json(&r)?;
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("verdict".into(), verdict.is_ok().into());
+            if let Err(none) = &verdict {
+                o.insert("no_verdict".into(), none.to_string().into());
+            }
+        }
+        output::json(&v)?;
     } else {
-        print_leaks(&mut std::io::stdout().lock(), &r, n)?;
+        let mut out = std::io::stdout().lock();
+        if let Err(none) = &verdict {
+            writeln!(out, "NO LEAK VERDICT: {none}. The counts below are only what the dump held.")?;
+        }
+        print_leaks(&mut out, &r, n)?;
     }
-    match a.leak_verdict() {
+    match verdict {
         Ok(()) => Ok(true),
         Err(none) => {
-            eprintln!("heapdump: {}: {none}", path.display());
+            eprintln!("heapdump: error: {}: {none}", path.display());
             Ok(false)
         }
     }

@@ -434,6 +434,33 @@ fn a_refused_attach_says_what_a_container_needs() {
         .unwrap();
     let err = one_line(&o, "as nobody");
     assert!(err.contains("CAP_SYS_PTRACE") && err.contains("kubectl debug --profile=general"), "{err}");
+    assert!(err.contains("another user's process"), "{err}");
+    // The user's own process that made itself not dumpable (ssh-agent,
+    // gpg-agent): refused as well, but not as another user's.
+    let src = d.path("undumpable.c");
+    std::fs::write(
+        &src,
+        "#include <signal.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <sys/prctl.h>\n#include <unistd.h>\n\
+         int main(void) { void *p = malloc(100); prctl(PR_SET_DUMPABLE, 0); fprintf(stderr, \"stopped %d\\n\", getpid()); \
+         raise(SIGSTOP); free(p); return 0; }\n",
+    )
+    .unwrap();
+    let agent = d.path("undumpable");
+    ok(&Command::new("gcc").arg("-o").arg(&agent).arg(&src).output().unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.path(""), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = ["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"];
+    let mut cmd = Command::new("setpriv");
+    cmd.args(as_nobody).arg(&agent);
+    let a = Stopped::start_in(cmd, |_, pid| pid);
+    let o = Command::new("setpriv")
+        .args(as_nobody)
+        .arg(env!("CARGO_BIN_EXE_heapdump"))
+        .args(["attach", &a.pid.to_string(), "-o", "/nonexistent/x.hdump"])
+        .output()
+        .unwrap();
+    let err = one_line(&o, "its own undumpable process, as nobody");
+    assert!(err.contains("made itself not dumpable") && !err.contains("another user's"), "{err}");
     // From a PID namespace of its own, the host's process is not there.
     let o = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc"])

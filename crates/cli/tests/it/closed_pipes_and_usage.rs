@@ -166,3 +166,19 @@ fn a_suppressions_file_that_is_no_file_is_refused_at_once() {
         assert!(err.contains("cannot read suppressions"), "{}: {err}", supp.display());
     }
 }
+
+#[test]
+fn an_export_around_no_allocation_says_so_not_that_writing_failed() {
+    // `--address` naming no live block failed inside the writer and was
+    // said as "writing to standard output: no live allocation ...".
+    let d = Scratch::new("export-nowhere");
+    let dump = demo_dump(&d);
+    for (format, out) in [("dot", "-"), ("mermaid", "x.mmd")] {
+        let o = heapdump().arg("export").arg(&dump).args(["--format", format, "--address", "0x1", "-o"]).arg(d.path(out)).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{format}: {err}");
+        assert_eq!(err.lines().count(), 1, "{format}: {err}");
+        assert!(err.contains("no live allocation contains 0x1") && !err.contains("writing"), "{format}: {err}");
+        assert!(!d.path("x.mmd").exists(), "{format}: nothing written");
+    }
+}

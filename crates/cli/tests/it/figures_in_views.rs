@@ -207,7 +207,17 @@ fn a_dump_cut_before_its_roots_gives_no_leak_verdict() {
     let o = heapdump().arg("leaks").arg(&cutp).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "no verdict without the roots: {}", String::from_utf8_lossy(&o.stdout));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.lines().last().unwrap().contains("no leak verdict"), "{err}");
+    assert!(err.lines().last().unwrap().contains("error:") && err.lines().last().unwrap().contains("no leak verdict"), "{err}");
+    // The report says so before its counts (a "No lost blocks." read as a
+    // clean bill), and `--json` in its `verdict`.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().next().is_some_and(|l| l.starts_with("NO LEAK VERDICT")), "{out}");
+    let o = heapdump().args(["leaks", "--json"]).arg(&cutp).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verdict"], false, "{v}");
+    assert!(v["no_verdict"].as_str().is_some_and(|w| w.contains("cut short")), "{v}");
+    assert_eq!(json(&["leaks".as_ref(), "--json".as_ref(), dumps[0].as_os_str()])["verdict"], true);
     // The other views still show what was read.
     ok(&heapdump().arg("summary").arg(&cutp).output().unwrap());
 }
