@@ -85,8 +85,11 @@ pub(crate) fn map_regular_stated(path: &Path) -> io::Result<Option<(memmap2::Mma
     }
     let meta = f.metadata()?;
     // SAFETY: a read-only private mapping of a regular file. A file
-    // truncated by another process while mapped would raise SIGBUS, the
-    // accepted risk of mapping (as ripgrep's searcher documents).
+    // truncated by another process while mapped raises SIGBUS at the next
+    // read past its new end, the risk of mapping (as ripgrep's searcher
+    // documents): the command line ends then with a one-line error
+    // (`cut_files_end_cleanly` in crates/cli/src/main.rs); a program using
+    // this crate decides for itself.
     #[allow(unsafe_code)]
     let map = unsafe { memmap2::Mmap::map(&f) }?;
     Ok(Some((map, meta)))

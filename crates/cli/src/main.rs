@@ -23,6 +23,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     quiet_end_on_closed_stdout();
+    cut_files_end_cleanly();
     let cli = match cmd::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -65,6 +66,35 @@ fn quiet_end_on_closed_stdout() {
         }
         report(info)
     }));
+}
+
+/// A file the analysis reads through a mapping (the dump, a cache file)
+/// cut short while it is read (`cp other.hdump app.hdump` truncates the
+/// file in place) makes the next read of a page past its new end a
+/// SIGBUS, which killed the command: it now ends with heapdump's one-line
+/// error and exit 1. (Nothing can be read on from there: the bytes are
+/// gone. signal-hook refuses SIGBUS, so the handler is set here; it only
+/// writes a constant line and exits, both async-signal-safe.)
+fn cut_files_end_cleanly() {
+    extern "C" fn on_sigbus(_: libc::c_int) {
+        const LINE: &[u8] = b"heapdump: error: a file the analysis was reading (the dump or one of its cache files) was cut short meanwhile: run the command again on the whole file\n";
+        // SAFETY: write(2) of a constant buffer and _exit(2) are
+        // async-signal-safe; nothing else runs in the handler.
+        #[allow(unsafe_code, clippy::disallowed_methods)]
+        unsafe {
+            libc::write(2, LINE.as_ptr().cast(), LINE.len());
+            libc::_exit(1);
+        }
+    }
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" one;
+    // the handler is a plain extern "C" function that never returns.
+    #[allow(unsafe_code, clippy::disallowed_methods)]
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigbus as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+    }
 }
 
 /// A reader that went away (`| head`): every command exits quietly, as

@@ -182,3 +182,25 @@ fn an_export_around_no_allocation_says_so_not_that_writing_failed() {
         assert!(!d.path("x.mmd").exists(), "{format}: nothing written");
     }
 }
+
+#[test]
+fn a_mapped_file_cut_short_ends_the_command_with_one_line() {
+    // A dump truncated while the analysis reads it through its mapping
+    // (`cp other.hdump app.hdump` truncates in place) is a SIGBUS at the
+    // next page read past the new end: the command was killed by it (exit
+    // 135). The fault itself is a race; the signal is what it delivers,
+    // sent here to a viewer in the middle of its session.
+    let d = Scratch::new("sigbus");
+    let dump = demo_dump(&d);
+    let mut child = heapdump().arg("serve").arg(&dump).args(["--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains("http://127.0.0.1:"), "{line}");
+    let o = std::process::Command::new("kill").args(["-BUS", &child.id().to_string()]).output().unwrap();
+    assert!(o.status.success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("heapdump: error:") && last.contains("cut short"), "{err}");
+}
