@@ -22,7 +22,7 @@ pub struct Totals {
 }
 
 /// The one-line error of a view that needs totals on a dump without them.
-pub const NO_TOTALS: &str = "this dump has no totals/peak: taken by attach/core or an older runtime";
+pub const NO_TOTALS: &str = "this dump has no totals/peak: the runtime keeps them with a site for every allocation (HEAPDUMP_BACKTRACE=all, the default), not with sampled sites or none; attach, core and older runtimes have none";
 
 /// The one-line error of `top --peak` on a dump whose runtime kept totals
 /// but no peak.

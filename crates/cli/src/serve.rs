@@ -470,7 +470,7 @@ impl Site<'_, '_> {
             }
             "/api/summary" => Reply::json(&crate::views::summary_json(&a.summary_kept()?, || crate::views::peak_json_of(a))?),
             // Kept in the cache: the first page reads it, not the classes.
-            "/api/leaks" => Reply::json(&a.leak_report_kept()),
+            "/api/leaks" => Reply::json(&crate::views::leaks_json(&a.leak_report_kept(), a)?),
             "/api/top" => {
                 let mut rows = a.top(q.group("by", GroupBy::Site, true)?);
                 rows.truncate(n);

@@ -304,14 +304,7 @@ pub fn leaks(path: &Path, n: usize, kind: Option<LeakKind>, mut sup: Option<Supp
     // "No lost blocks." read as a clean bill), `--json` in `verdict`.
     let verdict = a.leak_verdict();
     if json {
-        let mut v = serde_json::to_value(&r)?;
-        if let Some(o) = v.as_object_mut() {
-            o.insert("verdict".into(), verdict.is_ok().into());
-            if let Err(none) = &verdict {
-                o.insert("no_verdict".into(), none.to_string().into());
-            }
-        }
-        output::json(&v)?;
+        output::json(&leaks_json(&r, &a)?)?;
     } else {
         let mut out = std::io::stdout().lock();
         if let Err(none) = &verdict {
@@ -326,6 +319,20 @@ pub fn leaks(path: &Path, n: usize, kind: Option<LeakKind>, mut sup: Option<Supp
             Ok(false)
         }
     }
+}
+
+/// `leaks --json` (and the viewer's `/api/leaks`): the report, and
+/// whether it is a verdict (`verdict`; `no_verdict`: why not).
+pub fn leaks_json(r: &LeakReport, a: &Analysis<'_>) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(r)?;
+    let verdict = a.leak_verdict();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("verdict".into(), verdict.is_ok().into());
+        if let Err(none) = &verdict {
+            o.insert("no_verdict".into(), none.to_string().into());
+        }
+    }
+    Ok(v)
 }
 
 pub fn print_leaks(out: &mut impl Write, r: &LeakReport, n: usize) -> std::io::Result<()> {

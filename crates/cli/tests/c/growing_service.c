@@ -40,12 +40,17 @@ __attribute__((noinline)) static void churn_to(size_t each) {
 }
 
 static void dump_and_wait(const char *out, int k) {
-    char name[4096];
+    /* Zeroed: left as they were, these 4 KiB of stack held what the
+       phase's calls left there (snprintf's frames under cache_put), now
+       inside a live frame, which the dump reads as roots: a stale pointer
+       to a cache entry made it a root of its own, and growth saw a step
+       where the cache did not grow (4 runs in 6 under a release build). */
+    char name[4096] = {0};
     const char *dot = strrchr(out, '.');
     if (k == 0 || !dot) snprintf(name, sizeof name, "%s", out);
     else snprintf(name, sizeof name, "%.*s.%d.%d%s", (int)(dot - out), out, (int)getpid(), k, dot);
     raise(SIGUSR2);
-    struct stat st;
+    struct stat st = {0};
     for (int i = 0; i < 4000 && (stat(name, &st) != 0 || st.st_size == 0); i++) usleep(5000);
     usleep(20000);
 }
