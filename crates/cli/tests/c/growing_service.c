@@ -40,12 +40,7 @@ __attribute__((noinline)) static void churn_to(size_t each) {
 }
 
 static void dump_and_wait(const char *out, int k) {
-    /* Zeroed: left as they were, these 4 KiB of stack held what the
-       phase's calls left there (snprintf's frames under cache_put), now
-       inside a live frame, which the dump reads as roots: a stale pointer
-       to a cache entry made it a root of its own, and growth saw a step
-       where the cache did not grow (4 runs in 6 under a release build). */
-    char name[4096] = {0};
+    char name[4096] = {0}; /* zeroed: see the note at the end */
     const char *dot = strrchr(out, '.');
     if (k == 0 || !dot) snprintf(name, sizeof name, "%s", out);
     else snprintf(name, sizeof name, "%.*s.%d.%d%s", (int)(dot - out), out, (int)getpid(), k, dot);
@@ -72,3 +67,10 @@ int main(int argc, char **argv) {
     for (struct cached_response *e = cache_head; e; e = e->next) sum += e->id;
     return sum == 0;
 }
+
+/* dump_and_wait's name buffer is zeroed: left as they were, its 4 KiB of
+   stack held what the phase's calls left there (snprintf's frames under
+   cache_put), inside a live frame the dump reads as roots: a stale pointer
+   to a cache entry made it a root of its own, and growth saw a step where
+   the cache did not grow (4 runs in 6 under a release build). (A note
+   here: the tests name this file's lines.) */
