@@ -48,7 +48,6 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
     // process of hundreds of busy threads always has a lock taken: it
     // is then read as it is, and the capture says which arena was
     // locked).
-    let mut tries = 0;
     let mut rereads = 0;
     // The time every stop so far held the process, and their number.
     let mut held_before = std::time::Duration::ZERO;
@@ -57,9 +56,8 @@ pub fn attach(pid: i32, mode: Mode, out: &Path) -> Result<CaptureInfo> {
         let (p, held) = loop {
             let held = std::time::Instant::now();
             let p = live::Process::stop(pid)?;
-            tries += 1;
             stops += 1;
-            let last = tries >= 50 || held_before + held.elapsed() >= RETRY_HOLD;
+            let last = stops >= 50 || held_before + held.elapsed() >= RETRY_HOLD;
             let mut again = |p: live::Process| {
                 drop(p);
                 held_before += held.elapsed();

@@ -98,13 +98,18 @@ fn wait_stopped(t: i32, deadline: std::time::Instant) -> Stop {
     }
 }
 
-/// What a thread is doing, in words, from `/proc/PID/task/TID/stat` and
-/// `wchan`: "uninterruptible sleep in vfork_completion" and the like.
+/// The state letter of thread `t` of `pid` (`/proc/PID/task/TID/stat`:
+/// it follows the name, which is in parentheses and may hold any byte).
+fn state_of(pid: i32, t: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).ok()?;
+    Some(stat[stat.rfind(')')? + 1..].split_ascii_whitespace().next()?.to_string())
+}
+
+/// What a thread is doing, in words, from its state and `wchan`: "in an
+/// uninterruptible sleep (D, in kernel_clone)" and the like.
 fn thread_state(pid: i32, t: i32) -> String {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).unwrap_or_default();
-    // The state follows the name, which is in parentheses and may hold any byte.
-    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_ascii_whitespace().next()).unwrap_or("?");
-    let words = match state {
+    let state = state_of(pid, t).unwrap_or_else(|| "?".into());
+    let words = match state.as_str() {
         "D" => "in an uninterruptible sleep",
         "R" => "running",
         "S" => "sleeping",
@@ -122,31 +127,37 @@ fn thread_state(pid: i32, t: i32) -> String {
     }
 }
 
-/// The threads of `pid` that can be held: not a zombie (a main thread
-/// that called `pthread_exit` stays one while the others run on, and
-/// cannot be seized).
 fn threads_of(pid: i32) -> Result<Vec<i32>> {
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map_err(|cause| Error::ListThreads { pid, cause })?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&t| !is_zombie(pid, t))
         .collect();
     v.sort_unstable();
     Ok(v)
 }
 
 /// Whether thread `t` of `pid` has ended and waits to be reaped with its
-/// process (state Z).
+/// process (state Z: a main thread that called `pthread_exit` stays one
+/// while the others run on, and cannot be seized).
 fn is_zombie(pid: i32, t: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).unwrap_or_default();
-    stat.rfind(')').and_then(|i| stat[i + 1..].split_ascii_whitespace().next()) == Some("Z")
+    state_of(pid, t).as_deref() == Some("Z")
 }
 
 /// A live thread of `pid` (the main thread unless it has ended), whose
 /// `/proc/PID/task/TID` files (`maps`, `mem`, `exe`, `pagemap`) are the
 /// process's: a main thread that has ended has none.
 pub(crate) fn live_thread(pid: i32) -> Option<i32> {
-    threads_of(pid).ok()?.into_iter().next()
+    threads_of(pid).ok()?.into_iter().find(|&t| !is_zombie(pid, t))
+}
+
+/// The signal a wait status says the thread stopped for, when it is a
+/// signal-delivery-stop (a ptrace event's stop carries none): 0 otherwise.
+fn stop_signal(status: i32) -> i32 {
+    if libc::WIFSTOPPED(status) && status >> 16 == 0 {
+        libc::WSTOPSIG(status)
+    } else {
+        0
+    }
 }
 
 /// "no process PID", with what to do when this tracer is in a PID
@@ -222,8 +233,12 @@ impl Process {
                 let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, t, 0usize, 0usize) };
                 if r != 0 {
                     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-                    if errno == libc::ESRCH && t != pid {
-                        continue; // the thread ended meanwhile
+                    // The thread ended meanwhile, or had ended (a main
+                    // thread that called `pthread_exit`: the others are
+                    // the process). Looked at only when refused: no
+                    // file more a thread while the process is held.
+                    if (errno == libc::ESRCH && t != pid) || is_zombie(pid, t) {
+                        continue;
                     }
                     return Err(refusal(pid, errno));
                 }
@@ -236,9 +251,8 @@ impl Process {
                     // A signal that arrived first stops the thread for it
                     // (its stop carries no ptrace event): kept to give back.
                     Stop::Stopped(status) => {
-                        let sig = if status >> 16 == 0 { libc::WSTOPSIG(status) } else { 0 };
                         p.tids.push(t);
-                        p.pending.push(sig);
+                        p.pending.push(stop_signal(status));
                     }
                     // It ended (or an exec in another thread ended it).
                     Stop::Gone => {}
@@ -349,9 +363,8 @@ impl Drop for Process {
             let mut status = 0;
             let mut give_back = first as usize;
             // SAFETY: a plain int out-parameter; WNOHANG never blocks.
-            if unsafe { libc::waitpid(t, &mut status, libc::WNOHANG | libc::__WALL) } == t && libc::WIFSTOPPED(status) && status >> 16 == 0
-            {
-                give_back = libc::WSTOPSIG(status) as usize;
+            if unsafe { libc::waitpid(t, &mut status, libc::WNOHANG | libc::__WALL) } == t && stop_signal(status) != 0 {
+                give_back = stop_signal(status) as usize;
             }
             // SAFETY: detaching a thread we seized; it resumes as it was,
             // with the signal it was stopped for, if any.
@@ -364,9 +377,8 @@ impl Drop for Process {
         let soon = std::time::Instant::now() + std::time::Duration::from_millis(10);
         for &t in &self.late {
             if let Stop::Stopped(status) = wait_stopped(t, soon) {
-                let sig = if status >> 16 == 0 { libc::WSTOPSIG(status) as usize } else { 0 };
                 // SAFETY: as above: a thread we seized, now stopped.
-                unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0usize, sig) };
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0usize, stop_signal(status) as usize) };
             }
         }
     }

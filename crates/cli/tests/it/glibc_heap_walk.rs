@@ -149,15 +149,27 @@ fn every_allocation_api_is_walked_right() {
         let p = Stopped::start_in(cmd, |_, pid| pid);
         let want = listed(&std::fs::read_to_string(&told).unwrap());
         assert!(want.len() > 1000, "{}", want.len());
-        for (how, out) in [("attach", d.path("a.hdump")), ("core", d.path("c.hdump"))] {
-            let o = if how == "attach" { attach(p.pid, &out) } else { core(&d, p.pid, &out) };
-            ok(&o);
-            let got: BTreeMap<u64, u64> = blocks(&out).into_iter().collect();
-            let wrong: Vec<_> = want.iter().filter(|(a, s)| got.get(a) != Some(s)).take(5).collect();
-            assert!(wrong.is_empty(), "{threads} threads {sbrk}, {how}: blocks not found with their usable size: {wrong:x?}");
-            let extra = got.keys().filter(|a| !want.contains_key(a)).count();
-            assert!(extra <= threads, "{threads} threads {sbrk}, {how}: {extra} blocks the program does not hold");
-        }
+        captured_as_told(&d, p.pid, &want, threads, &format!("{threads} threads {sbrk}"));
+    }
+}
+
+/// Attach and core of stopped process `pid` each give every block of
+/// `want` (address: usable size), and at most `most_extra` blocks more;
+/// `what` names the case.
+fn captured_as_told(d: &Scratch, pid: i32, want: &BTreeMap<u64, u64>, most_extra: usize, what: &str) {
+    for (how, out) in [("attach", d.path("a.hdump")), ("core", d.path("c.hdump"))] {
+        let o = if how == "attach" { attach(pid, &out) } else { core(d, pid, &out) };
+        ok(&o);
+        let got: BTreeMap<u64, u64> = blocks(&out).into_iter().collect();
+        let wrong: Vec<_> = want.iter().filter(|(a, s)| got.get(a) != Some(s)).take(5).collect();
+        assert!(wrong.is_empty(), "{what}, {how}: blocks not found with their usable size: {wrong:x?}");
+        let extra: Vec<_> = got.iter().filter(|(a, _)| !want.contains_key(a)).collect();
+        assert!(
+            extra.len() <= most_extra,
+            "{what}, {how}: {} blocks the program does not hold: {:x?}",
+            extra.len(),
+            &extra[..extra.len().min(8)]
+        );
     }
 }
 
@@ -176,15 +188,7 @@ fn a_thread_cache_in_a_larger_chunk_is_still_a_cache() {
     let p = Stopped::start_in(cmd, |_, pid| pid);
     let want = listed(&std::fs::read_to_string(&told).unwrap());
     assert_eq!(want.len(), 102);
-    for (how, out) in [("attach", d.path("a.hdump")), ("core", d.path("c.hdump"))] {
-        let o = if how == "attach" { attach(p.pid, &out) } else { core(&d, p.pid, &out) };
-        ok(&o);
-        let got: BTreeMap<u64, u64> = blocks(&out).into_iter().collect();
-        let wrong: Vec<_> = want.iter().filter(|(a, s)| got.get(a) != Some(s)).take(5).collect();
-        assert!(wrong.is_empty(), "{how}: blocks not found with their usable size: {wrong:x?}");
-        let extra: Vec<_> = got.iter().filter(|(a, _)| !want.contains_key(a)).collect();
-        assert!(extra.len() <= 3, "{how}: {} blocks the program does not hold: {:x?}", extra.len(), &extra[..extra.len().min(8)]);
-    }
+    captured_as_told(&d, p.pid, &want, 3, "a cache in a 0x2a0 chunk");
 }
 
 #[test]
